@@ -1,0 +1,86 @@
+#include "commands.hpp"
+
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "config/experiment_file.hpp"
+#include "engine/resolve.hpp"
+#include "rig/error.hpp"
+
+namespace rig::cli {
+namespace {
+
+plugin_host::PluginHost make_host(const std::vector<std::string>& plugin_paths) {
+  return plugin_host::PluginHost(plugin_host::PluginHost::default_search_path(plugin_paths));
+}
+
+}  // namespace
+
+int validate(const std::string& experiment, const std::vector<config::Override>& overrides,
+             const std::vector<std::string>& plugin_paths) {
+  const auto file = config::ExperimentFile::load(experiment);
+  const auto host = make_host(plugin_paths);
+  for (const char* mode : {"train", "eval", "infer"}) {
+    engine::resolve_experiment(file, mode, overrides, host);
+    fmt::print("{}: {} mode: OK\n", experiment, mode);
+  }
+  return 0;
+}
+
+int print_config(const std::string& experiment, const std::string& mode,
+                 const std::vector<config::Override>& overrides,
+                 const std::vector<std::string>& plugin_paths) {
+  if (mode != "train" && mode != "eval" && mode != "infer") {
+    throw UserError(
+        fmt::format("unknown mode '{}' for config: expected train, eval or infer", mode));
+  }
+  const auto file = config::ExperimentFile::load(experiment);
+  const auto resolved = engine::resolve_experiment(file, mode, overrides, make_host(plugin_paths));
+  fmt::print("# {} resolved for {} mode\n{}\n", experiment, mode, resolved.config.to_yaml());
+  return 0;
+}
+
+int list_plugins(const std::vector<std::string>& plugin_paths) {
+  const auto host = make_host(plugin_paths);
+  const auto files = host.discover();
+  if (files.empty()) {
+    fmt::print("no plugins found; searched:\n");
+    for (const auto& dir : host.search_path()) fmt::print("  {}\n", dir.string());
+    return 0;
+  }
+  fmt::print("{:<13} {:<14} {:<9} {:<50} {}\n", "KIND", "NAME", "VERSION", "SUMMARY", "PATH");
+  for (const auto& f : files) {
+    try {
+      auto lib = plugin_host::PluginLibrary::open(f.file);
+      const auto& d = lib->descriptor();
+      fmt::print("{:<13} {:<14} {:<9} {:<50} {}\n", to_string(d.kind), d.name, d.version, d.summary,
+                 f.file.string());
+    } catch (const std::exception& e) {
+      fmt::print("{:<13} {:<14} {:<9} {:<50} {}\n", to_string(f.kind), f.name, "-",
+                 fmt::format("BROKEN: {}", e.what()), f.file.string());
+    }
+  }
+  return 0;
+}
+
+int print_schema(const std::string& what, const std::vector<std::string>& plugin_paths) {
+  if (what == "experiment") {
+    fmt::print("{}", config::experiment_schema_text());
+    return 0;
+  }
+  const auto slash = what.find('/');
+  auto kind = slash == std::string::npos ? std::nullopt : parse_plugin_kind(what.substr(0, slash));
+  if (!kind) {
+    throw UserError(fmt::format(
+        "schema: expected 'experiment' or KIND/NAME with KIND one of model, data_layer, "
+        "optimizer, lr_policy, communicator; got '{}'",
+        what));
+  }
+  auto lib = make_host(plugin_paths).open(*kind, what.substr(slash + 1));
+  fmt::print("# schema of {}_params for {}\n{}", to_string(*kind), lib->describe(),
+             lib->schema_text());
+  return 0;
+}
+
+}  // namespace rig::cli

@@ -1,0 +1,23 @@
+// The `rig` subcommands other than `run` (which lives in engine/run).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "config/overrides.hpp"
+
+namespace rig::cli {
+
+// Resolves every mode of the experiment without running it.
+int validate(const std::string& experiment, const std::vector<config::Override>& overrides,
+             const std::vector<std::string>& plugin_paths);
+// Prints the fully resolved config of one mode (plugin defaults included).
+int print_config(const std::string& experiment, const std::string& mode,
+                 const std::vector<config::Override>& overrides,
+                 const std::vector<std::string>& plugin_paths);
+// Lists kind, name, version, summary and path of every plugin on the search path.
+int list_plugins(const std::vector<std::string>& plugin_paths);
+// Prints the schema of "experiment" or of a plugin given as KIND/NAME.
+int print_schema(const std::string& what, const std::vector<std::string>& plugin_paths);
+
+}  // namespace rig::cli

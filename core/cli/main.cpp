@@ -1,0 +1,155 @@
+// The `rig` command. Exit codes: 0 success, 2 bad input (usage, config,
+// files), 1 a failure while running.
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+#include <CLI/CLI.hpp>
+
+#include "commands.hpp"
+#include "config/overrides.hpp"
+#include "engine/run.hpp"
+#include "rig/error.hpp"
+#include "rig/plugin.hpp"
+#include "rig/version.hpp"
+
+namespace {
+
+constexpr int kExitRunFailure = 1;
+constexpr int kExitBadInput = 2;
+
+std::string join_argv(int argc, char** argv) {
+  std::string out;
+  for (int i = 0; i < argc; ++i) {
+    if (i > 0) out += ' ';
+    out += argv[i];
+  }
+  return out;
+}
+
+// Arguments CLI11 did not know are config overrides: OpenSeq2Seq's
+// --lr_policy_params/learning_rate=0.5 (or --max_steps=10).
+std::vector<rig::config::Override> overrides_from(const std::vector<std::string>& extras,
+                                                  const std::vector<std::string>& set_args) {
+  std::vector<rig::config::Override> overrides;
+  for (const auto& arg : extras) {
+    if (!arg.starts_with("--") || arg.find('=') == std::string::npos) {
+      throw rig::UserError(fmt::format(
+          "unknown argument '{}'; config overrides look like --lr_policy_params/learning_rate=0.5 "
+          "or --set lr_policy_params.learning_rate=0.5 (see rig --help)",
+          arg));
+    }
+    overrides.push_back(rig::config::parse_slash_override(arg));
+  }
+  for (const auto& arg : set_args) overrides.push_back(rig::config::parse_set_override(arg));
+  return overrides;
+}
+
+int dispatch(int argc, char** argv) {
+  CLI::App app{"rig: deep-learning experiments from one YAML file, on CPU, GPU and many nodes"};
+  app.set_version_flag("--version",
+                       fmt::format("rig {} (plugin ABI {})", RIG_VERSION, rig::kPluginAbiVersion));
+  app.require_subcommand(1);
+  std::vector<std::string> plugin_paths;
+  std::vector<std::string> set_args;
+  auto add_common = [&](CLI::App* sub, bool with_overrides) {
+    sub->add_option("--plugin-path", plugin_paths,
+                    "extra folder(s) to search for plugins first (':'-separated, repeatable)");
+    if (with_overrides) {
+      sub->add_option("--set", set_args, "override a config value: --set a.b=c (repeatable)");
+      sub->allow_extras();
+      sub->footer(
+          "Any --key=value or --kind_params/key=value argument overrides the experiment file, "
+          "as in OpenSeq2Seq: --lr_policy_params/learning_rate=0.5");
+    }
+  };
+
+  rig::engine::RunOptions run_options;
+  std::string logdir;
+  auto* run = app.add_subcommand("run", "train, evaluate or infer with an experiment");
+  run->add_option("experiment", run_options.experiment, "experiment YAML file")->required();
+  run->add_option("--mode", run_options.mode, "train | eval | train_eval | infer")
+      ->check(CLI::IsMember({"train", "eval", "train_eval", "infer"}));
+  run->add_option("--logdir", logdir, "where checkpoints and logs go (overrides logdir)");
+  run->add_flag("--continue_learning", run_options.continue_learning,
+                "resume training from the latest checkpoint in the logdir");
+  run->add_flag("--benchmark", run_options.benchmark,
+                "time --bench_steps training steps; write no checkpoints");
+  run->add_option("--bench_steps", run_options.bench_steps, "steps to time with --benchmark");
+  run->add_option("--infer_output_file", run_options.infer_output_file,
+                  "where infer mode writes its lines (default LOGDIR/infer_output.txt)");
+  add_common(run, true);
+
+  std::string experiment;
+  auto* validate = app.add_subcommand("validate", "check an experiment in every mode, run nothing");
+  validate->add_option("experiment", experiment, "experiment YAML file")->required();
+  add_common(validate, true);
+
+  std::string config_mode = "train";
+  auto* config = app.add_subcommand("config", "print the fully resolved config of one mode");
+  config->add_option("experiment", experiment, "experiment YAML file")->required();
+  config->add_option("--mode", config_mode, "train | eval | infer")
+      ->check(CLI::IsMember({"train", "eval", "infer"}));
+  add_common(config, true);
+
+  auto* plugins = app.add_subcommand("plugins", "list the plugins rig can find");
+  add_common(plugins, false);
+
+  std::string schema_what;
+  auto* schema =
+      app.add_subcommand("schema", "print the schema of the experiment file or a plugin");
+  schema->add_option("what", schema_what, "'experiment' or KIND/NAME, e.g. model/mlp")->required();
+  add_common(schema, false);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr,
+                 "rig: error: %s\nRun 'rig --help' (or 'rig SUBCOMMAND --help') for usage.\n",
+                 e.what());
+    return kExitBadInput;
+  }
+
+  if (run->parsed()) {
+    run_options.plugin_paths = plugin_paths;
+    run_options.overrides = overrides_from(run->remaining(), set_args);
+    if (!logdir.empty()) {
+      run_options.overrides.push_back({"logdir", logdir, "--logdir " + logdir});
+    }
+    run_options.command_line = join_argv(argc, argv);
+    return rig::engine::run(run_options);
+  }
+  if (validate->parsed()) {
+    return rig::cli::validate(experiment, overrides_from(validate->remaining(), set_args),
+                              plugin_paths);
+  }
+  if (config->parsed()) {
+    return rig::cli::print_config(experiment, config_mode,
+                                  overrides_from(config->remaining(), set_args), plugin_paths);
+  }
+  if (plugins->parsed()) return rig::cli::list_plugins(plugin_paths);
+  return rig::cli::print_schema(schema_what, plugin_paths);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return dispatch(argc, argv);
+  } catch (const rig::UserError& e) {
+    std::fprintf(stderr, "rig: error: %s\n", e.what());
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rig: failed: %s\n", e.what());
+    return kExitRunFailure;
+  }
+}

@@ -1,0 +1,22 @@
+// One batch from a data layer: named tensors plus bookkeeping.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "rig/tensor.hpp"
+
+namespace rig {
+
+struct Batch {
+  std::map<std::string, Tensor> tensors;  // e.g. "features", "labels"
+  std::int64_t num_objects = 0;           // what "objects per second" counts: samples, tokens
+  std::vector<std::int64_t> indices;      // position of each sample in the data set
+
+  // The tensor called `name`; throws naming the tensors the batch has.
+  const Tensor& at(const std::string& name) const;
+};
+
+}  // namespace rig

@@ -1,0 +1,49 @@
+// Communicator plugin interface: the collectives data-parallel training needs.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "rig/context.hpp"
+#include "rig/export.hpp"
+#include "rig/tensor.hpp"
+
+namespace rig {
+
+enum class ReduceOp { sum, average };
+
+// An operation in flight. wait() returns when it is complete (or throws).
+class RIG_API CommRequest {
+ public:
+  virtual ~CommRequest() = default;
+  virtual void wait() = 0;
+  virtual bool done() = 0;
+};
+
+// A request that completed when it was issued (single-process communicators).
+class RIG_API CompletedRequest final : public CommRequest {
+ public:
+  void wait() override {}
+  bool done() override { return true; }
+};
+
+// Constructed as Communicator(const YAML::Node& params, const CommunicatorContext& ctx).
+// Collectives are asynchronous: they return a request; buffers must stay alive
+// and untouched until it is done.
+class RIG_API Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual int local_rank() const = 0;
+  // In place over `buffer`.
+  virtual std::unique_ptr<CommRequest> allreduce(Tensor buffer, ReduceOp op) = 0;
+  virtual std::unique_ptr<CommRequest> broadcast(Tensor buffer, int root) = 0;
+  // output holds size() x input.numel() elements, rank r's input at r x input.numel().
+  virtual std::unique_ptr<CommRequest> allgather(Tensor input, Tensor output) = 0;
+  virtual void barrier() = 0;
+  // Ends every rank's job; `reason` is shown to the user.
+  virtual void abort(const std::string& reason) = 0;
+};
+
+}  // namespace rig

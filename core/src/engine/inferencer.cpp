@@ -1,0 +1,40 @@
+#include "engine/inferencer.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "rig/error.hpp"
+
+namespace rig::engine {
+
+std::int64_t infer(Model& model, DataLayer& data, const std::filesystem::path& output) {
+  NoGradGuard no_grad;
+  std::vector<std::pair<std::int64_t, std::string>> lines;
+  data.start_epoch(0);
+  while (auto batch = data.next_batch()) {
+    std::vector<std::string> decoded = data.decode(*batch, model.infer(*batch));
+    if (decoded.size() != batch->indices.size()) {
+      throw RunError(fmt::format("data layer decoded {} lines for a batch of {} samples",
+                                 decoded.size(), batch->indices.size()));
+    }
+    for (std::size_t i = 0; i < decoded.size(); ++i) {
+      lines.emplace_back(batch->indices[i], std::move(decoded[i]));
+    }
+  }
+  std::stable_sort(lines.begin(), lines.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  if (output.has_parent_path()) std::filesystem::create_directories(output.parent_path());
+  std::ofstream out(output);
+  if (!out) throw UserError(fmt::format("cannot write infer output file {}", output.string()));
+  for (const auto& [index, line] : lines) out << line << '\n';
+  out.close();
+  if (!out) throw RunError(fmt::format("writing {} failed", output.string()));
+  return static_cast<std::int64_t>(lines.size());
+}
+
+}  // namespace rig::engine

@@ -1,0 +1,278 @@
+#include "engine/run.hpp"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "config/resolved_config.hpp"
+#include "engine/checkpoint.hpp"
+#include "engine/console.hpp"
+#include "engine/evaluator.hpp"
+#include "engine/inferencer.hpp"
+#include "engine/resolve.hpp"
+#include "engine/settings.hpp"
+#include "engine/trainer.hpp"
+#include "rig/error.hpp"
+#include "rig/version.hpp"
+
+namespace rig::engine {
+namespace fs = std::filesystem;
+
+namespace {
+
+// Keys that may change between a run and its resumption without making the
+// checkpoint belong to a different experiment.
+constexpr const char* kScheduleKeys[] = {"max_steps",        "num_epochs", "logdir",
+                                         "print_loss_steps", "eval_steps", "save_checkpoint_steps",
+                                         "target_loss"};
+
+std::string identity_yaml(const config::ResolvedConfig& cfg) {
+  YAML::Node copy = YAML::Clone(cfg.root);
+  for (const char* key : kScheduleKeys) copy.remove(key);
+  YAML::Emitter out;
+  out << copy;
+  return out.c_str();
+}
+
+// Lists "key: old -> new" for every top-level and nested scalar that differs.
+void diff_nodes(const YAML::Node& a, const YAML::Node& b, const std::string& path,
+                std::vector<std::string>& out) {
+  if (a.IsMap() && b.IsMap()) {
+    std::set<std::string> keys;
+    for (const auto& kv : a) keys.insert(kv.first.as<std::string>());
+    for (const auto& kv : b) keys.insert(kv.first.as<std::string>());
+    for (const auto& k : keys) {
+      diff_nodes(a[k], b[k], path.empty() ? k : path + "." + k, out);
+    }
+    return;
+  }
+  auto text = [](const YAML::Node& n) {
+    if (!n) return std::string("(absent)");
+    YAML::Emitter e;
+    e << YAML::Flow << n;
+    return std::string(e.c_str());
+  };
+  if (text(a) != text(b)) out.push_back(fmt::format("{}: {} -> {}", path, text(a), text(b)));
+}
+
+RunContext make_run_context(Mode mode, const EngineSettings& s, const Communicator& comm) {
+  RunContext run;
+  run.mode = mode;
+  run.rank = comm.rank();
+  run.world_size = comm.size();
+  run.seed = s.random_seed;
+  run.logdir = s.logdir;
+  return run;
+}
+
+std::shared_ptr<DataLayer> make_data(const ResolvedExperiment& exp, Mode mode,
+                                     const EngineSettings& s, const Communicator& comm) {
+  DataLayerContext ctx{make_run_context(mode, s, comm), s.batch_size_per_gpu};
+  return exp.plugin(PluginKind::data_layer)
+      .make_data_layer(exp.params(PluginKind::data_layer), ctx);
+}
+
+void write_logdir_config(const fs::path& logdir, const ResolvedExperiment& exp,
+                         const RunOptions& options) {
+  fs::create_directories(logdir);
+  std::ofstream out(logdir / "config.yaml");
+  out << "# Resolved by rig " << RIG_VERSION << " from " << options.experiment << "\n"
+      << "# command line: " << options.command_line << "\n"
+      << "# mode: " << exp.config.mode << "\n"
+      << exp.config.to_yaml() << "\n";
+  if (!out) throw UserError(fmt::format("cannot write {}", (logdir / "config.yaml").string()));
+}
+
+Checkpoint checkpoint_for_evaluation(const fs::path& logdir, const std::string& mode) {
+  auto latest = latest_checkpoint(logdir);
+  if (!latest) {
+    throw UserError(
+        fmt::format("{} mode needs a trained model, but {} holds no checkpoint; train first "
+                    "(rig run EXP --mode train) or point --logdir at a trained run",
+                    mode, (logdir / "checkpoints").string()));
+  }
+  return load_checkpoint(*latest);
+}
+
+}  // namespace
+
+int run(const RunOptions& options) {
+  const std::string& mode = options.mode;
+  if (mode != "train" && mode != "eval" && mode != "train_eval" && mode != "infer") {
+    throw UserError(
+        fmt::format("unknown mode '{}': expected train, eval, train_eval or infer", mode));
+  }
+  if (options.benchmark && mode != "train") {
+    throw UserError("--benchmark times training steps: use it with --mode train");
+  }
+  if (options.benchmark && options.bench_steps < 1) {
+    throw UserError(fmt::format("--bench_steps must be at least 1, got {}", options.bench_steps));
+  }
+  const bool trains = mode == "train" || mode == "train_eval";
+  const auto file = config::ExperimentFile::load(options.experiment);
+  const plugin_host::PluginHost host(
+      plugin_host::PluginHost::default_search_path(options.plugin_paths));
+  const std::string primary_mode = trains ? "train" : mode;
+  ResolvedExperiment primary = resolve_experiment(file, primary_mode, options.overrides, host);
+  std::optional<ResolvedExperiment> eval_exp;
+  if (mode == "train_eval") {
+    eval_exp = resolve_experiment(file, "eval", options.overrides, host);
+    // One model serves both phases (forward() is told which), so its config must agree.
+    std::vector<std::string> diffs;
+    for (const char* key : {"model", "model_params"}) {
+      diff_nodes(primary.config.root[key], eval_exp->config.root[key], key, diffs);
+    }
+    if (!diffs.empty()) {
+      throw UserError(fmt::format(
+          "train_eval trains and evaluates one model, so eval_params may not change it: {}",
+          fmt::join(diffs, "; ")));
+    }
+  }
+
+  const EngineSettings settings = read_settings(primary.config);
+  const fs::path logdir = settings.logdir;
+  auto comm = primary.plugin(PluginKind::communicator)
+                  .make_communicator(primary.params(PluginKind::communicator),
+                                     CommunicatorContext{settings.logdir});
+  const Console console(comm->rank() == 0);
+  const Mode primary_enum = trains ? Mode::train : (mode == "eval" ? Mode::eval : Mode::infer);
+
+  auto data = make_data(primary, primary_enum, settings, *comm);
+  ParameterStore params;
+  auto model = primary.plugin(PluginKind::model)
+                   .make_model(primary.params(PluginKind::model),
+                               ModelContext{make_run_context(primary_enum, settings, *comm),
+                                            data->info(), params});
+  params.allocate(settings.random_seed);
+  console.print("*** Experiment {} ({} mode): {} parameters, {} process(es)", options.experiment,
+                mode, params.numel(), comm->size());
+
+  if (!trains) {
+    Checkpoint ckpt = checkpoint_for_evaluation(logdir, mode);
+    restore_parameters(ckpt, params);
+    console.print("*** Restored {} (step {})", ckpt.dir.string(), ckpt.state.step);
+    if (mode == "eval") {
+      print_eval(console, evaluate(*model, *data, *comm), ckpt.state.step);
+    } else {
+      const fs::path output = options.infer_output_file.empty()
+                                  ? logdir / "infer_output.txt"
+                                  : fs::path(options.infer_output_file);
+      if (comm->size() > 1) {
+        throw UserError("infer mode runs in one process for now (the distributed issue adds more)");
+      }
+      const auto count = infer(*model, *data, output);
+      console.print("*** Wrote {} predictions to {}", count, output.string());
+    }
+    return 0;
+  }
+
+  // Training.
+  const std::string identity = identity_yaml(primary.config);
+  TrainingState start;
+  std::optional<Checkpoint> resumed;
+  if (!options.benchmark) {
+    auto existing = latest_checkpoint(logdir);
+    if (options.continue_learning) {
+      if (!existing) {
+        throw UserError(
+            fmt::format("--continue_learning: {} holds no checkpoint to resume from; "
+                        "drop the flag to start a new run",
+                        (logdir / "checkpoints").string()));
+      }
+      Checkpoint ckpt = load_checkpoint(*existing);
+      if (ckpt.state.config_hash != config::fnv1a64_hex(identity)) {
+        YAML::Node saved = YAML::LoadFile((ckpt.dir / "state.yaml").string())["config"];
+        std::vector<std::string> diffs;
+        diff_nodes(saved, YAML::Load(identity), "", diffs);
+        std::vector<std::string> relevant;
+        for (auto& d : diffs) {
+          bool schedule = false;
+          for (const char* key : kScheduleKeys) schedule |= d.starts_with(std::string(key) + ":");
+          if (!schedule) relevant.push_back(std::move(d));
+        }
+        throw UserError(fmt::format(
+            "--continue_learning: checkpoint {} was written by a different experiment config "
+            "(only max_steps, num_epochs, logdir and logging intervals may change); differences "
+            "(checkpoint -> now): {}",
+            ckpt.dir.string(),
+            relevant.empty() ? "unknown" : fmt::format("{}", fmt::join(relevant, "; "))));
+      }
+      restore_parameters(ckpt, params);
+      start = ckpt.state;
+      console.print("*** Resuming from {} at step {}", ckpt.dir.string(), start.step);
+      resumed = std::move(ckpt);
+    } else if (existing) {
+      throw UserError(
+          fmt::format("logdir {} already holds checkpoints from an earlier run; resume it with "
+                      "--continue_learning, or start fresh with another --logdir (or delete {})",
+                      logdir.string(), logdir.string()));
+    }
+  }
+  // Every rank starts from rank 0's weights.
+  if (comm->size() > 1) comm->broadcast(params.values(), 0)->wait();
+
+  auto optimizer =
+      primary.plugin(PluginKind::optimizer)
+          .make_optimizer(primary.params(PluginKind::optimizer),
+                          OptimizerContext{make_run_context(Mode::train, settings, *comm), params});
+  if (resumed) optimizer->load_state(resumed->optimizer);
+
+  const std::int64_t epoch_size = data->epoch_size();
+  const std::int64_t global_batch = settings.batch_size_per_gpu * comm->size() * settings.iter_size;
+  const std::int64_t steps_per_epoch = epoch_size > 0 ? epoch_size / global_batch : 0;
+  std::int64_t max_steps = 0;
+  if (options.benchmark) {
+    max_steps = options.bench_steps;
+  } else if (settings.max_steps) {
+    max_steps = *settings.max_steps;
+  } else {
+    if (steps_per_epoch <= 0) {
+      throw UserError(fmt::format(
+          "num_epochs needs the number of steps per epoch, but the data layer {} (set max_steps "
+          "instead)",
+          epoch_size < 0 ? "does not know its size" : "holds less than one global batch"));
+    }
+    max_steps = static_cast<std::int64_t>(
+        std::ceil(*settings.num_epochs * static_cast<double>(steps_per_epoch)));
+  }
+  auto lr_policy = primary.plugin(PluginKind::lr_policy)
+                       .make_lr_policy(primary.params(PluginKind::lr_policy),
+                                       LrPolicyContext{max_steps, steps_per_epoch});
+
+  std::shared_ptr<DataLayer> eval_data;
+  if (eval_exp) {
+    const EngineSettings eval_settings = read_settings(eval_exp->config);
+    eval_data = make_data(*eval_exp, Mode::eval, eval_settings, *comm);
+  }
+  if (!options.benchmark && comm->rank() == 0) write_logdir_config(logdir, primary, options);
+
+  TrainerParts parts{*model, *data, *optimizer, *lr_policy, *comm, params, eval_data.get()};
+  TrainOptions train_options{settings,
+                             max_steps,
+                             options.benchmark,
+                             logdir,
+                             primary.config.to_yaml(),
+                             config::fnv1a64_hex(identity),
+                             start};
+  // state.yaml keeps the identity config, so a mismatch can be explained later.
+  train_options.config_yaml = identity;
+  const TrainResult result = train(parts, train_options, console);
+
+  if (settings.target_loss && !options.benchmark) {
+    if (result.final_loss < *settings.target_loss) {
+      console.print("*** Final train loss {:.4f} is below target_loss {}", result.final_loss,
+                    *settings.target_loss);
+    } else {
+      console.print("*** FAILED: final train loss {:.4f} is not below target_loss {}",
+                    result.final_loss, *settings.target_loss);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+}  // namespace rig::engine

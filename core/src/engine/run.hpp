@@ -1,0 +1,29 @@
+// `rig run`: builds the plugins an experiment names and runs a mode.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/overrides.hpp"
+
+namespace rig::engine {
+
+struct RunOptions {
+  std::string experiment;
+  std::string mode = "train";  // train | eval | train_eval | infer
+  std::vector<config::Override> overrides;
+  std::vector<std::string> plugin_paths;
+  bool continue_learning = false;
+  bool benchmark = false;
+  std::int64_t bench_steps = 20;
+  std::string infer_output_file;  // default: <logdir>/infer_output.txt
+  std::string command_line;       // as typed, saved in the logdir
+};
+
+// Returns the process exit code (0, or 1 when target_loss was missed).
+// Bad input throws UserError, failures while running RunError.
+int run(const RunOptions& options);
+
+}  // namespace rig::engine

@@ -1,0 +1,127 @@
+// mlp: a multi-layer perceptron for the classification or regression task a
+// data layer describes in info() (num_features, num_outputs, task).
+#include <cmath>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "rig/error.hpp"
+#include "rig/ops.hpp"
+#include "rig/plugin.hpp"
+
+namespace {
+
+using rig::Tensor;
+namespace ops = rig::ops;
+
+std::int64_t info_int(const YAML::Node& info, const char* key) {
+  const YAML::Node value = info[key];
+  if (!value) {
+    throw rig::UserError(
+        fmt::format("mlp: the data layer does not say '{}' in its info(); mlp needs num_features, "
+                    "num_outputs (or num_classes) and task",
+                    key));
+  }
+  const auto n = value.as<std::int64_t>();
+  if (n < 1) throw rig::UserError(fmt::format("mlp: data layer info {} = {} must be >= 1", key, n));
+  return n;
+}
+
+class Mlp final : public rig::Model {
+ public:
+  Mlp(const YAML::Node& params, const rig::ModelContext& ctx) {
+    const YAML::Node& info = ctx.data_info;
+    num_features_ = info_int(info, "num_features");
+    num_outputs_ = info_int(info, info["num_outputs"] ? "num_outputs" : "num_classes");
+    const std::string task = info["task"] ? info["task"].as<std::string>() : "classification";
+    if (task != "classification" && task != "regression") {
+      throw rig::UserError(fmt::format(
+          "mlp: data layer task '{}' is not supported (classification or regression)", task));
+    }
+    classification_ = task == "classification";
+    const std::string activation = params["activation"].as<std::string>();
+    activation_ = activation == "relu"      ? &ops::relu
+                  : activation == "sigmoid" ? &ops::sigmoid
+                                            : &ops::tanh;
+    const bool xavier = params["init"].as<std::string>() == "xavier_uniform";
+
+    std::vector<std::int64_t> sizes{num_features_};
+    for (const auto& h : params["hidden_sizes"]) sizes.push_back(h.as<std::int64_t>());
+    sizes.push_back(num_outputs_);
+    for (std::size_t i = 0; i + 1 < sizes.size(); ++i) {
+      const auto in = sizes[i];
+      const auto out = sizes[i + 1];
+      const auto bound = static_cast<float>(1.0 / std::sqrt(static_cast<double>(in)));
+      const auto prefix = fmt::format("layers.{}.", i);
+      layers_.push_back({ctx.params.declare(prefix + "weight", {in, out},
+                                            xavier ? rig::Initializer::xavier_uniform()
+                                                   : rig::Initializer::uniform(-bound, bound)),
+                         ctx.params.declare(prefix + "bias", {out},
+                                            xavier ? rig::Initializer::constant(0.0F)
+                                                   : rig::Initializer::uniform(-bound, bound))});
+    }
+  }
+
+  rig::ModelOutput forward(const rig::Batch& batch, rig::Mode mode) override {
+    std::optional<rig::NoGradGuard> no_grad;
+    if (mode != rig::Mode::train) no_grad.emplace();
+    const Tensor outputs = compute(batch.at("features"));
+    const Tensor& labels = batch.at("labels");
+    const auto rows = outputs.size(0);
+    rig::ModelOutput result;
+    if (classification_) {
+      result.loss = ops::cross_entropy(outputs, labels);
+      const Tensor predicted = ops::argmax(outputs);
+      const auto* p = predicted.data<std::int64_t>();
+      const auto* y = labels.data<std::int64_t>();
+      std::int64_t correct = 0;
+      for (std::int64_t i = 0; i < rows; ++i) correct += p[i] == y[i] ? 1 : 0;
+      result.metrics["accuracy"] = {static_cast<double>(correct), static_cast<double>(rows)};
+    } else {
+      result.loss = ops::mse_loss(outputs, labels);
+    }
+    const auto n = static_cast<double>(rows);
+    result.metrics["loss"] = {static_cast<double>(result.loss.item()) * n, n};
+    return result;
+  }
+
+  Tensor infer(const rig::Batch& batch) override {
+    rig::NoGradGuard no_grad;
+    const Tensor outputs = compute(batch.at("features"));
+    return classification_ ? ops::argmax(outputs) : outputs;
+  }
+
+ private:
+  struct Layer {
+    Tensor weight;  // [in, out]
+    Tensor bias;    // [out]
+  };
+
+  Tensor compute(const Tensor& features) const {
+    if (features.dtype() != rig::DType::f32 || features.dim() != 2 ||
+        features.size(1) != num_features_) {
+      throw std::invalid_argument(fmt::format("mlp: features {} {}, expected f32 [batch,{}]",
+                                              rig::dtype_name(features.dtype()),
+                                              rig::to_string(features.shape()), num_features_));
+    }
+    Tensor h = features;
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      h = ops::add(ops::matmul(h, layers_[i].weight), layers_[i].bias);
+      if (i + 1 < layers_.size()) h = activation_(h);
+    }
+    return h;
+  }
+
+  std::int64_t num_features_ = 0;
+  std::int64_t num_outputs_ = 0;
+  bool classification_ = true;
+  Tensor (*activation_)(const Tensor&) = &ops::tanh;
+  std::vector<Layer> layers_;
+};
+
+}  // namespace
+
+RIG_PLUGIN(model, "mlp", "0.1.0", "Multi-layer perceptron for classification or regression", Mlp)

@@ -1,0 +1,89 @@
+# The `rig` command end to end: good runs and every bad-input case of the
+# foundation issue (exit 2, one clear message, never a crash or a hang).
+add_subdirectory(${CMAKE_CURRENT_SOURCE_DIR}/test_plugins ${CMAKE_CURRENT_BINARY_DIR}/test_plugins)
+
+set(FIX ${CMAKE_CURRENT_SOURCE_DIR}/fixtures)
+set(EXPECT ${CMAKE_CURRENT_SOURCE_DIR}/expect.sh)
+set(WORK ${CMAKE_CURRENT_BINARY_DIR}/work)
+set(BAD_PLUGINS --plugin-path ${CMAKE_BINARY_DIR}/test-plugins)
+file(MAKE_DIRECTORY ${WORK})
+
+# rig_cli_test(NAME EXIT_CODE REGEX [ONE_LINE] ARGS <rig arguments...>)
+function(rig_cli_test name code regex)
+  cmake_parse_arguments(ARG "ONE_LINE" "" "ARGS" ${ARGN})
+  set(flags)
+  if(ARG_ONE_LINE)
+    set(flags --one-line)
+  endif()
+  add_test(NAME cli.${name}
+    COMMAND bash ${EXPECT} ${code} ${regex} ${flags} -- $<TARGET_FILE:rig_cli> ${ARG_ARGS}
+    WORKING_DIRECTORY ${WORK})
+  set_tests_properties(cli.${name} PROPERTIES LABELS integration TIMEOUT 180)
+endfunction()
+
+# Information commands.
+rig_cli_test(version 0 "^rig [0-9]+\\.[0-9]+\\.[0-9]+ \\(plugin ABI 1\\)" ARGS --version)
+rig_cli_test(help 0 "validate +check an experiment in every mode" ARGS --help)
+rig_cli_test(plugins_lists_all 0
+  "model +mlp .*rig-model-mlp\\.so(.|\n)*data_layer +synthetic(.|\n)*optimizer +sgd(.|\n)*lr_policy +fixed_lr(.|\n)*communicator +local"
+  ARGS plugins)
+rig_cli_test(plugins_shows_broken 0 "model +not_elf +- +BROKEN: .*not a shared object" ARGS plugins ${BAD_PLUGINS})
+rig_cli_test(schema_plugin 0 "hidden_sizes" ARGS schema model/mlp)
+rig_cli_test(schema_experiment 0 "batch_size_per_gpu" ARGS schema experiment)
+rig_cli_test(validate_ok 0 "infer mode: OK" ARGS validate ${FIX}/tiny.yaml)
+rig_cli_test(config_shows_plugin_defaults 0 "nesterov: false" ARGS config ${FIX}/tiny.yaml --mode train)
+rig_cli_test(config_slash_override 0 "learning_rate: 0\\.5"
+  ARGS config ${FIX}/tiny.yaml --lr_policy_params/learning_rate=0.5)
+rig_cli_test(config_set_override 0 "momentum: 0\\.5"
+  ARGS config ${FIX}/tiny.yaml --set optimizer_params.momentum=0.5)
+
+# Bad input: exit 2 and one clear message.
+rig_cli_test(bad_usage 2 "rig: error: .*" ARGS frobnicate)
+rig_cli_test(missing_file 2 "no_such_experiment\\.yaml" ONE_LINE ARGS run no_such_experiment.yaml)
+rig_cli_test(yaml_syntax_error 2 "syntax_error\\.yaml:[0-9]+:[0-9]+: .*" ONE_LINE
+  ARGS validate ${FIX}/syntax_error.yaml)
+rig_cli_test(unknown_key 2 "unknown_key\\.yaml:3:3: base_params\\.max_step: unknown key. did you mean 'max_steps'\\?"
+  ONE_LINE ARGS validate ${FIX}/unknown_key.yaml)
+rig_cli_test(unknown_section 2 "unknown_section\\.yaml:9:1: .*trian_params.*did you mean 'train_params'"
+  ONE_LINE ARGS validate ${FIX}/unknown_section.yaml)
+rig_cli_test(wrong_type 2 "wrong_type\\.yaml:3:14: base_params\\.max_steps: expected integer, found 'abc'"
+  ONE_LINE ARGS validate ${FIX}/wrong_type.yaml)
+rig_cli_test(missing_required_key 2 "missing_model\\.yaml.*missing required key 'model'"
+  ONE_LINE ARGS validate ${FIX}/missing_model.yaml)
+rig_cli_test(unknown_plugin 2 "unknown_plugin\\.yaml:4:10: base_params\\.model: unknown model plugin 'mpl'. did you mean 'mlp'\\? \\(known model plugins: mlp"
+  ONE_LINE ARGS validate ${FIX}/unknown_plugin.yaml)
+rig_cli_test(wrong_kind 2 "wrong_kind\\.yaml:6:14: base_params\\.optimizer: 'mlp' is a model plugin, not an optimizer plugin"
+  ONE_LINE ARGS validate ${FIX}/wrong_kind.yaml)
+rig_cli_test(bad_plugin_param 2 "bad_plugin_param\\.yaml:6:5: base_params\\.model_params\\.hiden_sizes: unknown key for model 'mlp'. did you mean 'hidden_sizes'\\?"
+  ONE_LINE ARGS validate ${FIX}/bad_plugin_param.yaml)
+rig_cli_test(bad_override_key 2 "command line.*learnin_rate.*did you mean 'learning_rate'"
+  ONE_LINE ARGS validate ${FIX}/tiny.yaml --lr_policy_params/learnin_rate=0.5)
+rig_cli_test(bad_override_type 2 "command line.*max_steps: expected integer, found 'many'"
+  ONE_LINE ARGS validate ${FIX}/tiny.yaml --max_steps=many)
+rig_cli_test(both_max_steps_and_num_epochs 2 "both_step_keys\\.yaml.*max_steps.*num_epochs"
+  ONE_LINE ARGS run ${FIX}/both_step_keys.yaml)
+rig_cli_test(wrong_abi 2 "built for rig plugin ABI version 999, but this rig uses ABI version 1"
+  ONE_LINE ARGS validate ${FIX}/tiny.yaml ${BAD_PLUGINS} --model=wrong_abi)
+rig_cli_test(not_a_shared_object 2 "rig-model-not_elf\\.so is not a shared object"
+  ONE_LINE ARGS validate ${FIX}/tiny.yaml ${BAD_PLUGINS} --model=not_elf)
+rig_cli_test(no_descriptor 2 "rig-model-no_descriptor\\.so is a shared object but not a rig plugin"
+  ONE_LINE ARGS validate ${FIX}/tiny.yaml ${BAD_PLUGINS} --model=no_descriptor)
+rig_cli_test(plugin_by_path 2 "is not a shared object"
+  ONE_LINE ARGS validate ${FIX}/tiny.yaml --model=${CMAKE_BINARY_DIR}/test-plugins/rig-model-not_elf.so)
+rig_cli_test(factory_throws 2 "model 'throws' failed to start: vocabulary file /nonexistent/vocab\\.txt not found"
+  ONE_LINE ARGS run ${FIX}/throwing_model.yaml ${BAD_PLUGINS} --logdir runs/throws)
+rig_cli_test(eval_without_checkpoint 2 "eval mode needs a trained model.*holds no checkpoint"
+  ONE_LINE ARGS run ${FIX}/tiny.yaml --mode eval --logdir runs/never_trained)
+rig_cli_test(continue_without_checkpoint 2 "--continue_learning: .* holds no checkpoint"
+  ONE_LINE ARGS run ${FIX}/tiny.yaml --continue_learning --logdir runs/never_trained)
+rig_cli_test(missed_target_loss 1 "FAILED: final train loss .* is not below target_loss 0\\.01"
+  ARGS run ${FIX}/missed_target.yaml --logdir runs/missed_target)
+set_tests_properties(cli.wrong_abi cli.not_a_shared_object cli.no_descriptor cli.plugin_by_path
+  cli.factory_throws cli.plugins_shows_broken PROPERTIES REQUIRED_FILES ${CMAKE_BINARY_DIR}/test-plugins/rig-model-throws.so)
+
+# Good runs: the smoke experiment, and a train -> resume -> eval -> infer round trip.
+rig_cli_test(smoke_trains 0 "Final train loss [0-9.]+ is below target_loss"
+  ARGS run ${PROJECT_SOURCE_DIR}/experiments/smoke.yaml --logdir runs/smoke)
+add_test(NAME cli.lifecycle
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/lifecycle.sh $<TARGET_FILE:rig_cli> ${FIX}/tiny.yaml ${WORK}/lifecycle)
+set_tests_properties(cli.lifecycle PROPERTIES LABELS integration TIMEOUT 300)

@@ -1,0 +1,206 @@
+// Loading an experiment file: syntax, shape and the file-level schema.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "config/experiment_file.hpp"
+#include "rig/error.hpp"
+
+namespace rig::config {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The UserError message `f` throws, or "<no error>".
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+std::string parse_error(const std::string& text) {
+  return error_of([&] { ExperimentFile::parse(text, "bad.yaml"); });
+}
+
+fs::path temp_dir() {
+  fs::path dir = fs::path(testing::TempDir()) / "rig_config_load";
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string write_file(const std::string& name, const std::string& text) {
+  const fs::path path = temp_dir() / name;
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+const char* kGood = R"(base_params:
+  batch_size_per_gpu: 32
+  max_steps: 100
+  model: mlp
+  data_layer: synthetic
+train_params:
+  optimizer: sgd
+  lr_policy: fixed
+)";
+
+TEST(ConfigLoad, LoadsAValidFile) {
+  const std::string path = write_file("good.yaml", kGood);
+  const ExperimentFile file = ExperimentFile::load(path);
+  EXPECT_EQ(file.path(), path);
+  EXPECT_EQ(file.root()["base_params"]["max_steps"].as<int>(), 100);
+  const Location loc = file.sources().at("base_params.max_steps");
+  EXPECT_EQ(loc.file, path);
+  EXPECT_EQ(loc.line, 3);
+  EXPECT_EQ(loc.column, 14);
+  EXPECT_EQ(loc.key_line, 3);
+  EXPECT_EQ(loc.key_column, 3);
+  EXPECT_EQ(loc.describe(), path + ":3:14");
+  EXPECT_EQ(loc.describe_key(), path + ":3:3");
+}
+
+TEST(ConfigLoad, MissingFile) {
+  EXPECT_EQ(error_of([] { ExperimentFile::load("experiments/nope.yaml"); }),
+            "experiments/nope.yaml: experiment file not found");
+}
+
+TEST(ConfigLoad, Directory) {
+  const std::string dir = temp_dir().string();
+  EXPECT_EQ(error_of([&] { ExperimentFile::load(dir); }),
+            dir + ": is a directory, not an experiment file");
+}
+
+TEST(ConfigLoad, UnreadableFile) {
+  if (geteuid() == 0) GTEST_SKIP() << "root reads any file";
+  const std::string path = write_file("unreadable.yaml", kGood);
+  fs::permissions(path, fs::perms::none);
+  EXPECT_EQ(error_of([&] { ExperimentFile::load(path); }),
+            path + ": cannot read experiment file: Permission denied");
+  fs::permissions(path, fs::perms::owner_all);
+}
+
+TEST(ConfigLoad, EmptyFile) {
+  const std::string expected =
+      ": experiment file is empty; expected a map with base_params (and optionally "
+      "train_params, eval_params, infer_params)";
+  const std::string path = write_file("empty.yaml", "");
+  EXPECT_EQ(error_of([&] { ExperimentFile::load(path); }), path + expected);
+  EXPECT_EQ(parse_error("# only a comment\n\n"), "bad.yaml" + expected);
+}
+
+TEST(ConfigLoad, NotAMap) {
+  EXPECT_EQ(parse_error("- base_params\n- train_params\n"),
+            "bad.yaml:1:1: an experiment file must be a map with base_params (and optionally "
+            "train_params, eval_params, infer_params), found a list");
+  EXPECT_EQ(parse_error("hello\n"),
+            "bad.yaml:1:1: an experiment file must be a map with base_params (and optionally "
+            "train_params, eval_params, infer_params), found 'hello'");
+}
+
+TEST(ConfigLoad, YamlSyntaxError) {
+  const std::string path =
+      write_file("syntax.yaml", "base_params:\n  max_steps: 1\n  model: [a, b\n");
+  const std::string message = error_of([&] { ExperimentFile::load(path); });
+  EXPECT_EQ(message.rfind(path + ":4:1: YAML syntax error: ", 0), 0u) << message;
+  EXPECT_EQ(parse_error("base_params:\n  a: 1\n   b: 2\n"),
+            "bad.yaml:3:5: YAML syntax error: illegal map value");
+}
+
+TEST(ConfigLoad, UnknownKeySuggestsTheClosest) {
+  EXPECT_EQ(parse_error("base_params:\n  batch_size_per_gpu: 8\n  max_step: 5\n"),
+            "bad.yaml:3:3: base_params.max_step: unknown key; did you mean 'max_steps'?");
+  EXPECT_EQ(parse_error("base_params:\n  Max_Steps: 5\n"),
+            "bad.yaml:2:3: base_params.Max_Steps: unknown key; did you mean 'max_steps'?");
+}
+
+TEST(ConfigLoad, UnknownTopLevelKey) {
+  EXPECT_EQ(parse_error("base_params:\n  max_steps: 5\ntrian_params:\n  max_steps: 6\n"),
+            "bad.yaml:3:1: trian_params: unknown key; did you mean 'train_params'?");
+}
+
+TEST(ConfigLoad, UnknownKeyListsAllowedKeysWhenNothingIsClose) {
+  EXPECT_EQ(parse_error("base_params: {}\nzzz: 1\n"),
+            "bad.yaml:2:1: zzz: unknown key; allowed keys: base_params, train_params, "
+            "eval_params, infer_params");
+  const std::string message = parse_error("base_params:\n  qqqqqqqq: 1\n");
+  EXPECT_EQ(message.rfind("bad.yaml:2:3: base_params.qqqqqqqq: unknown key; allowed keys: "
+                          "batch_size_per_gpu, max_steps, num_epochs, ",
+                          0),
+            0u)
+      << message;
+}
+
+TEST(ConfigLoad, WrongTypes) {
+  EXPECT_EQ(parse_error("base_params:\n  max_steps: abc\n"),
+            "bad.yaml:2:14: base_params.max_steps: expected integer, found 'abc'");
+  EXPECT_EQ(parse_error("base_params:\n  max_steps: 1.5\n"),
+            "bad.yaml:2:14: base_params.max_steps: expected integer, found '1.5'");
+  EXPECT_EQ(parse_error("base_params:\n  max_steps: \"100\"\n"),
+            "bad.yaml:2:14: base_params.max_steps: expected integer, found string '100'");
+  EXPECT_EQ(parse_error("base_params:\n  num_epochs: many\n"),
+            "bad.yaml:2:15: base_params.num_epochs: expected number, found 'many'");
+  EXPECT_EQ(parse_error("base_params:\n  logdir: [a, b]\n"),
+            "bad.yaml:2:11: base_params.logdir: expected string, found a list");
+  EXPECT_EQ(parse_error("base_params:\n  model_params: 3\n"),
+            "bad.yaml:2:17: base_params.model_params: expected a map, found '3'");
+  EXPECT_EQ(parse_error("base_params:\n  model_params:\n"),
+            "bad.yaml:2:3: base_params.model_params: expected a map, found nothing");
+  EXPECT_EQ(parse_error("base_params: 5\n"),
+            "bad.yaml:1:14: base_params: expected a map, found '5'");
+}
+
+TEST(ConfigLoad, NumbersAndIntegersThatAreFine) {
+  EXPECT_NO_THROW(ExperimentFile::parse(
+      "base_params:\n  max_steps: 100\n  num_epochs: 2\n  max_grad_norm: 1e-1\n"
+      "  target_loss: -0.5\ntrain_params:\n  num_epochs: 0.5\n",
+      "ok.yaml"));
+}
+
+TEST(ConfigLoad, RangeViolations) {
+  EXPECT_EQ(parse_error("base_params:\n  batch_size_per_gpu: 0\n"),
+            "bad.yaml:2:23: base_params.batch_size_per_gpu: expected integer >= 1, found '0'");
+  EXPECT_EQ(parse_error("base_params:\n  save_checkpoint_steps: -1\n"),
+            "bad.yaml:2:26: base_params.save_checkpoint_steps: expected integer >= 0, found '-1'");
+  EXPECT_EQ(parse_error("train_params:\n  num_epochs: 0\nbase_params: {}\n"),
+            "bad.yaml:2:15: train_params.num_epochs: expected number > 0, found '0'");
+  EXPECT_EQ(parse_error("base_params:\n  model: \"\"\n"),
+            "bad.yaml:2:10: base_params.model: expected a non-empty string, found string ''");
+}
+
+TEST(ConfigLoad, EnumViolationListsAllowedValues) {
+  EXPECT_EQ(parse_error("base_params:\n  dtype: float16\n"),
+            "bad.yaml:2:10: base_params.dtype: expected one of [float32], found 'float16'");
+  EXPECT_EQ(parse_error("base_params:\n  device: cuda\n"),
+            "bad.yaml:2:11: base_params.device: expected one of [cpu], found 'cuda'");
+}
+
+TEST(ConfigLoad, BaseParamsIsRequired) {
+  EXPECT_EQ(parse_error("train_params:\n  max_steps: 5\n"),
+            "bad.yaml: missing required key 'base_params'");
+}
+
+TEST(ConfigLoad, DuplicateKey) {
+  EXPECT_EQ(parse_error("base_params:\n  max_steps: 5\n  model: a\n  max_steps: 6\n"),
+            "bad.yaml:4:3: base_params.max_steps: duplicate key (first set at line 2)");
+}
+
+TEST(ConfigLoad, NonScalarKey) {
+  EXPECT_EQ(parse_error("base_params:\n  ? [a, b]\n  : 1\n"),
+            "bad.yaml:2:5: base_params: keys must be plain names, found a list");
+}
+
+TEST(ConfigLoad, NestedPluginParamsAreFreeForm) {
+  EXPECT_NO_THROW(ExperimentFile::parse(
+      "base_params:\n  model_params:\n    anything: [1, {x: 2}]\n    nested: {deep: {er: true}}\n",
+      "ok.yaml"));
+}
+
+}  // namespace
+}  // namespace rig::config
