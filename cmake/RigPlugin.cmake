@@ -32,6 +32,8 @@ function(rig_add_plugin name kind)
 
   add_library(${_target} MODULE ${ARG_SOURCES} ${_schema_cpp})
   target_link_libraries(${_target} PRIVATE rig::rig)
+  # The SDK headers are C++20, whatever the including project's default is.
+  target_compile_features(${_target} PRIVATE cxx_std_20)
   set_target_properties(${_target} PROPERTIES PREFIX "" OUTPUT_NAME ${_target}
     CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
   target_compile_options(${_target} PRIVATE -Wall -Wextra -Werror)

@@ -16,8 +16,8 @@ function(rig_cli_test name code regex)
     set(flags --one-line)
   endif()
   add_test(NAME cli.${name}
-    COMMAND bash ${EXPECT} ${code} ${regex} ${flags} -- $<TARGET_FILE:rig_cli> ${ARG_ARGS}
-    WORKING_DIRECTORY ${WORK})
+    COMMAND bash ${EXPECT} ${code} ${regex} ${flags} --workdir ${WORK}/${name} --
+            $<TARGET_FILE:rig_cli> ${ARG_ARGS})
   set_tests_properties(cli.${name} PROPERTIES LABELS integration TIMEOUT 180)
 endfunction()
 
@@ -25,7 +25,7 @@ endfunction()
 rig_cli_test(version 0 "^rig [0-9]+\\.[0-9]+\\.[0-9]+ \\(plugin ABI 1\\)" ARGS --version)
 rig_cli_test(help 0 "validate +check an experiment in every mode" ARGS --help)
 rig_cli_test(plugins_lists_all 0
-  "model +mlp .*rig-model-mlp\\.so(.|\n)*data_layer +synthetic(.|\n)*optimizer +sgd(.|\n)*lr_policy +fixed_lr(.|\n)*communicator +local"
+  "model +mlp .*rig-model-mlp\\.so.*data_layer +synthetic.*optimizer +sgd.*lr_policy +fixed_lr.*communicator +local"
   ARGS plugins)
 rig_cli_test(plugins_shows_broken 0 "model +not_elf +- +BROKEN: .*not a shared object" ARGS plugins ${BAD_PLUGINS})
 rig_cli_test(schema_plugin 0 "hidden_sizes" ARGS schema model/mlp)

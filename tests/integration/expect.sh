@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# expect.sh EXIT_CODE REGEX [--one-line] -- COMMAND [ARGS...]
-# Runs COMMAND (killed after 120 s: a hang fails the test), then checks its exit
-# code and that its output (stdout + stderr) matches the extended REGEX.
+# expect.sh EXIT_CODE REGEX [--one-line] [--workdir DIR] -- COMMAND [ARGS...]
+# Runs COMMAND (in DIR, emptied first, when given) (killed after 120 s: a hang fails the test), then checks its exit
+# code and that its output (stdout + stderr, as one text: . matches newlines)
+# matches the extended REGEX.
 # --one-line: stderr must be exactly one line (one clear message, no trace).
 set -uo pipefail
 expected_code="$1"; regex="$2"; shift 2
 one_line=0
 if [ "${1:-}" = "--one-line" ]; then one_line=1; shift; fi
+if [ "${1:-}" = "--workdir" ]; then
+  rm -rf "$2" && mkdir -p "$2" && cd "$2" || exit 1
+  shift 2
+fi
 [ "${1:-}" = "--" ] && shift
 out="$(mktemp)"; err="$(mktemp)"
 trap 'rm -f "$out" "$err"' EXIT
@@ -17,7 +22,7 @@ fail() {
 }
 if [ "$code" -eq 124 ] || [ "$code" -eq 137 ]; then fail "timed out (a hang)"; fi
 [ "$code" -eq "$expected_code" ] || fail "exit code $code, expected $expected_code"
-if ! cat "$out" "$err" | grep -Eq -- "$regex"; then fail "output does not match /$regex/"; fi
+if ! cat "$out" "$err" | grep -Ezq -- "$regex"; then fail "output does not match /$regex/"; fi
 if grep -Eq "terminate called|Aborted|Segmentation|stack trace|AddressSanitizer|runtime error:" "$err"; then
   fail "crash or sanitizer report in stderr"
 fi

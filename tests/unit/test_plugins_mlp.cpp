@@ -30,13 +30,17 @@ class PluginMlp : public ::testing::Test {
 
   std::unique_ptr<rig::Model> model(const std::string& params, const YAML::Node& info,
                                     rig::ParameterStore& store) {
-    return mlp.descriptor->make_model(mlp.params(params), {{}, info, store});
+    const rig::RunContext run;
+    const rig::ModelContext ctx{run, info, store};
+    return mlp.descriptor->make_model(mlp.params(params), ctx);
   }
 
   // Trains for `steps` and returns the mean train loss of the last 50 steps.
   double train(rig::Model& net, rig::DataLayer& train_data, rig::ParameterStore& store,
                const std::string& sgd_params, double lr, int steps) {
-    auto opt = sgd.descriptor->make_optimizer(sgd.params(sgd_params), {{}, store});
+    const rig::RunContext run;
+    const rig::OptimizerContext ctx{run, store};
+    auto opt = sgd.descriptor->make_optimizer(sgd.params(sgd_params), ctx);
     std::int64_t epoch = 0;
     double recent = 0.0;
     for (int step = 0; step < steps; ++step) {

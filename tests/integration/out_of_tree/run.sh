@@ -8,10 +8,13 @@
 # 3. for every plugin kind: scaffolds a plugin with tools/new-plugin, configures
 #    and builds it out of tree against the install (find_package(rig)), runs its
 #    unit test, and checks that `rig plugins` and `rig schema` see it;
-# 4. runs the generated example experiments of the lr_policy and model plugins
-#    with the installed `rig` (and checks params validation reaches the plugin's
-#    schema);
-# 5. builds the lr_policy scaffold as a subdirectory of a project that already
+# 4. runs every generated example experiment with the installed `rig`: checks
+#    that params validation uses the plugin's schema (lr_policy), that the
+#    model learns (model, train_eval), and that a run resumed with
+#    --continue_learning matches an uninterrupted one (optimizer, data_layer,
+#    communicator);
+# 5. installs the lr_policy plugin into the prefix, where rig finds it unaided;
+# 6. builds the lr_policy scaffold as a subdirectory of a project that already
 #    has rig::rig (the in-tree layout).
 # Exits non-zero with a message on the first failure.
 set -euo pipefail
@@ -157,6 +160,32 @@ first=$(head -n 1 <<<"$losses")
 last=$(tail -n 1 <<<"$losses")
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' ||
   fail "the model did not learn: train loss $first -> $last"
+
+# The other kinds' examples run too; their state (optimizer momentum, data
+# position) must resume exactly: 30 steps + 30 resumed = 60 in one go.
+for kind in optimizer data_layer communicator; do
+  step "run the $kind example; resume with --continue_learning"
+  dir=$work/$kind
+  run_logged "$work/$kind.run.log" "$rig" run "$dir/example.yaml" --plugin-path "$dir/build" \
+    --logdir "$logs/$kind-whole" --max_steps=60 --print_loss_steps=10
+  run_logged "$work/$kind.half.log" "$rig" run "$dir/example.yaml" --plugin-path "$dir/build" \
+    --logdir "$logs/$kind-resumed" --max_steps=30 --print_loss_steps=10
+  run_logged "$work/$kind.resume.log" "$rig" run "$dir/example.yaml" --plugin-path "$dir/build" \
+    --logdir "$logs/$kind-resumed" --max_steps=60 --print_loss_steps=10 --continue_learning
+  whole=$(grep "Global step 60:" "$work/$kind.run.log" || true)
+  resumed=$(grep "Global step 60:" "$work/$kind.resume.log" || true)
+  [[ -n $whole && $whole == "$resumed" ]] ||
+    fail "$kind: the resumed run differs: '$whole' vs '$resumed'"
+done
+
+step "install the lr_policy plugin next to rig's own: found with no --plugin-path"
+run_logged "$work/lr_policy.install.log" cmake --install "$work/lr_policy/build" --prefix "$prefix"
+installed=$prefix/lib/rig/plugins/rig-lr_policy-oot_lr_policy.so
+[[ -f $installed ]] || fail "cmake --install put no $installed"
+run_logged "$work/plugins-installed.log" "$rig" plugins
+grep -qF "$installed" "$work/plugins-installed.log" ||
+  { cat "$work/plugins-installed.log" >&2; fail "rig plugins does not list $installed"; }
+run_logged "$work/lr_policy.validate2.log" "$rig" validate "$work/lr_policy/example.yaml"
 
 step "the scaffold as a subdirectory of a project that has rig::rig (in-tree layout)"
 host=$work/host
