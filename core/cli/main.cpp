@@ -50,8 +50,11 @@ std::vector<rig::config::Override> overrides_from(const std::vector<std::string>
 
 int dispatch(int argc, char** argv) {
   CLI::App app{"rig: deep-learning experiments from one YAML file, on CPU, GPU and many nodes"};
-  app.set_version_flag("--version",
-                       fmt::format("rig {} (plugin ABI {})", RIG_VERSION, rig::kPluginAbiVersion));
+  auto on_off = [](int flag) { return flag ? "on" : "off"; };
+  app.set_version_flag(
+      "--version", fmt::format("rig {} (plugin ABI {}; CUDA {}, MPI {}, NCCL {})", RIG_VERSION,
+                               rig::kPluginAbiVersion, on_off(RIG_WITH_CUDA), on_off(RIG_WITH_MPI),
+                               on_off(RIG_WITH_NCCL)));
   app.require_subcommand(1);
   std::vector<std::string> plugin_paths;
   std::vector<std::string> set_args;

@@ -22,7 +22,7 @@ function(rig_cli_test name code regex)
 endfunction()
 
 # Information commands.
-rig_cli_test(version 0 "^rig [0-9]+\\.[0-9]+\\.[0-9]+ \\(plugin ABI 1\\)" ARGS --version)
+rig_cli_test(version 0 "^rig [0-9]+\\.[0-9]+\\.[0-9]+ \\(plugin ABI 1. CUDA (on|off), MPI (on|off), NCCL (on|off)\\)" ARGS --version)
 rig_cli_test(help 0 "validate +check an experiment in every mode" ARGS --help)
 rig_cli_test(plugins_lists_all 0
   "model +mlp .*rig-model-mlp\\.so.*data_layer +synthetic.*optimizer +sgd.*lr_policy +fixed_lr.*communicator +local"

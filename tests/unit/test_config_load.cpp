@@ -8,25 +8,17 @@
 
 #include "config/experiment_file.hpp"
 #include "rig/error.hpp"
+#include "user_error_of.hpp"
 
 namespace rig::config {
 namespace {
 
 namespace fs = std::filesystem;
 
-// The UserError message `f` throws, or "<no error>".
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using rig_test::user_error_of;
 
 std::string parse_error(const std::string& text) {
-  return error_of([&] { ExperimentFile::parse(text, "bad.yaml"); });
+  return user_error_of([&] { ExperimentFile::parse(text, "bad.yaml"); });
 }
 
 fs::path temp_dir() {
@@ -67,13 +59,13 @@ TEST(ConfigLoad, LoadsAValidFile) {
 }
 
 TEST(ConfigLoad, MissingFile) {
-  EXPECT_EQ(error_of([] { ExperimentFile::load("experiments/nope.yaml"); }),
+  EXPECT_EQ(user_error_of([] { ExperimentFile::load("experiments/nope.yaml"); }),
             "experiments/nope.yaml: experiment file not found");
 }
 
 TEST(ConfigLoad, Directory) {
   const std::string dir = temp_dir().string();
-  EXPECT_EQ(error_of([&] { ExperimentFile::load(dir); }),
+  EXPECT_EQ(user_error_of([&] { ExperimentFile::load(dir); }),
             dir + ": is a directory, not an experiment file");
 }
 
@@ -81,7 +73,7 @@ TEST(ConfigLoad, UnreadableFile) {
   if (geteuid() == 0) GTEST_SKIP() << "root reads any file";
   const std::string path = write_file("unreadable.yaml", kGood);
   fs::permissions(path, fs::perms::none);
-  EXPECT_EQ(error_of([&] { ExperimentFile::load(path); }),
+  EXPECT_EQ(user_error_of([&] { ExperimentFile::load(path); }),
             path + ": cannot read experiment file: Permission denied");
   fs::permissions(path, fs::perms::owner_all);
 }
@@ -91,7 +83,7 @@ TEST(ConfigLoad, EmptyFile) {
       ": experiment file is empty; expected a map with base_params (and optionally "
       "train_params, eval_params, infer_params)";
   const std::string path = write_file("empty.yaml", "");
-  EXPECT_EQ(error_of([&] { ExperimentFile::load(path); }), path + expected);
+  EXPECT_EQ(user_error_of([&] { ExperimentFile::load(path); }), path + expected);
   EXPECT_EQ(parse_error("# only a comment\n\n"), "bad.yaml" + expected);
 }
 
@@ -107,7 +99,7 @@ TEST(ConfigLoad, NotAMap) {
 TEST(ConfigLoad, YamlSyntaxError) {
   const std::string path =
       write_file("syntax.yaml", "base_params:\n  max_steps: 1\n  model: [a, b\n");
-  const std::string message = error_of([&] { ExperimentFile::load(path); });
+  const std::string message = user_error_of([&] { ExperimentFile::load(path); });
   EXPECT_EQ(message.rfind(path + ":4:1: YAML syntax error: ", 0), 0u) << message;
   EXPECT_EQ(parse_error("base_params:\n  a: 1\n   b: 2\n"),
             "bad.yaml:3:5: YAML syntax error: illegal map value");

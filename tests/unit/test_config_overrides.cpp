@@ -6,19 +6,12 @@
 #include "config/did_you_mean.hpp"
 #include "config/overrides.hpp"
 #include "rig/error.hpp"
+#include "user_error_of.hpp"
 
 namespace rig::config {
 namespace {
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using rig_test::user_error_of;
 
 TEST(ConfigOverrides, SlashForm) {
   Override o = parse_slash_override("--lr_policy_params/learning_rate=0.5");
@@ -46,23 +39,24 @@ TEST(ConfigOverrides, SetForm) {
 }
 
 TEST(ConfigOverrides, Malformed) {
-  EXPECT_EQ(error_of([] { parse_set_override("foo"); }),
+  EXPECT_EQ(user_error_of([] { parse_set_override("foo"); }),
             "command line (--set foo): expected KEY=VALUE after --set, e.g. --set "
             "lr_policy_params.learning_rate=0.5");
-  EXPECT_EQ(error_of([] { parse_slash_override("--foo"); }),
+  EXPECT_EQ(user_error_of([] { parse_slash_override("--foo"); }),
             "command line (--foo): expected --KEY/SUBKEY=VALUE, e.g. "
             "--lr_policy_params/learning_rate=0.5");
-  EXPECT_EQ(error_of([] { parse_set_override("a..b=1"); }),
+  EXPECT_EQ(user_error_of([] { parse_set_override("a..b=1"); }),
             "command line (--set a..b=1): empty key name in 'a..b'; expected KEY=VALUE after "
             "--set, e.g. --set lr_policy_params.learning_rate=0.5");
-  EXPECT_EQ(
-      error_of([] { parse_set_override("=1"); }).rfind("command line (--set =1): empty key", 0),
-      0u);
-  EXPECT_EQ(error_of([] {
+  EXPECT_EQ(user_error_of([] {
+              parse_set_override("=1");
+            }).rfind("command line (--set =1): empty key", 0),
+            0u);
+  EXPECT_EQ(user_error_of([] {
               parse_slash_override("--a//b=1");
             }).rfind("command line (--a//b=1): empty key name in 'a//b'", 0),
             0u);
-  EXPECT_EQ(error_of([] { parse_set_override("logdir="); }),
+  EXPECT_EQ(user_error_of([] { parse_set_override("logdir="); }),
             "command line (--set logdir=): no value after '='; write '' for an empty string or "
             "null to remove the key");
 }

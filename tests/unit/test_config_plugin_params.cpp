@@ -6,19 +6,12 @@
 #include "config/experiment_file.hpp"
 #include "config/schema_validator.hpp"
 #include "rig/error.hpp"
+#include "user_error_of.hpp"
 
 namespace rig::config {
 namespace {
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using rig_test::user_error_of;
 
 const char* kMlpSchema = R"(
 type: object
@@ -82,7 +75,7 @@ YAML::Node check(const std::string& text, const std::vector<Override>& overrides
 }
 
 std::string check_error(const std::string& text, const std::vector<Override>& overrides = {}) {
-  return error_of([&] { check(text, overrides); });
+  return user_error_of([&] { check(text, overrides); });
 }
 
 std::string with_params(const std::string& params_lines) {
@@ -184,7 +177,7 @@ TEST(ConfigPluginParams, MissingRequiredKey) {
   const std::string bare =
       "base_params:\n  batch_size_per_gpu: 4\n  max_steps: 10\n  model: mlp\n  data_layer: d\n"
       "  optimizer: o\n  lr_policy: l\n";
-  EXPECT_EQ(error_of([&] {
+  EXPECT_EQ(user_error_of([&] {
               ResolvedConfig cfg = ExperimentFile::parse(bare, "bad.yaml").resolve("train", {});
               YAML::Node params = cfg.root["model_params"];  // not there yet: non-const lookup
               validate_plugin_params(kMlpSchema, params, cfg, "model_params", "model 'mlp'");
@@ -202,16 +195,16 @@ TEST(ConfigPluginParams, ErrorsFromTheCommandLine) {
 TEST(ConfigPluginParams, BrokenSchemas) {
   const ResolvedConfig cfg = ExperimentFile::parse(kExperiment, "bad.yaml").resolve("train", {});
   YAML::Node params = cfg.root["model_params"];
-  EXPECT_EQ(error_of([&] {
+  EXPECT_EQ(user_error_of([&] {
               validate_plugin_params("type: [object\n", params, cfg, "model_params", "model 'x'");
             }).rfind("model 'x': its params schema is not valid YAML (", 0),
             0u);
-  EXPECT_EQ(error_of([&] {
+  EXPECT_EQ(user_error_of([&] {
               validate_plugin_params("type: object\nminProperties: many\n", params, cfg,
                                      "model_params", "model 'x'");
             }).rfind("model 'x': invalid schema: ", 0),
             0u);
-  EXPECT_EQ(error_of([&] {
+  EXPECT_EQ(user_error_of([&] {
               validate_plugin_params("$ref: '#/definitions/nope'\n", params, cfg, "model_params",
                                      "model 'x'");
             }).rfind("model 'x': ", 0),
@@ -236,10 +229,10 @@ properties:
   const ResolvedConfig cfg =
       ExperimentFile::parse(with_params("    extra: 5\n"), "bad.yaml").resolve("train", {});
   YAML::Node params = cfg.root["model_params"];
-  EXPECT_EQ(
-      error_of([&] { validate_plugin_params(schema, params, cfg, "model_params", "model 'm'"); }),
-      "bad.yaml:12:12: train_params.model_params.extra: expected integer <= 4, found '5' "
-      "(model 'm')");
+  EXPECT_EQ(user_error_of(
+                [&] { validate_plugin_params(schema, params, cfg, "model_params", "model 'm'"); }),
+            "bad.yaml:12:12: train_params.model_params.extra: expected integer <= 4, found '5' "
+            "(model 'm')");
 }
 
 }  // namespace

@@ -6,19 +6,12 @@
 
 #include "config/experiment_file.hpp"
 #include "rig/error.hpp"
+#include "user_error_of.hpp"
 
 namespace rig::config {
 namespace {
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using rig_test::user_error_of;
 
 const char* kExperiment = R"(base_params:
   batch_size_per_gpu: 32
@@ -59,7 +52,7 @@ ResolvedConfig resolve(const std::string& text, const std::string& mode,
 
 std::string resolve_error(const std::string& text, const std::string& mode,
                           const std::vector<Override>& overrides = {}) {
-  return error_of([&] { resolve(text, mode, overrides); });
+  return user_error_of([&] { resolve(text, mode, overrides); });
 }
 
 TEST(ConfigResolve, TrainMergesTrainParamsOverBase) {
@@ -280,8 +273,11 @@ train_params:
 
 TEST(ConfigResolve, RequireExactlyOneHelper) {
   ResolvedConfig cfg = resolve(kExperiment, "eval");
-  EXPECT_EQ(error_of([&] { require_exactly_one(cfg, {"max_steps", "num_epochs"}); }), "<no error>");
-  EXPECT_EQ(error_of([&] {
+  EXPECT_EQ(user_error_of([&] {
+              require_exactly_one(cfg, {"max_steps", "num_epochs"});
+            }),
+            "<no error>");
+  EXPECT_EQ(user_error_of([&] {
               require_exactly_one(cfg, {"max_grad_norm", "num_epochs"});
             }),
             "exp.yaml: eval mode: set exactly one of 'max_grad_norm', 'num_epochs'; found none "
