@@ -63,7 +63,7 @@ std::vector<fs::path> PluginHost::default_search_path(
   for (const auto& arg : plugin_path_args) append_path_list(path, arg);
   if (const char* env = std::getenv("RIG_PLUGIN_PATH")) append_path_list(path, env);
   fs::path exe_dir = executable_dir();
-  if (!exe_dir.empty()) path.push_back(exe_dir.parent_path() / "lib" / "rig" / "plugins");
+  if (!exe_dir.empty()) path.push_back(exe_dir.parent_path() / RIG_PLUGIN_INSTALL_SUBDIR);
   path.emplace_back(RIG_BUILD_PLUGIN_DIR);
   // One entry per folder, first occurrence kept.
   std::vector<fs::path> unique;

@@ -32,6 +32,8 @@ work=$(cd -- "$work" && pwd)
 prefix=$work/prefix
 logs=$work/logs
 new_plugin=$src/tools/new-plugin
+# Plugins are found only where this script points rig.
+unset RIG_PLUGIN_PATH
 jobs=${RIG_TEST_JOBS:-2}
 
 step() { printf '\n=== %s\n' "$*"; }
