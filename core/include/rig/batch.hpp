@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "rig/random.hpp"
 #include "rig/tensor.hpp"
 
 namespace rig {
@@ -14,6 +15,10 @@ struct Batch {
   std::map<std::string, Tensor> tensors;  // e.g. "features", "labels"
   std::int64_t num_objects = 0;           // what "objects per second" counts: samples, tokens
   std::vector<std::int64_t> indices;      // position of each sample in the data set
+  // Set by the engine before forward: {random_seed, global step, rank,
+  // micro-batch index as purpose}. Models derive their dropout streams from it
+  // (rng.derive("encoder.layers.0.dropout")), so masks are reproducible.
+  RandomKey rng;
 
   // The tensor called `name`; throws naming the tensors the batch has.
   const Tensor& at(const std::string& name) const;

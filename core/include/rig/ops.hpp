@@ -1,29 +1,149 @@
-// Differentiable tensor ops (CPU). Shapes are checked; a mismatch throws
-// std::invalid_argument naming the op and both shapes.
+// The op API. Every op checks shapes, dtypes and devices and throws
+// std::invalid_argument naming the op and the shapes involved, e.g.
+// "matmul: [32,64] x [32,64]: inner dimensions 64 and 32 differ"; records
+// autograd history when an input requires a gradient; and dispatches to the
+// tensor's device (core/cpu now, core/cuda later). Floating ops compute in f32;
+// f16/bf16 inputs are converted on load and results rounded on store.
 #pragma once
 
+#include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "rig/random.hpp"
 #include "rig/tensor.hpp"
 
 namespace rig::ops {
 
-// [M,K] x [K,N] -> [M,N]; the flags use the transposed operand.
-Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
-// Elementwise, same shape; add also takes b of shape [N] against a of [..., N] (a bias).
+// ---- Linear algebra --------------------------------------------------------
+// [..., M, K] x [..., K, N] -> [..., M, N]; leading (batch) axes broadcast.
+// The flags use the transposed last two axes of an operand.
+Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false,
+              bool transpose_b = false);
+
+enum class Activation { none, relu, gelu, tanh, sigmoid };
+// activation(x W^T + bias): x [..., in], weight [out, in] (PyTorch's layout),
+// bias [out] or undefined. One GEMM with the bias and activation fused.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
+              Activation activation = Activation::none);
+
+// ---- Elementwise (NumPy broadcasting) -------------------------------------
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor add_scalar(const Tensor& a, float scalar);
 Tensor mul_scalar(const Tensor& a, float scalar);
+Tensor pow_scalar(const Tensor& a, float exponent);
+Tensor neg(const Tensor& a);
+Tensor exp(const Tensor& a);
+Tensor log(const Tensor& a);
+Tensor sqrt(const Tensor& a);
+Tensor rsqrt(const Tensor& a);
 Tensor relu(const Tensor& a);
+Tensor gelu(const Tensor& a, bool tanh_approximation = false);  // erf form by default, as torch
 Tensor tanh(const Tensor& a);
 Tensor sigmoid(const Tensor& a);
+Tensor activate(const Tensor& a, Activation activation);
+
+// ---- Reductions -----------------------------------------------------------
 Tensor sum(const Tensor& a);   // all elements -> scalar
 Tensor mean(const Tensor& a);  // all elements -> scalar
+Tensor sum(const Tensor& a, const std::vector<std::int64_t>& axes, bool keepdim = false);
+Tensor mean(const Tensor& a, const std::vector<std::int64_t>& axes, bool keepdim = false);
+// Largest value along `axis`; the gradient goes to the first maximal element.
+Tensor max(const Tensor& a, std::int64_t axis, bool keepdim = false);
 
+// ---- Softmax and normalisation ---------------------------------------------
+// `mask` (u8, broadcastable to x): 1 = keep, 0 = excluded (probability 0). A
+// row with nothing kept gives all zeros (softmax) / -inf (log_softmax).
+Tensor softmax(const Tensor& x, std::int64_t axis = -1, const Tensor& mask = {});
+Tensor log_softmax(const Tensor& x, std::int64_t axis = -1, const Tensor& mask = {});
+// Over the last axis: (x - mean) / sqrt(var + eps) * gamma + beta (biased variance).
+Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps = 1e-5F);
+// x [N, C, H, W] (or [N, C]). Training: normalise with batch statistics and
+// update running_mean / running_var in place (unbiased variance, PyTorch's
+// momentum convention). Eval: normalise with the running statistics.
+Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                  const Tensor& running_mean, const Tensor& running_var, bool training,
+                  float momentum = 0.1F, float eps = 1e-5F);
+
+// ---- Neural-network ops -----------------------------------------------------
+// weight [V, D], ids (i32/i64) [...] -> [..., D]; ids out of range throw.
+Tensor embedding(const Tensor& weight, const Tensor& ids);
+// Zeroes each element with probability p (Philox stream `key`), scales the
+// rest by 1 / (1 - p). p = 0 returns x.
+Tensor dropout(const Tensor& x, float p, const RandomKey& key);
+// x [N, Cin, H, W], weight [Cout, Cin / groups, kH, kW], bias [Cout] or undefined.
+struct Conv2dOptions {
+  std::int64_t stride_h = 1, stride_w = 1;
+  std::int64_t pad_h = 0, pad_w = 0;
+  std::int64_t dilation_h = 1, dilation_w = 1;
+  std::int64_t groups = 1;
+};
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
+              const Conv2dOptions& options = {});
+struct Pool2dOptions {
+  std::int64_t kernel_h = 2, kernel_w = 2;
+  std::int64_t stride_h = 2, stride_w = 2;
+  std::int64_t pad_h = 0, pad_w = 0;
+};
+Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options);
+// Padding counts in the divisor (PyTorch's count_include_pad=True).
+Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& options);
+Tensor global_avg_pool2d(const Tensor& x);  // [N, C, H, W] -> [N, C]
+
+// softmax(q k^T * scale + mask) v over q [B, H, Tq, D], k and v [B, H, Tk, D].
+// mask: u8 broadcastable to [B, H, Tq, Tk], 1 = may attend (e.g. key padding
+// [B, 1, 1, Tk]). causal: query i attends to keys j <= i + (Tk - Tq), so a
+// cached decode step (Tq = 1) sees the whole prefix. Dropout on the
+// attention weights with probability dropout_p from stream `key`.
+// scale defaults to 1 / sqrt(D).
+struct AttentionOptions {
+  Tensor mask;
+  bool causal = false;
+  float dropout_p = 0.0F;
+  RandomKey key;
+  std::optional<float> scale;
+};
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const AttentionOptions& options = {});
+
+// ---- Shape and indexing -----------------------------------------------------
+Tensor concat(const std::vector<Tensor>& tensors, std::int64_t axis);
+std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& sizes,
+                          std::int64_t axis);
+// out[i][j] = x[i][index[i][j]] along `axis` (torch.gather); index i64.
+Tensor gather(const Tensor& x, std::int64_t axis, const Tensor& index);
+// The slices of x at `index` (i64 [K]) along `axis` (torch.index_select).
+Tensor index_select(const Tensor& x, std::int64_t axis, const Tensor& index);
+// condition (u8) ? a : b, broadcasting all three.
+Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b);
+// x with `value` where mask (u8, broadcastable to x) is 1.
+Tensor masked_fill(const Tensor& x, const Tensor& mask, float value);
+
+// ---- Not differentiable -------------------------------------------------------
+Tensor argmax(const Tensor& x, std::int64_t axis = -1);  // i64, axis removed
+// The k largest along `axis`, sorted descending (ties: lower index first): values, i64 indices.
+std::pair<Tensor, Tensor> topk(const Tensor& x, std::int64_t k, std::int64_t axis = -1);
+// Comparisons giving u8.
+Tensor equal(const Tensor& a, const Tensor& b);
+Tensor not_equal_scalar(const Tensor& a, float scalar);
+
+// ---- Losses --------------------------------------------------------------------
 // Mean squared error over all elements -> scalar.
 Tensor mse_loss(const Tensor& prediction, const Tensor& target);
-// Mean softmax cross-entropy of logits [N,C] against i64 labels [N] -> scalar.
-Tensor cross_entropy(const Tensor& logits, const Tensor& labels);
-// Index of the largest value along the last axis of [N,C] -> i64 [N]. Not differentiable.
-Tensor argmax(const Tensor& a);
+// Softmax cross-entropy of logits [N, C] against labels (i64 [N]) -> scalar,
+// averaged over the N samples. label_smoothing follows torch: the target
+// distribution is (1 - s) one-hot + s / C uniform.
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smoothing = 0.0F);
+// OpenSeq2Seq's PaddedCrossEntropyLossWithSmoothing: logits [B, T, V], labels
+// [B, T], weights [B, T] (1 for real tokens, 0 for padding). The target is
+// confidence = 1 - s on the label and s / (V - 1) on every other token; the
+// entropy of that distribution is subtracted (so a perfect model scores 0);
+// the loss is sum(weights * xent) / sum(weights).
+Tensor padded_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& weights,
+                            float label_smoothing = 0.0F);
 
 }  // namespace rig::ops

@@ -2,6 +2,8 @@
 // their gradients in a second buffer with the same layout (llm.c's flat
 // parameter buffer): the optimizer is one pass, a communicator reduces slices,
 // a checkpoint is one write. Each parameter is a named view into both.
+// Non-trainable state (batch-norm running statistics) lives in a third flat
+// buffer of "buffers": saved in checkpoints, never given gradients.
 #pragma once
 
 #include <cstdint>
@@ -9,51 +11,71 @@
 #include <string>
 #include <vector>
 
+#include "rig/export.hpp"
 #include "rig/tensor.hpp"
 
 namespace rig {
 
+// Fans follow PyTorch: for a weight of shape [out, in, k...], fan_in = in x
+// prod(k) and fan_out = out x prod(k); a 1-D parameter has fan_in = fan_out = size.
 struct Initializer {
-  enum class Kind { constant, uniform, normal, xavier_uniform };
+  enum class Kind { constant, uniform, normal, xavier_uniform, kaiming_normal };
   Kind kind = Kind::constant;
-  float a = 0.0F;  // constant: the value; uniform: low;  normal: mean
+  float a = 0.0F;  // constant: the value; uniform: low;  normal: mean; xavier: gain; kaiming: gain
   float b = 0.0F;  //                      uniform: high; normal: std
   static Initializer constant(float value) { return {Kind::constant, value, 0.0F}; }
+  static Initializer zeros() { return constant(0.0F); }
+  static Initializer ones() { return constant(1.0F); }
   static Initializer uniform(float low, float high) { return {Kind::uniform, low, high}; }
   static Initializer normal(float mean, float std) { return {Kind::normal, mean, std}; }
-  static Initializer xavier_uniform() { return {Kind::xavier_uniform, 0.0F, 0.0F}; }
+  // U(-g sqrt(6 / (fan_in + fan_out)), +...).
+  static Initializer xavier_uniform(float gain = 1.0F) { return {Kind::xavier_uniform, gain, 0.0F}; }
+  // N(0, gain / sqrt(fan_in)); gain sqrt(2) suits ReLU (torch's kaiming_normal_, fan_in mode).
+  static Initializer kaiming_normal(float gain = 1.41421356F) {
+    return {Kind::kaiming_normal, gain, 0.0F};
+  }
 };
 
 struct ParameterInfo {
-  std::string name;  // hierarchical, e.g. "layers.0.weight"; stable checkpoint key
+  std::string name;       // hierarchical, e.g. "encoder.layers.0.ffn.weight"; the checkpoint key
   Shape shape;
-  std::int64_t offset;  // in elements, into values() and grads()
+  std::int64_t offset;    // in elements, into values()/grads() (or buffers())
   Initializer init;
-  Tensor value;  // view of values(); requires grad; its grad is the matching view of grads()
+  Tensor value;           // a view; a parameter's requires grad, its grad the matching view of grads()
 };
 
 class RIG_API ParameterStore {
  public:
-  // Declares a parameter. The returned tensor is usable after allocate();
-  // names must be unique.
+  // Declares a trainable parameter / a non-trainable buffer. The returned
+  // tensor is usable after allocate(); names must be unique across both.
   Tensor declare(const std::string& name, Shape shape, Initializer init);
+  Tensor declare_buffer(const std::string& name, Shape shape, Initializer init);
 
-  // Lays out the flat buffers and runs every initialiser, reproducibly from seed.
+  // Lays out the flat buffers and runs every initialiser: each parameter's
+  // values depend only on (seed, its name), through the Philox stream
+  // RandomKey{seed, 0, 0, purpose_id(name)}.
   void allocate(std::uint64_t seed);
   bool allocated() const { return values_.defined(); }
 
-  Tensor values() const { return values_; }  // flat [numel] f32
-  Tensor grads() const { return grads_; }    // flat [numel] f32
+  Tensor values() const { return values_; }    // flat [numel] f32
+  Tensor grads() const { return grads_; }      // flat [numel] f32
+  Tensor buffers() const { return buffers_; }  // flat [buffer_numel] f32
   std::int64_t numel() const { return numel_; }
+  std::int64_t buffer_numel() const { return buffer_numel_; }
   const std::vector<ParameterInfo>& parameters() const { return parameters_; }
-  const ParameterInfo& find(const std::string& name) const;  // throws naming known parameters
+  const std::vector<ParameterInfo>& buffer_infos() const { return buffer_infos_; }
+  // A parameter or buffer by name; throws naming the known ones.
+  const ParameterInfo& find(const std::string& name) const;
   void zero_grad();
 
  private:
   std::vector<ParameterInfo> parameters_;
+  std::vector<ParameterInfo> buffer_infos_;
   std::int64_t numel_ = 0;
+  std::int64_t buffer_numel_ = 0;
   Tensor values_;
   Tensor grads_;
+  Tensor buffers_;
 };
 
 }  // namespace rig

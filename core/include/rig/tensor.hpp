@@ -1,6 +1,6 @@
-// A minimal CPU tensor with define-by-run autograd: enough for the walking
-// skeleton. The tensor issue grows this type (strides, views, more dtypes in
-// use, devices, a caching allocator); plugin code written against it stays valid.
+// Tensor: shape, strides, dtype, device, and reference-counted storage from a
+// caching allocator; define-by-run autograd history. Views (reshape,
+// transpose, permute, slice, expand, ...) share storage and are differentiable.
 #pragma once
 
 #include <cstddef>
@@ -18,53 +18,73 @@ namespace rig {
 enum class DType : std::uint8_t { f32, f16, bf16, i32, i64, u8 };
 std::size_t dtype_size(DType dtype);
 std::string_view dtype_name(DType dtype);
+bool is_floating(DType dtype);  // f32, f16, bf16
 template <class T>
 constexpr DType dtype_of();
 template <>
-constexpr DType dtype_of<float>() {
-  return DType::f32;
-}
+constexpr DType dtype_of<float>() { return DType::f32; }
 template <>
-constexpr DType dtype_of<std::int32_t>() {
-  return DType::i32;
-}
+constexpr DType dtype_of<std::int32_t>() { return DType::i32; }
 template <>
-constexpr DType dtype_of<std::int64_t>() {
-  return DType::i64;
-}
+constexpr DType dtype_of<std::int64_t>() { return DType::i64; }
 template <>
-constexpr DType dtype_of<std::uint8_t>() {
-  return DType::u8;
-}
+constexpr DType dtype_of<std::uint8_t>() { return DType::u8; }
+
+// f16 and bf16 are storage types on the CPU: exact widening, and narrowing
+// rounded to nearest even (NaN stays NaN, overflow goes to infinity).
+std::uint16_t float_to_half(float value);
+float half_to_float(std::uint16_t bits);
+std::uint16_t float_to_bfloat16(float value);
+float bfloat16_to_float(std::uint16_t bits);
 
 struct Device {
   enum class Type : std::uint8_t { cpu, cuda };
   Type type = Type::cpu;
   int index = 0;
   static Device cpu() { return {}; }
+  static Device cuda(int index = 0) { return {Type::cuda, index}; }
+  bool is_cpu() const { return type == Type::cpu; }
   friend bool operator==(const Device&, const Device&) = default;
 };
 std::string to_string(Device device);
 
 using Shape = std::vector<std::int64_t>;
+using Strides = std::vector<std::int64_t>;  // in elements
 std::string to_string(const Shape& shape);  // "[32,64]"
 std::int64_t shape_numel(const Shape& shape);
+Strides contiguous_strides(const Shape& shape);
+// NumPy broadcasting of two shapes; throws std::invalid_argument naming `op` and both shapes.
+Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op);
 
-// Bytes of one tensor's data. Several tensors may share one storage (views
-// into the flat parameter buffer do).
+// Byte counters of one device's caching allocator.
+struct AllocatorStats {
+  std::size_t current_bytes = 0;  // held by live storages
+  std::size_t peak_bytes = 0;     // max of current_bytes since the last reset_peak()
+  std::size_t cached_bytes = 0;   // freed by storages, kept for reuse
+  std::size_t system_allocations = 0;  // times memory was taken from the system
+  std::size_t requests = 0;            // storages allocated
+};
+AllocatorStats allocator_stats(Device device = Device::cpu());
+void reset_peak_bytes(Device device = Device::cpu());
+void empty_allocator_cache(Device device = Device::cpu());  // give cached blocks back
+
+// Bytes of one tensor's data, from the device's caching allocator (blocks are
+// returned to it, not to the system). Several tensors may share one storage.
 class RIG_API Storage {
  public:
   Storage(std::size_t bytes, Device device);
+  ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
-  std::byte* data() { return bytes_.get(); }
-  const std::byte* data() const { return bytes_.get(); }
+  std::byte* data() { return data_; }
+  const std::byte* data() const { return data_; }
   std::size_t size() const { return size_; }
   Device device() const { return device_; }
 
  private:
-  std::unique_ptr<std::byte[]> bytes_;
-  std::size_t size_;
+  std::byte* data_ = nullptr;  // owned through the allocator; returned in the destructor
+  std::size_t size_ = 0;
+  std::size_t capacity_ = 0;   // the allocator's block size
   Device device_;
 };
 
@@ -75,9 +95,10 @@ struct Node;
 
 struct TensorImpl {
   Shape shape;
+  Strides strides;            // in elements
+  std::int64_t offset = 0;    // in elements, into storage
   DType dtype = DType::f32;
   std::shared_ptr<Storage> storage;
-  std::size_t byte_offset = 0;
   // Autograd: a leaf that requires grad accumulates into `grad` (for
   // parameters, a view of the flat gradient buffer); a non-leaf has grad_fn.
   bool requires_grad = false;
@@ -90,27 +111,38 @@ class RIG_API Tensor {
   Tensor() = default;
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
-  // Uninitialised / zero-filled / filled contiguous tensors.
+  // New contiguous tensors.
   static Tensor empty(Shape shape, DType dtype = DType::f32, Device device = Device::cpu());
   static Tensor zeros(Shape shape, DType dtype = DType::f32, Device device = Device::cpu());
-  static Tensor full(Shape shape, float value);
+  static Tensor ones(Shape shape, DType dtype = DType::f32, Device device = Device::cpu());
+  static Tensor full(Shape shape, float value, DType dtype = DType::f32,
+                     Device device = Device::cpu());
   static Tensor from_vector(const std::vector<float>& values, Shape shape);
   static Tensor from_vector(const std::vector<std::int64_t>& values, Shape shape);
+  static Tensor from_vector(const std::vector<std::uint8_t>& values, Shape shape);
   static Tensor scalar(float value) { return full({}, value); }
-  // A view of `numel(shape)` elements of `storage` starting at byte_offset.
-  static Tensor view_of(std::shared_ptr<Storage> storage, std::size_t byte_offset, Shape shape,
+  static Tensor arange(std::int64_t n, DType dtype = DType::i64);  // 0, 1, ..., n-1
+  // A contiguous view of numel(shape) elements of `storage` from element `offset`.
+  static Tensor view_of(std::shared_ptr<Storage> storage, std::int64_t offset, Shape shape,
                         DType dtype);
 
   bool defined() const { return impl_ != nullptr; }
   const Shape& shape() const;
+  const Strides& strides() const;
+  std::int64_t offset() const;
   std::int64_t dim() const { return static_cast<std::int64_t>(shape().size()); }
   std::int64_t size(std::int64_t axis) const;  // negative axis counts from the end
   std::int64_t numel() const { return shape_numel(shape()); }
   DType dtype() const;
   Device device() const;
   std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype()); }
+  bool is_contiguous() const;
+  // Two tensors that may read or write the same bytes.
+  bool shares_storage(const Tensor& other) const;
 
-  // Typed access; throws if T does not match dtype().
+  // Typed pointer to the first element (storage + offset); index it with
+  // strides() unless is_contiguous(). Throws if T does not match dtype();
+  // f16 and bf16 data are read and written as std::uint16_t bits.
   template <class T>
   T* data();
   template <class T>
@@ -118,20 +150,40 @@ class RIG_API Tensor {
   std::byte* raw_data();
   const std::byte* raw_data() const;
 
-  float item() const;                    // the single value of a one-element f32 tensor
-  std::vector<float> to_vector() const;  // an f32 tensor's values
-  Tensor reshape(Shape shape) const;     // same storage, new shape (numel must match)
-  Tensor clone() const;                  // a copy with its own storage, no autograd history
+  float item() const;                             // one element, any dtype, as float
+  std::vector<float> to_vector() const;           // all elements in order, as float
+  std::vector<std::int64_t> to_int_vector() const;  // integer dtypes, in order
+
+  // Views: share storage, record autograd history. reshape copies when the
+  // strides do not allow a view (like torch.reshape); view() throws instead.
+  // One dimension of reshape/view may be -1.
+  Tensor reshape(Shape shape) const;
+  Tensor view(Shape shape) const;
+  Tensor transpose(std::int64_t axis0, std::int64_t axis1) const;
+  Tensor permute(const std::vector<std::int64_t>& axes) const;
+  Tensor slice(std::int64_t axis, std::int64_t start, std::int64_t end,
+               std::int64_t step = 1) const;  // negative start/end count from the end
+  Tensor expand(Shape shape) const;            // size-1 axes broadcast (stride 0); -1 keeps
+  Tensor unsqueeze(std::int64_t axis) const;
+  Tensor squeeze(std::int64_t axis) const;     // the axis must have size 1
+  Tensor flatten(std::int64_t start_axis = 0, std::int64_t end_axis = -1) const;
+
+  Tensor contiguous() const;        // itself if contiguous, else a copy (differentiable)
+  Tensor clone() const;             // a contiguous copy (differentiable)
+  Tensor to(DType dtype) const;     // cast; differentiable between floating types
+  Tensor to(Device device) const;   // copy to another device (itself if already there)
+  // In place, no autograd: copy values from `src` (same shape; any dtype, strides).
+  void copy_from(const Tensor& src);
   void fill_(float value);
-  void copy_from(const Tensor& other);  // same shape and dtype, values copied
+  void zero_() { fill_(0.0F); }
 
   // Autograd.
   bool requires_grad() const;
   Tensor& set_requires_grad(bool value);
-  Tensor grad() const;                // undefined until backward reached this leaf
-  void set_grad(const Tensor& grad);  // where backward accumulates this leaf's gradient
-  void backward() const;              // this tensor must hold one element
-  Tensor detach() const;              // same data, no history
+  Tensor grad() const;                  // undefined until backward reached this leaf
+  void set_grad(const Tensor& grad);    // where backward accumulates this leaf's gradient
+  void backward() const;                // this tensor must hold one element
+  Tensor detach() const;                // same data, no history
 
   TensorImpl* impl() const { return impl_.get(); }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }

@@ -85,6 +85,9 @@ TrainResult train(const TrainerParts& parts, const TrainOptions& options, const 
     std::int64_t step_objects = 0;
     for (std::int64_t micro = 0; micro < s.iter_size; ++micro) {
       Batch batch = next_batch(parts.data, state.epoch);
+      batch.rng = RandomKey{s.random_seed, static_cast<std::uint64_t>(state.step),
+                            static_cast<std::uint32_t>(parts.comm.rank()),
+                            static_cast<std::uint32_t>(micro)};
       ModelOutput out = parts.model.forward(batch, Mode::train);
       const float loss = out.loss.item();
       if (!std::isfinite(loss)) {

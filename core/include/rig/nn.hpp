@@ -1,0 +1,159 @@
+// Layers for model plugins to compose. Each is a Module: it declares its
+// parameters in a ParameterStore under a hierarchical name (stable enough to
+// be a checkpoint key: "encoder.layers.0.attention.query.weight") and has a
+// forward function built from rig::ops, so autograd comes for free.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "rig/ops.hpp"
+#include "rig/parameter_store.hpp"
+#include "rig/random.hpp"
+#include "rig/tensor.hpp"
+
+namespace rig::nn {
+
+class RIG_API Module {
+ public:
+  Module(ParameterStore& store, std::string name);
+  const std::string& name() const { return name_; }
+  // The name of a child module or parameter: "<name>.<local>" ("<local>" at the root).
+  std::string child(std::string_view local) const;
+
+ protected:
+  Tensor parameter(std::string_view local, Shape shape, Initializer init);
+  Tensor buffer(std::string_view local, Shape shape, Initializer init);
+  ParameterStore& store() const { return *store_; }
+
+ private:
+  ParameterStore* store_;  // not owned: the model's store outlives its modules
+  std::string name_;
+};
+
+// y = x W^T + b, W [out, in] (PyTorch layout), initialised like torch.nn.Linear
+// (uniform +-1/sqrt(in)) unless `init` says otherwise.
+class RIG_API Linear : public Module {
+ public:
+  Linear(ParameterStore& store, std::string name, std::int64_t in_features,
+         std::int64_t out_features, bool bias = true,
+         std::optional<Initializer> init = std::nullopt);
+  Tensor forward(const Tensor& x, ops::Activation activation = ops::Activation::none) const;
+  const Tensor& weight() const { return weight_; }
+  const Tensor& bias() const { return bias_; }
+
+ private:
+  Tensor weight_;
+  Tensor bias_;
+};
+
+// Rows of a [vocab, dim] table; weight() can be shared as a softmax projection.
+class RIG_API Embedding : public Module {
+ public:
+  Embedding(ParameterStore& store, std::string name, std::int64_t vocab_size, std::int64_t dim,
+            Initializer init = Initializer::normal(0.0F, 1.0F));
+  Tensor forward(const Tensor& ids) const;
+  const Tensor& weight() const { return weight_; }
+
+ private:
+  Tensor weight_;
+};
+
+class RIG_API LayerNorm : public Module {
+ public:
+  LayerNorm(ParameterStore& store, std::string name, std::int64_t dim, float eps = 1e-5F);
+  Tensor forward(const Tensor& x) const;
+
+ private:
+  Tensor gamma_;
+  Tensor beta_;
+  float eps_;
+};
+
+// Active only when training; its stream is key.derive(name).
+class RIG_API Dropout {
+ public:
+  Dropout(std::string name, float p);
+  Tensor forward(const Tensor& x, bool training, const RandomKey& key) const;
+  float p() const { return p_; }
+
+ private:
+  std::string name_;
+  float p_;
+};
+
+// Keys and values of earlier decode steps, per attention layer.
+struct KvCache {
+  Tensor keys;    // [B, H, T, D]
+  Tensor values;  // [B, H, T, D]
+  std::int64_t length() const { return keys.defined() ? keys.size(2) : 0; }
+};
+
+// Multi-head attention with separate query/key/value/output projections
+// (query, key, value, output). Self-attention: forward(x, x, ...); cross:
+// forward(decoder_x, encoder_out, ...). With a cache, the new keys/values are
+// appended to it and attention covers the whole cached prefix.
+class RIG_API MultiHeadAttention : public Module {
+ public:
+  MultiHeadAttention(ParameterStore& store, std::string name, std::int64_t model_dim,
+                     std::int64_t num_heads, float attention_dropout = 0.0F, bool bias = true);
+  struct Options {
+    Tensor mask;          // u8, broadcastable to [B, H, Tq, Tk]; 1 = may attend
+    bool causal = false;
+    bool training = false;
+    RandomKey key;
+    KvCache* cache = nullptr;  // not owned
+  };
+  // query_input [B, Tq, model_dim], memory [B, Tk, model_dim] -> [B, Tq, model_dim].
+  Tensor forward(const Tensor& query_input, const Tensor& memory, const Options& options) const;
+
+ private:
+  std::int64_t num_heads_;
+  float attention_dropout_;
+  Linear query_, key_, value_, output_;
+};
+
+// Position-wise feed-forward: Linear(model, hidden) + activation + dropout + Linear(hidden, model).
+class RIG_API FeedForward : public Module {
+ public:
+  FeedForward(ParameterStore& store, std::string name, std::int64_t model_dim,
+              std::int64_t hidden_dim, ops::Activation activation = ops::Activation::relu,
+              float dropout = 0.0F);
+  Tensor forward(const Tensor& x, bool training, const RandomKey& key) const;
+
+ private:
+  ops::Activation activation_;
+  Dropout dropout_;
+  Linear inner_, outer_;
+};
+
+class RIG_API Conv2d : public Module {
+ public:
+  // Kaiming-normal (fan_in, ReLU gain) weights, as torchvision's ResNet.
+  Conv2d(ParameterStore& store, std::string name, std::int64_t in_channels,
+         std::int64_t out_channels, std::int64_t kernel, const ops::Conv2dOptions& options = {},
+         bool bias = false);
+  Tensor forward(const Tensor& x) const;
+
+ private:
+  ops::Conv2dOptions options_;
+  Tensor weight_;
+  Tensor bias_;
+};
+
+// gamma (weight) 1, beta (bias) 0, running statistics as buffers.
+class RIG_API BatchNorm2d : public Module {
+ public:
+  BatchNorm2d(ParameterStore& store, std::string name, std::int64_t channels,
+              float momentum = 0.1F, float eps = 1e-5F, bool zero_init_gamma = false);
+  Tensor forward(const Tensor& x, bool training) const;
+
+ private:
+  float momentum_;
+  float eps_;
+  Tensor gamma_, beta_, running_mean_, running_var_;
+};
+
+}  // namespace rig::nn
