@@ -4,6 +4,8 @@
 // synthetic task with sgd (forward, backward and step called directly).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <iostream>
 
 #include "rig/error.hpp"
@@ -78,12 +80,43 @@ TEST_F(PluginMlp, DeclaresNamedLayers) {
   auto d = data("{num_features: 5, num_classes: 3}", rig::Mode::train);
   rig::ParameterStore store;
   auto net = model("{hidden_sizes: [7, 6]}", d->info(), store);
-  EXPECT_EQ(store.find("layers.0.weight").shape, (rig::Shape{5, 7}));
+  // nn::Linear layers: weights [out, in] as torch.nn.Linear.
+  EXPECT_EQ(store.find("layers.0.weight").shape, (rig::Shape{7, 5}));
   EXPECT_EQ(store.find("layers.0.bias").shape, (rig::Shape{7}));
-  EXPECT_EQ(store.find("layers.1.weight").shape, (rig::Shape{7, 6}));
-  EXPECT_EQ(store.find("layers.2.weight").shape, (rig::Shape{6, 3}));
+  EXPECT_EQ(store.find("layers.1.weight").shape, (rig::Shape{6, 7}));
+  EXPECT_EQ(store.find("layers.2.weight").shape, (rig::Shape{3, 6}));
   EXPECT_EQ(store.find("layers.2.bias").shape, (rig::Shape{3}));
   EXPECT_EQ(store.numel(), 5 * 7 + 7 + 7 * 6 + 6 + 6 * 3 + 3);
+}
+
+TEST_F(PluginMlp, Initialisers) {
+  const YAML::Node info = YAML::Load("{num_features: 400, num_classes: 300, task: classification}");
+  {
+    // xavier_uniform: U(+-sqrt(6 / (in + out))) weights, zero biases.
+    rig::ParameterStore store;
+    auto net = model("{hidden_sizes: []}", info, store);
+    store.allocate(3);
+    const auto w = store.find("layers.0.weight").value.to_vector();
+    const float bound = std::sqrt(6.0F / 700.0F);
+    float largest = 0.0F;
+    for (float v : w) largest = std::max(largest, std::abs(v));
+    EXPECT_LE(largest, bound);
+    EXPECT_GT(largest, 0.95F * bound);
+    for (float v : store.find("layers.0.bias").value.to_vector()) EXPECT_EQ(v, 0.0F);
+  }
+  {
+    // fan_in_uniform: torch.nn.Linear's U(+-1/sqrt(in)) for weights and biases.
+    rig::ParameterStore store;
+    auto net = model("{hidden_sizes: [], init: fan_in_uniform}", info, store);
+    store.allocate(3);
+    const float bound = 1.0F / std::sqrt(400.0F);
+    for (const char* name : {"layers.0.weight", "layers.0.bias"}) {
+      float largest = 0.0F;
+      for (float v : store.find(name).value.to_vector()) largest = std::max(largest, std::abs(v));
+      EXPECT_LE(largest, bound) << name;
+      EXPECT_GT(largest, 0.9F * bound) << name;
+    }
+  }
 }
 
 TEST_F(PluginMlp, LearnsSyntheticClassification) {

@@ -56,13 +56,15 @@ TEST(TensorBasics, FactoriesAndAccess) {
 
 TEST(TensorBasics, ViewsShareStorage) {
   Tensor flat = Tensor::from_vector(std::vector<float>{0, 1, 2, 3, 4, 5}, {6});
-  Tensor view = Tensor::view_of(flat.impl()->storage, 2 * sizeof(float), {2, 2}, DType::f32);
+  Tensor view = Tensor::view_of(flat.impl()->storage, 2, {2, 2}, DType::f32);
+  EXPECT_EQ(view.offset(), 2);
+  EXPECT_EQ(view.strides(), (rig::Strides{2, 1}));
   EXPECT_EQ(view.to_vector(), (std::vector<float>{2, 3, 4, 5}));
   view.fill_(9.0F);
   EXPECT_EQ(flat.to_vector(), (std::vector<float>{0, 1, 9, 9, 9, 9}));
   EXPECT_TRUE(
-      contains(error_of([&] { Tensor::view_of(flat.impl()->storage, 12, {4}, DType::f32); }),
-               "does not fit in a storage of 24 bytes"));
+      contains(error_of([&] { Tensor::view_of(flat.impl()->storage, 3, {4}, DType::f32); }),
+               "f32 [4] at element 3 does not fit in a storage of 24 bytes"));
 
   Tensor r = flat.reshape({3, -1});
   EXPECT_EQ(r.shape(), (Shape{3, 2}));
@@ -89,6 +91,7 @@ TEST(TensorBasics, RequiresGradAndDetach) {
   EXPECT_FALSE(d.requires_grad());
   EXPECT_EQ(d.impl()->storage, t.impl()->storage);
   EXPECT_THROW(Tensor::zeros({1}, DType::i64).set_requires_grad(true), std::invalid_argument);
+  EXPECT_NO_THROW(Tensor::zeros({1}, DType::bf16).set_requires_grad(true));
   EXPECT_THROW(t.set_grad(Tensor::zeros({3})), std::invalid_argument);
 }
 

@@ -1,4 +1,6 @@
-// Finite-difference gradient checks for every differentiable op.
+// Finite-difference gradient checks for every differentiable core math op:
+// several shapes, broadcasting, and non-contiguous inputs (views built inside
+// the op from contiguous leaves).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,82 +9,31 @@
 
 #include "rig/autograd.hpp"
 #include "rig/ops.hpp"
+#include "test_ops_math_util.hpp"
 
 namespace {
 
 using rig::Shape;
 using rig::Tensor;
+using rig_test::math::check_gradients;
 namespace ops = rig::ops;
-
-using Op = std::function<Tensor(const std::vector<Tensor>&)>;
-
-Tensor random_tensor(Shape shape, std::mt19937& rng, float min_magnitude = 0.0F) {
-  std::uniform_real_distribution<float> u(-1.0F, 1.0F);
-  std::vector<float> v(static_cast<std::size_t>(rig::shape_numel(shape)));
-  for (auto& x : v) {
-    const float r = u(rng);
-    // Keep away from kinks (relu at 0) when asked: |x| in [min, 1].
-    x = std::copysign(min_magnitude + (1.0F - min_magnitude) * std::abs(r), r);
-  }
-  return Tensor::from_vector(v, std::move(shape));
-}
-
-// sum(out * weight) in double, so the upstream gradient is not all ones.
-double weighted_sum(const Tensor& out, const std::vector<float>& weight) {
-  const float* y = out.data<float>();
-  double total = 0.0;
-  for (std::size_t i = 0; i < weight.size(); ++i) total += static_cast<double>(y[i]) * weight[i];
-  return total;
-}
-
-// Compares the autograd gradient of L = sum(op(inputs) * w) for each f32 input
-// with central differences (double accumulation, float perturbation).
-::testing::AssertionResult check_gradients(const Op& op, std::vector<Tensor> inputs,
-                                           double eps = 1e-2, double rtol = 1e-2,
-                                           double atol = 1e-3) {
-  std::mt19937 rng(1234);
-  for (auto& t : inputs) {
-    if (t.dtype() == rig::DType::f32) t.set_requires_grad(true);
-  }
-  Tensor out = op(inputs);
-  std::uniform_real_distribution<float> u(0.5F, 1.5F);
-  std::vector<float> weight(static_cast<std::size_t>(out.numel()));
-  for (auto& w : weight) w = u(rng);
-  Tensor loss = ops::sum(ops::mul(out, Tensor::from_vector(weight, out.shape())));
-  loss.backward();
-
-  rig::NoGradGuard no_grad;
-  for (std::size_t k = 0; k < inputs.size(); ++k) {
-    Tensor& x = inputs[k];
-    if (x.dtype() != rig::DType::f32) continue;
-    if (!x.grad().defined()) return ::testing::AssertionFailure() << "input " << k << ": no grad";
-    const std::vector<float> analytic = x.grad().to_vector();
-    float* data = x.data<float>();
-    for (std::int64_t i = 0; i < x.numel(); ++i) {
-      const float saved = data[i];
-      data[i] = static_cast<float>(saved + eps);
-      const double plus = weighted_sum(op(inputs), weight);
-      data[i] = static_cast<float>(saved - eps);
-      const double minus = weighted_sum(op(inputs), weight);
-      data[i] = saved;
-      const double numeric = (plus - minus) / (2.0 * eps);
-      const double a = analytic[static_cast<std::size_t>(i)];
-      if (std::abs(a - numeric) > atol + rtol * std::max(std::abs(a), std::abs(numeric))) {
-        return ::testing::AssertionFailure() << "input " << k << " element " << i << ": autograd "
-                                             << a << " vs numeric " << numeric;
-      }
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
 
 class TensorGradCheck : public ::testing::Test {
  protected:
   std::mt19937 rng{42};
   Tensor rand(Shape shape, float min_magnitude = 0.0F) {
-    return random_tensor(std::move(shape), rng, min_magnitude);
+    return rig_test::math::random_tensor(std::move(shape), rng, min_magnitude);
+  }
+  Tensor uniform(Shape shape, float low, float high) {
+    return rig_test::math::uniform_tensor(std::move(shape), rng, low, high);
+  }
+  Tensor labels(std::vector<std::int64_t> v) {
+    const auto n = static_cast<std::int64_t>(v.size());
+    return Tensor::from_vector(v, {n});
   }
 };
+
+// ---- matmul ------------------------------------------------------------------------
 
 TEST_F(TensorGradCheck, MatmulEveryTransposeCombination) {
   for (bool ta : {false, true}) {
@@ -98,71 +49,266 @@ TEST_F(TensorGradCheck, MatmulEveryTransposeCombination) {
   }
 }
 
-TEST_F(TensorGradCheck, AddSameShape) {
-  EXPECT_TRUE(check_gradients([](const auto& in) { return ops::add(in[0], in[1]); },
-                              {rand({3, 4}), rand({3, 4})}));
+TEST_F(TensorGradCheck, MatmulBatchedAndBroadcast) {
+  EXPECT_TRUE(check_gradients([](const auto& in) { return ops::matmul(in[0], in[1]); },
+                              {rand({2, 3, 4}), rand({2, 4, 2})}));
+  // Batch axes broadcast both ways: [2,1] x [3] -> [2,3].
+  EXPECT_TRUE(check_gradients([](const auto& in) { return ops::matmul(in[0], in[1], false, true); },
+                              {rand({2, 1, 3, 4}), rand({3, 2, 4})}));
+  // A batched x a 2-D weight (the folded single-GEMM path), both flags.
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      Tensor a = ta ? rand({2, 3, 4, 3}) : rand({2, 3, 3, 4});
+      Tensor b = tb ? rand({2, 4}) : rand({4, 2});
+      EXPECT_TRUE(check_gradients(
+          [ta, tb](const auto& in) { return ops::matmul(in[0], in[1], ta, tb); }, {a, b}))
+          << "transpose_a=" << ta << " transpose_b=" << tb;
+    }
+  }
+  // A 2-D left operand against a batched right one.
+  EXPECT_TRUE(check_gradients([](const auto& in) { return ops::matmul(in[0], in[1]); },
+                              {rand({3, 4}), rand({2, 4, 2})}));
 }
 
-TEST_F(TensorGradCheck, AddBiasBroadcast) {
-  EXPECT_TRUE(check_gradients([](const auto& in) { return ops::add(in[0], in[1]); },
-                              {rand({5, 3}), rand({3})}));
+TEST_F(TensorGradCheck, MatmulNonContiguousInputs) {
+  // A transposed view (BLAS flag), a strided slice (copied) and a permuted batch.
+  EXPECT_TRUE(check_gradients(
+      [](const auto& in) { return ops::matmul(in[0].transpose(0, 1), in[1].slice(1, 0, 6, 2)); },
+      {rand({4, 3}), rand({4, 6})}));
+  EXPECT_TRUE(check_gradients(
+      [](const auto& in) {
+        return ops::matmul(in[0].permute({1, 0, 2}), in[1].transpose(-1, -2));
+      },
+      {rand({3, 2, 4}), rand({2, 5, 4})}));
 }
 
-TEST_F(TensorGradCheck, Sub) {
-  EXPECT_TRUE(check_gradients([](const auto& in) { return ops::sub(in[0], in[1]); },
-                              {rand({2, 3}), rand({2, 3})}));
+// ---- linear ---------------------------------------------------------------------------
+
+TEST_F(TensorGradCheck, LinearEveryActivation) {
+  for (auto act : {ops::Activation::none, ops::Activation::relu, ops::Activation::gelu,
+                   ops::Activation::tanh, ops::Activation::sigmoid}) {
+    EXPECT_TRUE(check_gradients(
+        [act](const auto& in) { return ops::linear(in[0], in[1], in[2], act); },
+        {rand({2, 3, 4}, 0.1F), rand({5, 4}), rand({5})}))
+        << "activation " << static_cast<int>(act);
+  }
 }
 
-TEST_F(TensorGradCheck, Mul) {
-  EXPECT_TRUE(check_gradients([](const auto& in) { return ops::mul(in[0], in[1]); },
-                              {rand({2, 3}), rand({2, 3})}));
+TEST_F(TensorGradCheck, LinearWithoutBiasAndStridedInput) {
+  EXPECT_TRUE(check_gradients([](const auto& in) { return ops::linear(in[0], in[1]); },
+                              {rand({3, 4}), rand({2, 4})}));
+  EXPECT_TRUE(check_gradients(
+      [](const auto& in) { return ops::linear(in[0].transpose(0, 1), in[1], in[2]); },
+      {rand({4, 3}), rand({2, 4}), rand({2})}));
 }
 
-TEST_F(TensorGradCheck, MulScalar) {
+// ---- elementwise -------------------------------------------------------------------------
+
+TEST_F(TensorGradCheck, BinaryOpsSameShapeAndBroadcast) {
+  using Fn = Tensor (*)(const Tensor&, const Tensor&);
+  const std::pair<const char*, Fn> fns[] = {
+      {"add", &ops::add}, {"sub", &ops::sub}, {"mul", &ops::mul}, {"div", &ops::div}};
+  const std::pair<Shape, Shape> shapes[] = {
+      {{3, 4}, {3, 4}}, {{5, 3}, {3}}, {{2, 3, 4}, {3, 1}}, {{2, 1, 4}, {3, 1}}, {{3, 2}, {}}};
+  for (const auto& [name, fn] : fns) {
+    for (const auto& [sa, sb] : shapes) {
+      const bool is_div = std::string(name) == "div";
+      Tensor a = rand(sa);
+      Tensor b = is_div ? uniform(sb, 0.5F, 1.5F) : rand(sb);
+      EXPECT_TRUE(check_gradients([fn](const auto& in) { return fn(in[0], in[1]); }, {a, b}))
+          << name << " " << rig::to_string(sa) << " " << rig::to_string(sb);
+    }
+  }
+}
+
+TEST_F(TensorGradCheck, BinaryOpsNonContiguous) {
+  EXPECT_TRUE(check_gradients(
+      [](const auto& in) { return ops::mul(in[0].transpose(0, 1), in[1].slice(0, 0, 6, 2)); },
+      {rand({4, 3}), rand({6, 4})}));
+  EXPECT_TRUE(check_gradients(
+      [](const auto& in) { return ops::div(in[0], in[1].transpose(0, 1)); },
+      {rand({2, 3}), uniform({3, 2}, 0.5F, 1.5F)}));
+}
+
+TEST_F(TensorGradCheck, SameTensorOnBothSides) {
+  EXPECT_TRUE(check_gradients([](const auto& in) { return ops::mul(in[0], in[0]); },
+                              {rand({5}, 0.2F)}));
+  EXPECT_TRUE(check_gradients([](const auto& in) { return ops::div(in[0], in[0]); },
+                              {uniform({4}, 0.5F, 1.5F)}));
+}
+
+TEST_F(TensorGradCheck, ScalarOps) {
   EXPECT_TRUE(
       check_gradients([](const auto& in) { return ops::mul_scalar(in[0], -2.5F); }, {rand({7})}));
+  EXPECT_TRUE(
+      check_gradients([](const auto& in) { return ops::add_scalar(in[0], 0.3F); }, {rand({7})}));
+  for (float p : {2.0F, 3.0F, 0.5F, -1.0F, -0.5F, 1.7F}) {
+    EXPECT_TRUE(check_gradients([p](const auto& in) { return ops::pow_scalar(in[0], p); },
+                                {uniform({2, 5}, 0.3F, 2.0F)}))
+        << "exponent " << p;
+  }
 }
 
-TEST_F(TensorGradCheck, Relu) {
+TEST_F(TensorGradCheck, UnaryOps) {
+  using Fn = Tensor (*)(const Tensor&);
+  const std::pair<const char*, Fn> anywhere[] = {
+      {"neg", &ops::neg}, {"exp", &ops::exp},   {"tanh", &ops::tanh},
+      {"sigmoid", &ops::sigmoid}};
+  for (const auto& [name, fn] : anywhere) {
+    EXPECT_TRUE(check_gradients([fn](const auto& in) { return fn(in[0]); }, {rand({3, 4})}))
+        << name;
+  }
+  const std::pair<const char*, Fn> positive[] = {
+      {"log", &ops::log}, {"sqrt", &ops::sqrt}, {"rsqrt", &ops::rsqrt}};
+  for (const auto& [name, fn] : positive) {
+    EXPECT_TRUE(check_gradients([fn](const auto& in) { return fn(in[0]); },
+                                {uniform({3, 4}, 0.3F, 2.0F)}))
+        << name;
+  }
   EXPECT_TRUE(
       check_gradients([](const auto& in) { return ops::relu(in[0]); }, {rand({3, 4}, 0.1F)}));
+  EXPECT_TRUE(check_gradients([](const auto& in) { return ops::gelu(in[0]); },
+                              {uniform({3, 5}, -3.0F, 3.0F)}));
+  EXPECT_TRUE(check_gradients([](const auto& in) { return ops::gelu(in[0], true); },
+                              {uniform({3, 5}, -3.0F, 3.0F)}));
+  // A strided input goes through the contiguous copy.
+  EXPECT_TRUE(check_gradients([](const auto& in) { return ops::tanh(in[0].transpose(0, 1)); },
+                              {rand({3, 4})}));
 }
 
-TEST_F(TensorGradCheck, Tanh) {
-  EXPECT_TRUE(check_gradients([](const auto& in) { return ops::tanh(in[0]); }, {rand({3, 4})}));
+TEST_F(TensorGradCheck, Activate) {
+  for (auto act : {ops::Activation::none, ops::Activation::relu, ops::Activation::gelu,
+                   ops::Activation::tanh, ops::Activation::sigmoid}) {
+    EXPECT_TRUE(check_gradients([act](const auto& in) { return ops::activate(in[0], act); },
+                                {rand({2, 6}, 0.1F)}));
+  }
 }
 
-TEST_F(TensorGradCheck, Sigmoid) {
-  EXPECT_TRUE(check_gradients([](const auto& in) { return ops::sigmoid(in[0]); }, {rand({3, 4})}));
-}
+// ---- reductions ----------------------------------------------------------------------------
 
-TEST_F(TensorGradCheck, Sum) {
+TEST_F(TensorGradCheck, SumAndMean) {
   EXPECT_TRUE(check_gradients([](const auto& in) { return ops::sum(in[0]); }, {rand({3, 4})}));
+  EXPECT_TRUE(check_gradients([](const auto& in) { return ops::mean(in[0]); }, {rand({3, 4})}));
+  const std::pair<std::vector<std::int64_t>, bool> cases[] = {
+      {{0}, false}, {{1}, true}, {{-1}, false}, {{0, 2}, false}, {{1, 2}, true}, {{0, 1, 2}, false}};
+  for (const auto& [axes, keepdim] : cases) {
+    const auto ax = axes;
+    const bool kd = keepdim;
+    EXPECT_TRUE(check_gradients([ax, kd](const auto& in) { return ops::sum(in[0], ax, kd); },
+                                {rand({2, 3, 4})}));
+    EXPECT_TRUE(check_gradients([ax, kd](const auto& in) { return ops::mean(in[0], ax, kd); },
+                                {rand({2, 3, 4})}));
+  }
+  EXPECT_TRUE(check_gradients(
+      [](const auto& in) { return ops::sum(in[0].transpose(0, 2), {1}, false); },
+      {rand({2, 3, 4})}));
 }
 
-TEST_F(TensorGradCheck, Mean) {
-  EXPECT_TRUE(check_gradients([](const auto& in) { return ops::mean(in[0]); }, {rand({3, 4})}));
+TEST_F(TensorGradCheck, Max) {
+  // Distinct values (no ties) so the numeric derivative is well defined.
+  std::vector<float> v(24);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((i * 7) % 24) * 0.1F;
+  Tensor x = Tensor::from_vector(v, {2, 3, 4});
+  for (std::int64_t axis : {0, 1, 2, -1}) {
+    for (bool keepdim : {false, true}) {
+      EXPECT_TRUE(check_gradients(
+          [axis, keepdim](const auto& in) { return ops::max(in[0], axis, keepdim); },
+          {x.clone()}, 1e-2))
+          << "axis " << axis;
+    }
+  }
 }
+
+// ---- softmax / layer_norm ---------------------------------------------------------------------
+
+TEST_F(TensorGradCheck, SoftmaxAndLogSoftmaxAnyAxis) {
+  for (std::int64_t axis : {-1, 0, 1}) {
+    EXPECT_TRUE(check_gradients([axis](const auto& in) { return ops::softmax(in[0], axis); },
+                                {rand({3, 4, 5})}))
+        << "axis " << axis;
+    EXPECT_TRUE(check_gradients([axis](const auto& in) { return ops::log_softmax(in[0], axis); },
+                                {rand({3, 4, 5})}))
+        << "axis " << axis;
+  }
+  EXPECT_TRUE(check_gradients(
+      [](const auto& in) { return ops::softmax(in[0].transpose(0, 1), -1); }, {rand({5, 3})}));
+}
+
+TEST_F(TensorGradCheck, MaskedSoftmax) {
+  // Key-padding style mask [2,1,5] over [2,3,5]; the second batch's row is fully masked.
+  const Tensor mask = Tensor::from_vector(
+      std::vector<std::uint8_t>{1, 1, 0, 1, 0, 0, 0, 0, 0, 0}, {2, 1, 5});
+  EXPECT_TRUE(check_gradients(
+      [mask](const auto& in) { return ops::softmax(in[0], -1, mask); }, {rand({2, 3, 5})}));
+  // log_softmax: excluded outputs are -inf; the checker's weighted sum must not read them.
+  EXPECT_TRUE(check_gradients(
+      [mask](const auto& in) {
+        const Tensor y = ops::log_softmax(in[0], -1, mask);
+        return ops::where(mask.expand({2, 3, 5}), y, Tensor::zeros({2, 3, 5}));
+      },
+      {rand({2, 3, 5})}));
+  // A mask along another axis than the last.
+  const Tensor col = Tensor::from_vector(std::vector<std::uint8_t>{1, 0, 1, 1}, {4, 1});
+  EXPECT_TRUE(check_gradients([col](const auto& in) { return ops::softmax(in[0], 0, col); },
+                              {rand({4, 3})}));
+}
+
+TEST_F(TensorGradCheck, LayerNorm) {
+  EXPECT_TRUE(check_gradients(
+      [](const auto& in) { return ops::layer_norm(in[0], in[1], in[2]); },
+      {rand({2, 3, 6}), uniform({6}, 0.5F, 1.5F), rand({6})}, 1e-2, 2e-2, 2e-3));
+  EXPECT_TRUE(check_gradients([](const auto& in) { return ops::layer_norm(in[0], {}, {}); },
+                              {rand({4, 5})}, 1e-2, 2e-2, 2e-3));
+  EXPECT_TRUE(check_gradients(
+      [](const auto& in) { return ops::layer_norm(in[0].transpose(0, 1), in[1], {}); },
+      {rand({5, 3}), uniform({3}, 0.5F, 1.5F)}, 1e-2, 2e-2, 2e-3));
+}
+
+// ---- losses --------------------------------------------------------------------------------------
 
 TEST_F(TensorGradCheck, MseLossBothInputs) {
   EXPECT_TRUE(check_gradients([](const auto& in) { return ops::mse_loss(in[0], in[1]); },
                               {rand({4, 2}), rand({4, 2})}));
+  EXPECT_TRUE(check_gradients(
+      [](const auto& in) { return ops::mse_loss(in[0].transpose(0, 1), in[1]); },
+      {rand({2, 4}), rand({4, 2})}));
 }
 
-TEST_F(TensorGradCheck, CrossEntropyLogits) {
-  Tensor labels = Tensor::from_vector(std::vector<std::int64_t>{0, 3, 2, 4}, {4});
-  // Larger logits exercise the max-shifted log-sum-exp.
-  EXPECT_TRUE(check_gradients(
-      [](const auto& in) { return ops::cross_entropy(ops::mul_scalar(in[0], 3.0F), in[1]); },
-      {rand({4, 5}), labels}));
+TEST_F(TensorGradCheck, CrossEntropy) {
+  const Tensor y = labels({0, 3, 2, 4});
+  for (float smoothing : {0.0F, 0.1F, 0.5F}) {
+    // Larger logits exercise the max-shifted log-sum-exp.
+    EXPECT_TRUE(check_gradients(
+        [smoothing](const auto& in) {
+          return ops::cross_entropy(ops::mul_scalar(in[0], 3.0F), in[1], smoothing);
+        },
+        {rand({4, 5}), y}))
+        << "smoothing " << smoothing;
+  }
 }
+
+TEST_F(TensorGradCheck, PaddedCrossEntropy) {
+  const Tensor y = Tensor::from_vector(std::vector<std::int64_t>{1, 4, 0, 2, 3, 0}, {2, 3});
+  const Tensor w = Tensor::from_vector(std::vector<float>{1, 1, 0, 1, 1, 0}, {2, 3});
+  for (float smoothing : {0.0F, 0.1F}) {
+    EXPECT_TRUE(check_gradients(
+        [smoothing, y, w](const auto& in) {
+          return ops::padded_cross_entropy(in[0], y, w, smoothing);
+        },
+        {rand({2, 3, 5})}))
+        << "smoothing " << smoothing;
+  }
+  // Fractional weights, differentiated too.
+  EXPECT_TRUE(check_gradients(
+      [y](const auto& in) { return ops::padded_cross_entropy(in[0], y, in[1], 0.1F); },
+      {rand({2, 3, 5}), uniform({2, 3}, 0.2F, 1.0F)}));
+}
+
+// ---- composites and the checker itself ----------------------------------------------------------
 
 TEST_F(TensorGradCheck, Reshape) {
   EXPECT_TRUE(check_gradients(
-      [](const auto& in) {
-        return ops::tanh(in[0].reshape({3, -1}));
-      },
-      {rand({2, 6})}));
+      [](const auto& in) { return ops::tanh(in[0].reshape({3, -1})); }, {rand({2, 6})}));
 }
 
 TEST_F(TensorGradCheck, CompositeWithReusedInputs) {

@@ -1,7 +1,8 @@
-// Forward values and error messages of the tensor ops.
+// Forward values, edge cases and error messages of the core math ops.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "rig/ops.hpp"
 #include "test_tensor_util.hpp"
@@ -15,6 +16,9 @@ Tensor f32(std::vector<float> v, rig::Shape shape) {
   return Tensor::from_vector(v, shape);
 }
 Tensor i64(std::vector<std::int64_t> v, rig::Shape shape) {
+  return Tensor::from_vector(v, shape);
+}
+Tensor u8(std::vector<std::uint8_t> v, rig::Shape shape) {
   return Tensor::from_vector(v, shape);
 }
 
@@ -39,26 +43,73 @@ TEST(TensorOps, MatmulAllTransposeFlags) {
   expect_values(ops::matmul(a, a, false, true), {14, 32, 32, 77});
   // b^T [2,3] x a^T [3,2] = (a b)^T
   expect_values(ops::matmul(b, a, true, true), {4, 10, 5, 11});
+  // A transposed view is the same as the flag.
+  expect_values(ops::matmul(a.transpose(0, 1), a), {17, 22, 27, 22, 29, 36, 27, 36, 45});
+}
+
+TEST(TensorOps, MatmulBatchShapes) {
+  EXPECT_EQ(ops::matmul(Tensor::zeros({2, 1, 3, 4}), Tensor::zeros({5, 4, 6})).shape(),
+            (rig::Shape{2, 5, 3, 6}));
+  EXPECT_EQ(ops::matmul(Tensor::zeros({3, 4}), Tensor::zeros({7, 4, 2})).shape(),
+            (rig::Shape{7, 3, 2}));
+  EXPECT_EQ(ops::matmul(Tensor::zeros({2, 3, 4}), Tensor::zeros({4, 5})).shape(),
+            (rig::Shape{2, 3, 5}));
 }
 
 TEST(TensorOps, MatmulEmptyInnerDimensionGivesZeros) {
   Tensor c = ops::matmul(Tensor::zeros({2, 0}), Tensor::zeros({0, 3}));
   expect_values(c, {0, 0, 0, 0, 0, 0});
+  EXPECT_EQ(ops::matmul(Tensor::zeros({0, 3}), Tensor::zeros({3, 2})).shape(), (rig::Shape{0, 2}));
 }
 
-TEST(TensorOps, ElementwiseAndBias) {
+TEST(TensorOps, LinearMatchesMatmulPlusBias) {
+  Tensor x = f32({1, 2, 3, -1, 0, 1}, {2, 3});
+  Tensor w = f32({1, 0, 1, 0, 1, -1}, {2, 3});
+  Tensor b = f32({0.5, -5}, {2});
+  expect_values(ops::linear(x, w, b), {4.5, -6, 0.5, -6});
+  expect_values(ops::linear(x, w, b, ops::Activation::relu), {4.5, 0, 0.5, 0});
+  expect_values(ops::linear(x, w), {4, -1, 0, -1});
+}
+
+TEST(TensorOps, ElementwiseAndBroadcasting) {
   Tensor a = f32({1, -2, 3, -4}, {2, 2});
   Tensor b = f32({0.5, 0.5, 2, -1}, {2, 2});
   expect_values(ops::add(a, b), {1.5, -1.5, 5, -5});
   expect_values(ops::add(a, f32({10, 20}, {2})), {11, 18, 13, 16});
+  expect_values(ops::add(a, f32({10, 20}, {2, 1})), {11, 8, 23, 16});
+  expect_values(ops::sub(f32({1, 2}, {2, 1}), f32({1, 2, 3}, {3})), {0, -1, -2, 1, 0, -1});
+  expect_values(ops::mul(a, Tensor::scalar(2.0F)), {2, -4, 6, -8});
+  expect_values(ops::div(a, b), {2, -4, 1.5, 4});
   expect_values(ops::sub(a, b), {0.5, -2.5, 1, -3});
   expect_values(ops::mul(a, b), {0.5, -1, 6, 4});
   expect_values(ops::mul_scalar(a, -2), {-2, 4, -6, 8});
+  expect_values(ops::add_scalar(a, 1), {2, -1, 4, -3});
+  expect_values(ops::pow_scalar(a, 2), {1, 4, 9, 16});
+  expect_values(ops::neg(a), {-1, 2, -3, 4});
   expect_values(ops::relu(a), {1, 0, 3, 0});
   expect_values(ops::tanh(a),
                 {std::tanh(1.0F), std::tanh(-2.0F), std::tanh(3.0F), std::tanh(-4.0F)});
   expect_values(ops::sigmoid(f32({0, 2, -2, -100, 100}, {5})),
                 {0.5F, 1 / (1 + std::exp(-2.0F)), 1 / (1 + std::exp(2.0F)), 0.0F, 1.0F});
+  expect_values(ops::sqrt(f32({4, 9}, {2})), {2, 3});
+  expect_values(ops::rsqrt(f32({4, 0.25}, {2})), {0.5, 2});
+  expect_values(ops::exp(f32({0, 1}, {2})), {1, std::exp(1.0F)});
+  expect_values(ops::log(f32({1, 2}, {2})), {0, std::log(2.0F)});
+}
+
+TEST(TensorOps, SpecialValuesSurviveTheVectorisedMath) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const auto e = ops::exp(f32({-inf, inf, -200, 200}, {4})).to_vector();
+  EXPECT_EQ(e[0], 0.0F);
+  EXPECT_EQ(e[1], inf);
+  EXPECT_EQ(e[2], 0.0F);
+  EXPECT_EQ(e[3], inf);
+  EXPECT_TRUE(std::isnan(ops::exp(f32({nan}, {1})).item()));
+  expect_values(ops::tanh(f32({-inf, inf, -30, 30}, {4})), {-1, 1, -1, 1});
+  expect_values(ops::sigmoid(f32({-inf, inf}, {2})), {0, 1});
+  expect_values(ops::gelu(f32({-30, 30}, {2})), {0, 30});
+  EXPECT_TRUE(std::isnan(ops::relu(f32({nan}, {1})).item()));
 }
 
 TEST(TensorOps, Reductions) {
@@ -68,6 +119,52 @@ TEST(TensorOps, Reductions) {
   EXPECT_FLOAT_EQ(s.item(), 21.0F);
   EXPECT_FLOAT_EQ(ops::mean(a).item(), 3.5F);
   EXPECT_FLOAT_EQ(ops::sum(Tensor::zeros({0})).item(), 0.0F);
+  expect_values(ops::sum(a, {0}), {5, 7, 9});
+  expect_values(ops::sum(a, {1}), {6, 15});
+  EXPECT_EQ(ops::sum(a, {1}, true).shape(), (rig::Shape{2, 1}));
+  expect_values(ops::mean(a, {-1}), {2, 5});
+  expect_values(ops::sum(a, {0, 1}), {21});
+  EXPECT_EQ(ops::sum(a, {0, 1}).dim(), 0);
+  // No axes: nothing reduced (NumPy's convention).
+  expect_values(ops::sum(a, {}), {1, 2, 3, 4, 5, 6});
+  expect_values(ops::max(f32({1, 5, 5, 2, -1, 0}, {2, 3}), 1), {5, 2});
+  expect_values(ops::max(f32({1, 5, 5, 2, -1, 0}, {2, 3}), 0), {2, 5, 5});
+}
+
+TEST(TensorOps, SoftmaxMaskedRowsGiveZerosAndNoNaN) {
+  Tensor x = f32({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor mask = u8({1, 0, 1, 0, 0, 0}, {2, 3});
+  Tensor p = ops::softmax(x, -1, mask);
+  const double z = std::exp(1.0) + std::exp(3.0);
+  expect_values(p, {static_cast<float>(std::exp(1.0) / z), 0, static_cast<float>(std::exp(3.0) / z),
+                    0, 0, 0});
+  const auto lp = ops::log_softmax(x, -1, mask).to_vector();
+  EXPECT_NEAR(lp[0], 1.0 - std::log(z), 1e-6);
+  EXPECT_TRUE(std::isinf(lp[1]) && lp[1] < 0);
+  for (int i = 3; i < 6; ++i) EXPECT_TRUE(std::isinf(lp[i]) && lp[i] < 0);
+  // Gradients through a fully masked row are zero, not NaN.
+  Tensor xg = x.clone();
+  xg.set_requires_grad(true);
+  ops::sum(ops::mul(ops::softmax(xg, -1, mask), f32({1, 2, 3, 4, 5, 6}, {2, 3}))).backward();
+  for (float g : xg.grad().to_vector()) EXPECT_TRUE(std::isfinite(g));
+  expect_values(xg.grad().slice(0, 1, 2), {0, 0, 0});
+}
+
+TEST(TensorOps, SoftmaxBroadcastMask) {
+  // A key mask [1,3] applies to every row.
+  Tensor x = f32({0, 0, 0, 1, 1, 1}, {2, 3});
+  expect_values(ops::softmax(x, -1, u8({1, 1, 0}, {1, 3})), {0.5, 0.5, 0, 0.5, 0.5, 0});
+  // A row mask [2,1] keeps or drops whole rows.
+  expect_values(ops::softmax(x, -1, u8({0, 1}, {2, 1})), {0, 0, 0, 1.0F / 3, 1.0F / 3, 1.0F / 3});
+}
+
+TEST(TensorOps, LayerNormNormalisesRows) {
+  Tensor x = f32({1, 2, 3, 4, 10, 10, 10, 10}, {2, 4});
+  const auto y = ops::layer_norm(x, Tensor::ones({4}), Tensor::zeros({4})).to_vector();
+  const double sd = std::sqrt(1.25 + 1e-5);
+  EXPECT_NEAR(y[0], -1.5 / sd, 1e-5);
+  EXPECT_NEAR(y[3], 1.5 / sd, 1e-5);
+  for (int i = 4; i < 8; ++i) EXPECT_NEAR(y[i], 0.0F, 1e-6);  // constant row
 }
 
 TEST(TensorOps, MseLoss) {
@@ -82,6 +179,8 @@ TEST(TensorOps, CrossEntropyMatchesLogSoftmax) {
   const double lse0 = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0));
   const double expected = ((lse0 - 3.0) + std::log(3.0)) / 2.0;
   EXPECT_NEAR(ops::cross_entropy(logits, labels).item(), expected, 1e-6);
+  // i32 labels work too.
+  EXPECT_NEAR(ops::cross_entropy(logits, labels.to(rig::DType::i32)).item(), expected, 1e-6);
 }
 
 TEST(TensorOps, CrossEntropyIsStableForHugeLogits) {
@@ -92,15 +191,54 @@ TEST(TensorOps, CrossEntropyIsStableForHugeLogits) {
   EXPECT_NEAR(loss, 1000.0F, 1e-3F);  // (0 + 2000) / 2
 }
 
-TEST(TensorOps, Argmax) {
-  Tensor a = f32({0.1F, 0.7F, 0.2F, 5, -1, 4, 0, 0, 1}, {3, 3});
-  Tensor idx = ops::argmax(a);
-  EXPECT_EQ(idx.dtype(), rig::DType::i64);
-  EXPECT_EQ(idx.shape(), (rig::Shape{3}));
-  const auto* p = idx.data<std::int64_t>();
-  EXPECT_EQ(p[0], 1);
-  EXPECT_EQ(p[1], 0);
-  EXPECT_EQ(p[2], 2);
+TEST(TensorOps, PaddedCrossEntropyOfAPerfectModelIsZero) {
+  // With smoothing s, the best logits give exactly the target distribution:
+  // confidence 1 - s on the label, s / (V - 1) elsewhere; the normalising
+  // constant makes that loss 0.
+  const float s = 0.1F;
+  const std::int64_t v = 4;
+  const float on = std::log(1.0F - s);
+  const float off = std::log(s / static_cast<float>(v - 1));
+  Tensor logits = f32({on, off, off, off, off, off, on, off}, {1, 2, v});
+  Tensor labels = i64({0, 2}, {1, 2});
+  Tensor weights = f32({1, 1}, {1, 2});
+  EXPECT_NEAR(ops::padded_cross_entropy(logits, labels, weights, s).item(), 0.0F, 1e-6F);
+  // Padding is ignored: a bad prediction at a weight-0 position changes nothing.
+  Tensor bad = f32({on, off, off, off, 9, 0, 0, 0}, {1, 2, v});
+  EXPECT_NEAR(ops::padded_cross_entropy(bad, labels, f32({1, 0}, {1, 2}), s).item(), 0.0F, 1e-6F);
+  // All padding: 0, not NaN.
+  EXPECT_EQ(ops::padded_cross_entropy(bad, labels, f32({0, 0}, {1, 2}), s).item(), 0.0F);
+}
+
+TEST(TensorOps, Comparisons) {
+  Tensor a = i64({1, 2, 3, 4}, {2, 2});
+  Tensor eq = ops::equal(a, i64({1, 4}, {2}));
+  EXPECT_EQ(eq.dtype(), rig::DType::u8);
+  EXPECT_EQ(eq.to_int_vector(), (std::vector<std::int64_t>{1, 0, 0, 1}));
+  EXPECT_EQ(ops::not_equal_scalar(a, 2).to_int_vector(), (std::vector<std::int64_t>{1, 0, 1, 1}));
+  EXPECT_EQ(ops::not_equal_scalar(f32({0, 0.5}, {2}), 0).to_int_vector(),
+            (std::vector<std::int64_t>{0, 1}));
+  // Mixed dtypes compare by value.
+  EXPECT_EQ(ops::equal(f32({1, 2.5}, {2}), i64({1, 2}, {2})).to_int_vector(),
+            (std::vector<std::int64_t>{1, 0}));
+}
+
+TEST(TensorOps, LowPrecisionInputsComputeInF32AndRoundBack) {
+  Tensor a = f32({1, 2, 3, 4}, {2, 2});
+  for (auto dtype : {rig::DType::f16, rig::DType::bf16}) {
+    Tensor h = a.to(dtype);
+    Tensor y = ops::add(h, h);
+    EXPECT_EQ(y.dtype(), dtype);
+    expect_values(y.to(rig::DType::f32), {2, 4, 6, 8});
+    EXPECT_EQ(ops::matmul(h, h).dtype(), dtype);
+    expect_values(ops::matmul(h, h).to(rig::DType::f32), {7, 10, 15, 22});
+    EXPECT_EQ(ops::softmax(h).dtype(), dtype);
+    EXPECT_EQ(ops::layer_norm(h, {}, {}).dtype(), dtype);
+    // Mixed with f32: the result is f32.
+    EXPECT_EQ(ops::mul(h, a).dtype(), rig::DType::f32);
+    // Losses are f32.
+    EXPECT_EQ(ops::cross_entropy(h, i64({0, 1}, {2})).dtype(), rig::DType::f32);
+  }
 }
 
 TEST(TensorOps, ErrorsNameTheOpAndBothShapes) {
@@ -112,34 +250,65 @@ TEST(TensorOps, ErrorsNameTheOpAndBothShapes) {
               ops::matmul(Tensor::zeros({32, 64}), Tensor::zeros({32, 64}), true, true);
             }),
             "matmul: [32,64]^T x [32,64]^T: inner dimensions 32 and 64 differ");
-  EXPECT_TRUE(contains(error_of([] {
-                         ops::matmul(Tensor::zeros({2}), Tensor::zeros({2, 2}));
-                       }),
-                       "must be 2-D"));
-  EXPECT_TRUE(contains(error_of([] {
-                         ops::add(Tensor::zeros({2, 3}), Tensor::zeros({2}));
-                       }),
-                       "add: [2,3] + [2]: shapes differ"));
+  EXPECT_EQ(error_of([] { ops::matmul(Tensor::zeros({2}), Tensor::zeros({2, 2})); }),
+            "matmul: [2] x [2,2]: both operands need at least 2 dimensions");
   EXPECT_EQ(error_of([] {
-              ops::sub(Tensor::zeros({2, 3}), Tensor::zeros({3, 2}));
+              ops::matmul(Tensor::zeros({2, 3, 4}), Tensor::zeros({3, 4, 5}));
             }),
-            "sub: [2,3] - [3,2]: shapes differ");
-  EXPECT_EQ(error_of([] { ops::mul(Tensor::zeros({2}), Tensor::zeros({3})); }),
-            "mul: [2] * [3]: shapes differ");
+            "matmul: [2,3,4] x [3,4,5]: batch dimensions [2] and [3] cannot be broadcast");
+  EXPECT_EQ(error_of([] {
+              ops::linear(Tensor::zeros({2, 3}), Tensor::zeros({4, 5}));
+            }),
+            "linear: x [2,3] and weight [4,5]: in_features 3 and 5 differ");
+  EXPECT_TRUE(contains(error_of([] {
+                         ops::linear(Tensor::zeros({2, 5}), Tensor::zeros({4, 5}),
+                                     Tensor::zeros({5}));
+                       }),
+                       "linear: weight [4,5] and bias [5]: bias must be [4]"));
+  EXPECT_TRUE(contains(error_of([] { ops::add(Tensor::zeros({2, 3}), Tensor::zeros({2})); }),
+                       "add: shapes [2,3] and [2] cannot be broadcast"));
+  EXPECT_TRUE(contains(error_of([] { ops::mul(Tensor::zeros({2}), Tensor::zeros({3})); }),
+                       "mul: shapes [2] and [3] cannot be broadcast"));
   EXPECT_EQ(error_of([] {
               ops::mse_loss(Tensor::zeros({4, 1}), Tensor::zeros({4}));
             }),
             "mse_loss: prediction [4,1] vs target [4]: shapes differ");
-  EXPECT_TRUE(contains(error_of([] {
-                         ops::cross_entropy(Tensor::zeros({2, 3}), i64({0, 3}, {2}));
-                       }),
-                       "label 3 of sample 1 is out of range [0,3)"));
-  EXPECT_TRUE(contains(error_of([] {
-                         ops::cross_entropy(Tensor::zeros({2, 3}), Tensor::zeros({2}));
-                       }),
-                       "i64 [N] labels"));
-  EXPECT_TRUE(contains(error_of([] { ops::relu(i64({1}, {1})); }), "relu: a must be f32"));
-  EXPECT_TRUE(contains(error_of([] { ops::mean(Tensor::zeros({0})); }), "mean: empty tensor"));
+  EXPECT_EQ(error_of([] {
+              ops::cross_entropy(Tensor::zeros({2, 3}), i64({0, 3}, {2}));
+            }),
+            "cross_entropy: label 3 at position 1 of labels [2] is out of range [0,3)");
+  EXPECT_EQ(error_of([] {
+              ops::cross_entropy(Tensor::zeros({2, 3}), i64({0, 1, 2}, {3}));
+            }),
+            "cross_entropy: logits [2,3] and labels [3]: expected [N,C] logits and [N] labels");
+  EXPECT_EQ(error_of([] { ops::cross_entropy(Tensor::zeros({2, 3}), Tensor::zeros({2})); }),
+            "cross_entropy: labels must be i64 or i32, got f32 [2]");
+  EXPECT_EQ(error_of([] { ops::relu(i64({1}, {1})); }),
+            "relu: x must be f32 or f16 or bf16, got i64 [1]");
+  EXPECT_EQ(error_of([] { ops::mean(Tensor::zeros({0})); }), "mean: empty tensor [0]");
+  EXPECT_EQ(error_of([] { ops::softmax(Tensor::zeros({2, 3}), 2); }),
+            "softmax: axis 2 out of range for [2,3]");
+  EXPECT_EQ(error_of([] { ops::sum(Tensor::zeros({2, 3}), {0, -2}); }),
+            "sum: axes [0,-2] repeat an axis of [2,3]");
+  EXPECT_EQ(error_of([] {
+              ops::softmax(Tensor::zeros({2, 3}), -1, Tensor::zeros({2, 3}, rig::DType::u8).slice(1, 0, 2));
+            }),
+            "softmax: mask [2,2] does not broadcast to x [2,3]");
+  EXPECT_EQ(error_of([] {
+              ops::softmax(Tensor::zeros({2, 3}), -1, Tensor::zeros({2, 3}));
+            }),
+            "softmax: mask must be u8, got f32 [2,3]");
+  EXPECT_EQ(error_of([] {
+              ops::layer_norm(Tensor::zeros({2, 3}), Tensor::ones({4}), {});
+            }),
+            "layer_norm: x [2,3] and gamma [4]: expected [3]");
+  EXPECT_EQ(error_of([] { ops::max(Tensor::zeros({2, 0}), 1); }), "max: axis 1 of [2,0] is empty");
+  EXPECT_EQ(error_of([] {
+              ops::padded_cross_entropy(Tensor::zeros({2, 3, 4}), i64({0, 1}, {2}),
+                                        Tensor::zeros({2}));
+            }),
+            "padded_cross_entropy: logits [2,3,4], labels [2] and weights [2]: expected [B,T,V] "
+            "logits and [B,T] labels and weights");
 }
 
 }  // namespace

@@ -30,15 +30,27 @@ struct RandomKey {
 std::array<std::uint32_t, 4> philox4x32(std::array<std::uint32_t, 4> counter,
                                         std::array<std::uint32_t, 2> key);
 
-// Element `index` of the stream, as 32 random bits: output index % 4 of block index / 4.
+// Element `index` of the stream, as 32 random bits: output index % 4 of block
+// b = index / 4, where block b is Philox4x32-10 with (lo32/hi32 = low/high 32 bits)
+//   key     = {lo32(seed), hi32(seed)}
+//   counter = {lo32(b), rank ^ (hi32(b) << 16 mod 2^32), lo32(step), purpose ^ hi32(step)}
+// (the CUDA backend computes exactly this). Distinct (step, rank, purpose, index)
+// give distinct counters for any seed while step < 2^32, rank < 2^16 and
+// index < 2^50 (a stream of 2^50 elements); beyond that, streams may overlap.
 std::uint32_t random_bits(const RandomKey& key, std::uint64_t index);
 // [0, 1) with 24 bits of randomness: (bits >> 8) * 2^-24.
 float uniform_float(std::uint32_t bits);
 
-// out[i] = uniform [low, high) of element first + i of the stream.
+// out[i] = uniform [low, high) of element first + i of the stream:
+// f32(f64(low) + f64(high - low) * uniform_float(bits)), which is the same with
+// or without FMA contraction; a result that rounds up to `high` becomes the
+// float just below it.
 void fill_uniform(const RandomKey& key, float* out, std::int64_t n, float low = 0.0F,
                   float high = 1.0F, std::uint64_t first = 0);
-// out[i] = normal(mean, std) from elements 2(first+i), 2(first+i)+1 (Box-Muller).
+// out[i] = normal(mean, std) from elements 2(first+i), 2(first+i)+1 (Box-Muller
+// in f64: u1 = ((a >> 8) + 1) 2^-24 in (0, 1], u2 = (b >> 8) 2^-24,
+// mean + std sqrt(-2 ln u1) cos(2 pi u2), rounded to f32). Bit-identical
+// across platforms up to the libm's log/cos rounding.
 void fill_normal(const RandomKey& key, float* out, std::int64_t n, float mean = 0.0F,
                  float std = 1.0F, std::uint64_t first = 0);
 

@@ -9,15 +9,17 @@
 
 #include <fmt/format.h>
 
+#include "cpu/tensor_copy.hpp"
+
 namespace rig::autograd {
 
 namespace {
 
+// dst += src; either may be strided (a leaf's grad may be a view into a flat
+// gradient buffer, and view backward functions return views).
 void add_into(Tensor& dst, const Tensor& src) {
-  float* d = dst.data<float>();
-  const float* s = src.data<float>();
-  const auto n = dst.numel();
-  for (std::int64_t i = 0; i < n; ++i) d[i] += s[i];
+  cpu::add_strided(dst.shape(), dst.raw_data(), dst.strides(), dst.dtype(), src.raw_data(),
+                   src.strides(), src.dtype());
 }
 
 // Every TensorImpl reachable from `root` through grad_fn, in reverse
@@ -70,8 +72,8 @@ Tensor record(Tensor output, std::string op, std::vector<Tensor> inputs,
 
 void backward(const Tensor& root) {
   if (!root.defined()) throw std::logic_error("backward: the tensor is undefined");
-  if (root.numel() != 1 || root.dtype() != DType::f32) {
-    throw std::invalid_argument(fmt::format("backward: needs one f32 element, got {} {}",
+  if (root.numel() != 1 || !is_floating(root.dtype())) {
+    throw std::invalid_argument(fmt::format("backward: needs one floating element, got {} {}",
                                             dtype_name(root.dtype()), to_string(root.shape())));
   }
   if (!root.requires_grad()) {
@@ -81,7 +83,7 @@ void backward(const Tensor& root) {
   }
   NoGradGuard no_grad;  // backward functions compute with ops but record nothing
   std::unordered_map<TensorImpl*, PendingGrad> grads;
-  grads[root.impl()] = {Tensor::full(root.shape(), 1.0F), true};
+  grads[root.impl()] = {Tensor::full(root.shape(), 1.0F, root.dtype(), root.device()), true};
 
   // Owning references keep every tensor alive until the graph is released below.
   const auto order = reverse_topological_order(root.impl_ptr());
@@ -94,7 +96,11 @@ void backward(const Tensor& root) {
 
     if (!impl->grad_fn) {  // a leaf: accumulate into its .grad
       if (!impl->grad) {
-        impl->grad = Tensor::zeros(impl->shape).impl_ptr();
+        // The first gradient becomes .grad (a contiguous copy we own, in the leaf's dtype).
+        Tensor first = Tensor::empty(impl->shape, impl->dtype, grad.device());
+        first.copy_from(grad);
+        impl->grad = first.impl_ptr();
+        continue;
       }
       Tensor leaf_grad(impl->grad);
       add_into(leaf_grad, grad);
@@ -116,6 +122,7 @@ void backward(const Tensor& root) {
       const Tensor& input = node.inputs[i];
       Tensor& g = input_grads[i];
       if (!input.defined() || !input.requires_grad() || !g.defined()) continue;
+      if (g.dtype() != input.dtype()) g = g.to(input.dtype());  // e.g. f32 math for an f16 input
       if (g.shape() != input.shape()) {
         throw std::logic_error(fmt::format("backward of {}: gradient {} for input {} of shape {}",
                                            node.op, to_string(g.shape()), i,

@@ -1,4 +1,5 @@
-// Tensor, Storage, dtype helpers and grad mode.
+// Tensor: factories, accessors, element access, copies and casts, autograd
+// bookkeeping and grad mode. Views are in views.cpp.
 #include "rig/tensor.hpp"
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "cpu/tensor_copy.hpp"
 #include "rig/autograd.hpp"
 
 namespace rig {
@@ -20,71 +22,32 @@ TensorImpl& checked(const std::shared_ptr<TensorImpl>& impl, const char* what) {
   return *impl;
 }
 
+void require_cpu(const char* what, Device device) {
+  if (!device.is_cpu()) {
+    throw std::invalid_argument(
+        fmt::format("Tensor::{}: device {} is not supported by this build", what, to_string(device)));
+  }
+}
+
+template <class T>
+Tensor from_values(const std::vector<T>& values, Shape shape) {
+  if (static_cast<std::int64_t>(values.size()) != shape_numel(shape)) {
+    throw std::invalid_argument(fmt::format("Tensor::from_vector: {} values for shape {}",
+                                            values.size(), to_string(shape)));
+  }
+  Tensor t = Tensor::empty(std::move(shape), dtype_of<T>());
+  if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(T));
+  return t;
+}
+
 }  // namespace
 
-std::size_t dtype_size(DType dtype) {
-  switch (dtype) {
-    case DType::f32:
-    case DType::i32:
-      return 4;
-    case DType::f16:
-    case DType::bf16:
-      return 2;
-    case DType::i64:
-      return 8;
-    case DType::u8:
-      return 1;
-  }
-  throw std::invalid_argument("dtype_size: unknown dtype");
-}
-
-std::string_view dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::f32:
-      return "f32";
-    case DType::f16:
-      return "f16";
-    case DType::bf16:
-      return "bf16";
-    case DType::i32:
-      return "i32";
-    case DType::i64:
-      return "i64";
-    case DType::u8:
-      return "u8";
-  }
-  return "unknown";
-}
-
-std::string to_string(Device device) {
-  return device.type == Device::Type::cpu ? std::string("cpu")
-                                          : fmt::format("cuda:{}", device.index);
-}
-
-std::string to_string(const Shape& shape) {
-  return fmt::format("[{}]", fmt::join(shape, ","));
-}
-
-std::int64_t shape_numel(const Shape& shape) {
-  std::int64_t n = 1;
-  for (auto d : shape) {
-    if (d < 0) throw std::invalid_argument("negative dimension in shape " + to_string(shape));
-    n *= d;
-  }
-  return n;
-}
-
-Storage::Storage(std::size_t bytes, Device device)
-    : bytes_(std::make_unique_for_overwrite<std::byte[]>(bytes)), size_(bytes), device_(device) {
-  if (device.type != Device::Type::cpu) {
-    throw std::invalid_argument(fmt::format(
-        "Storage: device {} is not supported by this build (cpu only)", to_string(device)));
-  }
-}
+// ---- Factories ----------------------------------------------------------------
 
 Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
   const auto bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
   auto impl = std::make_shared<TensorImpl>();
+  impl->strides = contiguous_strides(shape);
   impl->shape = std::move(shape);
   impl->dtype = dtype;
   impl->storage = std::make_shared<Storage>(bytes, device);
@@ -97,51 +60,63 @@ Tensor Tensor::zeros(Shape shape, DType dtype, Device device) {
   return t;
 }
 
-Tensor Tensor::full(Shape shape, float value) {
-  Tensor t = empty(std::move(shape), DType::f32);
+Tensor Tensor::ones(Shape shape, DType dtype, Device device) {
+  return full(std::move(shape), 1.0F, dtype, device);
+}
+
+Tensor Tensor::full(Shape shape, float value, DType dtype, Device device) {
+  Tensor t = empty(std::move(shape), dtype, device);
   t.fill_(value);
   return t;
 }
 
 Tensor Tensor::from_vector(const std::vector<float>& values, Shape shape) {
-  if (static_cast<std::int64_t>(values.size()) != shape_numel(shape)) {
-    throw std::invalid_argument(fmt::format("Tensor::from_vector: {} values for shape {}",
-                                            values.size(), to_string(shape)));
-  }
-  Tensor t = empty(std::move(shape), DType::f32);
-  std::copy(values.begin(), values.end(), t.data<float>());
-  return t;
+  return from_values(values, std::move(shape));
 }
-
 Tensor Tensor::from_vector(const std::vector<std::int64_t>& values, Shape shape) {
-  if (static_cast<std::int64_t>(values.size()) != shape_numel(shape)) {
-    throw std::invalid_argument(fmt::format("Tensor::from_vector: {} values for shape {}",
-                                            values.size(), to_string(shape)));
-  }
-  Tensor t = empty(std::move(shape), DType::i64);
-  std::copy(values.begin(), values.end(), t.data<std::int64_t>());
-  return t;
+  return from_values(values, std::move(shape));
+}
+Tensor Tensor::from_vector(const std::vector<std::uint8_t>& values, Shape shape) {
+  return from_values(values, std::move(shape));
 }
 
-Tensor Tensor::view_of(std::shared_ptr<Storage> storage, std::size_t byte_offset, Shape shape,
+Tensor Tensor::arange(std::int64_t n, DType dtype) {
+  if (n < 0) throw std::invalid_argument(fmt::format("Tensor::arange: negative length {}", n));
+  Tensor t = empty({n}, DType::i64);
+  std::int64_t* p = t.data<std::int64_t>();
+  for (std::int64_t i = 0; i < n; ++i) p[i] = i;
+  return dtype == DType::i64 ? t : t.to(dtype);
+}
+
+Tensor Tensor::view_of(std::shared_ptr<Storage> storage, std::int64_t offset, Shape shape,
                        DType dtype) {
   if (!storage) throw std::invalid_argument("Tensor::view_of: no storage");
-  const auto bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
-  if (byte_offset + bytes > storage->size()) {
-    throw std::invalid_argument(
-        fmt::format("Tensor::view_of: {} {} at byte {} does not fit in a storage of {} bytes",
-                    dtype_name(dtype), to_string(shape), byte_offset, storage->size()));
+  const auto n = shape_numel(shape);
+  const auto size = static_cast<std::int64_t>(dtype_size(dtype));
+  if (offset < 0 || (offset + n) * size > static_cast<std::int64_t>(storage->size())) {
+    throw std::invalid_argument(fmt::format(
+        "Tensor::view_of: {} {} at element {} does not fit in a storage of {} bytes",
+        dtype_name(dtype), to_string(shape), offset, storage->size()));
   }
   auto impl = std::make_shared<TensorImpl>();
+  impl->strides = contiguous_strides(shape);
   impl->shape = std::move(shape);
+  impl->offset = offset;
   impl->dtype = dtype;
   impl->storage = std::move(storage);
-  impl->byte_offset = byte_offset;
   return Tensor(std::move(impl));
 }
 
+// ---- Accessors -----------------------------------------------------------------
+
 const Shape& Tensor::shape() const {
   return checked(impl_, "shape").shape;
+}
+const Strides& Tensor::strides() const {
+  return checked(impl_, "strides").strides;
+}
+std::int64_t Tensor::offset() const {
+  return checked(impl_, "offset").offset;
 }
 
 std::int64_t Tensor::size(std::int64_t axis) const {
@@ -163,6 +138,35 @@ Device Tensor::device() const {
   return impl.storage ? impl.storage->device() : Device::cpu();
 }
 
+bool Tensor::is_contiguous() const {
+  const auto& impl = checked(impl_, "is_contiguous");
+  std::int64_t expected = 1;
+  for (std::size_t i = impl.shape.size(); i-- > 0;) {
+    const auto d = impl.shape[i];
+    if (d == 0) return true;
+    if (d == 1) continue;  // any stride works for a size-1 axis
+    if (impl.strides[i] != expected) return false;
+    expected *= d;
+  }
+  return true;
+}
+
+bool Tensor::shares_storage(const Tensor& other) const {
+  const auto& a = checked(impl_, "shares_storage");
+  const auto& b = checked(other.impl_, "shares_storage");
+  if (!a.storage || a.storage != b.storage || numel() == 0 || other.numel() == 0) return false;
+  // Byte ranges [first, last] of the two tensors overlap.
+  auto range = [](const TensorImpl& t) {
+    std::int64_t last = t.offset;
+    for (std::size_t i = 0; i < t.shape.size(); ++i) last += (t.shape[i] - 1) * t.strides[i];
+    const auto size = static_cast<std::int64_t>(dtype_size(t.dtype));
+    return std::pair{t.offset * size, (last + 1) * size - 1};
+  };
+  const auto [a0, a1] = range(a);
+  const auto [b0, b1] = range(b);
+  return a0 <= b1 && b0 <= a1;
+}
+
 std::byte* Tensor::raw_data() {
   return const_cast<std::byte*>(static_cast<const Tensor*>(this)->raw_data());
 }
@@ -174,7 +178,7 @@ const std::byte* Tensor::raw_data() const {
         "Tensor::data: the tensor has no storage yet (a parameter used before "
         "ParameterStore::allocate()?)");
   }
-  return impl.storage->data() + impl.byte_offset;
+  return impl.storage->data() + impl.offset * static_cast<std::int64_t>(dtype_size(impl.dtype));
 }
 
 template <class T>
@@ -184,15 +188,27 @@ T* Tensor::data() {
 
 template <class T>
 const T* Tensor::data() const {
-  if (dtype() != dtype_of<T>()) {
-    throw std::invalid_argument(fmt::format("Tensor::data<{}>() on a {} tensor",
-                                            dtype_name(dtype_of<T>()), dtype_name(dtype())));
+  const DType t = dtype();
+  bool ok = false;
+  std::string_view asked;
+  if constexpr (std::is_same_v<T, std::uint16_t>) {
+    ok = t == DType::f16 || t == DType::bf16;
+    asked = "u16";
+  } else {
+    ok = t == dtype_of<T>();
+    asked = dtype_name(dtype_of<T>());
+  }
+  if (!ok) {
+    throw std::invalid_argument(
+        fmt::format("Tensor::data<{}>() on a {} tensor", asked, dtype_name(t)));
   }
   return reinterpret_cast<const T*>(raw_data());
 }
 
 template float* Tensor::data<float>();
 template const float* Tensor::data<float>() const;
+template std::uint16_t* Tensor::data<std::uint16_t>();
+template const std::uint16_t* Tensor::data<std::uint16_t>() const;
 template std::int32_t* Tensor::data<std::int32_t>();
 template const std::int32_t* Tensor::data<std::int32_t>() const;
 template std::int64_t* Tensor::data<std::int64_t>();
@@ -205,87 +221,99 @@ float Tensor::item() const {
     throw std::invalid_argument(
         fmt::format("Tensor::item: the tensor has shape {}, not one element", to_string(shape())));
   }
-  switch (dtype()) {
-    case DType::f32:
-      return *data<float>();
-    case DType::i32:
-      return static_cast<float>(*data<std::int32_t>());
-    case DType::i64:
-      return static_cast<float>(*data<std::int64_t>());
-    case DType::u8:
-      return static_cast<float>(*data<std::uint8_t>());
-    default:
-      throw std::invalid_argument(
-          fmt::format("Tensor::item: dtype {} is not supported", dtype_name(dtype())));
-  }
+  require_cpu("item", device());
+  float value = 0.0F;
+  cpu::copy_strided({}, &value, {}, DType::f32, raw_data(), {}, dtype());
+  return value;
 }
 
 std::vector<float> Tensor::to_vector() const {
-  const float* p = data<float>();
-  return std::vector<float>(p, p + numel());
+  require_cpu("to_vector", device());
+  std::vector<float> out(static_cast<std::size_t>(numel()));
+  if (!out.empty()) {
+    cpu::copy_strided(shape(), out.data(), contiguous_strides(shape()), DType::f32, raw_data(),
+                      strides(), dtype());
+  }
+  return out;
 }
 
-Tensor Tensor::reshape(Shape requested) const {
-  const auto n = numel();
-  // One dimension may be -1: inferred from the others.
-  Shape new_shape = requested;
-  if (auto inferred = std::find(new_shape.begin(), new_shape.end(), -1);
-      inferred != new_shape.end()) {
-    *inferred = 1;
-    const auto rest = shape_numel(new_shape);
-    *inferred = rest > 0 && n % rest == 0 ? n / rest : -1;  // -1 fails below
+std::vector<std::int64_t> Tensor::to_int_vector() const {
+  if (is_floating(dtype())) {
+    throw std::invalid_argument(fmt::format(
+        "Tensor::to_int_vector: a {} tensor; integer dtypes only", dtype_name(dtype())));
   }
-  if (std::any_of(new_shape.begin(), new_shape.end(), [](auto d) { return d < 0; }) ||
-      shape_numel(new_shape) != n) {
-    throw std::invalid_argument(fmt::format("Tensor::reshape: {} ({} elements) to {}",
-                                            to_string(shape()), n, to_string(requested)));
+  require_cpu("to_int_vector", device());
+  std::vector<std::int64_t> out(static_cast<std::size_t>(numel()));
+  if (!out.empty()) {
+    cpu::copy_strided(shape(), out.data(), contiguous_strides(shape()), DType::i64, raw_data(),
+                      strides(), dtype());
   }
-  auto impl = std::make_shared<TensorImpl>();
-  impl->shape = new_shape;
-  impl->dtype = impl_->dtype;
-  impl->storage = impl_->storage;
-  impl->byte_offset = impl_->byte_offset;
-  Shape old_shape = shape();
-  return autograd::record(
-      Tensor(std::move(impl)), "reshape", {*this},
-      [old_shape](const Tensor& g) -> std::vector<Tensor> { return {g.reshape(old_shape)}; });
+  return out;
+}
+
+// ---- Copies and casts ----------------------------------------------------------
+
+Tensor Tensor::contiguous() const {
+  return is_contiguous() ? *this : clone();
 }
 
 Tensor Tensor::clone() const {
-  Tensor t = empty(shape(), dtype(), device());
-  if (nbytes() > 0) std::memcpy(t.raw_data(), raw_data(), nbytes());
-  return t;
+  Tensor out = empty(shape(), dtype(), device());
+  out.copy_from(*this);
+  return autograd::record(std::move(out), "clone", {*this},
+                          [](const Tensor& g) { return std::vector<Tensor>{g}; });
+}
+
+Tensor Tensor::to(DType target) const {
+  const DType source = dtype();
+  if (target == source) return *this;
+  Tensor out = empty(shape(), target, device());
+  out.copy_from(*this);
+  if (!is_floating(source) || !is_floating(target)) return out;
+  return autograd::record(std::move(out), "to", {*this}, [source](const Tensor& g) {
+    return std::vector<Tensor>{g.to(source)};
+  });
+}
+
+Tensor Tensor::to(Device target) const {
+  if (target == device()) return *this;
+  const Device unsupported = device().is_cpu() ? target : device();
+  throw std::invalid_argument(
+      fmt::format("Tensor::to: {} {} from {} to {}: device {} is not supported by this build",
+                  dtype_name(dtype()), to_string(shape()), to_string(device()), to_string(target),
+                  to_string(unsupported)));
+}
+
+void Tensor::copy_from(const Tensor& src) {
+  if (!src.defined() || shape() != src.shape()) {
+    throw std::invalid_argument(fmt::format(
+        "Tensor::copy_from: {} {} from {} {}: shapes differ", dtype_name(dtype()),
+        to_string(shape()), src.defined() ? dtype_name(src.dtype()) : "undefined",
+        src.defined() ? to_string(src.shape()) : ""));
+  }
+  if (device() != src.device()) {
+    throw std::invalid_argument(fmt::format("Tensor::copy_from: {} to {} is not supported by this build",
+                                            to_string(src.device()), to_string(device())));
+  }
+  require_cpu("copy_from", device());
+  if (numel() == 0) return;
+  if (shares_storage(src)) {
+    if (impl_ == src.impl_) return;
+    const Tensor copy = src.detach().clone();  // overlapping: go through a temporary
+    copy_from(copy);
+    return;
+  }
+  cpu::copy_strided(shape(), raw_data(), strides(), dtype(), src.raw_data(), src.strides(),
+                    src.dtype());
 }
 
 void Tensor::fill_(float value) {
-  const auto n = numel();
-  switch (dtype()) {
-    case DType::f32:
-      std::fill_n(data<float>(), n, value);
-      return;
-    case DType::i32:
-      std::fill_n(data<std::int32_t>(), n, static_cast<std::int32_t>(value));
-      return;
-    case DType::i64:
-      std::fill_n(data<std::int64_t>(), n, static_cast<std::int64_t>(value));
-      return;
-    case DType::u8:
-      std::fill_n(data<std::uint8_t>(), n, static_cast<std::uint8_t>(value));
-      return;
-    default:
-      throw std::invalid_argument(
-          fmt::format("Tensor::fill_: dtype {} is not supported", dtype_name(dtype())));
-  }
+  require_cpu("fill_", device());
+  if (numel() == 0) return;
+  cpu::fill_strided(shape(), raw_data(), strides(), dtype(), value);
 }
 
-void Tensor::copy_from(const Tensor& other) {
-  if (shape() != other.shape() || dtype() != other.dtype()) {
-    throw std::invalid_argument(fmt::format("Tensor::copy_from: {} {} from {} {}",
-                                            dtype_name(dtype()), to_string(shape()),
-                                            dtype_name(other.dtype()), to_string(other.shape())));
-  }
-  if (nbytes() > 0) std::memmove(raw_data(), other.raw_data(), nbytes());
-}
+// ---- Autograd ------------------------------------------------------------------
 
 bool Tensor::requires_grad() const {
   return checked(impl_, "requires_grad").requires_grad;
@@ -299,7 +327,7 @@ Tensor& Tensor::set_requires_grad(bool value) {
     }
     return *this;
   }
-  if (value && impl.dtype != DType::f32) {
+  if (value && !is_floating(impl.dtype)) {
     throw std::invalid_argument(
         fmt::format("Tensor::set_requires_grad: a {} tensor cannot require a gradient",
                     dtype_name(impl.dtype)));
@@ -330,9 +358,10 @@ Tensor Tensor::detach() const {
   auto& src = checked(impl_, "detach");
   auto impl = std::make_shared<TensorImpl>();
   impl->shape = src.shape;
+  impl->strides = src.strides;
+  impl->offset = src.offset;
   impl->dtype = src.dtype;
   impl->storage = src.storage;
-  impl->byte_offset = src.byte_offset;
   return Tensor(std::move(impl));
 }
 

@@ -1,6 +1,5 @@
 // mlp: a multi-layer perceptron for the classification or regression task a
 // data layer describes in info() (num_features, num_outputs, task).
-#include <cmath>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -9,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "rig/error.hpp"
+#include "rig/nn.hpp"
 #include "rig/ops.hpp"
 #include "rig/plugin.hpp"
 
@@ -43,25 +43,23 @@ class Mlp final : public rig::Model {
     }
     classification_ = task == "classification";
     const std::string activation = params["activation"].as<std::string>();
-    activation_ = activation == "relu"      ? &ops::relu
-                  : activation == "sigmoid" ? &ops::sigmoid
-                                            : &ops::tanh;
-    const bool xavier = params["init"].as<std::string>() == "xavier_uniform";
+    activation_ = activation == "relu"      ? ops::Activation::relu
+                  : activation == "sigmoid" ? ops::Activation::sigmoid
+                                            : ops::Activation::tanh;
+    // xavier_uniform: Glorot weights, zero biases; fan_in_uniform: torch.nn.Linear's default.
+    std::optional<rig::Initializer> init;
+    if (params["init"].as<std::string>() == "xavier_uniform") {
+      init = rig::Initializer::xavier_uniform();
+    }
 
     std::vector<std::int64_t> sizes{num_features_};
     for (const auto& h : params["hidden_sizes"]) sizes.push_back(h.as<std::int64_t>());
     sizes.push_back(num_outputs_);
+    layers_.reserve(sizes.size() - 1);
     for (std::size_t i = 0; i + 1 < sizes.size(); ++i) {
-      const auto in = sizes[i];
-      const auto out = sizes[i + 1];
-      const auto bound = static_cast<float>(1.0 / std::sqrt(static_cast<double>(in)));
-      const auto prefix = fmt::format("layers.{}.", i);
-      layers_.push_back({ctx.params.declare(prefix + "weight", {in, out},
-                                            xavier ? rig::Initializer::xavier_uniform()
-                                                   : rig::Initializer::uniform(-bound, bound)),
-                         ctx.params.declare(prefix + "bias", {out},
-                                            xavier ? rig::Initializer::constant(0.0F)
-                                                   : rig::Initializer::uniform(-bound, bound))});
+      // "layers.<i>.weight" [out, in] and "layers.<i>.bias" [out], as torch.nn.Linear.
+      layers_.emplace_back(ctx.params, fmt::format("layers.{}", i), sizes[i], sizes[i + 1], true,
+                           init);
     }
   }
 
@@ -95,11 +93,6 @@ class Mlp final : public rig::Model {
   }
 
  private:
-  struct Layer {
-    Tensor weight;  // [in, out]
-    Tensor bias;    // [out]
-  };
-
   Tensor compute(const Tensor& features) const {
     if (features.dtype() != rig::DType::f32 || features.dim() != 2 ||
         features.size(1) != num_features_) {
@@ -109,8 +102,7 @@ class Mlp final : public rig::Model {
     }
     Tensor h = features;
     for (std::size_t i = 0; i < layers_.size(); ++i) {
-      h = ops::add(ops::matmul(h, layers_[i].weight), layers_[i].bias);
-      if (i + 1 < layers_.size()) h = activation_(h);
+      h = layers_[i].forward(h, i + 1 < layers_.size() ? activation_ : ops::Activation::none);
     }
     return h;
   }
@@ -118,8 +110,8 @@ class Mlp final : public rig::Model {
   std::int64_t num_features_ = 0;
   std::int64_t num_outputs_ = 0;
   bool classification_ = true;
-  Tensor (*activation_)(const Tensor&) = &ops::tanh;
-  std::vector<Layer> layers_;
+  ops::Activation activation_ = ops::Activation::tanh;
+  std::vector<rig::nn::Linear> layers_;
 };
 
 }  // namespace

@@ -1,0 +1,41 @@
+// oneDNN plumbing shared by the CPU kernels that use it (convolution).
+//
+// Threading: Debian's oneDNN runs on OpenMP. rig parallelises with its own pool
+// (cpu/parallel.hpp) and calls oneDNN from inside it on batch chunks, each call
+// single-threaded (an OpenMP team of one), so no OpenMP threads ever spin next
+// to the pool's. Every thread that touches oneDNN goes through prepare_thread().
+#pragma once
+
+#include <dnnl.hpp>
+
+#include <cstddef>
+#include <initializer_list>
+#include <string>
+
+#include "rig/tensor.hpp"
+
+namespace rig::cpu::dnnl_util {
+
+// The CPU engine (one per process).
+const dnnl::engine& engine();
+
+// Makes oneDNN run single-threaded on the calling thread (once per thread)
+// and returns this thread's stream.
+dnnl::stream& prepare_thread();
+
+// Runs `primitive` on this thread's stream and waits; returns the status
+// instead of throwing (safe inside parallel_for).
+dnnl_status_t execute(const dnnl::primitive& primitive,
+                      std::initializer_list<dnnl_exec_arg_t> args);
+
+// A memory object over `data` (not owned).
+dnnl::memory wrap(const dnnl::memory::desc& desc, const void* data);
+
+// A buffer of at least `bytes` from rig's caching allocator (scratch space and
+// blocked-layout copies live in our tensors, not in oneDNN's allocations).
+Tensor buffer(std::size_t bytes);
+
+// Throws std::runtime_error naming `what` when `status` is not success.
+void check(dnnl_status_t status, const std::string& what);
+
+}  // namespace rig::cpu::dnnl_util

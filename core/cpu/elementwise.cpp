@@ -1,0 +1,340 @@
+#include "cpu/elementwise.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "cpu/kernel_attributes.hpp"
+#include "cpu/parallel.hpp"
+#include "cpu/vec_math.hpp"
+
+namespace rig::cpu {
+
+namespace {
+
+// Elements per task: enough work to pay for waking a pool thread.
+constexpr std::int64_t kGrain = 16384;
+
+// pow with the common exponents done exactly and without a libm call.
+inline float pow_scalar(float x, float p) {
+  if (p == 2.0F) return x * x;
+  if (p == 1.0F) return x;
+  if (p == 0.5F) return std::sqrt(x);
+  if (p == -1.0F) return 1.0F / x;
+  if (p == 3.0F) return x * x * x;
+  if (p == -0.5F) return 1.0F / std::sqrt(x);
+  return std::pow(x, p);
+}
+
+RIG_CPU_KERNEL void unary_range(Unary op, const float* x, float* y, std::int64_t n, float s) {
+  switch (op) {
+    case Unary::neg:
+      for (std::int64_t i = 0; i < n; ++i) y[i] = -x[i];
+      return;
+    case Unary::exp:
+      for (std::int64_t i = 0; i < n; ++i) y[i] = vec::exp(x[i]);
+      return;
+    case Unary::log:
+      for (std::int64_t i = 0; i < n; ++i) y[i] = std::log(x[i]);
+      return;
+    case Unary::sqrt:
+      for (std::int64_t i = 0; i < n; ++i) y[i] = std::sqrt(x[i]);
+      return;
+    case Unary::rsqrt:
+      for (std::int64_t i = 0; i < n; ++i) y[i] = 1.0F / std::sqrt(x[i]);
+      return;
+    case Unary::relu:
+      // NaN < 0 is false, so NaN propagates as in torch.
+      for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] < 0.0F ? 0.0F : x[i];
+      return;
+    case Unary::gelu:
+      for (std::int64_t i = 0; i < n; ++i) y[i] = vec::gelu(x[i]);
+      return;
+    case Unary::gelu_tanh:
+      for (std::int64_t i = 0; i < n; ++i) y[i] = vec::gelu_tanh(x[i]);
+      return;
+    case Unary::tanh:
+      for (std::int64_t i = 0; i < n; ++i) y[i] = vec::tanh(x[i]);
+      return;
+    case Unary::sigmoid:
+      for (std::int64_t i = 0; i < n; ++i) y[i] = vec::sigmoid(x[i]);
+      return;
+    case Unary::add_scalar:
+      for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] + s;
+      return;
+    case Unary::mul_scalar:
+      for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] * s;
+      return;
+    case Unary::pow_scalar:
+      if (s == 2.0F) {
+        for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] * x[i];
+      } else {
+        for (std::int64_t i = 0; i < n; ++i) y[i] = pow_scalar(x[i], s);
+      }
+      return;
+  }
+}
+
+RIG_CPU_KERNEL void unary_backward_range(Unary op, const float* g, const float* x, const float* y,
+                                         float* dx, std::int64_t n, float s) {
+  switch (op) {
+    case Unary::neg:
+      for (std::int64_t i = 0; i < n; ++i) dx[i] = -g[i];
+      return;
+    case Unary::exp:
+      for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i] * y[i];
+      return;
+    case Unary::log:
+      for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i] / x[i];
+      return;
+    case Unary::sqrt:  // 1 / (2 sqrt x)
+      for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i] * 0.5F / y[i];
+      return;
+    case Unary::rsqrt:  // -x^-1.5 / 2 = -y^3 / 2
+      for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i] * -0.5F * y[i] * y[i] * y[i];
+      return;
+    case Unary::relu:
+      for (std::int64_t i = 0; i < n; ++i) dx[i] = x[i] > 0.0F ? g[i] : 0.0F;
+      return;
+    case Unary::gelu:
+      for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i] * vec::gelu_grad(x[i]);
+      return;
+    case Unary::gelu_tanh:
+      for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i] * vec::gelu_tanh_grad(x[i]);
+      return;
+    case Unary::tanh:
+      for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i] * (1.0F - y[i] * y[i]);
+      return;
+    case Unary::sigmoid:
+      for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i] * y[i] * (1.0F - y[i]);
+      return;
+    case Unary::add_scalar:
+      for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i];
+      return;
+    case Unary::mul_scalar:
+      for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i] * s;
+      return;
+    case Unary::pow_scalar:
+      if (s == 2.0F) {
+        for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i] * 2.0F * x[i];
+      } else if (s == 0.0F) {
+        for (std::int64_t i = 0; i < n; ++i) dx[i] = 0.0F;
+      } else {
+        for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i] * s * pow_scalar(x[i], s - 1.0F);
+      }
+      return;
+  }
+}
+
+template <class F>
+inline __attribute__((always_inline)) void binary_row(const float* a, std::int64_t sa,
+                                                      const float* b, std::int64_t sb, float* y,
+                                                      std::int64_t n, F f) {
+  if (sa == 1 && sb == 1) {
+    for (std::int64_t i = 0; i < n; ++i) y[i] = f(a[i], b[i]);
+  } else if (sa == 1 && sb == 0) {
+    const float bv = *b;
+    for (std::int64_t i = 0; i < n; ++i) y[i] = f(a[i], bv);
+  } else if (sa == 0 && sb == 1) {
+    const float av = *a;
+    for (std::int64_t i = 0; i < n; ++i) y[i] = f(av, b[i]);
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) y[i] = f(a[i * sa], b[i * sb]);
+  }
+}
+
+RIG_CPU_KERNEL void binary_range(Binary op, const float* a, std::int64_t sa, const float* b,
+                                 std::int64_t sb, float* y, std::int64_t n) {
+  switch (op) {
+    case Binary::add:
+      binary_row(a, sa, b, sb, y, n, [](float u, float v) { return u + v; });
+      return;
+    case Binary::sub:
+      binary_row(a, sa, b, sb, y, n, [](float u, float v) { return u - v; });
+      return;
+    case Binary::mul:
+      binary_row(a, sa, b, sb, y, n, [](float u, float v) { return u * v; });
+      return;
+    case Binary::div:
+      binary_row(a, sa, b, sb, y, n, [](float u, float v) { return u / v; });
+      return;
+  }
+}
+
+RIG_CPU_KERNEL void copy_range(const float* x, std::int64_t sx, float* y, std::int64_t n) {
+  if (sx == 1) {
+    std::copy(x, x + n, y);
+  } else if (sx == 0) {
+    std::fill(y, y + n, *x);
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) y[i] = x[i * sx];
+  }
+}
+
+// Runs row(offsets, begin, end) over a plan: rows of the inner axis in
+// parallel, or chunks of the inner axis when there is only one row.
+template <int N, class Row>
+void run_plan(const StridedPlan<N>& plan, Row row) {
+  const std::int64_t inner = plan.inner();
+  const std::int64_t outer = plan.outer();
+  if (outer == 1) {
+    parallel_for(inner, kGrain, [&](std::int64_t begin, std::int64_t end) {
+      std::array<std::int64_t, N> offsets{};
+      row(offsets, begin, end);
+    });
+    return;
+  }
+  const std::int64_t grain = std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, inner));
+  parallel_for(outer, grain, [&](std::int64_t begin, std::int64_t end) {
+    for_each_row(plan, begin, end,
+                 [&](const std::array<std::int64_t, N>& offsets) { row(offsets, 0, inner); });
+  });
+}
+
+RIG_CPU_KERNEL void bias_activation_rows(float* y, float* pre, const float* bias,
+                                         std::int64_t rows, std::int64_t cols,
+                                         ops::Activation act) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    float* yr = y + r * cols;
+    if (bias != nullptr) {
+      for (std::int64_t c = 0; c < cols; ++c) yr[c] += bias[c];
+    }
+    switch (act) {
+      case ops::Activation::none:
+        break;
+      case ops::Activation::relu:
+        for (std::int64_t c = 0; c < cols; ++c) yr[c] = yr[c] < 0.0F ? 0.0F : yr[c];
+        break;
+      case ops::Activation::gelu:
+        if (pre != nullptr) {
+          float* pr = pre + r * cols;
+          for (std::int64_t c = 0; c < cols; ++c) {
+            pr[c] = yr[c];
+            yr[c] = vec::gelu(pr[c]);
+          }
+        } else {
+          for (std::int64_t c = 0; c < cols; ++c) yr[c] = vec::gelu(yr[c]);
+        }
+        break;
+      case ops::Activation::tanh:
+        for (std::int64_t c = 0; c < cols; ++c) yr[c] = vec::tanh(yr[c]);
+        break;
+      case ops::Activation::sigmoid:
+        for (std::int64_t c = 0; c < cols; ++c) yr[c] = vec::sigmoid(yr[c]);
+        break;
+    }
+  }
+}
+
+// Columns [c0, c1) of all rows: dz = g * act'(saved), db += dz.
+RIG_CPU_KERNEL void activation_backward_cols(ops::Activation act, const float* g,
+                                             const float* saved, float* dz, float* db,
+                                             std::int64_t rows, std::int64_t cols, std::int64_t c0,
+                                             std::int64_t c1) {
+  const std::int64_t w = c1 - c0;
+  if (db != nullptr) std::fill(db + c0, db + c1, 0.0F);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* gr = g + r * cols + c0;
+    const float* sr = saved == nullptr ? nullptr : saved + r * cols + c0;
+    float* dr = dz == nullptr ? nullptr : dz + r * cols + c0;
+    switch (act) {
+      case ops::Activation::none:
+        break;
+      case ops::Activation::relu:
+        for (std::int64_t c = 0; c < w; ++c) dr[c] = sr[c] > 0.0F ? gr[c] : 0.0F;
+        break;
+      case ops::Activation::gelu:
+        for (std::int64_t c = 0; c < w; ++c) dr[c] = gr[c] * vec::gelu_grad(sr[c]);
+        break;
+      case ops::Activation::tanh:
+        for (std::int64_t c = 0; c < w; ++c) dr[c] = gr[c] * (1.0F - sr[c] * sr[c]);
+        break;
+      case ops::Activation::sigmoid:
+        for (std::int64_t c = 0; c < w; ++c) dr[c] = gr[c] * sr[c] * (1.0F - sr[c]);
+        break;
+    }
+    if (db != nullptr) {
+      const float* src = act == ops::Activation::none ? gr : dr;
+      float* out = db + c0;
+      for (std::int64_t c = 0; c < w; ++c) out[c] += src[c];
+    }
+  }
+}
+
+}  // namespace
+
+Unary unary_of(ops::Activation activation) {
+  switch (activation) {
+    case ops::Activation::relu:
+      return Unary::relu;
+    case ops::Activation::gelu:
+      return Unary::gelu;
+    case ops::Activation::tanh:
+      return Unary::tanh;
+    case ops::Activation::sigmoid:
+      return Unary::sigmoid;
+    case ops::Activation::none:
+      break;
+  }
+  return Unary::mul_scalar;
+}
+
+void unary(Unary op, const float* x, float* y, std::int64_t n, float scalar) {
+  parallel_for(n, kGrain, [&](std::int64_t begin, std::int64_t end) {
+    unary_range(op, x + begin, y + begin, end - begin, scalar);
+  });
+}
+
+void unary_backward(Unary op, const float* g, const float* x, const float* y, float* dx,
+                    std::int64_t n, float scalar) {
+  parallel_for(n, kGrain, [&](std::int64_t begin, std::int64_t end) {
+    unary_backward_range(op, g + begin, x == nullptr ? nullptr : x + begin,
+                         y == nullptr ? nullptr : y + begin, dx + begin, end - begin, scalar);
+  });
+}
+
+void binary(Binary op, const StridedPlan<3>& plan, const float* a, const float* b, float* out) {
+  const std::int64_t so = plan.inner_stride(0);
+  const std::int64_t sa = plan.inner_stride(1);
+  const std::int64_t sb = plan.inner_stride(2);
+  run_plan(plan, [&](const std::array<std::int64_t, 3>& off, std::int64_t begin, std::int64_t end) {
+    // The output is contiguous (so == 1) for every caller.
+    binary_range(op, a + off[1] + begin * sa, sa, b + off[2] + begin * sb, sb,
+                 out + off[0] + begin * so, end - begin);
+  });
+}
+
+void strided_copy(const StridedPlan<2>& plan, const float* x, float* out) {
+  const std::int64_t so = plan.inner_stride(0);
+  const std::int64_t sx = plan.inner_stride(1);
+  run_plan(plan, [&](const std::array<std::int64_t, 2>& off, std::int64_t begin, std::int64_t end) {
+    copy_range(x + off[1] + begin * sx, sx, out + off[0] + begin * so, end - begin);
+  });
+}
+
+void bias_activation(float* y, float* pre, const float* bias, std::int64_t rows, std::int64_t cols,
+                     ops::Activation activation) {
+  if (bias == nullptr && activation == ops::Activation::none) return;
+  const std::int64_t grain = std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, cols));
+  parallel_for(rows, grain, [&](std::int64_t begin, std::int64_t end) {
+    bias_activation_rows(y + begin * cols, pre == nullptr ? nullptr : pre + begin * cols, bias,
+                         end - begin, cols, activation);
+  });
+}
+
+void activation_backward(ops::Activation activation, const float* g, const float* saved,
+                         float* dz, float* db, std::int64_t rows, std::int64_t cols) {
+  if (activation == ops::Activation::none && db == nullptr) return;
+  // Column blocks: each task owns its slice of db, so no reduction is needed.
+  constexpr std::int64_t kBlock = 64;
+  const std::int64_t blocks = (cols + kBlock - 1) / kBlock;
+  const std::int64_t grain = std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, rows * kBlock));
+  parallel_for(blocks, grain, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t blk = begin; blk < end; ++blk) {
+      const std::int64_t c0 = blk * kBlock;
+      const std::int64_t c1 = std::min(cols, c0 + kBlock);
+      activation_backward_cols(activation, g, saved, dz, db, rows, cols, c0, c1);
+    }
+  });
+}
+
+}  // namespace rig::cpu

@@ -1,0 +1,60 @@
+// Elementwise f32 kernels: unary maps and their derivatives, broadcasting
+// binary arithmetic, and the fused bias + activation pass of linear layers.
+// All run threaded over the caller's buffers; none allocates.
+#pragma once
+
+#include <cstdint>
+
+#include "cpu/strided.hpp"
+#include "rig/ops.hpp"
+
+namespace rig::cpu {
+
+enum class Unary : std::uint8_t {
+  neg,
+  exp,
+  log,
+  sqrt,
+  rsqrt,
+  relu,
+  gelu,       // erf form
+  gelu_tanh,  // tanh approximation
+  tanh,
+  sigmoid,
+  add_scalar,  // x + scalar
+  mul_scalar,  // x * scalar
+  pow_scalar,  // x ^ scalar
+};
+
+// The Unary of an activation (none -> mul_scalar by 1 is never used: callers skip it).
+Unary unary_of(ops::Activation activation);
+
+// y[i] = f(x[i]) for contiguous x, y (may alias).
+void unary(Unary op, const float* x, float* y, std::int64_t n, float scalar = 0.0F);
+// dx[i] = g[i] * f'(x[i]); `x` is the input, `y` the output f(x) (some
+// derivatives read one, some the other). dx may alias g.
+void unary_backward(Unary op, const float* g, const float* x, const float* y, float* dx,
+                    std::int64_t n, float scalar = 0.0F);
+
+enum class Binary : std::uint8_t { add, sub, mul, div };
+
+// out = a op b over a plan whose operands are 0: out, 1: a, 2: b.
+void binary(Binary op, const StridedPlan<3>& plan, const float* a, const float* b, float* out);
+
+// out = x over a plan whose operands are 0: out, 1: x (a strided / broadcast copy).
+void strided_copy(const StridedPlan<2>& plan, const float* x, float* out);
+
+// Linear's epilogue on y [rows, cols] in place: y = act(y + bias). `bias`
+// may be null. For gelu, whose derivative needs the pre-activation, pass
+// `pre` [rows, cols] to keep y + bias there when a backward pass will follow;
+// otherwise pass null.
+void bias_activation(float* y, float* pre, const float* bias, std::int64_t rows, std::int64_t cols,
+                     ops::Activation activation);
+
+// Linear's backward epilogue: dz = g * act'(.) from `saved` (the output y,
+// or the pre-activation for gelu) into dz (may alias g; unused for none), and
+// when db is non-null, db[c] = sum over rows of dz[r, c] (overwritten).
+void activation_backward(ops::Activation activation, const float* g, const float* saved,
+                         float* dz, float* db, std::int64_t rows, std::int64_t cols);
+
+}  // namespace rig::cpu

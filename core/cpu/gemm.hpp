@@ -1,0 +1,43 @@
+// Row-major single-precision GEMM on OpenBLAS, threaded by rig's own pool.
+// OpenBLAS is put in single-thread mode on first use: its busy-waiting
+// workers would otherwise compete with rig's pool for the same cores. Large
+// products are split into row (or column) panels across the pool; batches of
+// small products run one product per task.
+#pragma once
+
+#include <cstdint>
+
+namespace rig::cpu {
+
+// One operand: element (i, j) of op(X) is data[i * ld + j], or data[j * ld + i]
+// when `trans`.
+struct GemmOperand {
+  const float* data = nullptr;
+  std::int64_t ld = 0;
+  bool trans = false;
+};
+
+// C[m, n] = alpha op(A)[m, k] op(B)[k, n] + beta C, C row-major with leading
+// dimension ldc. k == 0 gives beta C (zeros when beta == 0).
+void gemm(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const GemmOperand& a,
+          const GemmOperand& b, float beta, float* c, std::int64_t ldc);
+
+// Element offsets of each product's A and B in a batch with (broadcast)
+// batch axes: batch index -> offset, row-major over `shape`, at most 8 axes
+// (stride 0 where an operand broadcasts).
+struct GemmBatchOffsets {
+  static constexpr int kMaxDims = 8;
+  int ndim = 0;
+  std::int64_t shape[kMaxDims] = {};
+  std::int64_t a_strides[kMaxDims] = {};
+  std::int64_t b_strides[kMaxDims] = {};
+  std::int64_t offset_a(std::int64_t index) const;
+  std::int64_t offset_b(std::int64_t index) const;
+};
+// `batch` products: product i reads a.data + offsets.offset_a(i) and
+// b.data + offsets.offset_b(i), and writes c + i * c_stride.
+void gemm_batched(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                  const GemmOperand& a, const GemmOperand& b, const GemmBatchOffsets& offsets,
+                  float beta, float* c, std::int64_t ldc, std::int64_t c_stride);
+
+}  // namespace rig::cpu

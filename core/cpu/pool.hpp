@@ -1,0 +1,27 @@
+// 2-D pooling kernels over contiguous NCHW f32 planes, forward and backward.
+#pragma once
+
+#include <cstdint>
+
+namespace rig::cpu {
+
+struct Pool2dShape {
+  std::int64_t planes = 0;  // N * C
+  std::int64_t h = 0, w = 0, out_h = 0, out_w = 0;
+  std::int64_t kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+};
+
+// Window maximum (padding never wins; NaN propagates as in PyTorch).
+void max_pool2d_forward(const Pool2dShape& s, const float* x, float* y);
+// dx = dy routed to the first maximal element of each window (recomputed from x).
+void max_pool2d_backward(const Pool2dShape& s, const float* x, const float* dy, float* dx);
+
+// Window mean with padding counted in the divisor (count_include_pad).
+void avg_pool2d_forward(const Pool2dShape& s, const float* x, float* y);
+void avg_pool2d_backward(const Pool2dShape& s, const float* dy, float* dx);
+
+// y[p] = mean of plane p (`size` elements); dx[p][i] = dy[p] / size.
+void global_avg_pool_forward(std::int64_t planes, std::int64_t size, const float* x, float* y);
+void global_avg_pool_backward(std::int64_t planes, std::int64_t size, const float* dy, float* dx);
+
+}  // namespace rig::cpu

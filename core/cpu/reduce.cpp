@@ -1,0 +1,159 @@
+#include "cpu/reduce.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "cpu/kernel_attributes.hpp"
+#include "cpu/parallel.hpp"
+
+namespace rig::cpu {
+
+namespace {
+
+constexpr std::int64_t kGrain = 16384;
+
+// Eight independent double lanes: vectorisable without reassociating, and
+// more accurate than one running float sum.
+RIG_CPU_KERNEL double sum_range(const float* x, std::int64_t n) {
+  double lanes[8] = {};
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int l = 0; l < 8; ++l) lanes[l] += static_cast<double>(x[i + l]);
+  }
+  double total = 0.0;
+  for (; i < n; ++i) total += static_cast<double>(x[i]);
+  for (double lane : lanes) total += lane;
+  return total;
+}
+
+RIG_CPU_KERNEL double sum_squares_range(const float* x, std::int64_t n) {
+  double lanes[8] = {};
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int l = 0; l < 8; ++l) lanes[l] += static_cast<double>(x[i + l]) * x[i + l];
+  }
+  double total = 0.0;
+  for (; i < n; ++i) total += static_cast<double>(x[i]) * x[i];
+  for (double lane : lanes) total += lane;
+  return total;
+}
+
+// A fixed partition (independent of the thread count) keeps the result reproducible.
+template <class Range>
+double chunked_sum(const float* x, std::int64_t n, Range range) {
+  constexpr int kMaxChunks = 64;
+  const std::int64_t chunks = std::clamp<std::int64_t>((n + kGrain - 1) / kGrain, 1, kMaxChunks);
+  const std::int64_t chunk = (n + chunks - 1) / chunks;
+  std::array<double, kMaxChunks> partial{};
+  parallel_for(chunks, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t c = begin; c < end; ++c) {
+      const std::int64_t lo = std::min(n, c * chunk);
+      const std::int64_t hi = std::min(n, lo + chunk);
+      partial[static_cast<std::size_t>(c)] = range(x + lo, hi - lo);
+    }
+  });
+  double total = 0.0;
+  for (std::int64_t c = 0; c < chunks; ++c) total += partial[static_cast<std::size_t>(c)];
+  return total;
+}
+
+// Rows of contiguous values (inner == 1): y[o] = scale * sum of row o.
+RIG_CPU_KERNEL void row_sums(const float* x, float* y, std::int64_t rows, std::int64_t r,
+                             float scale) {
+  for (std::int64_t o = 0; o < rows; ++o) {
+    const float* row = x + o * r;
+    float lanes[16] = {};
+    std::int64_t j = 0;
+    for (; j + 16 <= r; j += 16) {
+      for (int l = 0; l < 16; ++l) lanes[l] += row[j + l];
+    }
+    float total = 0.0F;
+    for (; j < r; ++j) total += row[j];
+    for (float lane : lanes) total += lane;
+    y[o] = total * scale;
+  }
+}
+
+// y[i] = scale * sum_j x[j * inner + i] for i in [i0, i1).
+RIG_CPU_KERNEL void column_sums(const float* x, float* y, std::int64_t r, std::int64_t inner,
+                                std::int64_t i0, std::int64_t i1, float scale) {
+  float* out = y + i0;
+  const std::int64_t w = i1 - i0;
+  std::fill(out, out + w, 0.0F);
+  for (std::int64_t j = 0; j < r; ++j) {
+    const float* row = x + j * inner + i0;
+    for (std::int64_t i = 0; i < w; ++i) out[i] += row[i];
+  }
+  if (scale != 1.0F) {
+    for (std::int64_t i = 0; i < w; ++i) out[i] *= scale;
+  }
+}
+
+RIG_CPU_KERNEL void max_columns(const float* x, float* y, std::int64_t* index, std::int64_t r,
+                                std::int64_t inner, std::int64_t i0, std::int64_t i1) {
+  for (std::int64_t i = i0; i < i1; ++i) {
+    y[i] = x[i];
+    index[i] = 0;
+  }
+  for (std::int64_t j = 1; j < r; ++j) {
+    const float* row = x + j * inner;
+    for (std::int64_t i = i0; i < i1; ++i) {
+      const float v = row[i];
+      // Strictly greater keeps the first maximum; a NaN wins once and stays.
+      const bool take = v > y[i] || (std::isnan(v) && !std::isnan(y[i]));
+      y[i] = take ? v : y[i];
+      index[i] = take ? j : index[i];
+    }
+  }
+}
+
+}  // namespace
+
+double sum_all(const float* x, std::int64_t n) { return chunked_sum(x, n, sum_range); }
+
+double sum_squares(const float* x, std::int64_t n) {
+  return chunked_sum(x, n, sum_squares_range);
+}
+
+void sum_axis(const float* x, float* y, std::int64_t outer, std::int64_t r, std::int64_t inner,
+              float scale) {
+  if (outer == 0 || inner == 0) return;
+  if (r == 0) {
+    std::fill(y, y + outer * inner, 0.0F);
+    return;
+  }
+  if (inner == 1) {
+    const std::int64_t grain = std::max<std::int64_t>(1, kGrain / r);
+    parallel_for(outer, grain, [&](std::int64_t begin, std::int64_t end) {
+      row_sums(x + begin * r, y + begin, end - begin, r, scale);
+    });
+    return;
+  }
+  // Columns: split each outer slice's inner axis into blocks so that a
+  // single [r, inner] reduction (outer == 1) is threaded too.
+  constexpr std::int64_t kBlock = 256;
+  const std::int64_t blocks = (inner + kBlock - 1) / kBlock;
+  const std::int64_t grain = std::max<std::int64_t>(1, kGrain / (r * std::min(inner, kBlock)));
+  parallel_for(outer * blocks, grain, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t t = begin; t < end; ++t) {
+      const std::int64_t o = t / blocks;
+      const std::int64_t i0 = (t % blocks) * kBlock;
+      const std::int64_t i1 = std::min(inner, i0 + kBlock);
+      column_sums(x + o * r * inner, y + o * inner, r, inner, i0, i1, scale);
+    }
+  });
+}
+
+void max_axis(const float* x, float* y, std::int64_t* index, std::int64_t outer, std::int64_t r,
+              std::int64_t inner) {
+  if (outer == 0 || inner == 0 || r == 0) return;
+  const std::int64_t grain = std::max<std::int64_t>(1, kGrain / (r * inner));
+  parallel_for(outer, grain, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t o = begin; o < end; ++o) {
+      max_columns(x + o * r * inner, y + o * inner, index + o * inner, r, inner, 0, inner);
+    }
+  });
+}
+
+}  // namespace rig::cpu

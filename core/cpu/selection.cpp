@@ -1,0 +1,362 @@
+#include "cpu/selection.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <vector>
+
+#include "cpu/kernel_attributes.hpp"
+#include "cpu/parallel.hpp"
+
+namespace rig::cpu {
+namespace {
+
+constexpr std::int64_t kGrainElements = 16 * 1024;
+
+// ---- select -------------------------------------------------------------------
+
+// The output shape with size-1 axes dropped and neighbouring axes merged
+// wherever all three operands step through them as one (the output is contiguous).
+struct SelectJob {
+  Shape shape;
+  Strides strides[3];  // cond, a, b
+  const void* data[3];
+  void* out;
+  std::int64_t rows = 1, length = 1, chunk = 1, chunks = 1;
+
+  SelectJob(const Shape& full, const SelectOperand* ops[3], void* o) : out(o) {
+    for (int k = 0; k < 3; ++k) data[k] = ops[k]->data;
+    for (std::size_t d = 0; d < full.size(); ++d) {
+      if (full[d] == 1) continue;
+      bool merge = !shape.empty();
+      for (int k = 0; k < 3 && merge; ++k) {
+        merge = strides[k].back() == ops[k]->strides[d] * full[d];
+      }
+      if (merge) {
+        shape.back() *= full[d];
+        for (int k = 0; k < 3; ++k) strides[k].back() = ops[k]->strides[d];
+      } else {
+        shape.push_back(full[d]);
+        for (int k = 0; k < 3; ++k) strides[k].push_back(ops[k]->strides[d]);
+      }
+    }
+    if (shape.empty()) {
+      shape.push_back(1);
+      for (auto& s : strides) s.push_back(0);
+    }
+    length = shape.back();
+    for (std::size_t d = 0; d + 1 < shape.size(); ++d) rows *= shape[d];
+    const std::int64_t want = 4LL * num_threads();
+    if (rows < want) {
+      chunk = std::max<std::int64_t>(4096, (length * rows + want - 1) / want);
+      chunk = std::min(chunk, length);
+      chunks = (length + chunk - 1) / chunk;
+    } else {
+      chunk = length;
+    }
+  }
+
+  // Element offsets of the three operands at the start of `row`.
+  void row_offsets(std::int64_t row, std::int64_t off[3]) const {
+    off[0] = off[1] = off[2] = 0;
+    for (auto d = static_cast<std::int64_t>(shape.size()) - 2; d >= 0; --d) {
+      const std::int64_t c = row % shape[d];
+      row /= shape[d];
+      for (int k = 0; k < 3; ++k) off[k] += c * strides[k][d];
+    }
+  }
+};
+
+// Inner loop with compile-time strides (0 or 1) where known; -1 = runtime.
+template <class T, int SC, int SA, int SB>
+inline void select_inner(const std::uint8_t* c, std::int64_t sc, const T* a, std::int64_t sa,
+                         const T* b, std::int64_t sb, T* o, std::int64_t n) {
+  if constexpr (SC >= 0) sc = SC;
+  if constexpr (SA >= 0) sa = SA;
+  if constexpr (SB >= 0) sb = SB;
+  for (std::int64_t i = 0; i < n; ++i) o[i] = c[i * sc] != 0 ? a[i * sa] : b[i * sb];
+}
+
+template <class T>
+inline void select_range(const SelectJob& job, std::int64_t begin, std::int64_t end) {
+  const auto* cond = static_cast<const std::uint8_t*>(job.data[0]);
+  const auto* a = static_cast<const T*>(job.data[1]);
+  const auto* b = static_cast<const T*>(job.data[2]);
+  T* out = static_cast<T*>(job.out);
+  const std::int64_t sc = job.strides[0].back(), sa = job.strides[1].back(),
+                     sb = job.strides[2].back();
+  const bool unit = (sc == 0 || sc == 1) && (sa == 0 || sa == 1) && (sb == 0 || sb == 1);
+  const int pattern = unit ? static_cast<int>(sc * 4 + sa * 2 + sb) : -1;
+  for (std::int64_t t = begin; t < end; ++t) {
+    const std::int64_t row = t / job.chunks;
+    const std::int64_t i0 = (t % job.chunks) * job.chunk;
+    const std::int64_t n = std::min(job.length - i0, job.chunk);
+    std::int64_t off[3];
+    job.row_offsets(row, off);
+    const std::uint8_t* c = cond + off[0] + i0 * sc;
+    const T* pa = a + off[1] + i0 * sa;
+    const T* pb = b + off[2] + i0 * sb;
+    T* o = out + row * job.length + i0;
+    switch (pattern) {
+      case 0: select_inner<T, 0, 0, 0>(c, sc, pa, sa, pb, sb, o, n); break;
+      case 1: select_inner<T, 0, 0, 1>(c, sc, pa, sa, pb, sb, o, n); break;
+      case 2: select_inner<T, 0, 1, 0>(c, sc, pa, sa, pb, sb, o, n); break;
+      case 3: select_inner<T, 0, 1, 1>(c, sc, pa, sa, pb, sb, o, n); break;
+      case 4: select_inner<T, 1, 0, 0>(c, sc, pa, sa, pb, sb, o, n); break;
+      case 5: select_inner<T, 1, 0, 1>(c, sc, pa, sa, pb, sb, o, n); break;
+      case 6: select_inner<T, 1, 1, 0>(c, sc, pa, sa, pb, sb, o, n); break;
+      case 7: select_inner<T, 1, 1, 1>(c, sc, pa, sa, pb, sb, o, n); break;
+      default: select_inner<T, -1, -1, -1>(c, sc, pa, sa, pb, sb, o, n); break;
+    }
+  }
+}
+
+RIG_CPU_KERNEL void select_range_1(const SelectJob& j, std::int64_t b, std::int64_t e) {
+  select_range<std::uint8_t>(j, b, e);
+}
+RIG_CPU_KERNEL void select_range_2(const SelectJob& j, std::int64_t b, std::int64_t e) {
+  select_range<std::uint16_t>(j, b, e);
+}
+RIG_CPU_KERNEL void select_range_4(const SelectJob& j, std::int64_t b, std::int64_t e) {
+  select_range<std::uint32_t>(j, b, e);
+}
+RIG_CPU_KERNEL void select_range_8(const SelectJob& j, std::int64_t b, std::int64_t e) {
+  select_range<std::uint64_t>(j, b, e);
+}
+
+// ---- argmax -------------------------------------------------------------------
+
+template <class T>
+inline bool is_nan(T v) {
+  return v != v;  // NOLINT: false for integers
+}
+
+// a comes before b in a descending order where NaN is largest.
+template <class T>
+inline bool greater(T a, T b) {
+  return a > b || (is_nan(a) && !is_nan(b));
+}
+
+template <class T>
+inline std::int64_t argmax_scalar(const T* x, std::int64_t n, std::int64_t stride) {
+  std::int64_t best = 0;
+  for (std::int64_t i = 1; i < n; ++i) {
+    if (greater(x[i * stride], x[best * stride])) best = i;
+  }
+  return best;
+}
+
+// One contiguous f32 row: per-lane maxima (vectorised), then the first index
+// holding the maximum; rows with a NaN take the scalar path.
+inline std::int64_t argmax_row_f32(const float* x, std::int64_t n) {
+  constexpr std::int64_t kLanes = 16;
+  if (n < 2 * kLanes) return argmax_scalar(x, n, 1);
+  float lane[kLanes];
+  std::int32_t nan[kLanes];
+  for (std::int64_t j = 0; j < kLanes; ++j) {
+    lane[j] = x[j];
+    nan[j] = x[j] != x[j];
+  }
+  std::int64_t i = kLanes;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (std::int64_t j = 0; j < kLanes; ++j) {
+      const float v = x[i + j];
+      lane[j] = v > lane[j] ? v : lane[j];
+      nan[j] |= v != v;
+    }
+  }
+  float m = lane[0];
+  std::int32_t any_nan = 0;
+  for (std::int64_t j = 0; j < kLanes; ++j) {
+    m = lane[j] > m ? lane[j] : m;
+    any_nan |= nan[j];
+  }
+  for (; i < n; ++i) {
+    m = x[i] > m ? x[i] : m;
+    any_nan |= x[i] != x[i];
+  }
+  if (any_nan) return argmax_scalar(x, n, 1);
+  std::int64_t k = 0;
+  while (x[k] != m) ++k;
+  return k;
+}
+
+RIG_CPU_KERNEL void argmax_rows_f32(const float* x, std::int64_t n, std::int64_t begin,
+                                    std::int64_t end, std::int64_t* out) {
+  for (std::int64_t r = begin; r < end; ++r) out[r] = argmax_row_f32(x + r * n, n);
+}
+
+// Along a strided axis: running best values for a whole inner row at once.
+template <class T>
+inline void argmax_columns(const T* x, std::int64_t n, std::int64_t inner, std::int64_t i0,
+                           std::int64_t i1, std::int64_t* out) {
+  for (std::int64_t i = i0; i < i1; ++i) out[i] = 0;
+  for (std::int64_t r = 1; r < n; ++r) {
+    const T* row = x + r * inner;
+    for (std::int64_t i = i0; i < i1; ++i) {
+      if (greater(row[i], x[out[i] * inner + i])) out[i] = r;
+    }
+  }
+}
+
+template <class T>
+void argmax_typed(const T* x, std::int64_t outer, std::int64_t n, std::int64_t inner,
+                  std::int64_t* out) {
+  if (inner == 1) {
+    parallel_for(outer, std::max<std::int64_t>(1, kGrainElements / n),
+                 [&](std::int64_t begin, std::int64_t end) {
+                   if constexpr (std::is_same_v<T, float>) {
+                     argmax_rows_f32(x, n, begin, end, out);
+                   } else {
+                     for (std::int64_t r = begin; r < end; ++r) {
+                       out[r] = argmax_scalar(x + r * n, n, 1);
+                     }
+                   }
+                 });
+    return;
+  }
+  parallel_for(outer, std::max<std::int64_t>(1, kGrainElements / (n * inner)),
+               [&](std::int64_t begin, std::int64_t end) {
+                 for (std::int64_t o = begin; o < end; ++o) {
+                   argmax_columns(x + o * n * inner, n, inner, 0, inner, out + o * inner);
+                 }
+               });
+}
+
+// ---- topk ---------------------------------------------------------------------
+
+// The k best of one row kept sorted in (vals, idx) by insertion: most
+// elements fail the comparison with the current k-th value, tested a block at
+// a time (vectorised), so the cost is about one pass over the row.
+template <class T>
+inline void topk_insertion(const T* x, std::int64_t n, std::int64_t k, T* vals,
+                           std::int64_t* idx) {
+  auto insert = [&](std::int64_t count, T v, std::int64_t i) {
+    std::int64_t p = count < k ? count : k - 1;
+    while (p > 0 && greater(v, vals[p - 1])) {
+      vals[p] = vals[p - 1];
+      idx[p] = idx[p - 1];
+      --p;
+    }
+    vals[p] = v;
+    idx[p] = i;
+  };
+  for (std::int64_t i = 0; i < k; ++i) insert(i, x[i], i);
+  constexpr std::int64_t kBlock = 32;
+  std::int64_t i = k;
+  for (; i + kBlock <= n; i += kBlock) {
+    const T threshold = vals[k - 1];
+    std::int32_t any = 0;
+    // !(v <= threshold): true for larger values and whenever a NaN is involved.
+    for (std::int64_t j = 0; j < kBlock; ++j) any |= !(x[i + j] <= threshold);
+    if (!any) continue;
+    for (std::int64_t j = 0; j < kBlock; ++j) {
+      if (greater(x[i + j], vals[k - 1])) insert(k, x[i + j], i + j);
+    }
+  }
+  for (; i < n; ++i) {
+    if (greater(x[i], vals[k - 1])) insert(k, x[i], i);
+  }
+}
+
+// Large k: select and sort an index permutation (stable: ties by index).
+template <class T>
+inline void topk_sort(const T* x, std::int64_t n, std::int64_t k, T* vals, std::int64_t* idx,
+                      std::vector<std::int64_t>& order) {
+  order.resize(static_cast<std::size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  auto before = [x](std::int64_t a, std::int64_t b) {
+    return greater(x[a], x[b]) || (!greater(x[b], x[a]) && a < b);
+  };
+  if (k < n) std::nth_element(order.begin(), order.begin() + (k - 1), order.end(), before);
+  std::sort(order.begin(), order.begin() + k, before);
+  for (std::int64_t j = 0; j < k; ++j) {
+    idx[j] = order[static_cast<std::size_t>(j)];
+    vals[j] = x[idx[j]];
+  }
+}
+
+constexpr std::int64_t kInsertionMaxK = 64;
+
+RIG_CPU_KERNEL void topk_rows_f32(const float* x, std::int64_t n, std::int64_t k,
+                                  std::int64_t begin, std::int64_t end, float* vals,
+                                  std::int64_t* idx) {
+  for (std::int64_t r = begin; r < end; ++r) {
+    topk_insertion(x + r * n, n, k, vals + r * k, idx + r * k);
+  }
+}
+
+template <class T>
+void topk_typed(const T* x, std::int64_t rows, std::int64_t n, std::int64_t k, T* vals,
+                std::int64_t* idx) {
+  if (k == 0 || rows == 0) return;
+  const std::int64_t grain = std::max<std::int64_t>(1, kGrainElements / n);
+  if (k > kInsertionMaxK) {
+    parallel_for(rows, grain, [&](std::int64_t begin, std::int64_t end) {
+      std::vector<std::int64_t> order;  // large k only: one buffer per chunk
+      for (std::int64_t r = begin; r < end; ++r) {
+        topk_sort(x + r * n, n, k, vals + r * k, idx + r * k, order);
+      }
+    });
+    return;
+  }
+  parallel_for(rows, grain, [&](std::int64_t begin, std::int64_t end) {
+    if constexpr (std::is_same_v<T, float>) {
+      topk_rows_f32(x, n, k, begin, end, vals, idx);
+    } else {
+      for (std::int64_t r = begin; r < end; ++r) {
+        topk_insertion(x + r * n, n, k, vals + r * k, idx + r * k);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void select(const Shape& shape, std::size_t element_bytes, const SelectOperand& cond,
+            const SelectOperand& a, const SelectOperand& b, void* out) {
+  if (shape_numel(shape) == 0) return;
+  const SelectOperand* ops[3] = {&cond, &a, &b};
+  const SelectJob job(shape, ops, out);
+  const std::int64_t tasks = job.rows * job.chunks;
+  const std::int64_t grain = std::max<std::int64_t>(1, kGrainElements / job.chunk);
+  auto run = [&](auto kernel) {
+    parallel_for(tasks, grain,
+                 [&](std::int64_t begin, std::int64_t end) { kernel(job, begin, end); });
+  };
+  switch (element_bytes) {
+    case 1: run(select_range_1); break;
+    case 2: run(select_range_2); break;
+    case 4: run(select_range_4); break;
+    default: run(select_range_8); break;
+  }
+}
+
+void argmax(const Tensor& x, std::int64_t outer, std::int64_t n, std::int64_t inner,
+            Tensor& out) {
+  std::int64_t* o = out.data<std::int64_t>();
+  switch (x.dtype()) {
+    case DType::f32: argmax_typed(x.data<float>(), outer, n, inner, o); break;
+    case DType::i32: argmax_typed(x.data<std::int32_t>(), outer, n, inner, o); break;
+    case DType::i64: argmax_typed(x.data<std::int64_t>(), outer, n, inner, o); break;
+    default: argmax_typed(x.data<std::uint8_t>(), outer, n, inner, o); break;
+  }
+}
+
+void topk(const Tensor& x, std::int64_t rows, std::int64_t n, std::int64_t k, Tensor& values,
+          Tensor& indices) {
+  std::int64_t* idx = indices.data<std::int64_t>();
+  switch (x.dtype()) {
+    case DType::f32: topk_typed(x.data<float>(), rows, n, k, values.data<float>(), idx); break;
+    case DType::i32:
+      topk_typed(x.data<std::int32_t>(), rows, n, k, values.data<std::int32_t>(), idx);
+      break;
+    case DType::i64:
+      topk_typed(x.data<std::int64_t>(), rows, n, k, values.data<std::int64_t>(), idx);
+      break;
+    default:
+      topk_typed(x.data<std::uint8_t>(), rows, n, k, values.data<std::uint8_t>(), idx);
+      break;
+  }
+}
+
+}  // namespace rig::cpu

@@ -1,0 +1,32 @@
+// CPU kernels for where / masked_fill (a broadcasting select), argmax and topk.
+#pragma once
+
+#include <cstdint>
+
+#include "rig/tensor.hpp"
+
+namespace rig::cpu {
+
+// One operand of select: element 0 and strides (in elements) over the output
+// shape; stride 0 on broadcast axes (a scalar has all strides 0).
+struct SelectOperand {
+  const void* data;
+  Strides strides;
+};
+// out (contiguous, `shape`) = cond != 0 ? a : b. cond is u8; a, b and out
+// share one dtype of `element_bytes` bytes (the values are copied, not converted).
+void select(const Shape& shape, std::size_t element_bytes, const SelectOperand& cond,
+            const SelectOperand& a, const SelectOperand& b, void* out);
+
+// x [outer, n, inner] (contiguous) -> out [outer, inner] (i64): the index of
+// the largest element along n; the first on ties; NaN counts as largest.
+void argmax(const Tensor& x, std::int64_t outer, std::int64_t n, std::int64_t inner,
+            Tensor& out);
+
+// x [rows, n] (contiguous) -> values [rows, k] (x's dtype) and indices
+// [rows, k] (i64), sorted descending, ties by lower index; NaN counts as
+// largest. x is f32, i32, i64 or u8.
+void topk(const Tensor& x, std::int64_t rows, std::int64_t n, std::int64_t k, Tensor& values,
+          Tensor& indices);
+
+}  // namespace rig::cpu

@@ -1,0 +1,93 @@
+// Multi-head attention: four projections around ops::scaled_dot_product_attention.
+#include <stdexcept>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "rig/nn.hpp"
+
+namespace rig::nn {
+
+namespace {
+
+std::int64_t checked_heads(const std::string& name, std::int64_t model_dim,
+                           std::int64_t num_heads) {
+  if (model_dim < 1 || num_heads < 1 || model_dim % num_heads != 0) {
+    throw std::invalid_argument(fmt::format(
+        "MultiHeadAttention '{}': model_dim {} must be a positive multiple of num_heads {}", name,
+        model_dim, num_heads));
+  }
+  return num_heads;
+}
+
+// [B, T, H * D] -> [B, H, T, D] (a view).
+Tensor split_heads(const Tensor& x, std::int64_t heads) {
+  return x.view({x.size(0), x.size(1), heads, x.size(2) / heads}).transpose(1, 2);
+}
+
+// [B, H, T, D] -> [B, T, H * D].
+Tensor merge_heads(const Tensor& x) {
+  return x.transpose(1, 2).reshape({x.size(0), x.size(2), x.size(1) * x.size(3)});
+}
+
+}  // namespace
+
+MultiHeadAttention::MultiHeadAttention(ParameterStore& store, std::string name,
+                                       std::int64_t model_dim, std::int64_t num_heads,
+                                       float attention_dropout, bool bias)
+    : Module(store, std::move(name)),
+      num_heads_(checked_heads(this->name(), model_dim, num_heads)),
+      attention_dropout_(attention_dropout),
+      query_(store, child("query"), model_dim, model_dim, bias),
+      key_(store, child("key"), model_dim, model_dim, bias),
+      value_(store, child("value"), model_dim, model_dim, bias),
+      output_(store, child("output"), model_dim, model_dim, bias) {
+  if (!(attention_dropout >= 0.0F && attention_dropout < 1.0F)) {
+    throw std::invalid_argument(
+        fmt::format("MultiHeadAttention '{}': attention_dropout {} must be in [0, 1)", this->name(),
+                    attention_dropout));
+  }
+}
+
+Tensor MultiHeadAttention::forward(const Tensor& query_input, const Tensor& memory,
+                                   const Options& options) const {
+  const std::int64_t model_dim = query_.weight().size(0);
+  const auto bad = [&](const Tensor& t) {
+    return !t.defined() || t.dim() != 3 || t.size(2) != model_dim;
+  };
+  if (bad(query_input) || bad(memory) || query_input.size(0) != memory.size(0)) {
+    throw std::invalid_argument(fmt::format(
+        "MultiHeadAttention '{}': query {} and memory {} must be [batch, time, {}] with the same "
+        "batch",
+        name(), query_input.defined() ? to_string(query_input.shape()) : "(undefined)",
+        memory.defined() ? to_string(memory.shape()) : "(undefined)", model_dim));
+  }
+  Tensor q = split_heads(query_.forward(query_input), num_heads_);
+  Tensor k = split_heads(key_.forward(memory), num_heads_);
+  Tensor v = split_heads(value_.forward(memory), num_heads_);
+  if (KvCache* cache = options.cache) {
+    if (cache->keys.defined()) {
+      if (cache->keys.dim() != 4 || cache->keys.size(0) != k.size(0) ||
+          cache->keys.size(1) != k.size(1) || cache->keys.size(3) != k.size(3)) {
+        throw std::invalid_argument(
+            fmt::format("MultiHeadAttention '{}': cached keys {} do not fit new keys {}", name(),
+                        to_string(cache->keys.shape()), to_string(k.shape())));
+      }
+      k = ops::concat({cache->keys, k}, 2);
+      v = ops::concat({cache->values, v}, 2);
+    }
+    cache->keys = k;
+    cache->values = v;
+  }
+  ops::AttentionOptions attention;
+  attention.mask = options.mask;
+  attention.causal = options.causal;
+  if (options.training && attention_dropout_ > 0.0F) {
+    attention.dropout_p = attention_dropout_;
+    attention.key = options.key.derive(child("dropout"));
+  }
+  const Tensor context = ops::scaled_dot_product_attention(q, k, v, attention);
+  return output_.forward(merge_heads(context));
+}
+
+}  // namespace rig::nn

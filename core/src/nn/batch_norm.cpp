@@ -1,0 +1,30 @@
+// BatchNorm2d: weight/bias trainable, running statistics as store buffers
+// (checkpointed, never given gradients); updated in place while training.
+#include <stdexcept>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "rig/nn.hpp"
+
+namespace rig::nn {
+
+BatchNorm2d::BatchNorm2d(ParameterStore& store, std::string name, std::int64_t channels,
+                         float momentum, float eps, bool zero_init_gamma)
+    : Module(store, std::move(name)), momentum_(momentum), eps_(eps) {
+  if (channels < 1) {
+    throw std::invalid_argument(
+        fmt::format("BatchNorm2d '{}': channels {} must be >= 1", this->name(), channels));
+  }
+  gamma_ =
+      parameter("weight", {channels}, zero_init_gamma ? Initializer::zeros() : Initializer::ones());
+  beta_ = parameter("bias", {channels}, Initializer::zeros());
+  running_mean_ = buffer("running_mean", {channels}, Initializer::zeros());
+  running_var_ = buffer("running_var", {channels}, Initializer::ones());
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x, bool training) const {
+  return ops::batch_norm(x, gamma_, beta_, running_mean_, running_var_, training, momentum_, eps_);
+}
+
+}  // namespace rig::nn

@@ -1,0 +1,20 @@
+// Position-wise feed-forward block: inner (fused activation), dropout, outer.
+#include <utility>
+
+#include "rig/nn.hpp"
+
+namespace rig::nn {
+
+FeedForward::FeedForward(ParameterStore& store, std::string name, std::int64_t model_dim,
+                         std::int64_t hidden_dim, ops::Activation activation, float dropout)
+    : Module(store, std::move(name)),
+      activation_(activation),
+      dropout_(child("dropout"), dropout),
+      inner_(store, child("inner"), model_dim, hidden_dim),
+      outer_(store, child("outer"), hidden_dim, model_dim) {}
+
+Tensor FeedForward::forward(const Tensor& x, bool training, const RandomKey& key) const {
+  return outer_.forward(dropout_.forward(inner_.forward(x, activation_), training, key));
+}
+
+}  // namespace rig::nn

@@ -1,0 +1,152 @@
+// batch_norm: checks, running-statistics update, autograd, dispatch (cpu/batch_norm.hpp).
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "cpu/batch_norm.hpp"
+#include "ops/op_util.hpp"
+#include "rig/autograd.hpp"
+#include "rig/ops.hpp"
+
+namespace rig::ops {
+
+namespace {
+
+constexpr const char* kOp = "batch_norm";
+
+void require_channel_vector(const Tensor& x, const Tensor& t, const char* role, bool f32_only) {
+  if (!t.defined()) return;
+  if (f32_only) {
+    detail::require_dtype(kOp, t, role, {DType::f32});
+  } else {
+    detail::require_floating(kOp, t, role);
+  }
+  if (t.dim() != 1 || t.size(0) != x.size(1)) {
+    throw std::invalid_argument(fmt::format("batch_norm: x {}: {} {} must be [{}]",
+                                            to_string(x.shape()), role, to_string(t.shape()),
+                                            x.size(1)));
+  }
+}
+
+// The running statistics are updated in place, so they must be plain f32 vectors.
+void require_updatable(const Tensor& t, const char* role) {
+  if (t.defined() && !t.is_contiguous()) {
+    throw std::invalid_argument(
+        fmt::format("batch_norm: {} {} must be contiguous (it is updated in place)", role,
+                    to_string(t.shape())));
+  }
+}
+
+Tensor f32_vector(const Tensor& t) {
+  return t.defined() ? detail::as_f32(t).detach().contiguous() : Tensor();
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                  const Tensor& running_mean, const Tensor& running_var, bool training,
+                  float momentum, float eps) {
+  detail::require_floating(kOp, x, "x");
+  detail::require_same_device(kOp, {&x, &gamma, &beta, &running_mean, &running_var});
+  detail::require_cpu(kOp, {&x, &gamma, &beta, &running_mean, &running_var});
+  if (x.dim() != 2 && x.dim() != 4) {
+    throw std::invalid_argument(
+        fmt::format("batch_norm: x {} must be [N, C, H, W] or [N, C]", to_string(x.shape())));
+  }
+  require_channel_vector(x, gamma, "gamma", false);
+  require_channel_vector(x, beta, "beta", false);
+  require_channel_vector(x, running_mean, "running_mean", true);
+  require_channel_vector(x, running_var, "running_var", true);
+  require_updatable(running_mean, "running_mean");
+  require_updatable(running_var, "running_var");
+  if (!training && (!running_mean.defined() || !running_var.defined())) {
+    throw std::invalid_argument(fmt::format(
+        "batch_norm: x {}: eval mode needs running_mean and running_var", to_string(x.shape())));
+  }
+  if (!(eps >= 0.0F) || !(momentum >= 0.0F && momentum <= 1.0F)) {
+    throw std::invalid_argument(
+        fmt::format("batch_norm: x {}: eps {} must be >= 0 and momentum {} in [0, 1]",
+                    to_string(x.shape()), eps, momentum));
+  }
+  cpu::BatchNormShape s;
+  s.n = x.size(0);
+  s.c = x.size(1);
+  s.inner = x.dim() == 4 ? x.size(2) * x.size(3) : 1;
+  const std::int64_t count = s.n * s.inner;
+  if (training && count < 2) {
+    throw std::invalid_argument(fmt::format(
+        "batch_norm: x {}: training needs more than one value per channel", to_string(x.shape())));
+  }
+  if (x.dtype() != DType::f32) {
+    // f16 / bf16 storage: compute in f32, round the result to x's dtype.
+    return batch_norm(detail::as_f32(x), gamma, beta, running_mean, running_var, training, momentum,
+                      eps)
+        .to(x.dtype());
+  }
+
+  const Tensor xc = x.detach().contiguous();
+  const Tensor g = f32_vector(gamma);
+  const Tensor b = f32_vector(beta);
+  Tensor mean = Tensor::empty({s.c});
+  Tensor invstd = Tensor::empty({s.c});
+  float* m = mean.data<float>();
+  float* is = invstd.data<float>();
+  if (training) {
+    Tensor var = Tensor::empty({s.c});
+    float* v = var.data<float>();
+    cpu::batch_norm_stats(s, xc.data<float>(), m, v);
+    const float unbias = static_cast<float>(count) / static_cast<float>(count - 1);
+    // Handles share the buffers: the update is in place, outside autograd.
+    Tensor running_mean_handle = running_mean;
+    Tensor running_var_handle = running_var;
+    float* rm = running_mean.defined() ? running_mean_handle.data<float>() : nullptr;
+    float* rv = running_var.defined() ? running_var_handle.data<float>() : nullptr;
+    for (std::int64_t c = 0; c < s.c; ++c) {
+      is[c] = 1.0F / std::sqrt(v[c] + eps);
+      if (rm) rm[c] = (1.0F - momentum) * rm[c] + momentum * m[c];
+      if (rv) rv[c] = (1.0F - momentum) * rv[c] + momentum * v[c] * unbias;
+    }
+  } else {
+    const float* rm = running_mean.data<float>();
+    const float* rv = running_var.data<float>();
+    for (std::int64_t c = 0; c < s.c; ++c) {
+      m[c] = rm[c];
+      is[c] = 1.0F / std::sqrt(rv[c] + eps);
+    }
+  }
+  // y = x * scale + shift with scale = gamma invstd, shift = beta - mean scale.
+  Tensor scale = Tensor::empty({s.c});
+  Tensor shift = Tensor::empty({s.c});
+  for (std::int64_t c = 0; c < s.c; ++c) {
+    const float k = (g.defined() ? g.data<float>()[c] : 1.0F) * is[c];
+    scale.data<float>()[c] = k;
+    shift.data<float>()[c] = (b.defined() ? b.data<float>()[c] : 0.0F) - m[c] * k;
+  }
+  Tensor out = Tensor::empty(x.shape());
+  cpu::batch_norm_apply(s, xc.data<float>(), scale.data<float>(), shift.data<float>(),
+                        out.data<float>());
+  return autograd::record(
+      std::move(out), kOp, {x, gamma, beta},
+      [s, xc, g, mean, invstd, training, need_x = x.requires_grad(),
+       need_g = gamma.defined() && gamma.requires_grad(),
+       need_b = beta.defined() && beta.requires_grad(),
+       gamma_dtype = gamma.defined() ? gamma.dtype() : DType::f32,
+       beta_dtype = beta.defined() ? beta.dtype() : DType::f32](const Tensor& grad) {
+        const Tensor gc = grad.contiguous();
+        Tensor dx = need_x ? Tensor::empty(xc.shape()) : Tensor();
+        Tensor dg = need_g ? Tensor::empty({s.c}) : Tensor();
+        Tensor db = need_b ? Tensor::empty({s.c}) : Tensor();
+        cpu::batch_norm_backward(
+            s, xc.data<float>(), gc.data<float>(), mean.data<float>(), invstd.data<float>(),
+            g.defined() ? g.data<float>() : nullptr, training, need_x ? dx.data<float>() : nullptr,
+            need_g ? dg.data<float>() : nullptr, need_b ? db.data<float>() : nullptr);
+        // Gradients in the parameters' own dtypes.
+        if (need_g && gamma_dtype != DType::f32) dg = dg.to(gamma_dtype);
+        if (need_b && beta_dtype != DType::f32) db = db.to(beta_dtype);
+        return std::vector<Tensor>{dx, dg, db};
+      });
+}
+
+}  // namespace rig::ops

@@ -1,0 +1,125 @@
+// conv2d: shape checks, autograd, dispatch to the CPU kernels (cpu/conv.hpp).
+#include <stdexcept>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "cpu/conv.hpp"
+#include "ops/op_util.hpp"
+#include "rig/autograd.hpp"
+#include "rig/ops.hpp"
+
+namespace rig::ops {
+
+namespace {
+
+constexpr const char* kOp = "conv2d";
+
+std::string operands(const Tensor& x, const Tensor& weight) {
+  return fmt::format("x {}, weight {}", to_string(x.shape()), to_string(weight.shape()));
+}
+
+cpu::Conv2dShape checked_shape(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                               const Conv2dOptions& o) {
+  if (x.dim() != 4 || weight.dim() != 4) {
+    throw std::invalid_argument(
+        fmt::format("conv2d: {}: x must be [N, C, H, W] and weight [Cout, Cin / groups, kH, kW]",
+                    operands(x, weight)));
+  }
+  if (o.stride_h < 1 || o.stride_w < 1 || o.dilation_h < 1 || o.dilation_w < 1 || o.pad_h < 0 ||
+      o.pad_w < 0 || o.groups < 1) {
+    throw std::invalid_argument(fmt::format(
+        "conv2d: {}: stride {}x{} and dilation {}x{} must be >= 1, padding {}x{} >= 0, groups {} "
+        ">= 1",
+        operands(x, weight), o.stride_h, o.stride_w, o.dilation_h, o.dilation_w, o.pad_h, o.pad_w,
+        o.groups));
+  }
+  cpu::Conv2dShape s;
+  s.n = x.size(0);
+  s.c_in = x.size(1);
+  s.h = x.size(2);
+  s.w = x.size(3);
+  s.c_out = weight.size(0);
+  s.kernel_h = weight.size(2);
+  s.kernel_w = weight.size(3);
+  s.stride_h = o.stride_h;
+  s.stride_w = o.stride_w;
+  s.pad_h = o.pad_h;
+  s.pad_w = o.pad_w;
+  s.dilation_h = o.dilation_h;
+  s.dilation_w = o.dilation_w;
+  s.groups = o.groups;
+  if (s.c_in % s.groups != 0 || s.c_out % s.groups != 0) {
+    throw std::invalid_argument(
+        fmt::format("conv2d: {}: groups {} must divide the input channels {} and the output "
+                    "channels {}",
+                    operands(x, weight), s.groups, s.c_in, s.c_out));
+  }
+  if (weight.size(1) * s.groups != s.c_in) {
+    throw std::invalid_argument(fmt::format(
+        "conv2d: {}: weight expects {} input channels ({} per group x {} groups), x has {}",
+        operands(x, weight), weight.size(1) * s.groups, weight.size(1), s.groups, s.c_in));
+  }
+  if (s.kernel_h < 1 || s.kernel_w < 1 || s.c_out < 1) {
+    throw std::invalid_argument(fmt::format("conv2d: {}: empty weight", operands(x, weight)));
+  }
+  const std::int64_t span_h = s.dilation_h * (s.kernel_h - 1) + 1;
+  const std::int64_t span_w = s.dilation_w * (s.kernel_w - 1) + 1;
+  if (s.h + 2 * s.pad_h < span_h || s.w + 2 * s.pad_w < span_w) {
+    throw std::invalid_argument(
+        fmt::format("conv2d: {}: the padded input {}x{} is smaller than the (dilated) kernel {}x{}",
+                    operands(x, weight), s.h + 2 * s.pad_h, s.w + 2 * s.pad_w, span_h, span_w));
+  }
+  s.out_h = (s.h + 2 * s.pad_h - span_h) / s.stride_h + 1;
+  s.out_w = (s.w + 2 * s.pad_w - span_w) / s.stride_w + 1;
+  if (bias.defined()) {
+    if (bias.dim() != 1 || bias.size(0) != s.c_out) {
+      throw std::invalid_argument(fmt::format("conv2d: {}: bias {} must be [{}]",
+                                              operands(x, weight), to_string(bias.shape()),
+                                              s.c_out));
+    }
+    s.bias = true;
+  }
+  return s;
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+              const Conv2dOptions& options) {
+  detail::require_floating(kOp, x, "x");
+  detail::require_floating(kOp, weight, "weight");
+  if (bias.defined()) detail::require_floating(kOp, bias, "bias");
+  detail::require_same_device(kOp, {&x, &weight, &bias});
+  detail::require_cpu(kOp, {&x, &weight, &bias});
+  const cpu::Conv2dShape s = checked_shape(x, weight, bias, options);
+  if (x.dtype() != DType::f32 || weight.dtype() != DType::f32 ||
+      (bias.defined() && bias.dtype() != DType::f32)) {
+    // f16 / bf16 storage: compute in f32, round the result to x's dtype.
+    const Tensor b = bias.defined() ? detail::as_f32(bias) : bias;
+    return conv2d(detail::as_f32(x), detail::as_f32(weight), b, options).to(x.dtype());
+  }
+
+  const Tensor xc = x.detach().contiguous();
+  const Tensor wc = weight.detach().contiguous();
+  const Tensor bc = bias.defined() ? bias.detach().contiguous() : Tensor();
+  Tensor out = Tensor::empty({s.n, s.c_out, s.out_h, s.out_w});
+  cpu::conv2d_forward(s, xc.data<float>(), wc.data<float>(), s.bias ? bc.data<float>() : nullptr,
+                      out.data<float>());
+  return autograd::record(std::move(out), kOp, {x, weight, bias},
+                          [s, xc, wc, need_x = x.requires_grad(), need_w = weight.requires_grad(),
+                           need_b = bias.defined() && bias.requires_grad()](const Tensor& g) {
+                            const Tensor gc = g.contiguous();
+                            Tensor dx = need_x ? Tensor::empty(xc.shape()) : Tensor();
+                            Tensor dw = need_w ? Tensor::empty(wc.shape()) : Tensor();
+                            Tensor db = need_b ? Tensor::empty({s.c_out}) : Tensor();
+                            cpu::conv2d_backward(s, xc.data<float>(), wc.data<float>(),
+                                                 gc.data<float>(),
+                                                 need_x ? dx.data<float>() : nullptr,
+                                                 need_w ? dw.data<float>() : nullptr,
+                                                 need_b ? db.data<float>() : nullptr);
+                            return std::vector<Tensor>{dx, dw, db};
+                          });
+}
+
+}  // namespace rig::ops

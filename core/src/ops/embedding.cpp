@@ -1,0 +1,48 @@
+// embedding: rows of a [V, D] weight picked by integer ids.
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "cpu/indexing.hpp"
+#include "ops/op_util.hpp"
+#include "rig/autograd.hpp"
+#include "rig/ops.hpp"
+
+namespace rig::ops {
+
+Tensor embedding(const Tensor& weight, const Tensor& ids) {
+  detail::require_defined("embedding", weight, "weight");
+  detail::require_dtype("embedding", ids, "ids", {DType::i64, DType::i32});
+  detail::require_cpu("embedding", {&weight, &ids});
+  if (weight.dim() != 2) {
+    throw std::invalid_argument(fmt::format("embedding: weight {} must be 2-D [vocabulary, dim]",
+                                            to_string(weight.shape())));
+  }
+  const std::int64_t vocab = weight.size(0);
+  const std::int64_t dim = weight.size(1);
+  const Tensor flat = ids.detach().contiguous();
+  if (const auto bad = cpu::first_out_of_range(flat, vocab); bad >= 0) {
+    throw std::invalid_argument(fmt::format(
+        "embedding: id {} (position {} of ids {}) is out of range for vocabulary size {} "
+        "(weight {})",
+        flat.to_int_vector()[static_cast<std::size_t>(bad)], bad, to_string(ids.shape()), vocab,
+        to_string(weight.shape())));
+  }
+  Shape shape = ids.shape();
+  shape.push_back(dim);
+  Tensor out = Tensor::empty(shape, weight.dtype());
+  cpu::index_select(weight.detach().contiguous(), 1, vocab, dim, flat, out);
+  return autograd::record(
+      std::move(out), "embedding", {weight, ids},
+      [flat, vocab, dim](const Tensor& g) -> std::vector<Tensor> {
+        // A dense [V, D] gradient; rows are summed in id order, in parallel
+        // over slices of D, so the result does not depend on the thread count.
+        Tensor dw = Tensor::empty({vocab, dim});
+        cpu::zero_bytes(dw.raw_data(), static_cast<std::int64_t>(dw.nbytes()));
+        const Tensor gc = g.dtype() == DType::f32 ? g.contiguous() : g.to(DType::f32).contiguous();
+        cpu::index_add(gc, 1, vocab, dim, flat, dw);
+        return {g.dtype() == DType::f32 ? dw : dw.to(g.dtype()), Tensor()};
+      });
+}
+
+}  // namespace rig::ops

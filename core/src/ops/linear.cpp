@@ -1,0 +1,98 @@
+// linear: activation(x W^T + b) as one GEMM (W [out, in] read transposed by
+// BLAS, no copy) and one fused bias + activation pass. Backward fuses the
+// activation derivative with the bias gradient, then two GEMMs give dx and dW.
+// f16/bf16 inputs are computed in f32 and the result cast back to x's dtype.
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "cpu/elementwise.hpp"
+#include "cpu/gemm.hpp"
+#include "ops/op_util.hpp"
+#include "rig/autograd.hpp"
+#include "rig/ops.hpp"
+
+namespace rig::ops {
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation activation) {
+  detail::require_floating("linear", x, "x");
+  detail::require_floating("linear", weight, "weight");
+  if (bias.defined()) detail::require_floating("linear", bias, "bias");
+  detail::require_same_device("linear", {&x, &weight, &bias});
+  detail::require_cpu("linear", {&x, &weight, &bias});
+  if (weight.dim() != 2 || x.dim() < 1) {
+    throw std::invalid_argument(
+        fmt::format("linear: x {} and weight {}: weight must be [out, in] and x [..., in]",
+                    to_string(x.shape()), to_string(weight.shape())));
+  }
+  const std::int64_t in = weight.size(1);
+  const std::int64_t out_features = weight.size(0);
+  if (x.size(-1) != in) {
+    throw std::invalid_argument(
+        fmt::format("linear: x {} and weight {}: in_features {} and {} differ",
+                    to_string(x.shape()), to_string(weight.shape()), x.size(-1), in));
+  }
+  if (bias.defined() && bias.shape() != Shape{out_features}) {
+    throw std::invalid_argument(fmt::format("linear: weight {} and bias {}: bias must be [{}]",
+                                            to_string(weight.shape()), to_string(bias.shape()),
+                                            out_features));
+  }
+  if (x.dtype() != DType::f32 || weight.dtype() != DType::f32 ||
+      (bias.defined() && bias.dtype() != DType::f32)) {
+    return linear(detail::as_f32(x), detail::as_f32(weight),
+                  bias.defined() ? detail::as_f32(bias) : bias, activation)
+        .to(x.dtype());
+  }
+
+  const Tensor xc = x.detach().contiguous();
+  const Tensor w = weight.detach().contiguous();
+  const Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
+  Shape out_shape = x.shape();
+  out_shape.back() = out_features;
+  Tensor y = Tensor::empty(out_shape);
+  const bool needs_grad = grad_mode_enabled() && (x.requires_grad() || weight.requires_grad() ||
+                                                  (bias.defined() && bias.requires_grad()));
+  Tensor pre = needs_grad && activation == Activation::gelu ? Tensor::empty(out_shape) : Tensor();
+  // Rows of x (and y): every axis but the last; counted from the shape, as
+  // in or out_features may be 0.
+  const std::int64_t n_rows = shape_numel(Shape(x.shape().begin(), x.shape().end() - 1));
+  cpu::gemm(n_rows, out_features, in, 1.0F, {xc.data<float>(), in, false},
+            {w.data<float>(), in, true}, 0.0F, y.data<float>(), out_features);
+  cpu::bias_activation(y.data<float>(), pre.defined() ? pre.data<float>() : nullptr,
+                       b.defined() ? b.data<float>() : nullptr, n_rows, out_features, activation);
+  if (!needs_grad) return y;
+
+  // The activation derivative reads the output (relu, tanh, sigmoid) or the pre-activation (gelu).
+  const Tensor saved = activation == Activation::gelu   ? pre
+                       : activation == Activation::none ? Tensor()
+                                                        : y.detach();
+  return autograd::record(
+      std::move(y), "linear", {x, weight, bias},
+      [xc, w, saved, activation, n_rows, in, out_features, need_x = x.requires_grad(),
+       need_w = weight.requires_grad(),
+       need_b = bias.defined() && bias.requires_grad()](const Tensor& g) {
+        const Tensor gc = g.contiguous();
+        Tensor db = need_b ? Tensor::empty({out_features}) : Tensor();
+        Tensor dz = gc;
+        if (activation != Activation::none) dz = Tensor::empty(gc.shape());
+        cpu::activation_backward(activation, gc.data<float>(),
+                                 saved.defined() ? saved.data<float>() : nullptr,
+                                 activation == Activation::none ? nullptr : dz.data<float>(),
+                                 need_b ? db.data<float>() : nullptr, n_rows, out_features);
+        Tensor dx;
+        Tensor dw;
+        if (need_x) {  // dx [rows, in] = dz [rows, out] W [out, in]
+          dx = Tensor::empty(xc.shape());
+          cpu::gemm(n_rows, in, out_features, 1.0F, {dz.data<float>(), out_features, false},
+                    {w.data<float>(), in, false}, 0.0F, dx.data<float>(), in);
+        }
+        if (need_w) {  // dW [out, in] = dz^T [out, rows] x [rows, in]
+          dw = Tensor::empty({out_features, in});
+          cpu::gemm(out_features, in, n_rows, 1.0F, {dz.data<float>(), out_features, true},
+                    {xc.data<float>(), in, false}, 0.0F, dw.data<float>(), in);
+        }
+        return std::vector<Tensor>{dx, dw, db};
+      });
+}
+
+}  // namespace rig::ops

@@ -1,0 +1,248 @@
+// Losses: mse_loss, cross_entropy (torch semantics, label smoothing) and
+// padded_cross_entropy (OpenSeq2Seq's PaddedCrossEntropyLossWithSmoothing),
+// the last two fused (log-softmax + NLL, forward and backward) in
+// cpu/cross_entropy. Logits in f16/bf16 are computed in f32; losses are f32.
+#include <cmath>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "cpu/cross_entropy.hpp"
+#include "cpu/elementwise.hpp"
+#include "cpu/reduce.hpp"
+#include "ops/op_util.hpp"
+#include "rig/autograd.hpp"
+#include "rig/ops.hpp"
+
+namespace rig::ops {
+
+namespace {
+
+// Labels as contiguous i64, each checked to be in [0, classes).
+Tensor checked_labels(const char* op, const Tensor& labels, std::int64_t classes) {
+  const Tensor l = labels.dtype() == DType::i64 ? labels.contiguous() : labels.to(DType::i64);
+  const std::int64_t* y = l.data<std::int64_t>();
+  for (std::int64_t i = 0, n = l.numel(); i < n; ++i) {
+    if (y[i] < 0 || y[i] >= classes) {
+      throw std::invalid_argument(fmt::format("{}: label {} at position {} of labels {} is out of "
+                                              "range [0,{})",
+                                              op, y[i], i, to_string(labels.shape()), classes));
+    }
+  }
+  return l;
+}
+
+void check_smoothing(const char* op, float s) {
+  if (!(s >= 0.0F && s <= 1.0F)) {
+    throw std::invalid_argument(fmt::format("{}: label_smoothing {} must be in [0,1]", op, s));
+  }
+}
+
+// Fused forward + recorded backward for sum_r scale_r * (xent_r - constant)
+// over logits [rows, classes] (already f32, contiguous). `row_scale` (may be
+// undefined: every row scaled by `scale`) multiplies row r's term.
+struct XentResult {
+  Tensor loss_rows;  // [rows] xent_r
+  Tensor lse;        // [rows]
+};
+
+XentResult xent_forward(const Tensor& logits, const Tensor& labels, float on, float off) {
+  const std::int64_t rows = logits.size(0);
+  const std::int64_t classes = logits.size(1);
+  XentResult r{Tensor::empty({rows}), Tensor::empty({rows})};
+  cpu::cross_entropy_forward(logits.data<float>(), labels.data<std::int64_t>(), rows, classes, on,
+                             off, r.loss_rows.data<float>(), r.lse.data<float>());
+  return r;
+}
+
+}  // namespace
+
+Tensor mse_loss(const Tensor& prediction, const Tensor& target) {
+  detail::require_floating("mse_loss", prediction, "prediction");
+  detail::require_floating("mse_loss", target, "target");
+  detail::require_same_device("mse_loss", {&prediction, &target});
+  detail::require_cpu("mse_loss", {&prediction, &target});
+  if (prediction.shape() != target.shape()) {
+    throw std::invalid_argument(fmt::format("mse_loss: prediction {} vs target {}: shapes differ",
+                                            to_string(prediction.shape()),
+                                            to_string(target.shape())));
+  }
+  const std::int64_t n = prediction.numel();
+  if (n == 0) {
+    throw std::invalid_argument(
+        fmt::format("mse_loss: empty prediction {}", to_string(prediction.shape())));
+  }
+  if (prediction.dtype() != DType::f32 || target.dtype() != DType::f32) {
+    return mse_loss(detail::as_f32(prediction), detail::as_f32(target));
+  }
+  const Shape& shape = prediction.shape();
+  Tensor diff = Tensor::empty(shape);
+  const Strides so = contiguous_strides(shape);
+  const auto plan = cpu::make_strided_plan<3>(shape, {&so, &prediction.strides(), &target.strides()});
+  cpu::binary(cpu::Binary::sub, plan, prediction.data<float>(), target.data<float>(),
+              diff.data<float>());
+  const double total = cpu::sum_squares(diff.data<float>(), n) / static_cast<double>(n);
+  return autograd::record(
+      Tensor::scalar(static_cast<float>(total)), "mse_loss", {prediction, target},
+      [diff, n, need_p = prediction.requires_grad(),
+       need_t = target.requires_grad()](const Tensor& g) {
+        const float scale = 2.0F * g.item() / static_cast<float>(n);
+        Tensor dp;
+        Tensor dt;
+        if (need_p) {
+          dp = Tensor::empty(diff.shape());
+          cpu::unary(cpu::Unary::mul_scalar, diff.data<float>(), dp.data<float>(), n, scale);
+        }
+        if (need_t) {
+          dt = Tensor::empty(diff.shape());
+          cpu::unary(cpu::Unary::mul_scalar, diff.data<float>(), dt.data<float>(), n, -scale);
+        }
+        return std::vector<Tensor>{dp, dt};
+      });
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smoothing) {
+  detail::require_floating("cross_entropy", logits, "logits");
+  detail::require_dtype("cross_entropy", labels, "labels", {DType::i64, DType::i32});
+  detail::require_same_device("cross_entropy", {&logits, &labels});
+  detail::require_cpu("cross_entropy", {&logits, &labels});
+  if (logits.dim() != 2 || labels.dim() != 1 || labels.size(0) != logits.size(0)) {
+    throw std::invalid_argument(
+        fmt::format("cross_entropy: logits {} and labels {}: expected [N,C] logits and [N] labels",
+                    to_string(logits.shape()), to_string(labels.shape())));
+  }
+  check_smoothing("cross_entropy", label_smoothing);
+  const std::int64_t rows = logits.size(0);
+  const std::int64_t classes = logits.size(1);
+  if (rows == 0 || classes == 0) {
+    throw std::invalid_argument(
+        fmt::format("cross_entropy: empty logits {}", to_string(logits.shape())));
+  }
+  if (logits.dtype() != DType::f32) {
+    return cross_entropy(logits.to(DType::f32), labels, label_smoothing);
+  }
+  const Tensor y = checked_labels("cross_entropy", labels, classes);
+  // torch: target = (1 - s) one_hot + s / C.
+  const float off = label_smoothing / static_cast<float>(classes);
+  const float on = 1.0F - label_smoothing + off;
+  const Tensor x = logits.detach().contiguous();
+  const XentResult r = xent_forward(x, y, on, off);
+  const double total = cpu::sum_all(r.loss_rows.data<float>(), rows) / static_cast<double>(rows);
+  return autograd::record(
+      Tensor::scalar(static_cast<float>(total)), "cross_entropy", {logits, labels},
+      [x, y, lse = r.lse, rows, classes, on, off](const Tensor& g) {
+        Tensor dx = Tensor::empty(x.shape());
+        cpu::cross_entropy_backward(x.data<float>(), y.data<std::int64_t>(), lse.data<float>(),
+                                    nullptr, g.item() / static_cast<float>(rows), rows, classes,
+                                    on, off, dx.data<float>());
+        return std::vector<Tensor>{dx, Tensor()};
+      });
+}
+
+// OpenSeq2Seq, open_seq2seq/losses/sequence_loss.py, PaddedCrossEntropyLossWithSmoothing:
+//   confidence = 1 - s
+//   low_confidence = (1 - confidence) / (V - 1)
+//   soft_targets = one_hot(labels, V, on_value=confidence, off_value=low_confidence)
+//   xentropy = softmax_cross_entropy_with_logits_v2(logits, soft_targets)
+//   normalizing_constant = -(confidence log(confidence)
+//                            + (V - 1) low_confidence log(low_confidence + 1e-20))
+//   xentropy -= normalizing_constant
+//   weights = not_equal(labels, 0)            (here: the caller's `weights`)
+//   xentropy = xentropy * weights
+//   loss = sum(xentropy * weights) / sum(weights)
+// so the weights enter the numerator squared (the same for 0/1 weights). One
+// deviation: when sum(weights) is 0 (all padding) the loss is 0 with zero
+// gradients instead of TensorFlow's NaN.
+Tensor padded_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& weights,
+                            float label_smoothing) {
+  constexpr const char* kOp = "padded_cross_entropy";
+  detail::require_floating(kOp, logits, "logits");
+  detail::require_dtype(kOp, labels, "labels", {DType::i64, DType::i32});
+  detail::require_defined(kOp, weights, "weights");
+  detail::require_same_device(kOp, {&logits, &labels, &weights});
+  detail::require_cpu(kOp, {&logits, &labels, &weights});
+  if (logits.dim() != 3 || labels.shape() != Shape{logits.size(0), logits.size(1)} ||
+      weights.shape() != labels.shape()) {
+    throw std::invalid_argument(fmt::format(
+        "{}: logits {}, labels {} and weights {}: expected [B,T,V] logits and [B,T] labels and "
+        "weights",
+        kOp, to_string(logits.shape()), to_string(labels.shape()), to_string(weights.shape())));
+  }
+  check_smoothing(kOp, label_smoothing);
+  const std::int64_t vocab = logits.size(2);
+  const std::int64_t rows = labels.numel();
+  if (vocab == 0) {
+    throw std::invalid_argument(fmt::format("{}: empty vocabulary in logits {}", kOp,
+                                            to_string(logits.shape())));
+  }
+  if (logits.dtype() != DType::f32) {
+    return padded_cross_entropy(logits.to(DType::f32), labels, weights, label_smoothing);
+  }
+  const Tensor w = weights.dtype() == DType::f32 ? weights : weights.to(DType::f32);
+  const Tensor y = checked_labels(kOp, labels, vocab).reshape({rows});
+
+  // In double, then rounded, as TF mixes Python floats into f32 tensors.
+  const double confidence = 1.0 - static_cast<double>(label_smoothing);
+  const double low = vocab > 1 ? (1.0 - confidence) / static_cast<double>(vocab - 1) : 0.0;
+  const double constant =
+      -((confidence > 0.0 ? confidence * std::log(confidence) : 0.0) +
+        static_cast<double>(vocab - 1) * low * std::log(low + 1e-20));
+  const auto on = static_cast<float>(confidence);
+  const auto off = static_cast<float>(low);
+
+  const Tensor x = logits.detach().contiguous().reshape({rows, vocab});
+  const Tensor wc = w.detach().contiguous();
+  XentResult r{Tensor::empty({rows}), Tensor::empty({rows})};
+  if (rows > 0) r = xent_forward(x, y, on, off);
+  const float* xent = r.loss_rows.data<float>();
+  const float* wt = wc.data<float>();
+  double numerator = 0.0;
+  double denominator = 0.0;
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const double wi = wt[i];
+    numerator += (static_cast<double>(xent[i]) - constant) * wi * wi;
+    denominator += wi;
+  }
+  const double loss = denominator != 0.0 ? numerator / denominator : 0.0;
+  return autograd::record(
+      Tensor::scalar(static_cast<float>(loss)), kOp, {logits, labels, weights},
+      [x, y, wc, r, rows, vocab, on, off, constant, numerator, denominator,
+       shape = logits.shape(), need_x = logits.requires_grad(),
+       need_w = weights.requires_grad()](const Tensor& g) {
+        const float upstream = g.item();
+        Tensor dx;
+        Tensor dw;
+        if (need_x) {
+          dx = denominator != 0.0 ? Tensor::empty(shape) : Tensor::zeros(shape);
+          if (denominator != 0.0 && rows > 0) {
+            // d/dx of w_r^2 xent_r / W: (softmax - q) w_r^2 / W.
+            Tensor row_scale = Tensor::empty({rows});
+            const float* wt = wc.data<float>();
+            float* rs = row_scale.data<float>();
+            for (std::int64_t i = 0; i < rows; ++i) rs[i] = wt[i] * wt[i];
+            cpu::cross_entropy_backward(x.data<float>(), y.data<std::int64_t>(),
+                                        r.lse.data<float>(), rs,
+                                        static_cast<float>(upstream / denominator), rows, vocab,
+                                        on, off, dx.data<float>());
+          }
+        }
+        if (need_w) {
+          // L = sum_i w_i^2 t_i / W with t_i = xent_i - constant, W = sum_i w_i:
+          // dL/dw_i = (2 w_i t_i - L) / W.
+          dw = Tensor::zeros(wc.shape());
+          if (denominator != 0.0) {
+            const double l = numerator / denominator;
+            const float* wt = wc.data<float>();
+            const float* xent = r.loss_rows.data<float>();
+            float* d = dw.data<float>();
+            for (std::int64_t i = 0; i < rows; ++i) {
+              const double t = static_cast<double>(xent[i]) - constant;
+              d[i] = static_cast<float>(upstream * (2.0 * wt[i] * t - l) / denominator);
+            }
+          }
+        }
+        return std::vector<Tensor>{dx, Tensor(), dw};
+      });
+}
+
+}  // namespace rig::ops

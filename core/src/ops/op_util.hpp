@@ -1,0 +1,51 @@
+// Checks shared by the op layer (core/src/ops/*.cpp): axis normalisation,
+// dtype and device requirements. Every failure throws std::invalid_argument
+// naming the op and the shapes involved.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+
+#include "rig/tensor.hpp"
+
+namespace rig::ops::detail {
+
+// `axis` in [-dim, dim) -> [0, dim); throws "<op>: axis 3 out of range for [2,3]".
+std::int64_t normalize_axis(std::int64_t axis, std::int64_t dim, std::string_view op,
+                            const Shape& shape);
+
+// Every (defined) tensor lives on the CPU; otherwise
+// "<op>: device cuda:0 is not supported by this build".
+void require_cpu(std::string_view op, std::initializer_list<const Tensor*> tensors);
+
+// `t` is defined and has one of `allowed` dtypes; `role` names it in the message
+// ("matmul: b must be f32, got i64 [3,4]").
+void require_dtype(std::string_view op, const Tensor& t, std::string_view role,
+                   std::initializer_list<DType> allowed);
+// `t` is defined and floating (f32, f16, bf16).
+void require_floating(std::string_view op, const Tensor& t, std::string_view role);
+// `t` is defined ("<op>: <role> is undefined").
+void require_defined(std::string_view op, const Tensor& t, std::string_view role);
+
+// All (defined) tensors are on one device; the message lists each shape and device.
+void require_same_device(std::string_view op, std::initializer_list<const Tensor*> tensors);
+
+// "[2,3]" or "[2,3]^T".
+std::string shape_str(const Tensor& t, bool transposed = false);
+
+// A gradient of a broadcast result summed back to `target` (the shape of the
+// input that was broadcast): over leading axes and axes where target has 1.
+// Returns g itself when the shapes already match. Records no history.
+Tensor sum_to(const Tensor& g, const Shape& target);
+
+// matmul of f32 tensors (shapes already checked) without autograd history;
+// the backward passes of matmul and of other ops use it.
+Tensor matmul_f32(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b);
+
+// The f32 version of a floating tensor (itself if already f32), as a
+// differentiable cast: ops compute f16/bf16 inputs in f32 and cast back.
+Tensor as_f32(const Tensor& t);
+
+}  // namespace rig::ops::detail

@@ -1,0 +1,117 @@
+// max_pool2d, avg_pool2d, global_avg_pool2d: checks, autograd, dispatch (cpu/pool.hpp).
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "cpu/pool.hpp"
+#include "ops/op_util.hpp"
+#include "rig/autograd.hpp"
+#include "rig/ops.hpp"
+
+namespace rig::ops {
+
+namespace {
+
+void require_nchw(const char* op, const Tensor& x) {
+  detail::require_floating(op, x, "x");
+  detail::require_cpu(op, {&x});
+  if (x.dim() != 4) {
+    throw std::invalid_argument(
+        fmt::format("{}: x {} must be [N, C, H, W]", op, to_string(x.shape())));
+  }
+}
+
+cpu::Pool2dShape checked_shape(const char* op, const Tensor& x, const Pool2dOptions& o) {
+  require_nchw(op, x);
+  const std::string what = fmt::format("{}: x {} with kernel {}x{}, stride {}x{}, padding {}x{}",
+                                       op, to_string(x.shape()), o.kernel_h, o.kernel_w, o.stride_h,
+                                       o.stride_w, o.pad_h, o.pad_w);
+  if (o.kernel_h < 1 || o.kernel_w < 1 || o.stride_h < 1 || o.stride_w < 1) {
+    throw std::invalid_argument(what + ": kernel and stride must be >= 1");
+  }
+  // As PyTorch: a window must overlap the image.
+  if (o.pad_h < 0 || o.pad_w < 0 || 2 * o.pad_h > o.kernel_h || 2 * o.pad_w > o.kernel_w) {
+    throw std::invalid_argument(what + ": padding must be >= 0 and at most half the kernel");
+  }
+  cpu::Pool2dShape s;
+  s.planes = x.size(0) * x.size(1);
+  s.h = x.size(2);
+  s.w = x.size(3);
+  s.kernel_h = o.kernel_h;
+  s.kernel_w = o.kernel_w;
+  s.stride_h = o.stride_h;
+  s.stride_w = o.stride_w;
+  s.pad_h = o.pad_h;
+  s.pad_w = o.pad_w;
+  if (s.h + 2 * s.pad_h < s.kernel_h || s.w + 2 * s.pad_w < s.kernel_w) {
+    throw std::invalid_argument(what + ": the padded input is smaller than the kernel");
+  }
+  s.out_h = (s.h + 2 * s.pad_h - s.kernel_h) / s.stride_h + 1;
+  s.out_w = (s.w + 2 * s.pad_w - s.kernel_w) / s.stride_w + 1;
+  return s;
+}
+
+// The op in f32: f16 / bf16 inputs are computed in f32 and rounded back.
+template <class F>
+Tensor in_f32(const Tensor& x, F f) {
+  if (x.dtype() == DType::f32) return f(x);
+  return f(detail::as_f32(x)).to(x.dtype());
+}
+
+}  // namespace
+
+Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options) {
+  const cpu::Pool2dShape s = checked_shape("max_pool2d", x, options);
+  return in_f32(x, [&](const Tensor& xf) {
+    const Tensor xc = xf.detach().contiguous();
+    Tensor out = Tensor::empty({x.size(0), x.size(1), s.out_h, s.out_w});
+    cpu::max_pool2d_forward(s, xc.data<float>(), out.data<float>());
+    return autograd::record(std::move(out), "max_pool2d", {xf}, [s, xc](const Tensor& g) {
+      const Tensor gc = g.contiguous();
+      Tensor dx = Tensor::empty(xc.shape());
+      cpu::max_pool2d_backward(s, xc.data<float>(), gc.data<float>(), dx.data<float>());
+      return std::vector<Tensor>{dx};
+    });
+  });
+}
+
+Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& options) {
+  const cpu::Pool2dShape s = checked_shape("avg_pool2d", x, options);
+  return in_f32(x, [&](const Tensor& xf) {
+    const Tensor xc = xf.detach().contiguous();
+    Tensor out = Tensor::empty({x.size(0), x.size(1), s.out_h, s.out_w});
+    cpu::avg_pool2d_forward(s, xc.data<float>(), out.data<float>());
+    return autograd::record(std::move(out), "avg_pool2d", {xf},
+                            [s, shape = xc.shape()](const Tensor& g) {
+                              const Tensor gc = g.contiguous();
+                              Tensor dx = Tensor::empty(shape);
+                              cpu::avg_pool2d_backward(s, gc.data<float>(), dx.data<float>());
+                              return std::vector<Tensor>{dx};
+                            });
+  });
+}
+
+Tensor global_avg_pool2d(const Tensor& x) {
+  require_nchw("global_avg_pool2d", x);
+  const std::int64_t planes = x.size(0) * x.size(1);
+  const std::int64_t size = x.size(2) * x.size(3);
+  if (size == 0) {
+    throw std::invalid_argument(
+        fmt::format("global_avg_pool2d: x {} has no pixels to average", to_string(x.shape())));
+  }
+  return in_f32(x, [&](const Tensor& xf) {
+    const Tensor xc = xf.detach().contiguous();
+    Tensor out = Tensor::empty({x.size(0), x.size(1)});
+    cpu::global_avg_pool_forward(planes, size, xc.data<float>(), out.data<float>());
+    return autograd::record(std::move(out), "global_avg_pool2d", {xf},
+                            [planes, size, shape = xc.shape()](const Tensor& g) {
+                              const Tensor gc = g.contiguous();
+                              Tensor dx = Tensor::empty(shape);
+                              cpu::global_avg_pool_backward(planes, size, gc.data<float>(),
+                                                            dx.data<float>());
+                              return std::vector<Tensor>{dx};
+                            });
+  });
+}
+
+}  // namespace rig::ops

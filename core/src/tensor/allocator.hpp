@@ -1,0 +1,61 @@
+// The caching allocator behind Storage: one per device. Freed blocks are kept
+// in per-size-class free lists and handed out again, so once a training loop
+// is warm, a tensor allocation takes no memory from the system.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <mutex>
+#include <vector>
+
+#include "rig/tensor.hpp"
+
+namespace rig::detail {
+
+// Where a device's memory comes from (the CUDA backend adds cudaMalloc/cudaFree).
+struct RawMemory {
+  virtual ~RawMemory() = default;
+  virtual std::byte* allocate(std::size_t bytes) = 0;  // throws std::bad_alloc
+  virtual void release(std::byte* data) noexcept = 0;
+};
+
+class CachingAllocator {
+ public:
+  // caching = false passes every request to `raw` (RIG_ALLOCATOR=system, for
+  // ASan); the counters are kept either way. Cached bytes beyond
+  // `cache_limit` go back to the system.
+  CachingAllocator(RawMemory& raw, bool caching, std::size_t cache_limit);
+  ~CachingAllocator();
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  // A block of at least `bytes` (64-byte aligned); `capacity` gets its size.
+  std::byte* allocate(std::size_t bytes, std::size_t& capacity);
+  void deallocate(std::byte* data, std::size_t capacity) noexcept;
+
+  AllocatorStats stats() const;
+  void reset_peak();
+  void empty_cache();
+
+  // The block size a request of `bytes` gets: multiples of 64 B up to 4 KiB,
+  // then 8 steps per power of two (at most 12.5% waste).
+  static std::size_t round_size(std::size_t bytes);
+
+ private:
+  static constexpr std::size_t kClasses = 64 + 52 * 8;
+  static std::size_t class_index(std::size_t rounded);
+  void release_all_cached_locked() noexcept;
+
+  RawMemory& raw_;
+  const bool caching_;
+  const std::size_t cache_limit_;
+  mutable std::mutex mutex_;
+  std::array<std::vector<std::byte*>, kClasses> free_;
+  AllocatorStats stats_;
+};
+
+// The allocator of `device`; throws std::invalid_argument for a device this
+// build does not support.
+CachingAllocator& allocator_for(Device device);
+
+}  // namespace rig::detail

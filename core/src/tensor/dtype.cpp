@@ -1,0 +1,107 @@
+// Dtype, device and shape helpers; the exact f16 / bf16 conversions.
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "cpu/half.hpp"
+#include "rig/tensor.hpp"
+
+namespace rig {
+
+std::size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+    case DType::i32:
+      return 4;
+    case DType::f16:
+    case DType::bf16:
+      return 2;
+    case DType::i64:
+      return 8;
+    case DType::u8:
+      return 1;
+  }
+  throw std::invalid_argument("dtype_size: unknown dtype");
+}
+
+std::string_view dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return "f32";
+    case DType::f16:
+      return "f16";
+    case DType::bf16:
+      return "bf16";
+    case DType::i32:
+      return "i32";
+    case DType::i64:
+      return "i64";
+    case DType::u8:
+      return "u8";
+  }
+  return "unknown";
+}
+
+bool is_floating(DType dtype) {
+  return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16;
+}
+
+std::uint16_t float_to_half(float value) {
+  return cpu::float_to_half_bits(value);
+}
+float half_to_float(std::uint16_t bits) {
+  return cpu::half_bits_to_float(bits);
+}
+std::uint16_t float_to_bfloat16(float value) {
+  return cpu::float_to_bfloat16_bits(value);
+}
+float bfloat16_to_float(std::uint16_t bits) {
+  return cpu::bfloat16_bits_to_float(bits);
+}
+
+std::string to_string(Device device) {
+  return device.type == Device::Type::cpu ? std::string("cpu")
+                                          : fmt::format("cuda:{}", device.index);
+}
+
+std::string to_string(const Shape& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ","));
+}
+
+std::int64_t shape_numel(const Shape& shape) {
+  std::int64_t n = 1;
+  for (auto d : shape) {
+    if (d < 0) throw std::invalid_argument("negative dimension in shape " + to_string(shape));
+    n *= d;
+  }
+  return n;
+}
+
+Strides contiguous_strides(const Shape& shape) {
+  Strides strides(shape.size());
+  std::int64_t stride = 1;
+  for (std::size_t i = shape.size(); i-- > 0;) {
+    strides[i] = stride;
+    stride *= std::max<std::int64_t>(shape[i], 1);
+  }
+  return strides;
+}
+
+Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op) {
+  const std::size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    // Aligned from the right; a missing axis counts as 1.
+    const std::int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    const std::int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    if (da != db && da != 1 && db != 1) {
+      throw std::invalid_argument(fmt::format(
+          "{}: shapes {} and {} cannot be broadcast (axis {}: {} vs {})", op, to_string(a),
+          to_string(b), static_cast<std::int64_t>(i) - static_cast<std::int64_t>(n), da, db));
+    }
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+}  // namespace rig

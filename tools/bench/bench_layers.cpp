@@ -1,0 +1,224 @@
+// rig_bench: times rig's layers, forward + backward, for comparison with
+// PyTorch (tools/bench/torch_layers.py; tools/bench/run-cpu-bench runs both).
+//
+//   rig_bench transformer  one pre-norm encoder layer + one decoder layer
+//                          (causal self-attention, cross-attention, FFN),
+//                          d_model 256, 4 heads, ffn 1024, relu, batch 32 x 32
+//                          tokens, dropout 0.1 in training mode
+//   rig_bench resnet       one ResNet basic block, 32 channels, 14x14, batch 128,
+//                          training-mode batch norm
+//   rig_bench gemm         OpenBLAS sgemm GFLOP/s on large square matrices
+//
+// Each workload runs in its own process so that max RSS is its own. Output is
+// one line of key=value pairs. A step is: zero the gradients, forward, loss =
+// sum(y * upstream), backward. Inputs are leaves that require a gradient (as
+// the output of an earlier layer would) and are allocated before timing.
+#include <cblas.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "rig/nn.hpp"
+#include "rig/ops.hpp"
+#include "rig/random.hpp"
+#include "test_nn_blocks.hpp"
+
+namespace {
+
+using rig::Shape;
+using rig::Tensor;
+namespace ops = rig::ops;
+using Clock = std::chrono::steady_clock;
+
+struct Settings {
+  int warmup = 5;
+  int iterations = 30;
+  int threads = 2;
+};
+
+long max_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss * 1024L;  // Linux reports KiB
+}
+
+Tensor random_tensor(Shape shape, std::uint32_t purpose) {
+  Tensor t = Tensor::empty(std::move(shape));
+  rig::fill_normal({1, 0, 0, purpose}, t.data<float>(), t.numel());
+  return t;
+}
+
+// A leaf that requires a gradient, sharing x's data (no copy).
+Tensor leaf(const Tensor& x) {
+  Tensor t = x.detach();
+  t.set_requires_grad(true);
+  return t;
+}
+
+struct Timing {
+  double median_ms = 0.0;
+  double min_ms = 0.0;
+};
+
+// Runs `step(i)` warmup + iterations times; times the last `iterations`.
+Timing time_steps(const Settings& s, const std::function<void(int)>& step) {
+  for (int i = 0; i < s.warmup; ++i) step(i);
+  std::vector<double> ms;
+  for (int i = 0; i < s.iterations; ++i) {
+    const auto start = Clock::now();
+    step(s.warmup + i);
+    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  const auto n = ms.size();
+  const double median = n % 2 == 1 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+  return {median, ms.front()};
+}
+
+// FLOPs of the GEMMs in one forward of the encoder + decoder layer pair
+// (attention scores and context counted dense, as both frameworks compute them).
+double transformer_forward_gemm_flops(double batch, double src, double tgt, double model,
+                                      double hidden) {
+  const double ns = batch * src;
+  const double nt = batch * tgt;
+  const double projection = 2.0 * model * model;  // per token, per projection
+  const double encoder =
+      4 * ns * projection + 2 * (2.0 * batch * src * src * model) + 2 * (2.0 * ns * model * hidden);
+  const double decoder = 4 * nt * projection + 2 * (2.0 * batch * tgt * tgt * model) +
+                         2 * nt * projection + 2 * ns * projection +
+                         2 * (2.0 * batch * tgt * src * model) + 2 * (2.0 * nt * model * hidden);
+  return encoder + decoder;
+}
+
+void report(const char* workload, const Timing& t, const rig::AllocatorStats& stats,
+            std::size_t baseline_bytes, long rss_before, const std::string& extra) {
+  std::printf(
+      "workload=%s ms_median=%.3f ms_min=%.3f alloc_peak_bytes=%zu "
+      "alloc_peak_above_start_bytes=%zu "
+      "rss_delta_bytes=%ld%s\n",
+      workload, t.median_ms, t.min_ms, stats.peak_bytes,
+      stats.peak_bytes > baseline_bytes ? stats.peak_bytes - baseline_bytes : 0,
+      max_rss_bytes() - rss_before, extra.c_str());
+}
+
+void bench_transformer(const Settings& s) {
+  constexpr std::int64_t kBatch = 32, kSrc = 32, kTgt = 32, kModel = 256, kHeads = 4,
+                         kHidden = 1024;
+  constexpr float kDropout = 0.1F;
+  rig::ParameterStore store;
+  const rig_test::EncoderLayer encoder(store, "enc.layers.0", kModel, kHeads, kHidden, kDropout);
+  const rig_test::DecoderLayer decoder(store, "dec.layers.0", kModel, kHeads, kHidden, kDropout);
+  store.allocate(1);
+  const Tensor src = random_tensor({kBatch, kSrc, kModel}, 1);
+  const Tensor tgt = random_tensor({kBatch, kTgt, kModel}, 2);
+  const Tensor upstream = random_tensor({kBatch, kTgt, kModel}, 3);
+
+  const long rss_before = max_rss_bytes();
+  const std::size_t baseline = rig::allocator_stats().current_bytes;
+  rig::reset_peak_bytes();
+  const Timing t = time_steps(s, [&](int i) {
+    store.zero_grad();
+    const rig::RandomKey key{1, static_cast<std::uint64_t>(i), 0, 0};
+    const Tensor memory = encoder.forward(leaf(src), {}, true, key);
+    const Tensor y = decoder.forward(leaf(tgt), memory, {}, true, key);
+    ops::sum(ops::mul(y, upstream)).backward();
+  });
+  const double flops = 3.0 * transformer_forward_gemm_flops(kBatch, kSrc, kTgt, kModel, kHidden);
+  char extra[128];
+  std::snprintf(extra, sizeof extra, " gemm_flops=%.0f gemm_gflops_per_s=%.2f parameters=%lld",
+                flops, flops / (t.median_ms * 1e6), static_cast<long long>(store.numel()));
+  report("transformer", t, rig::allocator_stats(), baseline, rss_before, extra);
+}
+
+void bench_resnet(const Settings& s) {
+  constexpr std::int64_t kBatch = 128, kChannels = 32, kSize = 14;
+  rig::ParameterStore store;
+  const rig_test::BasicBlock block(store, "layer1.0", kChannels);
+  store.allocate(1);
+  const Tensor x = random_tensor({kBatch, kChannels, kSize, kSize}, 4);
+  const Tensor upstream = random_tensor({kBatch, kChannels, kSize, kSize}, 5);
+
+  const long rss_before = max_rss_bytes();
+  const std::size_t baseline = rig::allocator_stats().current_bytes;
+  rig::reset_peak_bytes();
+  const Timing t = time_steps(s, [&](int) {
+    store.zero_grad();
+    const Tensor y = block.forward(leaf(x), true);
+    ops::sum(ops::mul(y, upstream)).backward();
+  });
+  report("resnet", t, rig::allocator_stats(), baseline, rss_before, "");
+}
+
+// Best of several large square sgemms: the machine's practical GEMM peak.
+void bench_gemm(const Settings&) {
+  double best = 0.0;
+  for (const int n : {1024, 2048, 3072}) {
+    std::vector<float> a(static_cast<std::size_t>(n) * n, 0.5F);
+    std::vector<float> b(a.size(), 0.25F);
+    std::vector<float> c(a.size(), 0.0F);
+    const int reps = n <= 1024 ? 20 : n <= 2048 ? 5 : 3;
+    for (int r = 0; r < reps + 1; ++r) {
+      const auto start = Clock::now();
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0F, a.data(), n, b.data(),
+                  n, 0.0F, c.data(), n);
+      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      if (r > 0) best = std::max(best, 2.0 * n * n * static_cast<double>(n) / seconds / 1e9);
+    }
+  }
+  std::printf("workload=gemm sgemm_peak_gflops_per_s=%.2f\n", best);
+}
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: rig_bench transformer|resnet|gemm [--iterations N] [--warmup N] "
+               "[--threads N]\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usage();
+  const std::string workload = argv[1];
+  Settings s;
+  for (int i = 2; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    const int value = std::atoi(argv[i + 1]);
+    if (flag == "--iterations") {
+      s.iterations = value;
+    } else if (flag == "--warmup") {
+      s.warmup = value;
+    } else if (flag == "--threads") {
+      s.threads = value;
+    } else {
+      return usage();
+    }
+  }
+  if (s.iterations < 1 || s.warmup < 0 || s.threads < 1) return usage();
+  // Before rig's thread pool starts: both rig's loops and OpenBLAS use s.threads.
+  const std::string threads = std::to_string(s.threads);
+  setenv("RIG_NUM_THREADS", threads.c_str(), 1);
+  openblas_set_num_threads(s.threads);
+  try {
+    if (workload == "transformer") {
+      bench_transformer(s);
+    } else if (workload == "resnet") {
+      bench_resnet(s);
+    } else if (workload == "gemm") {
+      bench_gemm(s);
+    } else {
+      return usage();
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rig_bench %s: %s\n", workload.c_str(), e.what());
+    return 1;
+  }
+  return 0;
+}

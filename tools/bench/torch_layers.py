@@ -1,0 +1,130 @@
+"""The PyTorch side of rig's layer benchmarks (tools/bench/run-cpu-bench).
+
+Same workloads, shapes, thread count and step as rig_bench (see
+bench_layers.cpp): eager mode, float32, torch.set_num_threads(N).
+
+  transformer  torch.nn.TransformerEncoderLayer + TransformerDecoderLayer,
+               norm_first=True (pre-norm), batch_first, d_model 256, 4 heads,
+               ffn 1024, relu, dropout 0.1, training mode; the decoder's
+               self-attention is causal; memory = the encoder's output
+  resnet       a torchvision-style BasicBlock (conv3x3-BN-ReLU-conv3x3-BN,
+               identity shortcut, ReLU), 32 channels, 14x14, batch 128,
+               training-mode batch norm
+
+A step: zero the gradients (set_to_none, torch's default), forward with
+inputs that require a gradient, loss = sum(y * upstream), backward. Inputs
+and the upstream gradient are allocated before timing.
+
+Memory: PyTorch has no public allocator statistics for the CPU
+(torch.cuda.memory_stats is CUDA only), so this reports the growth of the
+process's peak resident set size (getrusage ru_maxrss) from just before the
+first step to the end: "rss_delta_bytes". rig_bench reports the same measure
+(and its allocator's peak besides). Each workload runs in its own process.
+
+Output: one line of key=value pairs, like rig_bench.
+"""
+import argparse
+import resource
+import statistics
+import time
+
+import torch
+from torch import nn
+
+
+def max_rss_bytes():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+
+
+def time_steps(step, warmup, iterations):
+    for i in range(warmup):
+        step(i)
+    times = []
+    for i in range(iterations):
+        start = time.perf_counter()
+        step(warmup + i)
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times), min(times)
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, channels):
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels)
+
+    def forward(self, x):
+        h = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(h)) + x)
+
+
+def leaf(x):
+    x.grad = None
+    return x
+
+
+def bench_transformer(args):
+    batch, src_len, tgt_len, model, heads, hidden = 32, 32, 32, 256, 4, 1024
+    kw = dict(dim_feedforward=hidden, dropout=0.1, activation="relu", batch_first=True,
+              norm_first=True)
+    encoder = nn.TransformerEncoderLayer(model, heads, **kw)
+    decoder = nn.TransformerDecoderLayer(model, heads, **kw)
+    encoder.train()
+    decoder.train()
+    params = list(encoder.parameters()) + list(decoder.parameters())
+    src = torch.randn(batch, src_len, model, requires_grad=True)
+    tgt = torch.randn(batch, tgt_len, model, requires_grad=True)
+    upstream = torch.randn(batch, tgt_len, model)
+    causal = nn.Transformer.generate_square_subsequent_mask(tgt_len)
+
+    def step(_):
+        for p in params:
+            p.grad = None
+        memory = encoder(leaf(src))
+        y = decoder(leaf(tgt), memory, tgt_mask=causal)
+        (y * upstream).sum().backward()
+
+    rss_before = max_rss_bytes()
+    median, best = time_steps(step, args.warmup, args.iterations)
+    print(f"workload=transformer ms_median={median:.3f} ms_min={best:.3f} "
+          f"rss_delta_bytes={max_rss_bytes() - rss_before} "
+          f"parameters={sum(p.numel() for p in params)}")
+
+
+def bench_resnet(args):
+    block = BasicBlock(32)
+    block.train()
+    x = torch.randn(128, 32, 14, 14, requires_grad=True)
+    upstream = torch.randn(128, 32, 14, 14)
+
+    def step(_):
+        block.zero_grad(set_to_none=True)
+        y = block(leaf(x))
+        (y * upstream).sum().backward()
+
+    rss_before = max_rss_bytes()
+    median, best = time_steps(step, args.warmup, args.iterations)
+    print(f"workload=resnet ms_median={median:.3f} ms_min={best:.3f} "
+          f"rss_delta_bytes={max_rss_bytes() - rss_before}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("workload", choices=["transformer", "resnet", "info"])
+    parser.add_argument("--iterations", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    if args.workload == "info":
+        print(f"torch={torch.__version__} threads={torch.get_num_threads()}")
+        print(torch.__config__.parallel_info().strip().splitlines()[0])
+        return
+    {"transformer": bench_transformer, "resnet": bench_resnet}[args.workload](args)
+
+
+if __name__ == "__main__":
+    main()
