@@ -73,14 +73,13 @@ void cross_entropy_forward(const float* x, const std::int64_t* labels, std::int6
                            std::int64_t c, float on, float off, float* loss, float* lse) {
   const std::int64_t grain = std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, c));
   parallel_for(rows, grain, [&](std::int64_t begin, std::int64_t end) {
-    forward_rows(x + begin * c, labels + begin, end - begin, c, on, off, loss + begin,
-                 lse + begin);
+    forward_rows(x + begin * c, labels + begin, end - begin, c, on, off, loss + begin, lse + begin);
   });
 }
 
 void cross_entropy_backward(const float* x, const std::int64_t* labels, const float* lse,
-                            const float* row_scale, float scale, std::int64_t rows,
-                            std::int64_t c, float on, float off, float* dx) {
+                            const float* row_scale, float scale, std::int64_t rows, std::int64_t c,
+                            float on, float off, float* dx) {
   const std::int64_t grain = std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, c));
   parallel_for(rows, grain, [&](std::int64_t begin, std::int64_t end) {
     backward_rows(x + begin * c, labels + begin, lse + begin,

@@ -16,7 +16,7 @@ void cross_entropy_forward(const float* x, const std::int64_t* labels, std::int6
 // dx[r, j] = (e^(x[r, j] - lse_r) - q_j) * scale_r with scale_r = scale * row_scale[r]
 // (row_scale may be null: 1).
 void cross_entropy_backward(const float* x, const std::int64_t* labels, const float* lse,
-                            const float* row_scale, float scale, std::int64_t rows,
-                            std::int64_t c, float on, float off, float* dx);
+                            const float* row_scale, float scale, std::int64_t rows, std::int64_t c,
+                            float on, float off, float* dx);
 
 }  // namespace rig::cpu

@@ -13,7 +13,9 @@ namespace {
 // Philox4x32-10 for kLanes consecutive blocks at once (vectorised across
 // blocks), with the key and counter layout documented in rig/random.hpp, so
 // the bits equal random_bits(); one group is 4 * kLanes stream elements.
-constexpr std::int64_t kLanes = 16;
+// 32 lanes give the multiplier enough independent vectors (measured: 0.8
+// ns/element with AVX-512 against 1.6 with 16 lanes and 4 unvectorised).
+constexpr std::int64_t kLanes = 32;
 constexpr std::int64_t kGroup = 4 * kLanes;
 
 struct Stream {
@@ -44,6 +46,8 @@ RIG_INLINE void philox_group(const Stream& s, std::uint64_t block0, std::uint32_
   }
   std::uint32_t k0 = s.key0, k1 = s.key1;
   for (int round = 0; round < 10; ++round) {
+    // Unrolled, the lane loop is no longer vectorised (GCC 12).
+#pragma GCC unroll 1
     for (std::int64_t j = 0; j < kLanes; ++j) {
       const std::uint64_t p0 = std::uint64_t{0xD2511F53U} * c0[j];
       const std::uint64_t p1 = std::uint64_t{0xCD9E8D57U} * c2[j];
@@ -65,77 +69,156 @@ RIG_INLINE void philox_group(const Stream& s, std::uint64_t block0, std::uint32_
   }
 }
 
-// Elements [begin, end) of the tensor (stream elements first + i); `begin`
-// and `first` are multiples of 4. Convert/Store map an element to and from f32.
-template <class T, class Load, class Store>
-RIG_INLINE void apply_range(const Stream& s, float scale, const T* src, T* dst, std::int64_t begin,
-                        std::int64_t end, std::uint64_t first, Load load, Store store) {
+// One element type's conversions to and from f32.
+struct F32 {
+  using T = float;
+  static RIG_INLINE float load(float v) { return v; }
+  static RIG_INLINE float store(float v) { return v; }
+};
+struct F16 {
+  using T = std::uint16_t;
+  static RIG_INLINE float load(std::uint16_t v) { return half_bits_to_float(v); }
+  static RIG_INLINE std::uint16_t store(float v) { return float_to_half_bits(v); }
+};
+struct BF16 {
+  using T = std::uint16_t;
+  static RIG_INLINE float load(std::uint16_t v) { return bfloat16_bits_to_float(v); }
+  static RIG_INLINE std::uint16_t store(float v) { return float_to_bfloat16_bits(v); }
+};
+
+struct ForwardArgs {
+  Stream stream;
+  float scale;
+  const void* src;
+  void* dst;
+  std::uint32_t* mask;  // or null
+  std::int64_t n;
+};
+
+// Groups [begin, end) of the tensor (elements g * kGroup ...), stream element i = tensor element i.
+template <class E>
+RIG_INLINE void forward_groups(const ForwardArgs& a, std::int64_t begin, std::int64_t end) {
+  using T = typename E::T;
+  const T* src = static_cast<const T*>(a.src);
+  T* dst = static_cast<T*>(a.dst);
+  // Locals: stores through dst could otherwise alias the arguments.
+  const Stream stream = a.stream;
+  const std::uint32_t threshold = stream.threshold;
+  const float scale = a.scale;
+  std::uint32_t* const mask = a.mask;
+  const std::int64_t total = a.n;
   std::uint32_t bits[kGroup];
-  for (std::int64_t g = begin; g < end; g += kGroup) {
-    philox_group(s, (first + static_cast<std::uint64_t>(g)) / 4, bits);
-    const std::int64_t n = std::min(kGroup, end - g);
-    const T* x = src + g;
-    T* y = dst + g;
+  for (std::int64_t g = begin; g < end; ++g) {
+    const std::int64_t first = g * kGroup;
+    philox_group(stream, static_cast<std::uint64_t>(first) / 4, bits);
+    const std::int64_t n = std::min(kGroup, total - first);
+    const T* x = src + first;
+    T* y = dst + first;
     for (std::int64_t i = 0; i < n; ++i) {
-      y[i] = store((bits[i] >> 8U) >= s.threshold ? load(x[i]) * scale : 0.0F);
+      y[i] = E::store((bits[i] >> 8U) >= threshold ? E::load(x[i]) * scale : 0.0F);
+    }
+    if (mask == nullptr) continue;
+    std::uint32_t* words = mask + first / 32;
+    for (std::int64_t w = 0; w < (n + 31) / 32; ++w) {
+      std::uint32_t word = 0;
+#pragma GCC unroll 1
+      for (std::int64_t j = 0; j < 32; ++j) {
+        word |= static_cast<std::uint32_t>((bits[w * 32 + j] >> 8U) >= threshold) << j;
+      }
+      words[w] = word;
     }
   }
 }
 
-RIG_CPU_KERNEL void apply_f32(const Stream& s, float scale, const float* src, float* dst,
-                              std::int64_t begin, std::int64_t end) {
-  apply_range(
-      s, scale, src, dst, begin, end, 0, [](float v) { return v; }, [](float v) { return v; });
+// Words [begin, end) of the mask: elements 32 w ... of grad.
+template <class E>
+RIG_INLINE void backward_words(const std::uint32_t* mask, float scale, const void* grad, void* dx,
+                               std::int64_t n, std::int64_t begin, std::int64_t end) {
+  using T = typename E::T;
+  const T* g = static_cast<const T*>(grad);
+  T* d = static_cast<T*>(dx);
+  for (std::int64_t w = begin; w < end; ++w) {
+    const std::uint32_t word = mask[w];
+    const std::int64_t first = w * 32;
+    if (first + 32 <= n) {
+      for (std::int64_t j = 0; j < 32; ++j) {
+        d[first + j] = E::store((word >> j) & 1U ? E::load(g[first + j]) * scale : 0.0F);
+      }
+    } else {
+      for (std::int64_t j = 0; first + j < n; ++j) {
+        d[first + j] = E::store((word >> j) & 1U ? E::load(g[first + j]) * scale : 0.0F);
+      }
+    }
+  }
 }
 
-RIG_CPU_KERNEL void apply_f16(const Stream& s, float scale, const std::uint16_t* src,
-                              std::uint16_t* dst, std::int64_t begin, std::int64_t end) {
-  apply_range(
-      s, scale, src, dst, begin, end, 0, [](std::uint16_t v) { return half_bits_to_float(v); },
-      [](float v) { return float_to_half_bits(v); });
+RIG_CPU_KERNEL void forward_f32(const ForwardArgs& a, std::int64_t b, std::int64_t e) {
+  forward_groups<F32>(a, b, e);
 }
-
-RIG_CPU_KERNEL void apply_bf16(const Stream& s, float scale, const std::uint16_t* src,
-                               std::uint16_t* dst, std::int64_t begin, std::int64_t end) {
-  apply_range(
-      s, scale, src, dst, begin, end, 0, [](std::uint16_t v) { return bfloat16_bits_to_float(v); },
-      [](float v) { return float_to_bfloat16_bits(v); });
+RIG_CPU_KERNEL void forward_f16(const ForwardArgs& a, std::int64_t b, std::int64_t e) {
+  forward_groups<F16>(a, b, e);
 }
-
-// Runs kernel(begin, end) over [0, n) in parallel, in whole groups.
-template <class Kernel>
-void for_groups(std::int64_t n, Kernel&& kernel) {
-  const std::int64_t groups = (n + kGroup - 1) / kGroup;
-  parallel_for(groups, 64, [&](std::int64_t begin, std::int64_t end) {
-    kernel(begin * kGroup, std::min(n, end * kGroup));
-  });
+RIG_CPU_KERNEL void forward_bf16(const ForwardArgs& a, std::int64_t b, std::int64_t e) {
+  forward_groups<BF16>(a, b, e);
+}
+RIG_CPU_KERNEL void backward_f32(const std::uint32_t* m, float s, const void* g, void* d,
+                                 std::int64_t n, std::int64_t b, std::int64_t e) {
+  backward_words<F32>(m, s, g, d, n, b, e);
+}
+RIG_CPU_KERNEL void backward_f16(const std::uint32_t* m, float s, const void* g, void* d,
+                                 std::int64_t n, std::int64_t b, std::int64_t e) {
+  backward_words<F16>(m, s, g, d, n, b, e);
+}
+RIG_CPU_KERNEL void backward_bf16(const std::uint32_t* m, float s, const void* g, void* d,
+                                  std::int64_t n, std::int64_t b, std::int64_t e) {
+  backward_words<BF16>(m, s, g, d, n, b, e);
 }
 
 }  // namespace
 
-void dropout_apply(const RandomKey& key, float p, float scale, const Tensor& src, Tensor& dst) {
-  const Stream s(key, p);
-  const std::int64_t n = src.numel();
+void dropout_forward(const RandomKey& key, float p, float scale, const Tensor& src, Tensor& dst,
+                     std::uint32_t* mask_bits) {
+  const ForwardArgs args{Stream(key, p), scale,     src.raw_data(),
+                         dst.raw_data(), mask_bits, src.numel()};
+  const std::int64_t groups = (args.n + kGroup - 1) / kGroup;
+  auto run = [&](auto kernel) {
+    parallel_for(groups, 32, [&](std::int64_t b, std::int64_t e) { kernel(args, b, e); });
+  };
   switch (src.dtype()) {
-    case DType::f32: {
-      const float* x = src.data<float>();
-      float* y = dst.data<float>();
-      for_groups(n, [&](std::int64_t b, std::int64_t e) { apply_f32(s, scale, x, y, b, e); });
+    case DType::f32:
+      run(forward_f32);
       break;
-    }
-    case DType::f16: {
-      const auto* x = src.data<std::uint16_t>();
-      auto* y = dst.data<std::uint16_t>();
-      for_groups(n, [&](std::int64_t b, std::int64_t e) { apply_f16(s, scale, x, y, b, e); });
+    case DType::f16:
+      run(forward_f16);
       break;
-    }
-    case DType::bf16: {
-      const auto* x = src.data<std::uint16_t>();
-      auto* y = dst.data<std::uint16_t>();
-      for_groups(n, [&](std::int64_t b, std::int64_t e) { apply_bf16(s, scale, x, y, b, e); });
+    case DType::bf16:
+      run(forward_bf16);
       break;
-    }
-    default: break;  // the op layer admits floating dtypes only
+    default:
+      break;  // the op layer admits floating dtypes only
+  }
+}
+
+void dropout_backward(const std::uint32_t* mask_bits, float scale, const Tensor& grad, Tensor& dx) {
+  const std::int64_t n = grad.numel();
+  const void* g = grad.raw_data();
+  void* d = dx.raw_data();
+  auto run = [&](auto kernel) {
+    parallel_for(dropout_mask_words(n), 512,
+                 [&](std::int64_t b, std::int64_t e) { kernel(mask_bits, scale, g, d, n, b, e); });
+  };
+  switch (grad.dtype()) {
+    case DType::f32:
+      run(backward_f32);
+      break;
+    case DType::f16:
+      run(backward_f16);
+      break;
+    case DType::bf16:
+      run(backward_bf16);
+      break;
+    default:
+      break;
   }
 }
 

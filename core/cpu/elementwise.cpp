@@ -190,9 +190,8 @@ void run_plan(const StridedPlan<N>& plan, Row row) {
   });
 }
 
-RIG_CPU_KERNEL void bias_activation_rows(float* y, float* pre, const float* bias,
-                                         std::int64_t rows, std::int64_t cols,
-                                         ops::Activation act) {
+RIG_CPU_KERNEL void bias_activation_rows(float* y, float* pre, const float* bias, std::int64_t rows,
+                                         std::int64_t cols, ops::Activation act) {
   for (std::int64_t r = 0; r < rows; ++r) {
     float* yr = y + r * cols;
     if (bias != nullptr) {
@@ -321,13 +320,14 @@ void bias_activation(float* y, float* pre, const float* bias, std::int64_t rows,
   });
 }
 
-void activation_backward(ops::Activation activation, const float* g, const float* saved,
-                         float* dz, float* db, std::int64_t rows, std::int64_t cols) {
+void activation_backward(ops::Activation activation, const float* g, const float* saved, float* dz,
+                         float* db, std::int64_t rows, std::int64_t cols) {
   if (activation == ops::Activation::none && db == nullptr) return;
   // Column blocks: each task owns its slice of db, so no reduction is needed.
   constexpr std::int64_t kBlock = 64;
   const std::int64_t blocks = (cols + kBlock - 1) / kBlock;
-  const std::int64_t grain = std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, rows * kBlock));
+  const std::int64_t grain =
+      std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, rows * kBlock));
   parallel_for(blocks, grain, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t blk = begin; blk < end; ++blk) {
       const std::int64_t c0 = blk * kBlock;

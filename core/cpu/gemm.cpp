@@ -103,7 +103,8 @@ void gemm_batched(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64
     }
     return;
   }
-  const std::int64_t grain = std::max<std::int64_t>(1, kSplitWork / std::max<std::int64_t>(1, work) / 4);
+  const std::int64_t grain =
+      std::max<std::int64_t>(1, kSplitWork / std::max<std::int64_t>(1, work) / 4);
   parallel_for(batch, grain, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t i = begin; i < end; ++i) {
       blas(m, n, k, alpha, a.data + offsets.offset_a(i), a.ld, a.trans,

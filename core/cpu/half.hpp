@@ -20,8 +20,9 @@ namespace rig::cpu {
   constexpr std::uint32_t magic_mask = 126U << 23U;
   const float denormalized = std::bit_cast<float>((two_w >> 17U) | magic_mask) - 0.5F;
   constexpr std::uint32_t denormalized_cutoff = 1U << 27U;
-  const std::uint32_t bits = two_w < denormalized_cutoff ? std::bit_cast<std::uint32_t>(denormalized)
-                                                         : std::bit_cast<std::uint32_t>(normalized);
+  const std::uint32_t bits = two_w < denormalized_cutoff
+                                 ? std::bit_cast<std::uint32_t>(denormalized)
+                                 : std::bit_cast<std::uint32_t>(normalized);
   return std::bit_cast<float>(sign | bits);
 }
 

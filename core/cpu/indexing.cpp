@@ -21,10 +21,18 @@ std::int64_t grain_for(std::int64_t bytes_per_item) {
 template <class F>
 void with_element_type(std::size_t size, F&& f) {
   switch (size) {
-    case 1: f(std::uint8_t{}); break;
-    case 2: f(std::uint16_t{}); break;
-    case 4: f(std::uint32_t{}); break;
-    default: f(std::uint64_t{}); break;
+    case 1:
+      f(std::uint8_t{});
+      break;
+    case 2:
+      f(std::uint16_t{});
+      break;
+    case 4:
+      f(std::uint32_t{});
+      break;
+    default:
+      f(std::uint64_t{});
+      break;
   }
 }
 
@@ -39,7 +47,6 @@ std::int64_t first_bad(const Idx* idx, std::int64_t n, std::int64_t limit) {
 // Geometry of gather / scatter-add: the index is [O, J, I] around the axis;
 // x's offset of (o, index value, i) is outer(o) + value * axis_stride + inner(i).
 struct GatherGeometry {
-  const Shape* x_shape;
   const Shape* index_shape;
   Strides x_strides;
   std::int64_t axis = 0;
@@ -50,8 +57,7 @@ struct GatherGeometry {
   std::int64_t chunks = 1;       // tasks per outer row
 
   GatherGeometry(const Tensor& x, std::int64_t ax, const Tensor& index)
-      : x_shape(&x.shape()), index_shape(&index.shape()), x_strides(contiguous_strides(x.shape())),
-        axis(ax) {
+      : index_shape(&index.shape()), x_strides(contiguous_strides(x.shape())), axis(ax) {
     const auto& is = index.shape();
     const auto rank = static_cast<std::int64_t>(is.size());
     for (std::int64_t d = 0; d < axis; ++d) outer *= is[d];
@@ -113,32 +119,33 @@ inline void for_gather_rows(const GatherGeometry& g, std::int64_t begin, std::in
 template <class T, class Idx>
 void gather_typed(const GatherGeometry& g, const T* x, const Idx* idx, T* out) {
   parallel_for(g.tasks(), g.grain(sizeof(T)), [&](std::int64_t begin, std::int64_t end) {
-    for_gather_rows(g, begin, end, [&](std::int64_t xo, std::int64_t row, std::int64_t i0,
-                                       std::int64_t i1) {
-      const Idx* ir = idx + row;
-      T* orow = out + row;
-      if (g.inner_contiguous) {
-        for (std::int64_t i = i0; i < i1; ++i) orow[i] = x[xo + ir[i] * g.axis_stride + i];
-      } else {
-        for (std::int64_t i = i0; i < i1; ++i) {
-          orow[i] = x[xo + ir[i] * g.axis_stride + g.inner_offset(i)];
-        }
-      }
-    });
+    for_gather_rows(g, begin, end,
+                    [&](std::int64_t xo, std::int64_t row, std::int64_t i0, std::int64_t i1) {
+                      const Idx* ir = idx + row;
+                      T* orow = out + row;
+                      if (g.inner_contiguous) {
+                        for (std::int64_t i = i0; i < i1; ++i)
+                          orow[i] = x[xo + ir[i] * g.axis_stride + i];
+                      } else {
+                        for (std::int64_t i = i0; i < i1; ++i) {
+                          orow[i] = x[xo + ir[i] * g.axis_stride + g.inner_offset(i)];
+                        }
+                      }
+                    });
   });
 }
 
 template <class Idx>
 void scatter_add_typed(const GatherGeometry& g, const float* grad, const Idx* idx, float* dx) {
   parallel_for(g.tasks(), g.grain(sizeof(float)), [&](std::int64_t begin, std::int64_t end) {
-    for_gather_rows(g, begin, end, [&](std::int64_t xo, std::int64_t row, std::int64_t i0,
-                                       std::int64_t i1) {
-      const Idx* ir = idx + row;
-      const float* grow = grad + row;
-      for (std::int64_t i = i0; i < i1; ++i) {
-        dx[xo + ir[i] * g.axis_stride + g.inner_offset(i)] += grow[i];
-      }
-    });
+    for_gather_rows(g, begin, end,
+                    [&](std::int64_t xo, std::int64_t row, std::int64_t i0, std::int64_t i1) {
+                      const Idx* ir = idx + row;
+                      const float* grow = grad + row;
+                      for (std::int64_t i = i0; i < i1; ++i) {
+                        dx[xo + ir[i] * g.axis_stride + g.inner_offset(i)] += grow[i];
+                      }
+                    });
   });
 }
 
@@ -151,8 +158,10 @@ struct IndexAddArgs {
   std::int64_t n, k, inner, chunk, chunks;
 };
 
+// Forced inline so that it is compiled for each RIG_CPU_KERNEL target.
 template <class Idx>
-inline void index_add_range(const IndexAddArgs& a, std::int64_t begin, std::int64_t end) {
+inline __attribute__((always_inline)) void index_add_range(const IndexAddArgs& a,
+                                                           std::int64_t begin, std::int64_t end) {
   const Idx* idx = static_cast<const Idx*>(a.index);
   for (std::int64_t t = begin; t < end; ++t) {
     const std::int64_t o = t / a.chunks;
@@ -225,8 +234,8 @@ void extract_rows(const std::byte* src, std::int64_t src_row_bytes, std::int64_t
   });
 }
 
-void zero_rows(std::byte* dst, std::int64_t dst_row_bytes, std::int64_t offset,
-               std::int64_t bytes, std::int64_t rows) {
+void zero_rows(std::byte* dst, std::int64_t dst_row_bytes, std::int64_t offset, std::int64_t bytes,
+               std::int64_t rows) {
   if (rows == 1) {
     zero_bytes(dst + offset, bytes);
     return;
@@ -278,7 +287,8 @@ void index_select(const Tensor& x, std::int64_t outer, std::int64_t n, std::int6
       for (std::int64_t t = begin; t < end; ++t) {
         const std::int64_t o = t / k;
         const std::int64_t row = o * n + static_cast<std::int64_t>(idx[t % k]);
-        std::memcpy(dst + t * row_bytes, src + row * row_bytes, static_cast<std::size_t>(row_bytes));
+        std::memcpy(dst + t * row_bytes, src + row * row_bytes,
+                    static_cast<std::size_t>(row_bytes));
       }
     });
   };
@@ -292,8 +302,8 @@ void index_select(const Tensor& x, std::int64_t outer, std::int64_t n, std::int6
 void index_add(const Tensor& grad, std::int64_t outer, std::int64_t n, std::int64_t inner,
                const Tensor& index, Tensor& dx) {
   if (inner == 0 || outer == 0) return;
-  IndexAddArgs args{grad.data<float>(), dx.data<float>(), index.raw_data(), n, index.numel(),
-                    inner, inner, 1};
+  IndexAddArgs args{
+      grad.data<float>(), dx.data<float>(), index.raw_data(), n, index.numel(), inner, inner, 1};
   // Enough tasks for every thread: split the inner range (in 16-float
   // pieces) when there are few outer rows, e.g. the embedding gradient.
   const std::int64_t want = 4LL * num_threads();

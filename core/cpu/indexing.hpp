@@ -29,8 +29,8 @@ void concat_rows(const RowPiece* pieces, std::int64_t count, std::byte* dst,
 void extract_rows(const std::byte* src, std::int64_t src_row_bytes, std::int64_t offset,
                   std::byte* dst, std::int64_t bytes, std::int64_t rows);
 // Zeroes bytes [offset, offset + bytes) of each of `rows` rows of dst.
-void zero_rows(std::byte* dst, std::int64_t dst_row_bytes, std::int64_t offset,
-               std::int64_t bytes, std::int64_t rows);
+void zero_rows(std::byte* dst, std::int64_t dst_row_bytes, std::int64_t offset, std::int64_t bytes,
+               std::int64_t rows);
 // Zeroes `bytes` bytes in parallel (the dense gradient buffers).
 void zero_bytes(std::byte* dst, std::int64_t bytes);
 

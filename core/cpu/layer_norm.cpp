@@ -15,7 +15,9 @@ constexpr std::int64_t kGrain = 8192;  // elements per task
 // result does not depend on the thread count.
 constexpr std::int64_t kMaxBlocks = 16;
 
-std::int64_t param_blocks(std::int64_t rows) { return std::clamp<std::int64_t>(rows, 1, kMaxBlocks); }
+std::int64_t param_blocks(std::int64_t rows) {
+  return std::clamp<std::int64_t>(rows, 1, kMaxBlocks);
+}
 
 inline float lane_sum(const float* x, std::int64_t n) {
   float lanes[16] = {};
@@ -123,8 +125,8 @@ void layer_norm_forward(const float* x, const float* gamma, const float* beta, f
                         float* mean, float* rstd, std::int64_t rows, std::int64_t d, float eps) {
   const std::int64_t grain = std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, d));
   parallel_for(rows, grain, [&](std::int64_t begin, std::int64_t end) {
-    forward_rows(x + begin * d, gamma, beta, y + begin * d, mean + begin, rstd + begin,
-                 end - begin, d, eps);
+    forward_rows(x + begin * d, gamma, beta, y + begin * d, mean + begin, rstd + begin, end - begin,
+                 d, eps);
   });
 }
 

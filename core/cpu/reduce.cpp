@@ -110,7 +110,9 @@ RIG_CPU_KERNEL void max_columns(const float* x, float* y, std::int64_t* index, s
 
 }  // namespace
 
-double sum_all(const float* x, std::int64_t n) { return chunked_sum(x, n, sum_range); }
+double sum_all(const float* x, std::int64_t n) {
+  return chunked_sum(x, n, sum_range);
+}
 
 double sum_squares(const float* x, std::int64_t n) {
   return chunked_sum(x, n, sum_squares_range);

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <numeric>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cpu/kernel_attributes.hpp"
@@ -12,10 +15,17 @@ namespace {
 
 constexpr std::int64_t kGrainElements = 16 * 1024;
 
+// Helpers of the RIG_CPU_KERNEL functions are forced inline so that they are
+// compiled for each target of those functions.
+#define RIG_INLINE inline __attribute__((always_inline))
+
 // ---- select -------------------------------------------------------------------
 
 // The output shape with size-1 axes dropped and neighbouring axes merged
 // wherever all three operands step through them as one (the output is contiguous).
+// The most axes select handles after merging (the op layer checks).
+constexpr std::int64_t kMaxRank = 16;
+
 struct SelectJob {
   Shape shape;
   Strides strides[3];  // cond, a, b
@@ -55,29 +65,34 @@ struct SelectJob {
     }
   }
 
-  // Element offsets of the three operands at the start of `row`.
-  void row_offsets(std::int64_t row, std::int64_t off[3]) const {
+  // Element offsets of the three operands at the start of `row`, and its coordinates.
+  void row_offsets(std::int64_t row, std::int64_t off[3], std::int64_t* coord) const {
     off[0] = off[1] = off[2] = 0;
     for (auto d = static_cast<std::int64_t>(shape.size()) - 2; d >= 0; --d) {
-      const std::int64_t c = row % shape[d];
-      row /= shape[d];
-      for (int k = 0; k < 3; ++k) off[k] += c * strides[k][d];
+      const auto du = static_cast<std::size_t>(d);
+      coord[d] = row % shape[du];
+      row /= shape[du];
+      for (int k = 0; k < 3; ++k) off[k] += coord[d] * strides[k][du];
     }
   }
 };
 
 // Inner loop with compile-time strides (0 or 1) where known; -1 = runtime.
 template <class T, int SC, int SA, int SB>
-inline void select_inner(const std::uint8_t* c, std::int64_t sc, const T* a, std::int64_t sa,
-                         const T* b, std::int64_t sb, T* o, std::int64_t n) {
+RIG_INLINE void select_inner(const std::uint8_t* c, std::int64_t sc, const T* a, std::int64_t sa,
+                             const T* b, std::int64_t sb, T* __restrict o, std::int64_t n) {
   if constexpr (SC >= 0) sc = SC;
   if constexpr (SA >= 0) sa = SA;
   if constexpr (SB >= 0) sb = SB;
-  for (std::int64_t i = 0; i < n; ++i) o[i] = c[i * sc] != 0 ? a[i * sa] : b[i * sb];
+  // Both loads unconditional: a conditional load blocks vectorisation.
+  for (std::int64_t i = 0; i < n; ++i) {
+    const T av = a[i * sa], bv = b[i * sb];
+    o[i] = c[i * sc] != 0 ? av : bv;
+  }
 }
 
 template <class T>
-inline void select_range(const SelectJob& job, std::int64_t begin, std::int64_t end) {
+RIG_INLINE void select_range(const SelectJob& job, std::int64_t begin, std::int64_t end) {
   const auto* cond = static_cast<const std::uint8_t*>(job.data[0]);
   const auto* a = static_cast<const T*>(job.data[1]);
   const auto* b = static_cast<const T*>(job.data[2]);
@@ -86,26 +101,59 @@ inline void select_range(const SelectJob& job, std::int64_t begin, std::int64_t 
                      sb = job.strides[2].back();
   const bool unit = (sc == 0 || sc == 1) && (sa == 0 || sa == 1) && (sb == 0 || sb == 1);
   const int pattern = unit ? static_cast<int>(sc * 4 + sa * 2 + sb) : -1;
+  // Row coordinates advance like an odometer: no division per row.
+  std::int64_t coord[kMaxRank] = {};
+  std::int64_t off[3] = {};
+  const auto outer_rank = static_cast<std::int64_t>(job.shape.size()) - 1;
+  std::int64_t row = begin / job.chunks;
+  std::int64_t piece = begin % job.chunks;
+  job.row_offsets(row, off, coord);
   for (std::int64_t t = begin; t < end; ++t) {
-    const std::int64_t row = t / job.chunks;
-    const std::int64_t i0 = (t % job.chunks) * job.chunk;
+    if (piece == job.chunks) {  // on to the next row
+      piece = 0;
+      ++row;
+      for (std::int64_t d = outer_rank - 1; d >= 0; --d) {
+        const auto du = static_cast<std::size_t>(d);
+        for (int k = 0; k < 3; ++k) off[k] += job.strides[k][du];
+        if (++coord[d] < job.shape[du]) break;
+        for (int k = 0; k < 3; ++k) off[k] -= job.strides[k][du] * job.shape[du];
+        coord[d] = 0;
+      }
+    }
+    const std::int64_t i0 = piece++ * job.chunk;
     const std::int64_t n = std::min(job.length - i0, job.chunk);
-    std::int64_t off[3];
-    job.row_offsets(row, off);
     const std::uint8_t* c = cond + off[0] + i0 * sc;
     const T* pa = a + off[1] + i0 * sa;
     const T* pb = b + off[2] + i0 * sb;
     T* o = out + row * job.length + i0;
     switch (pattern) {
-      case 0: select_inner<T, 0, 0, 0>(c, sc, pa, sa, pb, sb, o, n); break;
-      case 1: select_inner<T, 0, 0, 1>(c, sc, pa, sa, pb, sb, o, n); break;
-      case 2: select_inner<T, 0, 1, 0>(c, sc, pa, sa, pb, sb, o, n); break;
-      case 3: select_inner<T, 0, 1, 1>(c, sc, pa, sa, pb, sb, o, n); break;
-      case 4: select_inner<T, 1, 0, 0>(c, sc, pa, sa, pb, sb, o, n); break;
-      case 5: select_inner<T, 1, 0, 1>(c, sc, pa, sa, pb, sb, o, n); break;
-      case 6: select_inner<T, 1, 1, 0>(c, sc, pa, sa, pb, sb, o, n); break;
-      case 7: select_inner<T, 1, 1, 1>(c, sc, pa, sa, pb, sb, o, n); break;
-      default: select_inner<T, -1, -1, -1>(c, sc, pa, sa, pb, sb, o, n); break;
+      case 0:
+        select_inner<T, 0, 0, 0>(c, sc, pa, sa, pb, sb, o, n);
+        break;
+      case 1:
+        select_inner<T, 0, 0, 1>(c, sc, pa, sa, pb, sb, o, n);
+        break;
+      case 2:
+        select_inner<T, 0, 1, 0>(c, sc, pa, sa, pb, sb, o, n);
+        break;
+      case 3:
+        select_inner<T, 0, 1, 1>(c, sc, pa, sa, pb, sb, o, n);
+        break;
+      case 4:
+        select_inner<T, 1, 0, 0>(c, sc, pa, sa, pb, sb, o, n);
+        break;
+      case 5:
+        select_inner<T, 1, 0, 1>(c, sc, pa, sa, pb, sb, o, n);
+        break;
+      case 6:
+        select_inner<T, 1, 1, 0>(c, sc, pa, sa, pb, sb, o, n);
+        break;
+      case 7:
+        select_inner<T, 1, 1, 1>(c, sc, pa, sa, pb, sb, o, n);
+        break;
+      default:
+        select_inner<T, -1, -1, -1>(c, sc, pa, sa, pb, sb, o, n);
+        break;
     }
   }
 }
@@ -126,63 +174,49 @@ RIG_CPU_KERNEL void select_range_8(const SelectJob& j, std::int64_t b, std::int6
 // ---- argmax -------------------------------------------------------------------
 
 template <class T>
-inline bool is_nan(T v) {
+RIG_INLINE bool is_nan(T v) {
   return v != v;  // NOLINT: false for integers
 }
 
 // a comes before b in a descending order where NaN is largest.
 template <class T>
-inline bool greater(T a, T b) {
+RIG_INLINE bool greater(T a, T b) {
   return a > b || (is_nan(a) && !is_nan(b));
 }
 
+// Vectorised test of a block: does any element beat `threshold`, or is a
+// NaN involved? !(v <= t) is true for v > t and whenever v or t is NaN.
+constexpr std::int64_t kBlock = 32;
 template <class T>
-inline std::int64_t argmax_scalar(const T* x, std::int64_t n, std::int64_t stride) {
+RIG_INLINE bool block_may_beat(const T* x, T threshold) {
+  std::int32_t any = 0;
+  // Unrolled, the loop is no longer vectorised (GCC 12).
+#pragma GCC unroll 1
+  for (std::int64_t j = 0; j < kBlock; ++j) any |= !(x[j] <= threshold);
+  return any != 0;
+}
+
+// One contiguous row: blocks that cannot hold a new maximum are skipped
+// after one vectorised comparison; the others are scanned in order.
+template <class T>
+RIG_INLINE std::int64_t argmax_row(const T* x, std::int64_t n) {
   std::int64_t best = 0;
-  for (std::int64_t i = 1; i < n; ++i) {
-    if (greater(x[i * stride], x[best * stride])) best = i;
+  std::int64_t i = 1;
+  for (; i + kBlock <= n; i += kBlock) {
+    if (!block_may_beat(x + i, x[best])) continue;
+    for (std::int64_t j = i; j < i + kBlock; ++j) {
+      if (greater(x[j], x[best])) best = j;
+    }
+  }
+  for (; i < n; ++i) {
+    if (greater(x[i], x[best])) best = i;
   }
   return best;
 }
 
-// One contiguous f32 row: per-lane maxima (vectorised), then the first index
-// holding the maximum; rows with a NaN take the scalar path.
-inline std::int64_t argmax_row_f32(const float* x, std::int64_t n) {
-  constexpr std::int64_t kLanes = 16;
-  if (n < 2 * kLanes) return argmax_scalar(x, n, 1);
-  float lane[kLanes];
-  std::int32_t nan[kLanes];
-  for (std::int64_t j = 0; j < kLanes; ++j) {
-    lane[j] = x[j];
-    nan[j] = x[j] != x[j];
-  }
-  std::int64_t i = kLanes;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (std::int64_t j = 0; j < kLanes; ++j) {
-      const float v = x[i + j];
-      lane[j] = v > lane[j] ? v : lane[j];
-      nan[j] |= v != v;
-    }
-  }
-  float m = lane[0];
-  std::int32_t any_nan = 0;
-  for (std::int64_t j = 0; j < kLanes; ++j) {
-    m = lane[j] > m ? lane[j] : m;
-    any_nan |= nan[j];
-  }
-  for (; i < n; ++i) {
-    m = x[i] > m ? x[i] : m;
-    any_nan |= x[i] != x[i];
-  }
-  if (any_nan) return argmax_scalar(x, n, 1);
-  std::int64_t k = 0;
-  while (x[k] != m) ++k;
-  return k;
-}
-
 RIG_CPU_KERNEL void argmax_rows_f32(const float* x, std::int64_t n, std::int64_t begin,
                                     std::int64_t end, std::int64_t* out) {
-  for (std::int64_t r = begin; r < end; ++r) out[r] = argmax_row_f32(x + r * n, n);
+  for (std::int64_t r = begin; r < end; ++r) out[r] = argmax_row(x + r * n, n);
 }
 
 // Along a strided axis: running best values for a whole inner row at once.
@@ -207,9 +241,7 @@ void argmax_typed(const T* x, std::int64_t outer, std::int64_t n, std::int64_t i
                    if constexpr (std::is_same_v<T, float>) {
                      argmax_rows_f32(x, n, begin, end, out);
                    } else {
-                     for (std::int64_t r = begin; r < end; ++r) {
-                       out[r] = argmax_scalar(x + r * n, n, 1);
-                     }
+                     for (std::int64_t r = begin; r < end; ++r) out[r] = argmax_row(x + r * n, n);
                    }
                  });
     return;
@@ -228,8 +260,8 @@ void argmax_typed(const T* x, std::int64_t outer, std::int64_t n, std::int64_t i
 // elements fail the comparison with the current k-th value, tested a block at
 // a time (vectorised), so the cost is about one pass over the row.
 template <class T>
-inline void topk_insertion(const T* x, std::int64_t n, std::int64_t k, T* vals,
-                           std::int64_t* idx) {
+RIG_INLINE void topk_insertion(const T* x, std::int64_t n, std::int64_t k, T* vals,
+                               std::int64_t* idx) {
   auto insert = [&](std::int64_t count, T v, std::int64_t i) {
     std::int64_t p = count < k ? count : k - 1;
     while (p > 0 && greater(v, vals[p - 1])) {
@@ -241,14 +273,9 @@ inline void topk_insertion(const T* x, std::int64_t n, std::int64_t k, T* vals,
     idx[p] = i;
   };
   for (std::int64_t i = 0; i < k; ++i) insert(i, x[i], i);
-  constexpr std::int64_t kBlock = 32;
   std::int64_t i = k;
   for (; i + kBlock <= n; i += kBlock) {
-    const T threshold = vals[k - 1];
-    std::int32_t any = 0;
-    // !(v <= threshold): true for larger values and whenever a NaN is involved.
-    for (std::int64_t j = 0; j < kBlock; ++j) any |= !(x[i + j] <= threshold);
-    if (!any) continue;
+    if (!block_may_beat(x + i, vals[k - 1])) continue;
     for (std::int64_t j = 0; j < kBlock; ++j) {
       if (greater(x[i + j], vals[k - 1])) insert(k, x[i + j], i + j);
     }
@@ -317,6 +344,10 @@ void select(const Shape& shape, std::size_t element_bytes, const SelectOperand& 
   if (shape_numel(shape) == 0) return;
   const SelectOperand* ops[3] = {&cond, &a, &b};
   const SelectJob job(shape, ops, out);
+  if (static_cast<std::int64_t>(job.shape.size()) > kMaxRank) {
+    throw std::invalid_argument("where / masked_fill: " + to_string(shape) + " has more than " +
+                                std::to_string(kMaxRank) + " axes that do not merge");
+  }
   const std::int64_t tasks = job.rows * job.chunks;
   const std::int64_t grain = std::max<std::int64_t>(1, kGrainElements / job.chunk);
   auto run = [&](auto kernel) {
@@ -324,21 +355,36 @@ void select(const Shape& shape, std::size_t element_bytes, const SelectOperand& 
                  [&](std::int64_t begin, std::int64_t end) { kernel(job, begin, end); });
   };
   switch (element_bytes) {
-    case 1: run(select_range_1); break;
-    case 2: run(select_range_2); break;
-    case 4: run(select_range_4); break;
-    default: run(select_range_8); break;
+    case 1:
+      run(select_range_1);
+      break;
+    case 2:
+      run(select_range_2);
+      break;
+    case 4:
+      run(select_range_4);
+      break;
+    default:
+      run(select_range_8);
+      break;
   }
 }
 
-void argmax(const Tensor& x, std::int64_t outer, std::int64_t n, std::int64_t inner,
-            Tensor& out) {
+void argmax(const Tensor& x, std::int64_t outer, std::int64_t n, std::int64_t inner, Tensor& out) {
   std::int64_t* o = out.data<std::int64_t>();
   switch (x.dtype()) {
-    case DType::f32: argmax_typed(x.data<float>(), outer, n, inner, o); break;
-    case DType::i32: argmax_typed(x.data<std::int32_t>(), outer, n, inner, o); break;
-    case DType::i64: argmax_typed(x.data<std::int64_t>(), outer, n, inner, o); break;
-    default: argmax_typed(x.data<std::uint8_t>(), outer, n, inner, o); break;
+    case DType::f32:
+      argmax_typed(x.data<float>(), outer, n, inner, o);
+      break;
+    case DType::i32:
+      argmax_typed(x.data<std::int32_t>(), outer, n, inner, o);
+      break;
+    case DType::i64:
+      argmax_typed(x.data<std::int64_t>(), outer, n, inner, o);
+      break;
+    default:
+      argmax_typed(x.data<std::uint8_t>(), outer, n, inner, o);
+      break;
   }
 }
 
@@ -346,7 +392,9 @@ void topk(const Tensor& x, std::int64_t rows, std::int64_t n, std::int64_t k, Te
           Tensor& indices) {
   std::int64_t* idx = indices.data<std::int64_t>();
   switch (x.dtype()) {
-    case DType::f32: topk_typed(x.data<float>(), rows, n, k, values.data<float>(), idx); break;
+    case DType::f32:
+      topk_typed(x.data<float>(), rows, n, k, values.data<float>(), idx);
+      break;
     case DType::i32:
       topk_typed(x.data<std::int32_t>(), rows, n, k, values.data<std::int32_t>(), idx);
       break;

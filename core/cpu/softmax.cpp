@@ -115,15 +115,15 @@ RIG_CPU_KERNEL void softmax_backward_rows(const float* y, const float* g, float*
 
 }  // namespace
 
-void softmax_forward(const StridedPlan<2>& plan, const float* x, const std::uint8_t* mask,
-                     float* y, bool log) {
+void softmax_forward(const StridedPlan<2>& plan, const float* x, const std::uint8_t* mask, float* y,
+                     bool log) {
   const std::int64_t n = plan.inner();
   const std::int64_t mask_stride = plan.inner_stride(1);
   const std::int64_t grain = std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, n));
   parallel_for(plan.outer(), grain, [&](std::int64_t begin, std::int64_t end) {
     for_each_row(plan, begin, end, [&](const std::array<std::int64_t, 2>& off) {
-      softmax_row(x + off[0], mask == nullptr ? nullptr : mask + off[1], mask_stride, y + off[0],
-                  n, log);
+      softmax_row(x + off[0], mask == nullptr ? nullptr : mask + off[1], mask_stride, y + off[0], n,
+                  log);
     });
   });
 }

@@ -12,8 +12,8 @@ namespace rig::cpu {
 // `plan` is a row plan (make_row_plan) over operands 0: x and y (contiguous,
 // same layout), 1: mask (strides into `mask`; ignored when mask is null). A
 // row with nothing kept gives zeros (softmax) or -inf (log_softmax).
-void softmax_forward(const StridedPlan<2>& plan, const float* x, const std::uint8_t* mask,
-                     float* y, bool log);
+void softmax_forward(const StridedPlan<2>& plan, const float* x, const std::uint8_t* mask, float* y,
+                     bool log);
 
 // dx from the forward output y and the upstream gradient g, all [rows, n]:
 // softmax: dx = y (g - <g, y>); log_softmax: dx = g - e^y sum(g) over the kept

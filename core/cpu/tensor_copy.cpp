@@ -21,8 +21,8 @@ namespace rig::cpu {
 namespace {
 
 constexpr std::size_t kMaxDims = 32;
-constexpr std::int64_t kParallelElements = std::int64_t{1} << 16;  // below this: one thread
-constexpr std::int64_t kGrainElements = std::int64_t{1} << 14;     // per parallel chunk
+constexpr std::int64_t kParallelElements = std::int64_t{1} << 18;  // below this: one thread
+constexpr std::int64_t kGrainElements = std::int64_t{1} << 16;     // per parallel chunk
 
 // Shape and the strides of up to two operands (0: destination, 1: source),
 // with size-1 axes dropped, sorted by the strides of operand `order_by`
@@ -107,9 +107,8 @@ void for_each_row(const Layout& l, Row&& row) {
       row(0, 0, 0, n_inner);
       return;
     }
-    parallel_for(n_inner, kGrainElements, [&](std::int64_t begin, std::int64_t end) {
-      row(0, 0, begin, end - begin);
-    });
+    parallel_for(n_inner, kGrainElements,
+                 [&](std::int64_t begin, std::int64_t end) { row(0, 0, begin, end - begin); });
     return;
   }
   auto run_rows = [&](std::int64_t begin, std::int64_t end) {
@@ -209,7 +208,8 @@ RIG_INLINE typename Elem<D>::type convert(typename Elem<S>::type s) {
 }
 
 template <DType D, DType S>
-RIG_INLINE void copy_row(void* dst, std::int64_t ds, const void* src, std::int64_t ss, std::int64_t n) {
+RIG_INLINE void copy_row(void* dst, std::int64_t ds, const void* src, std::int64_t ss,
+                         std::int64_t n) {
   auto* d = static_cast<typename Elem<D>::type*>(dst);
   const auto* s = static_cast<const typename Elem<S>::type*>(src);
   if (ds == 1 && ss == 1) {
@@ -221,7 +221,7 @@ RIG_INLINE void copy_row(void* dst, std::int64_t ds, const void* src, std::int64
 
 template <DType D>
 RIG_INLINE void copy_row_from(void* dst, std::int64_t ds, const void* src, std::int64_t ss,
-                          DType src_dtype, std::int64_t n) {
+                              DType src_dtype, std::int64_t n) {
   switch (src_dtype) {
     case DType::f32:
       return copy_row<D, DType::f32>(dst, ds, src, ss, n);
@@ -239,28 +239,28 @@ RIG_INLINE void copy_row_from(void* dst, std::int64_t ds, const void* src, std::
 }
 
 // One clone-compiled kernel per destination dtype (target_clones needs plain functions).
-RIG_CPU_KERNEL void copy_row_f32(void* d, std::int64_t ds, const void* s, std::int64_t ss,
-                                 DType st, std::int64_t n) {
+RIG_CPU_KERNEL void copy_row_f32(void* d, std::int64_t ds, const void* s, std::int64_t ss, DType st,
+                                 std::int64_t n) {
   copy_row_from<DType::f32>(d, ds, s, ss, st, n);
 }
-RIG_CPU_KERNEL void copy_row_f16(void* d, std::int64_t ds, const void* s, std::int64_t ss,
-                                 DType st, std::int64_t n) {
+RIG_CPU_KERNEL void copy_row_f16(void* d, std::int64_t ds, const void* s, std::int64_t ss, DType st,
+                                 std::int64_t n) {
   copy_row_from<DType::f16>(d, ds, s, ss, st, n);
 }
 RIG_CPU_KERNEL void copy_row_bf16(void* d, std::int64_t ds, const void* s, std::int64_t ss,
                                   DType st, std::int64_t n) {
   copy_row_from<DType::bf16>(d, ds, s, ss, st, n);
 }
-RIG_CPU_KERNEL void copy_row_i32(void* d, std::int64_t ds, const void* s, std::int64_t ss,
-                                 DType st, std::int64_t n) {
+RIG_CPU_KERNEL void copy_row_i32(void* d, std::int64_t ds, const void* s, std::int64_t ss, DType st,
+                                 std::int64_t n) {
   copy_row_from<DType::i32>(d, ds, s, ss, st, n);
 }
-RIG_CPU_KERNEL void copy_row_i64(void* d, std::int64_t ds, const void* s, std::int64_t ss,
-                                 DType st, std::int64_t n) {
+RIG_CPU_KERNEL void copy_row_i64(void* d, std::int64_t ds, const void* s, std::int64_t ss, DType st,
+                                 std::int64_t n) {
   copy_row_from<DType::i64>(d, ds, s, ss, st, n);
 }
-RIG_CPU_KERNEL void copy_row_u8(void* d, std::int64_t ds, const void* s, std::int64_t ss,
-                                DType st, std::int64_t n) {
+RIG_CPU_KERNEL void copy_row_u8(void* d, std::int64_t ds, const void* s, std::int64_t ss, DType st,
+                                std::int64_t n) {
   copy_row_from<DType::u8>(d, ds, s, ss, st, n);
 }
 
@@ -319,16 +319,16 @@ RIG_INLINE void add_row(void* dst, std::int64_t ds, const void* src, std::int64_
   }
 }
 
-RIG_CPU_KERNEL void add_row_f32(void* d, std::int64_t ds, const void* s, std::int64_t ss,
-                                DType st, std::int64_t n) {
+RIG_CPU_KERNEL void add_row_f32(void* d, std::int64_t ds, const void* s, std::int64_t ss, DType st,
+                                std::int64_t n) {
   add_row<DType::f32>(d, ds, s, ss, st, n);
 }
-RIG_CPU_KERNEL void add_row_f16(void* d, std::int64_t ds, const void* s, std::int64_t ss,
-                                DType st, std::int64_t n) {
+RIG_CPU_KERNEL void add_row_f16(void* d, std::int64_t ds, const void* s, std::int64_t ss, DType st,
+                                std::int64_t n) {
   add_row<DType::f16>(d, ds, s, ss, st, n);
 }
-RIG_CPU_KERNEL void add_row_bf16(void* d, std::int64_t ds, const void* s, std::int64_t ss,
-                                 DType st, std::int64_t n) {
+RIG_CPU_KERNEL void add_row_bf16(void* d, std::int64_t ds, const void* s, std::int64_t ss, DType st,
+                                 std::int64_t n) {
   add_row<DType::bf16>(d, ds, s, ss, st, n);
 }
 

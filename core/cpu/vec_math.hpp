@@ -62,7 +62,9 @@ inline float tanh(float x) {
 }
 
 // 1 / (1 + e^-x); saturates to 0 and 1 without NaN.
-inline float sigmoid(float x) { return 1.0F / (1.0F + vec::exp(-x)); }
+inline float sigmoid(float x) {
+  return 1.0F / (1.0F + vec::exp(-x));
+}
 
 // erf: a rational approximation on [-4, 4] (the one XLA and Eigen use for
 // float), +-1 beyond.
@@ -86,13 +88,15 @@ inline float erf(float x) {
   return r > 1.0F ? 1.0F : (r < -1.0F ? -1.0F : r);
 }
 
-constexpr float kSqrtHalf = 0.70710678118654752F;       // 1 / sqrt(2)
-constexpr float kInvSqrt2Pi = 0.39894228040143268F;     // 1 / sqrt(2 pi)
-constexpr float kSqrt2OverPi = 0.79788456080286536F;    // sqrt(2 / pi)
+constexpr float kSqrtHalf = 0.70710678118654752F;     // 1 / sqrt(2)
+constexpr float kInvSqrt2Pi = 0.39894228040143268F;   // 1 / sqrt(2 pi)
+constexpr float kSqrt2OverPi = 0.79788456080286536F;  // sqrt(2 / pi)
 constexpr float kGeluTanhCoeff = 0.044715F;
 
 // GELU, erf form: x Phi(x).
-inline float gelu(float x) { return 0.5F * x * (1.0F + vec::erf(x * kSqrtHalf)); }
+inline float gelu(float x) {
+  return 0.5F * x * (1.0F + vec::erf(x * kSqrtHalf));
+}
 // d/dx x Phi(x) = Phi(x) + x phi(x).
 inline float gelu_grad(float x) {
   const float cdf = 0.5F * (1.0F + vec::erf(x * kSqrtHalf));

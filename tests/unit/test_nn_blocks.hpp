@@ -17,13 +17,14 @@ namespace rig_test {
 class EncoderLayer : public rig::nn::Module {
  public:
   EncoderLayer(rig::ParameterStore& store, std::string name, std::int64_t model_dim,
-               std::int64_t heads, std::int64_t hidden, float dropout = 0.0F)
+               std::int64_t heads, std::int64_t hidden, float dropout = 0.0F,
+               rig::ops::Activation activation = rig::ops::Activation::relu)
       : Module(store, std::move(name)),
         attention_norm_(store, child("attention_norm"), model_dim),
         attention_(store, child("attention"), model_dim, heads, dropout),
         attention_dropout_(child("attention_dropout"), dropout),
         ffn_norm_(store, child("ffn_norm"), model_dim),
-        ffn_(store, child("ffn"), model_dim, hidden, rig::ops::Activation::relu, dropout),
+        ffn_(store, child("ffn"), model_dim, hidden, activation, dropout),
         ffn_dropout_(child("ffn_dropout"), dropout) {}
 
   // mask: u8 [B, 1, 1, T] key padding (or undefined).
@@ -55,7 +56,8 @@ class EncoderLayer : public rig::nn::Module {
 class DecoderLayer : public rig::nn::Module {
  public:
   DecoderLayer(rig::ParameterStore& store, std::string name, std::int64_t model_dim,
-               std::int64_t heads, std::int64_t hidden, float dropout = 0.0F)
+               std::int64_t heads, std::int64_t hidden, float dropout = 0.0F,
+               rig::ops::Activation activation = rig::ops::Activation::relu)
       : Module(store, std::move(name)),
         self_attention_norm_(store, child("self_attention_norm"), model_dim),
         self_attention_(store, child("self_attention"), model_dim, heads, dropout),
@@ -64,7 +66,7 @@ class DecoderLayer : public rig::nn::Module {
         cross_attention_(store, child("cross_attention"), model_dim, heads, dropout),
         cross_attention_dropout_(child("cross_attention_dropout"), dropout),
         ffn_norm_(store, child("ffn_norm"), model_dim),
-        ffn_(store, child("ffn"), model_dim, hidden, rig::ops::Activation::relu, dropout),
+        ffn_(store, child("ffn"), model_dim, hidden, activation, dropout),
         ffn_dropout_(child("ffn_dropout"), dropout) {}
 
   // memory_mask: u8 [B, 1, 1, S] (or undefined). With `cache`, x holds only

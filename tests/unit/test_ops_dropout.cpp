@@ -37,7 +37,8 @@ TEST(OpsDropout, MaskIsThePhiloxStream) {
     const auto v = out.to_vector();
     const float scale = 1.0F / (1.0F - p);
     for (std::int64_t i = 0; i < n; ++i) {
-      const bool keep = rig::uniform_float(rig::random_bits(kKey, static_cast<std::uint64_t>(i))) >= p;
+      const bool keep =
+          rig::uniform_float(rig::random_bits(kKey, static_cast<std::uint64_t>(i))) >= p;
       ASSERT_EQ(v[static_cast<std::size_t>(i)], keep ? scale : 0.0F) << i;
     }
   }
@@ -45,8 +46,8 @@ TEST(OpsDropout, MaskIsThePhiloxStream) {
 
 TEST(OpsDropout, MaskAtFarStreamOffsets) {
   // Block numbers beyond 2^32 use the high counter word.
-  for (std::uint64_t first : {std::uint64_t{5}, (std::uint64_t{1} << 34) - 7,
-                              (std::uint64_t{1} << 40) + 2}) {
+  for (std::uint64_t first :
+       {std::uint64_t{5}, (std::uint64_t{1} << 34) - 7, (std::uint64_t{1} << 40) + 2}) {
     Tensor mask = Tensor::empty({300}, rig::DType::u8);
     rig::cpu::dropout_mask(kKey, 0.5F, mask, first);
     const auto m = mask.to_vector();
@@ -106,9 +107,9 @@ TEST(OpsDropout, BackwardReusesTheMask) {
 }
 
 TEST(OpsDropoutGradCheck, FixedKey) {
-  EXPECT_TRUE(check_gradients(
-      [](const std::vector<Tensor>& in) { return ops::dropout(in[0], 0.4F, kKey); },
-      {random_tensor({3, 7}, 4)}));
+  EXPECT_TRUE(
+      check_gradients([](const std::vector<Tensor>& in) { return ops::dropout(in[0], 0.4F, kKey); },
+                      {random_tensor({3, 7}, 4)}));
 }
 
 TEST(OpsDropout, IndependentOfThreadCount) {

@@ -36,17 +36,21 @@ TEST(OpsEmbeddingGolden, ForwardAndBackward) {
 
 TEST(OpsEmbeddingGradCheck, RepeatedIds) {
   const Tensor ids = int_tensor({2, 0, 2, 2, 4, 0}, {2, 3});
-  EXPECT_TRUE(check_gradients(
-      [&](const std::vector<Tensor>& in) { return ops::embedding(in[0], ids); },
-      {random_tensor({5, 3}, 1)}));
+  EXPECT_TRUE(
+      check_gradients([&](const std::vector<Tensor>& in) { return ops::embedding(in[0], ids); },
+                      {random_tensor({5, 3}, 1)}));
 }
 
 TEST(OpsEmbedding, OutOfRangeIdsNameTheIdAndVocabulary) {
   const Tensor w = Tensor::zeros({8, 4});
-  EXPECT_TRUE(contains(error_of([&] { ops::embedding(w, int_tensor({1, 8, 2}, {3})); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         ops::embedding(w, int_tensor({1, 8, 2}, {3}));
+                       }),
                        "embedding: id 8 (position 1 of ids [3]) is out of range for vocabulary "
                        "size 8 (weight [8,4])"));
-  EXPECT_TRUE(contains(error_of([&] { ops::embedding(w, int_tensor({-3}, {1, 1})); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         ops::embedding(w, int_tensor({-3}, {1, 1}));
+                       }),
                        "embedding: id -3"));
   EXPECT_TRUE(contains(error_of([&] { ops::embedding(w, Tensor::zeros({3})); }),
                        "embedding: ids must be i64 or i32, got f32 [3]"));
@@ -61,6 +65,36 @@ TEST(OpsEmbedding, HalfWeightsAndScalarIds) {
   EXPECT_EQ(out.dtype(), rig::DType::bf16);
   EXPECT_EQ(out.shape(), (rig::Shape{4}));
   EXPECT_EQ(out.to_vector(), w.to(rig::DType::bf16).slice(0, 3, 4).reshape({4}).to_vector());
+}
+
+// A parameter whose gradient lives in a buffer (the flat gradient buffer's
+// view): the rows are added straight into it, the same values as the dense
+// path, accumulating across backward passes.
+TEST(OpsEmbedding, AccumulatesIntoAPresetGradientBuffer) {
+  const Tensor ids = int_tensor({2, 0, 2, 2, 4, 0}, {2, 3});
+  const Tensor up = random_tensor({2, 3, 3}, 7);
+  Tensor dense = random_tensor({5, 3}, 8);
+  dense.set_requires_grad(true);
+  backward_with(ops::embedding(dense, ids), up);
+  Tensor param = dense.detach().clone();
+  param.set_requires_grad(true);
+  Tensor buffer = Tensor::full({5, 3}, 0.5F);
+  param.set_grad(buffer);
+  backward_with(ops::embedding(param, ids), up);
+  backward_with(ops::embedding(param, ids), up);
+  const auto d = dense.grad().to_vector();
+  const auto b = buffer.to_vector();
+  for (std::size_t i = 0; i < d.size(); ++i) EXPECT_FLOAT_EQ(b[i], 0.5F + 2 * d[i]) << i;
+  // Also when the weight feeds another op too (tied weights).
+  Tensor tied = dense.detach().clone();
+  tied.set_requires_grad(true);
+  Tensor tied_buffer = Tensor::zeros({5, 3});
+  tied.set_grad(tied_buffer);
+  rig::ops::sum(rig::ops::add(rig::ops::sum(rig::ops::mul(ops::embedding(tied, ids), up)),
+                              rig::ops::sum(tied)))
+      .backward();
+  const auto t = tied_buffer.to_vector();
+  for (std::size_t i = 0; i < d.size(); ++i) EXPECT_FLOAT_EQ(t[i], d[i] + 1.0F) << i;
 }
 
 // The Transformer's shapes: 32 x 32 tokens from a 32768-word vocabulary, d 256.

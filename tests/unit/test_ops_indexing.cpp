@@ -96,10 +96,14 @@ TEST(OpsIndexingGolden, IndexSelect) {
 
 TEST(OpsIndexingGradCheck, Concat) {
   EXPECT_TRUE(check_gradients(
-      [](const std::vector<Tensor>& in) { return ops::concat({in[0], in[1], in[2]}, 1); },
+      [](const std::vector<Tensor>& in) {
+        return ops::concat({in[0], in[1], in[2]}, 1);
+      },
       {random_tensor({2, 3, 2}, 1), random_tensor({2, 1, 2}, 2), random_tensor({2, 2, 2}, 3)}));
   EXPECT_TRUE(check_gradients(
-      [](const std::vector<Tensor>& in) { return ops::concat({in[0], in[1]}, 0); },
+      [](const std::vector<Tensor>& in) {
+        return ops::concat({in[0], in[1]}, 0);
+      },
       {random_tensor({2, 3}, 4), random_tensor({1, 3}, 5)}));
 }
 
@@ -115,9 +119,9 @@ TEST(OpsIndexingGradCheck, SplitOutputsRecombined) {
 
 TEST(OpsIndexingGradCheck, GatherAndIndexSelect) {
   const Tensor index = int_tensor({0, 2, 2, 1, 0, 0}, {2, 3});
-  EXPECT_TRUE(check_gradients(
-      [&](const std::vector<Tensor>& in) { return ops::gather(in[0], 1, index); },
-      {random_tensor({2, 4}, 7)}));
+  EXPECT_TRUE(
+      check_gradients([&](const std::vector<Tensor>& in) { return ops::gather(in[0], 1, index); },
+                      {random_tensor({2, 4}, 7)}));
   const Tensor rows = int_tensor({3, 0, 3, 3}, {4});
   EXPECT_TRUE(check_gradients(
       [&](const std::vector<Tensor>& in) { return ops::index_select(in[0], 0, rows); },
@@ -148,8 +152,8 @@ TEST(OpsIndexing, SplitTwiceInOneGraphAndRepeatedForward) {
     auto a = ops::split(x, {2, 2}, 1);
     auto b = ops::split(x, {1, 3}, 1);
     // x also feeds the loss directly, so its gradient sums four paths.
-    Tensor loss = ops::add(ops::add(ops::sum(a[1]), ops::sum(ops::mul_scalar(b[0], 3.0F))),
-                           ops::sum(x));
+    Tensor loss =
+        ops::add(ops::add(ops::sum(a[1]), ops::sum(ops::mul_scalar(b[0], 3.0F))), ops::sum(x));
     loss.backward();
   }
   std::vector<float> per_step = x.grad().to_vector();
@@ -203,28 +207,46 @@ TEST(OpsIndexing, IndexSelectGradientIndependentOfThreads) {
 
 TEST(OpsIndexing, Errors) {
   const Tensor a = Tensor::zeros({2, 3});
-  EXPECT_TRUE(contains(error_of([&] { ops::concat({a, Tensor::zeros({3, 3})}, 1); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         ops::concat({a, Tensor::zeros({3, 3})}, 1);
+                       }),
                        "concat: [2,3], [3,3]: shapes differ outside axis 1"));
-  EXPECT_TRUE(contains(error_of([&] { ops::concat({a, Tensor::zeros({2, 3, 1})}, 0); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         ops::concat({a, Tensor::zeros({2, 3, 1})}, 0);
+                       }),
                        "concat: [2,3], [2,3,1]"));
-  EXPECT_TRUE(contains(error_of([&] { ops::concat({a, a.to(rig::DType::i64)}, 0); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         ops::concat({a, a.to(rig::DType::i64)}, 0);
+                       }),
                        "concat: dtypes differ: f32 [2,3] and i64 [2,3]"));
   EXPECT_TRUE(contains(error_of([&] { ops::concat({}, 0); }), "concat: no tensors"));
   EXPECT_TRUE(contains(error_of([&] { ops::concat({a}, 2); }), "concat: axis 2 out of range"));
-  EXPECT_TRUE(contains(error_of([&] { ops::split(a, {1, 1}, 1); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         ops::split(a, {1, 1}, 1);
+                       }),
                        "split: sizes [1,1] add up to 2, not 3 ([2,3] axis 1)"));
   EXPECT_TRUE(contains(error_of([&] { ops::split(a, {-1, 4}, 1); }), "split: negative size -1"));
-  EXPECT_TRUE(contains(error_of([&] { ops::gather(a, 1, int_tensor({0, 3}, {1, 2})); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         ops::gather(a, 1, int_tensor({0, 3}, {1, 2}));
+                       }),
                        "gather: index 3 at position 1 is out of range for size 3 of x [2,3]"));
-  EXPECT_TRUE(contains(error_of([&] { ops::gather(a, 1, int_tensor({0, 1}, {2})); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         ops::gather(a, 1, int_tensor({0, 1}, {2}));
+                       }),
                        "gather: index [2] does not fit x [2,3]"));
-  EXPECT_TRUE(contains(error_of([&] { ops::gather(a, 1, int_tensor({0, 0, 0}, {3, 1})); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         ops::gather(a, 1, int_tensor({0, 0, 0}, {3, 1}));
+                       }),
                        "gather: index [3,1] does not fit x [2,3]"));
-  EXPECT_TRUE(contains(error_of([&] { ops::gather(a, 1, Tensor::zeros({2, 1})); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         ops::gather(a, 1, Tensor::zeros({2, 1}));
+                       }),
                        "gather: index must be i64 or i32, got f32 [2,1]"));
   EXPECT_TRUE(contains(error_of([&] { ops::index_select(a, 0, int_tensor({-1}, {1})); }),
                        "index_select: index -1 at position 0 is out of range for size 2"));
-  EXPECT_TRUE(contains(error_of([&] { ops::index_select(a, 0, int_tensor({0, 1}, {1, 2})); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         ops::index_select(a, 0, int_tensor({0, 1}, {1, 2}));
+                       }),
                        "index_select: index [1,2] must be 1-D (x [2,3])"));
 }
 

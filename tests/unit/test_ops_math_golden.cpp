@@ -37,12 +37,12 @@ ops::Activation activation_of(const std::string& name) {
   return ops::Activation::none;
 }
 
-struct Run {
+struct CaseRun {
   std::map<std::string, Tensor> leaves;  // inputs that get gradients
   Tensor out;
 };
 
-Tensor input_or_leaf(const GoldenCase& c, Run& run, const std::string& name) {
+Tensor input_or_leaf(const GoldenCase& c, CaseRun& run, const std::string& name) {
   if (!c.inputs.count(name)) return {};
   if (!c.grads.count(name)) return c.input(name);
   Tensor t = c.input(name).clone();
@@ -51,7 +51,7 @@ Tensor input_or_leaf(const GoldenCase& c, Run& run, const std::string& name) {
   return t;
 }
 
-Tensor compute(const GoldenCase& c, Run& run) {
+Tensor compute(const GoldenCase& c, CaseRun& run) {
   const json& p = c.params;
   const std::string op = p.at("op").get<std::string>();
   auto in = [&](const std::string& name) { return input_or_leaf(c, run, name); };
@@ -125,7 +125,7 @@ TEST(OpsMathGolden, EveryCaseMatchesTorch) {
   ASSERT_GE(cases.size(), 90U);
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
-    Run run;
+    CaseRun run;
     const Tensor out = compute(c, run);
     ASSERT_TRUE(out.defined());
     Tensor expected = c.output("out");

@@ -30,8 +30,7 @@ class OpsMathLarge : public ::testing::Test {
 
 // Row-major C = op(A) op(B) in double for 2-D tensors given as vectors.
 std::vector<float> naive_matmul(const std::vector<float>& a, const std::vector<float>& b,
-                                std::int64_t m, std::int64_t n, std::int64_t k, bool ta,
-                                bool tb) {
+                                std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb) {
   std::vector<float> c(static_cast<std::size_t>(m * n));
   for (std::int64_t i = 0; i < m; ++i) {
     for (std::int64_t j = 0; j < n; ++j) {
@@ -71,8 +70,8 @@ TEST_F(OpsMathLarge, SplitGemmMatchesNaive) {
 
 TEST_F(OpsMathLarge, BatchedGemmMatchesNaive) {
   // Many small products (one task each) and a few large ones (split).
-  for (const auto& [batch, m, n, k] : std::vector<std::array<std::int64_t, 4>>{
-           {24, 17, 9, 31}, {3, 90, 80, 70}}) {
+  for (const auto& [batch, m, n, k] :
+       std::vector<std::array<std::int64_t, 4>>{{24, 17, 9, 31}, {3, 90, 80, 70}}) {
     Tensor a = rand({batch, m, k});
     Tensor b = rand({batch, n, k});
     const Tensor c = ops::matmul(a, b, false, true);
@@ -104,15 +103,16 @@ TEST_F(OpsMathLarge, LinearForwardAndBackwardMatchNaive) {
   for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t o = 0; o < out; ++o) {
       double z = bv[o];
-      for (std::int64_t i = 0; i < in; ++i) z += static_cast<double>(xv[r * in + i]) * wv[o * in + i];
+      for (std::int64_t i = 0; i < in; ++i)
+        z += static_cast<double>(xv[r * in + i]) * wv[o * in + i];
       const double cdf = 0.5 * (1.0 + std::erf(z / std::sqrt(2.0)));
       yv[r * out + o] = static_cast<float>(z * cdf);
       const double pdf = std::exp(-0.5 * z * z) / std::sqrt(2.0 * M_PI);
       dz[r * out + o] = uv[r * out + o] * (cdf + z * pdf);
     }
   }
-  std::vector<float> dx(static_cast<std::size_t>(rows * in)), dw(static_cast<std::size_t>(out * in)),
-      db(static_cast<std::size_t>(out));
+  std::vector<float> dx(static_cast<std::size_t>(rows * in)),
+      dw(static_cast<std::size_t>(out * in)), db(static_cast<std::size_t>(out));
   for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t i = 0; i < in; ++i) {
       double s = 0.0;

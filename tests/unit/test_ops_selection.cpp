@@ -82,12 +82,12 @@ TEST(OpsSelectionGolden, Topk) {
 
 TEST(OpsSelectionGradCheck, WhereBroadcast) {
   const Tensor cond = u8_tensor({1, 0, 0, 1, 1, 0}, {2, 1, 3});
-  EXPECT_TRUE(check_gradients(
-      [&](const std::vector<Tensor>& in) { return ops::where(cond, in[0], in[1]); },
-      {random_tensor({4, 1}, 1), random_tensor({2, 4, 3}, 2)}));
-  EXPECT_TRUE(check_gradients(
-      [&](const std::vector<Tensor>& in) { return ops::where(cond, in[0], in[1]); },
-      {random_tensor({2, 1, 3}, 3), random_tensor({}, 4)}));
+  EXPECT_TRUE(
+      check_gradients([&](const std::vector<Tensor>& in) { return ops::where(cond, in[0], in[1]); },
+                      {random_tensor({4, 1}, 1), random_tensor({2, 4, 3}, 2)}));
+  EXPECT_TRUE(
+      check_gradients([&](const std::vector<Tensor>& in) { return ops::where(cond, in[0], in[1]); },
+                      {random_tensor({2, 1, 3}, 3), random_tensor({}, 4)}));
 }
 
 TEST(OpsSelectionGradCheck, MaskedFill) {
@@ -111,7 +111,8 @@ TEST(OpsSelection, WhereAndMaskedFillOnOtherDtypesAndViews) {
   Tensor bf = ops::masked_fill(h.to(rig::DType::bf16), cond, -1.0F);
   EXPECT_EQ(bf.to_vector(), (std::vector<float>{-1, 2, -1, 4}));
   // A transposed x and a broadcast mask [1, 2] (columns of the view).
-  Tensor x = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3}).transpose(0, 1);  // [3,2]
+  Tensor x =
+      Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3}).transpose(0, 1);  // [3,2]
   Tensor out = ops::masked_fill(x, u8_tensor({0, 1}, {1, 2}), 9.0F);
   EXPECT_EQ(out.to_vector(), (std::vector<float>{1, 9, 2, 9, 3, 9}));
   // -inf into attention-style scores [B, H, T, T] with a key mask [B, 1, 1, T].
@@ -210,11 +211,15 @@ TEST(OpsSelection, Errors) {
   EXPECT_TRUE(contains(error_of([&] { ops::where(u8_tensor({1, 0}, {2}), x, x); }), "[2]"));
   EXPECT_TRUE(contains(error_of([&] { ops::where(u8_tensor({1}, {1}), x, x.to(rig::DType::i64)); }),
                        "where: a f32 [2,3] and b i64 [2,3]: dtypes differ"));
-  EXPECT_TRUE(contains(error_of([&] { ops::masked_fill(x, u8_tensor({1, 0, 1, 0}, {4, 1, 1}), 0); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         ops::masked_fill(x, u8_tensor({1, 0, 1, 0}, {4, 1, 1}), 0);
+                       }),
                        "masked_fill: mask [4,1,1] does not broadcast to x [2,3]"));
   EXPECT_TRUE(contains(error_of([&] { ops::topk(x, 4); }),
                        "topk: k = 4 out of range [0, 3] for [2,3] along axis -1"));
-  EXPECT_TRUE(contains(error_of([&] { ops::argmax(Tensor::zeros({2, 0})); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         ops::argmax(Tensor::zeros({2, 0}));
+                       }),
                        "argmax: axis -1 of [2,0] is empty"));
   EXPECT_TRUE(contains(error_of([&] { ops::argmax(x, 2); }), "argmax: axis 2 out of range"));
 }

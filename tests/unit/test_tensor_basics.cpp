@@ -62,9 +62,8 @@ TEST(TensorBasics, ViewsShareStorage) {
   EXPECT_EQ(view.to_vector(), (std::vector<float>{2, 3, 4, 5}));
   view.fill_(9.0F);
   EXPECT_EQ(flat.to_vector(), (std::vector<float>{0, 1, 9, 9, 9, 9}));
-  EXPECT_TRUE(
-      contains(error_of([&] { Tensor::view_of(flat.impl()->storage, 3, {4}, DType::f32); }),
-               "f32 [4] at element 3 does not fit in a storage of 24 bytes"));
+  EXPECT_TRUE(contains(error_of([&] { Tensor::view_of(flat.impl()->storage, 3, {4}, DType::f32); }),
+                       "f32 [4] at element 3 does not fit in a storage of 24 bytes"));
 
   Tensor r = flat.reshape({3, -1});
   EXPECT_EQ(r.shape(), (Shape{3, 2}));

@@ -32,7 +32,7 @@ std::uint16_t reference_half(float f) {
   std::uint32_t x = std::bit_cast<std::uint32_t>(f);
   const std::uint32_t sign = (x >> 16U) & 0x8000U;
   x &= 0x7FFFFFFFU;
-  if (x > 0x7F800000U) return static_cast<std::uint16_t>(sign | 0x7E00U);  // NaN
+  if (x > 0x7F800000U) return static_cast<std::uint16_t>(sign | 0x7E00U);   // NaN
   if (x >= 0x477FF000U) return static_cast<std::uint16_t>(sign | 0x7C00U);  // >= 65520: inf
   if (x < 0x38800000U) {  // below 2^-14: a subnormal half (or zero)
     if (x < 0x33000000U) return static_cast<std::uint16_t>(sign);  // below 2^-25
@@ -75,9 +75,9 @@ TEST(TensorDtype, HalfWideningIsExact) {
   EXPECT_EQ(rig::half_to_float(0x3C00), 1.0F);
   EXPECT_EQ(rig::half_to_float(0xC000), -2.0F);
   EXPECT_EQ(rig::half_to_float(0x7BFF), 65504.0F);
-  EXPECT_EQ(rig::half_to_float(0x0001), 0x1.0p-24F);  // smallest subnormal
+  EXPECT_EQ(rig::half_to_float(0x0001), 0x1.0p-24F);         // smallest subnormal
   EXPECT_EQ(rig::half_to_float(0x03FF), 1023 * 0x1.0p-24F);  // largest subnormal
-  EXPECT_EQ(rig::half_to_float(0x0400), 0x1.0p-14F);  // smallest normal
+  EXPECT_EQ(rig::half_to_float(0x0400), 0x1.0p-14F);         // smallest normal
   EXPECT_EQ(rig::half_to_float(0x3555), 0x1.554p-2F);
   EXPECT_EQ(rig::half_to_float(0x7C00), std::numeric_limits<float>::infinity());
   EXPECT_EQ(rig::half_to_float(0xFC00), -std::numeric_limits<float>::infinity());
@@ -85,9 +85,9 @@ TEST(TensorDtype, HalfWideningIsExact) {
   // Every finite half is the float its fields say.
   for (std::uint32_t h = 0; h < 0x7C00U; ++h) {
     const std::uint32_t e = h >> 10U, m = h & 0x3FFU;
-    const float expected = e == 0 ? std::ldexp(static_cast<float>(m), -24)
-                                  : std::ldexp(1.0F + static_cast<float>(m) / 1024.0F,
-                                               static_cast<int>(e) - 15);
+    const float expected =
+        e == 0 ? std::ldexp(static_cast<float>(m), -24)
+               : std::ldexp(1.0F + static_cast<float>(m) / 1024.0F, static_cast<int>(e) - 15);
     ASSERT_EQ(rig::half_to_float(static_cast<std::uint16_t>(h)), expected) << h;
   }
 }
@@ -214,15 +214,17 @@ TEST(TensorDtype, IntegerCasts) {
   EXPECT_EQ(f.to(DType::u8).to_int_vector(),
             (std::vector<std::int64_t>{0, 0, 0, 2, 255, 0, 255, 0, 255, 0, 255}));
   // Integers to integers wrap; to floats round to nearest.
-  Tensor i = Tensor::from_vector(std::vector<std::int64_t>{-1, 256, 257, (1LL << 40) + 3, 16777217},
-                                 {5});
+  Tensor i =
+      Tensor::from_vector(std::vector<std::int64_t>{-1, 256, 257, (1LL << 40) + 3, 16777217}, {5});
   EXPECT_EQ(i.to(DType::u8).to_int_vector(), (std::vector<std::int64_t>{255, 0, 1, 3, 1}));
   EXPECT_EQ(i.to(DType::i32).to_int_vector(),
             (std::vector<std::int64_t>{-1, 256, 257, 3, 16777217}));
   EXPECT_EQ(i.to(DType::f32).to_vector(),
             (std::vector<float>{-1, 256, 257, 0x1.0p40F, 16777216.0F}));
   EXPECT_EQ(i.to(DType::f16).to_vector()[2], 257.0F);
-  EXPECT_EQ(Tensor::from_vector(std::vector<std::uint8_t>{0, 200, 255}, {3}).to(DType::i32).to_int_vector(),
+  EXPECT_EQ(Tensor::from_vector(std::vector<std::uint8_t>{0, 200, 255}, {3})
+                .to(DType::i32)
+                .to_int_vector(),
             (std::vector<std::int64_t>{0, 200, 255}));
   EXPECT_TRUE(contains(error_of([&] { f.to_int_vector(); }), "integer dtypes only"));
 }
@@ -246,8 +248,7 @@ TEST(TensorDtype, FactoriesAndElementAccessForEveryDtype) {
       EXPECT_EQ(a.to_int_vector(), (std::vector<std::int64_t>{0, 3, 1, 4, 2, 5}));
     }
     for (DType e : {DType::f32, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8}) {
-      EXPECT_EQ(a.to(e).to_vector(), (std::vector<float>{0, 3, 1, 4, 2, 5}))
-          << rig::dtype_name(e);
+      EXPECT_EQ(a.to(e).to_vector(), (std::vector<float>{0, 3, 1, 4, 2, 5})) << rig::dtype_name(e);
       EXPECT_EQ(a.to(e).is_contiguous(), e != d);  // the same dtype: itself, no copy
     }
   }

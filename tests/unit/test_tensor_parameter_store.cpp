@@ -114,7 +114,6 @@ TEST(TensorParameterStore, Errors) {
   EXPECT_THROW(s.allocate(0), std::logic_error);
 }
 
-
 TEST(TensorParameterStore, ValuesComeFromThePhiloxStreamOfTheName) {
   ParameterStore s;
   s.declare("enc.w", {3, 5}, Initializer::uniform(-1.0F, 2.0F));

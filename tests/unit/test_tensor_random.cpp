@@ -16,13 +16,13 @@ TEST(TensorRandom, PhiloxMatchesRandom123KnownAnswers) {
   using K = std::array<std::uint32_t, 2>;
   EXPECT_EQ(rig::philox4x32(C{0, 0, 0, 0}, K{0, 0}),
             (C{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}));
-  EXPECT_EQ(rig::philox4x32(C{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff},
-                            K{0xffffffff, 0xffffffff}),
-            (C{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}));
+  EXPECT_EQ(
+      rig::philox4x32(C{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}, K{0xffffffff, 0xffffffff}),
+      (C{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}));
   // The digits of pi.
-  EXPECT_EQ(rig::philox4x32(C{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344},
-                            K{0xa4093822, 0x299f31d0}),
-            (C{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}));
+  EXPECT_EQ(
+      rig::philox4x32(C{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, K{0xa4093822, 0x299f31d0}),
+      (C{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}));
 }
 
 TEST(TensorRandom, PurposeIdIsFnv1a32) {
@@ -50,9 +50,9 @@ TEST(TensorRandom, RandomBitsFollowTheDocumentedMapping) {
   for (std::uint64_t index : {0ULL, 1ULL, 7ULL, 4ULL * 0x1234567890ULL + 2}) {
     const std::uint64_t b = index / 4;
     const auto out = rig::philox4x32(
-        {static_cast<std::uint32_t>(b),
-         key.rank ^ (static_cast<std::uint32_t>(b >> 32U) << 16U),
-         static_cast<std::uint32_t>(key.step), key.purpose ^ static_cast<std::uint32_t>(key.step >> 32U)},
+        {static_cast<std::uint32_t>(b), key.rank ^ (static_cast<std::uint32_t>(b >> 32U) << 16U),
+         static_cast<std::uint32_t>(key.step),
+         key.purpose ^ static_cast<std::uint32_t>(key.step >> 32U)},
         {static_cast<std::uint32_t>(key.seed), static_cast<std::uint32_t>(key.seed >> 32U)});
     EXPECT_EQ(rig::random_bits(key, index), out[index % 4]) << index;
   }
@@ -83,7 +83,8 @@ TEST(TensorRandom, FillUniformIsElementwiseAndSliceable) {
   std::vector<float> all(1001);
   rig::fill_uniform(key, all.data(), 1001, -2.0F, 3.0F);
   for (std::size_t i = 0; i < all.size(); ++i) {
-    EXPECT_EQ(all[i], static_cast<float>(-2.0 + 5.0 * rig::uniform_float(rig::random_bits(key, i))));
+    EXPECT_EQ(all[i],
+              static_cast<float>(-2.0 + 5.0 * rig::uniform_float(rig::random_bits(key, i))));
   }
   // Any sub-range computed on its own (as a thread or a GPU block would) matches.
   std::vector<float> part(13);
@@ -138,7 +139,8 @@ TEST(TensorRandom, StatisticsAreSane) {
   // Bits: every bit position is set about half the time.
   for (int bit = 0; bit < 32; ++bit) {
     std::int64_t ones = 0;
-    for (std::uint64_t i = 0; i < 20000; ++i) ones += (rig::random_bits({1, 2, 3, 4}, i) >> bit) & 1U;
+    for (std::uint64_t i = 0; i < 20000; ++i)
+      ones += (rig::random_bits({1, 2, 3, 4}, i) >> bit) & 1U;
     EXPECT_NEAR(static_cast<double>(ones) / 20000.0, 0.5, 0.02) << "bit " << bit;
   }
 }

@@ -33,11 +33,11 @@ std::vector<float> grad_of(const Tensor& input, const std::function<Tensor(const
   x.set_requires_grad(true);
   Tensor y = f(x);
   EXPECT_EQ(y.shape(), upstream.shape());
-  Tensor loss = rig::autograd::record(Tensor::scalar(0.0F), "weighted_sum", {y},
-                                      [upstream](const Tensor& g) {
-                                        EXPECT_EQ(g.item(), 1.0F);
-                                        return std::vector<Tensor>{upstream.clone()};
-                                      });
+  Tensor loss =
+      rig::autograd::record(Tensor::scalar(0.0F), "weighted_sum", {y}, [upstream](const Tensor& g) {
+        EXPECT_EQ(g.item(), 1.0F);
+        return std::vector<Tensor>{upstream.clone()};
+      });
   loss.backward();
   return x.grad().to_vector();
 }
@@ -51,10 +51,10 @@ TEST(TensorViews, ContiguousStridesAndIsContiguous) {
   EXPECT_EQ(x.strides(), (Strides{12, 4, 1}));
   EXPECT_EQ(x.offset(), 0);
   EXPECT_FALSE(x.transpose(0, 1).is_contiguous());
-  EXPECT_TRUE(x.slice(0, 1, 2).is_contiguous());      // one outer row
+  EXPECT_TRUE(x.slice(0, 1, 2).is_contiguous());  // one outer row
   EXPECT_FALSE(x.slice(2, 0, 2).is_contiguous());
   EXPECT_TRUE(x.unsqueeze(1).is_contiguous());
-  EXPECT_TRUE(x.slice(1, 0, 0).is_contiguous());      // empty
+  EXPECT_TRUE(x.slice(1, 0, 0).is_contiguous());  // empty
   EXPECT_FALSE(x.slice(0, 0, 1).expand({3, 3, 4}).is_contiguous());
   EXPECT_TRUE(x.slice(0, 0, 1).expand({1, 3, 4}).is_contiguous());
 }
@@ -63,7 +63,9 @@ TEST(TensorViews, BroadcastShapes) {
   EXPECT_EQ(rig::broadcast_shapes({2, 1, 4}, {3, 1}, "add"), (Shape{2, 3, 4}));
   EXPECT_EQ(rig::broadcast_shapes({}, {5}, "add"), (Shape{5}));
   EXPECT_EQ(rig::broadcast_shapes({0, 1}, {1, 3}, "add"), (Shape{0, 3}));
-  EXPECT_TRUE(contains(error_of([] { rig::broadcast_shapes({2, 3}, {4, 3}, "mul"); }),
+  EXPECT_TRUE(contains(error_of([] {
+                         rig::broadcast_shapes({2, 3}, {4, 3}, "mul");
+                       }),
                        "mul: shapes [2,3] and [4,3] cannot be broadcast"));
 }
 
@@ -78,7 +80,9 @@ TEST(TensorViews, TransposeAndPermuteShareStorage) {
   EXPECT_EQ(p.shape(), (Shape{4, 2, 3}));
   EXPECT_EQ(p.strides(), (Strides{1, 12, 4}));
   EXPECT_EQ(p.permute({-2, -1, -3}).strides(), (Strides{12, 4, 1}));
-  EXPECT_TRUE(contains(error_of([&] { x.permute({0, 0}); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         x.permute({0, 0});
+                       }),
                        "[0,0] is not a permutation of the axes of [2,3]"));
   EXPECT_TRUE(contains(error_of([&] { x.transpose(0, 2); }), "axis 2 out of range for [2,3]"));
   // Writes through a view land in the base.
@@ -144,7 +148,9 @@ TEST(TensorViews, ExpandUnsqueezeSqueezeFlatten) {
   EXPECT_EQ(e.to_vector(), (std::vector<float>{0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2,
                                                0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2}));
   EXPECT_EQ(x.expand({-1, 2}).shape(), (Shape{3, 2}));
-  EXPECT_TRUE(contains(error_of([&] { x.expand({4, 2}); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         x.expand({4, 2});
+                       }),
                        "Tensor::expand: [3,1] to [4,2]: axis 0 has size 3, not 1 or 4"));
   EXPECT_THROW(x.expand({2}), std::invalid_argument);
   EXPECT_THROW(x.expand({-1, 3, 1}), std::invalid_argument);
@@ -207,7 +213,8 @@ TEST(TensorViews, LargeStridedCopiesMatchElementwise) {
     }
   }
   Tensor h = p.to(DType::bf16).to(DType::f32);
-  EXPECT_EQ(h.to_vector()[1000], rig::bfloat16_to_float(rig::float_to_bfloat16(c.to_vector()[1000])));
+  EXPECT_EQ(h.to_vector()[1000],
+            rig::bfloat16_to_float(rig::float_to_bfloat16(c.to_vector()[1000])));
 }
 
 TEST(TensorViews, GradientsOfViews) {
@@ -218,19 +225,26 @@ TEST(TensorViews, GradientsOfViews) {
     return Tensor::from_vector(v, s);
   };
   // transpose: the gradient is the upstream transposed back.
-  EXPECT_EQ(grad_of(x, [](const Tensor& t) { return t.transpose(0, 1); }, upstream({3, 2})),
+  EXPECT_EQ(grad_of(
+                x, [](const Tensor& t) { return t.transpose(0, 1); }, upstream({3, 2})),
             upstream({3, 2}).transpose(0, 1).to_vector());
   // expand: summed over the broadcast axes.
   Tensor col = iota({3, 1});
-  EXPECT_EQ(grad_of(col, [](const Tensor& t) { return t.expand({2, 3, 2}); }, Tensor::ones({2, 3, 2})),
+  EXPECT_EQ(grad_of(
+                col,
+                [](const Tensor& t) {
+                  return t.expand({2, 3, 2});
+                },
+                Tensor::ones({2, 3, 2})),
             (std::vector<float>{4, 4, 4}));
   // slice with a step: scattered into zeros.
-  EXPECT_EQ(grad_of(iota({7}), [](const Tensor& t) { return t.slice(0, 1, 7, 3); },
-                    Tensor::from_vector(std::vector<float>{2, 5}, {2})),
+  EXPECT_EQ(grad_of(
+                iota({7}), [](const Tensor& t) { return t.slice(0, 1, 7, 3); },
+                Tensor::from_vector(std::vector<float>{2, 5}, {2})),
             (std::vector<float>{0, 2, 0, 0, 5, 0, 0}));
   // reshape of a non-contiguous tensor (a copy) still reaches the input.
-  EXPECT_EQ(grad_of(x, [](const Tensor& t) { return t.transpose(0, 1).reshape({6}); },
-                    iota({6})),
+  EXPECT_EQ(grad_of(
+                x, [](const Tensor& t) { return t.transpose(0, 1).reshape({6}); }, iota({6})),
             (std::vector<float>{0, 2, 4, 1, 3, 5}));
 }
 
@@ -283,8 +297,9 @@ TEST(TensorViews, GoldenViewsAndGradientsFromTorch) {
     Tensor y = apply_ops(c.input("x"), ops);
     EXPECT_TRUE(rig_test::tensors_close(y, c.output("y"), 0, 0));
     EXPECT_TRUE(rig_test::tensors_close(
-        Tensor::from_vector(grad_of(c.input("x"), [&](const Tensor& t) { return apply_ops(t, ops); },
-                                    c.input("upstream")),
+        Tensor::from_vector(grad_of(
+                                c.input("x"), [&](const Tensor& t) { return apply_ops(t, ops); },
+                                c.input("upstream")),
                             c.input("x").shape()),
         c.grad("x"), 1e-5, 1e-5));
     ++checked;

@@ -87,9 +87,8 @@ Tensor equal(const Tensor& a, const Tensor& b) {
 Tensor not_equal_scalar(const Tensor& a, float scalar) {
   detail::require_defined("not_equal_scalar", a, "a");
   detail::require_cpu("not_equal_scalar", {&a});
-  const Tensor ac = a.dtype() == DType::f16 || a.dtype() == DType::bf16
-                        ? a.detach().to(DType::f32)
-                        : a.detach();
+  const Tensor ac =
+      a.dtype() == DType::f16 || a.dtype() == DType::bf16 ? a.detach().to(DType::f32) : a.detach();
   Tensor out = Tensor::empty(a.shape(), DType::u8);
   if (out.numel() == 0) return out;
   // The scalar as a stride-0 operand of a's dtype would round it (e.g. 0.5 vs

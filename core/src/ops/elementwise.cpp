@@ -59,11 +59,10 @@ Tensor unary_op(const char* name, const Tensor& a, cpu::Unary op, float scalar =
                           [saved_x, saved_y, op, scalar](const Tensor& g) {
                             const Tensor gc = g.contiguous();
                             Tensor dx = Tensor::empty(gc.shape());
-                            cpu::unary_backward(
-                                op, gc.data<float>(),
-                                saved_x.defined() ? saved_x.data<float>() : nullptr,
-                                saved_y.defined() ? saved_y.data<float>() : nullptr,
-                                dx.data<float>(), dx.numel(), scalar);
+                            cpu::unary_backward(op, gc.data<float>(),
+                                                saved_x.defined() ? saved_x.data<float>() : nullptr,
+                                                saved_y.defined() ? saved_y.data<float>() : nullptr,
+                                                dx.data<float>(), dx.numel(), scalar);
                             return std::vector<Tensor>{dx};
                           });
 }
@@ -126,15 +125,19 @@ Tensor binary_op(const char* name, cpu::Binary op, const Tensor& a, const Tensor
             if (need_b) db = negated(detail::sum_to(g, shape_b));
             break;
           case cpu::Binary::mul:
-            if (need_a) da = detail::sum_to(binary_kernel(cpu::Binary::mul, g, saved_b, gs), shape_a);
-            if (need_b) db = detail::sum_to(binary_kernel(cpu::Binary::mul, g, saved_a, gs), shape_b);
+            if (need_a)
+              da = detail::sum_to(binary_kernel(cpu::Binary::mul, g, saved_b, gs), shape_a);
+            if (need_b)
+              db = detail::sum_to(binary_kernel(cpu::Binary::mul, g, saved_a, gs), shape_b);
             break;
           case cpu::Binary::div:
             // d(a/b)/da = 1/b; d(a/b)/db = -(a/b)/b.
-            if (need_a) da = detail::sum_to(binary_kernel(cpu::Binary::div, g, saved_b, gs), shape_a);
+            if (need_a)
+              da = detail::sum_to(binary_kernel(cpu::Binary::div, g, saved_b, gs), shape_a);
             if (need_b) {
               const Tensor t = binary_kernel(cpu::Binary::mul, g, saved_out, gs);
-              db = negated(detail::sum_to(binary_kernel(cpu::Binary::div, t, saved_b, gs), shape_b));
+              db =
+                  negated(detail::sum_to(binary_kernel(cpu::Binary::div, t, saved_b, gs), shape_b));
             }
             break;
         }
@@ -147,10 +150,18 @@ Tensor binary_op(const char* name, cpu::Binary op, const Tensor& a, const Tensor
 
 }  // namespace
 
-Tensor add(const Tensor& a, const Tensor& b) { return binary_op("add", cpu::Binary::add, a, b); }
-Tensor sub(const Tensor& a, const Tensor& b) { return binary_op("sub", cpu::Binary::sub, a, b); }
-Tensor mul(const Tensor& a, const Tensor& b) { return binary_op("mul", cpu::Binary::mul, a, b); }
-Tensor div(const Tensor& a, const Tensor& b) { return binary_op("div", cpu::Binary::div, a, b); }
+Tensor add(const Tensor& a, const Tensor& b) {
+  return binary_op("add", cpu::Binary::add, a, b);
+}
+Tensor sub(const Tensor& a, const Tensor& b) {
+  return binary_op("sub", cpu::Binary::sub, a, b);
+}
+Tensor mul(const Tensor& a, const Tensor& b) {
+  return binary_op("mul", cpu::Binary::mul, a, b);
+}
+Tensor div(const Tensor& a, const Tensor& b) {
+  return binary_op("div", cpu::Binary::div, a, b);
+}
 
 Tensor add_scalar(const Tensor& a, float scalar) {
   return unary_op("add_scalar", a, cpu::Unary::add_scalar, scalar);
@@ -161,17 +172,33 @@ Tensor mul_scalar(const Tensor& a, float scalar) {
 Tensor pow_scalar(const Tensor& a, float exponent) {
   return unary_op("pow_scalar", a, cpu::Unary::pow_scalar, exponent);
 }
-Tensor neg(const Tensor& a) { return unary_op("neg", a, cpu::Unary::neg); }
-Tensor exp(const Tensor& a) { return unary_op("exp", a, cpu::Unary::exp); }
-Tensor log(const Tensor& a) { return unary_op("log", a, cpu::Unary::log); }
-Tensor sqrt(const Tensor& a) { return unary_op("sqrt", a, cpu::Unary::sqrt); }
-Tensor rsqrt(const Tensor& a) { return unary_op("rsqrt", a, cpu::Unary::rsqrt); }
-Tensor relu(const Tensor& a) { return unary_op("relu", a, cpu::Unary::relu); }
+Tensor neg(const Tensor& a) {
+  return unary_op("neg", a, cpu::Unary::neg);
+}
+Tensor exp(const Tensor& a) {
+  return unary_op("exp", a, cpu::Unary::exp);
+}
+Tensor log(const Tensor& a) {
+  return unary_op("log", a, cpu::Unary::log);
+}
+Tensor sqrt(const Tensor& a) {
+  return unary_op("sqrt", a, cpu::Unary::sqrt);
+}
+Tensor rsqrt(const Tensor& a) {
+  return unary_op("rsqrt", a, cpu::Unary::rsqrt);
+}
+Tensor relu(const Tensor& a) {
+  return unary_op("relu", a, cpu::Unary::relu);
+}
 Tensor gelu(const Tensor& a, bool tanh_approximation) {
   return unary_op("gelu", a, tanh_approximation ? cpu::Unary::gelu_tanh : cpu::Unary::gelu);
 }
-Tensor tanh(const Tensor& a) { return unary_op("tanh", a, cpu::Unary::tanh); }
-Tensor sigmoid(const Tensor& a) { return unary_op("sigmoid", a, cpu::Unary::sigmoid); }
+Tensor tanh(const Tensor& a) {
+  return unary_op("tanh", a, cpu::Unary::tanh);
+}
+Tensor sigmoid(const Tensor& a) {
+  return unary_op("sigmoid", a, cpu::Unary::sigmoid);
+}
 
 Tensor activate(const Tensor& a, Activation activation) {
   switch (activation) {

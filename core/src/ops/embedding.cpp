@@ -34,14 +34,26 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   cpu::index_select(weight.detach().contiguous(), 1, vocab, dim, flat, out);
   return autograd::record(
       std::move(out), "embedding", {weight, ids},
-      [flat, vocab, dim](const Tensor& g) -> std::vector<Tensor> {
-        // A dense [V, D] gradient; rows are summed in id order, in parallel
+      [flat, vocab, dim, weight](const Tensor& g) -> std::vector<Tensor> {
+        const Tensor gc = g.dtype() == DType::f32 ? g.contiguous() : g.to(DType::f32).contiguous();
+        // A parameter (a leaf whose gradient is an f32 buffer, e.g. a view of
+        // the flat gradient buffer): add the rows straight into it, as the
+        // engine would, instead of building and adding a dense [V, D] gradient.
+        const TensorImpl* w = weight.impl();
+        if (!w->grad_fn && w->requires_grad && w->grad) {
+          Tensor grad(w->grad);
+          if (grad.dtype() == DType::f32 && grad.is_contiguous() &&
+              grad.shape() == weight.shape()) {
+            cpu::index_add(gc, 1, vocab, dim, flat, grad);
+            return {Tensor(), Tensor()};
+          }
+        }
+        // Otherwise a dense gradient. Rows are summed in id order, in parallel
         // over slices of D, so the result does not depend on the thread count.
         Tensor dw = Tensor::empty({vocab, dim});
         cpu::zero_bytes(dw.raw_data(), static_cast<std::int64_t>(dw.nbytes()));
-        const Tensor gc = g.dtype() == DType::f32 ? g.contiguous() : g.to(DType::f32).contiguous();
         cpu::index_add(gc, 1, vocab, dim, flat, dw);
-        return {g.dtype() == DType::f32 ? dw : dw.to(g.dtype()), Tensor()};
+        return {dw, Tensor()};
       });
 }
 

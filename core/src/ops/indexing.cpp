@@ -105,8 +105,8 @@ Tensor concat(const std::vector<Tensor>& tensors, std::int64_t axis) {
     bool ok = t.dim() == dim;
     for (std::int64_t d = 0; ok && d < dim; ++d) ok = d == ax || t.size(d) == first.size(d);
     if (!ok) {
-      throw std::invalid_argument(fmt::format("concat: {}: shapes differ outside axis {}",
-                                              shapes_of(tensors), axis));
+      throw std::invalid_argument(
+          fmt::format("concat: {}: shapes differ outside axis {}", shapes_of(tensors), axis));
     }
     shape[static_cast<std::size_t>(ax)] += t.size(ax);
   }
@@ -152,8 +152,8 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& size
   std::int64_t total = 0;
   for (auto s : sizes) {
     if (s < 0) {
-      throw std::invalid_argument(
-          fmt::format("split: negative size {} for {} along axis {}", s, to_string(x.shape()), axis));
+      throw std::invalid_argument(fmt::format("split: negative size {} for {} along axis {}", s,
+                                              to_string(x.shape()), axis));
     }
     total += s;
   }
@@ -175,19 +175,21 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& size
 
   auto state = std::make_shared<SplitState>();
   state->written.assign(sizes.size(), false);
-  Tensor join = autograd::record(
-      x.detach(), "split", {x}, [state, ax, sizes](const Tensor&) -> std::vector<Tensor> {
-        // The gradient given here is the shared buffer: zero the slices that no output wrote.
-        Tensor buffer = std::move(state->buffer);
-        state->buffer = Tensor();
-        std::int64_t offset = 0;
-        for (std::size_t i = 0; i < sizes.size(); ++i) {
-          if (!state->written[i]) zero_slice(buffer, ax, offset, sizes[i]);
-          state->written[i] = false;
-          offset += sizes[i];
-        }
-        return {buffer};
-      });
+  Tensor join = autograd::record(x.detach(), "split", {x},
+                                 [state, ax, sizes](const Tensor&) -> std::vector<Tensor> {
+                                   // The gradient given here is the shared buffer: zero the slices
+                                   // that no output wrote.
+                                   Tensor buffer = std::move(state->buffer);
+                                   state->buffer = Tensor();
+                                   std::int64_t offset = 0;
+                                   for (std::size_t i = 0; i < sizes.size(); ++i) {
+                                     if (!state->written[i])
+                                       zero_slice(buffer, ax, offset, sizes[i]);
+                                     state->written[i] = false;
+                                     offset += sizes[i];
+                                   }
+                                   return {buffer};
+                                 });
   start = 0;
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     const std::int64_t offset = start;
@@ -221,10 +223,11 @@ Tensor gather(const Tensor& x, std::int64_t axis, const Tensor& index) {
   }
   const Tensor idx = index.detach().contiguous();
   if (const auto bad = cpu::first_out_of_range(idx, x.size(ax)); bad >= 0) {
-    throw std::invalid_argument(fmt::format("gather: index {} at position {} is out of range for "
-                                            "size {} of x {} along axis {}",
-                                            idx.to_int_vector()[static_cast<std::size_t>(bad)], bad,
-                                            x.size(ax), to_string(x.shape()), axis));
+    throw std::invalid_argument(
+        fmt::format("gather: index {} at position {} is out of range for "
+                    "size {} of x {} along axis {}",
+                    idx.to_int_vector()[static_cast<std::size_t>(bad)], bad, x.size(ax),
+                    to_string(x.shape()), axis));
   }
   Tensor out = Tensor::empty(index.shape(), x.dtype());
   cpu::gather(x.detach().contiguous(), ax, idx, out);

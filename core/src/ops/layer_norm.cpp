@@ -27,8 +27,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
   for (const Tensor* p : {&gamma, &beta}) {
     if (p->defined() && p->shape() != Shape{d}) {
       throw std::invalid_argument(fmt::format("layer_norm: x {} and {} {}: expected [{}]",
-                                              to_string(x.shape()),
-                                              p == &gamma ? "gamma" : "beta",
+                                              to_string(x.shape()), p == &gamma ? "gamma" : "beta",
                                               to_string(p->shape()), d));
     }
   }
@@ -66,12 +65,11 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
         Tensor dbeta = need_b ? Tensor::empty({d}) : Tensor();
         if (d > 0 && rows > 0) {
           Tensor scratch = Tensor::empty({cpu::layer_norm_scratch_size(rows, d)});
-          cpu::layer_norm_backward(xc.data<float>(), g.defined() ? g.data<float>() : nullptr,
-                                   mean.data<float>(), rstd.data<float>(), gc.data<float>(),
-                                   need_x ? dx.data<float>() : nullptr,
-                                   need_g ? dgamma.data<float>() : nullptr,
-                                   need_b ? dbeta.data<float>() : nullptr, rows, d,
-                                   scratch.data<float>());
+          cpu::layer_norm_backward(
+              xc.data<float>(), g.defined() ? g.data<float>() : nullptr, mean.data<float>(),
+              rstd.data<float>(), gc.data<float>(), need_x ? dx.data<float>() : nullptr,
+              need_g ? dgamma.data<float>() : nullptr, need_b ? dbeta.data<float>() : nullptr, rows,
+              d, scratch.data<float>());
         } else {
           if (need_g) dgamma.zero_();
           if (need_b) dbeta.zero_();

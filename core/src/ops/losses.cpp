@@ -24,9 +24,10 @@ Tensor checked_labels(const char* op, const Tensor& labels, std::int64_t classes
   const std::int64_t* y = l.data<std::int64_t>();
   for (std::int64_t i = 0, n = l.numel(); i < n; ++i) {
     if (y[i] < 0 || y[i] >= classes) {
-      throw std::invalid_argument(fmt::format("{}: label {} at position {} of labels {} is out of "
-                                              "range [0,{})",
-                                              op, y[i], i, to_string(labels.shape()), classes));
+      throw std::invalid_argument(
+          fmt::format("{}: label {} at position {} of labels {} is out of "
+                      "range [0,{})",
+                      op, y[i], i, to_string(labels.shape()), classes));
     }
   }
   return l;
@@ -78,7 +79,8 @@ Tensor mse_loss(const Tensor& prediction, const Tensor& target) {
   const Shape& shape = prediction.shape();
   Tensor diff = Tensor::empty(shape);
   const Strides so = contiguous_strides(shape);
-  const auto plan = cpu::make_strided_plan<3>(shape, {&so, &prediction.strides(), &target.strides()});
+  const auto plan =
+      cpu::make_strided_plan<3>(shape, {&so, &prediction.strides(), &target.strides()});
   cpu::binary(cpu::Binary::sub, plan, prediction.data<float>(), target.data<float>(),
               diff.data<float>());
   const double total = cpu::sum_squares(diff.data<float>(), n) / static_cast<double>(n);
@@ -133,8 +135,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smo
       [x, y, lse = r.lse, rows, classes, on, off](const Tensor& g) {
         Tensor dx = Tensor::empty(x.shape());
         cpu::cross_entropy_backward(x.data<float>(), y.data<std::int64_t>(), lse.data<float>(),
-                                    nullptr, g.item() / static_cast<float>(rows), rows, classes,
-                                    on, off, dx.data<float>());
+                                    nullptr, g.item() / static_cast<float>(rows), rows, classes, on,
+                                    off, dx.data<float>());
         return std::vector<Tensor>{dx, Tensor()};
       });
 }
@@ -172,8 +174,8 @@ Tensor padded_cross_entropy(const Tensor& logits, const Tensor& labels, const Te
   const std::int64_t vocab = logits.size(2);
   const std::int64_t rows = labels.numel();
   if (vocab == 0) {
-    throw std::invalid_argument(fmt::format("{}: empty vocabulary in logits {}", kOp,
-                                            to_string(logits.shape())));
+    throw std::invalid_argument(
+        fmt::format("{}: empty vocabulary in logits {}", kOp, to_string(logits.shape())));
   }
   if (logits.dtype() != DType::f32) {
     return padded_cross_entropy(logits.to(DType::f32), labels, weights, label_smoothing);
@@ -184,9 +186,8 @@ Tensor padded_cross_entropy(const Tensor& logits, const Tensor& labels, const Te
   // In double, then rounded, as TF mixes Python floats into f32 tensors.
   const double confidence = 1.0 - static_cast<double>(label_smoothing);
   const double low = vocab > 1 ? (1.0 - confidence) / static_cast<double>(vocab - 1) : 0.0;
-  const double constant =
-      -((confidence > 0.0 ? confidence * std::log(confidence) : 0.0) +
-        static_cast<double>(vocab - 1) * low * std::log(low + 1e-20));
+  const double constant = -((confidence > 0.0 ? confidence * std::log(confidence) : 0.0) +
+                            static_cast<double>(vocab - 1) * low * std::log(low + 1e-20));
   const auto on = static_cast<float>(confidence);
   const auto off = static_cast<float>(low);
 
@@ -206,9 +207,8 @@ Tensor padded_cross_entropy(const Tensor& logits, const Tensor& labels, const Te
   const double loss = denominator != 0.0 ? numerator / denominator : 0.0;
   return autograd::record(
       Tensor::scalar(static_cast<float>(loss)), kOp, {logits, labels, weights},
-      [x, y, wc, r, rows, vocab, on, off, constant, numerator, denominator,
-       shape = logits.shape(), need_x = logits.requires_grad(),
-       need_w = weights.requires_grad()](const Tensor& g) {
+      [x, y, wc, r, rows, vocab, on, off, constant, numerator, denominator, shape = logits.shape(),
+       need_x = logits.requires_grad(), need_w = weights.requires_grad()](const Tensor& g) {
         const float upstream = g.item();
         Tensor dx;
         Tensor dw;
@@ -220,10 +220,9 @@ Tensor padded_cross_entropy(const Tensor& logits, const Tensor& labels, const Te
             const float* wt = wc.data<float>();
             float* rs = row_scale.data<float>();
             for (std::int64_t i = 0; i < rows; ++i) rs[i] = wt[i] * wt[i];
-            cpu::cross_entropy_backward(x.data<float>(), y.data<std::int64_t>(),
-                                        r.lse.data<float>(), rs,
-                                        static_cast<float>(upstream / denominator), rows, vocab,
-                                        on, off, dx.data<float>());
+            cpu::cross_entropy_backward(
+                x.data<float>(), y.data<std::int64_t>(), r.lse.data<float>(), rs,
+                static_cast<float>(upstream / denominator), rows, vocab, on, off, dx.data<float>());
           }
         }
         if (need_w) {

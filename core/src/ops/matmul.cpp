@@ -38,7 +38,9 @@ std::optional<Layout> blas_layout(std::int64_t r, std::int64_t c, std::int64_t s
   return std::nullopt;
 }
 
-Shape batch_of(const Shape& s) { return Shape(s.begin(), s.end() - 2); }
+Shape batch_of(const Shape& s) {
+  return Shape(s.begin(), s.end() - 2);
+}
 
 // A BLAS-ready view of one operand: the tensor (a copy if its matrices were
 // not BLAS-readable), its layout and its strides over the output's batch axes.
@@ -82,9 +84,9 @@ Tensor matmul_f32(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   try {
     batch = broadcast_shapes(batch_a, batch_b, "matmul");
   } catch (const std::invalid_argument&) {
-    throw std::invalid_argument(fmt::format(
-        "matmul: {} x {}: batch dimensions {} and {} cannot be broadcast", shape_str(a, ta),
-        shape_str(b, tb), to_string(batch_a), to_string(batch_b)));
+    throw std::invalid_argument(
+        fmt::format("matmul: {} x {}: batch dimensions {} and {} cannot be broadcast",
+                    shape_str(a, ta), shape_str(b, tb), to_string(batch_a), to_string(batch_b)));
   }
   Shape out_shape = batch;
   out_shape.push_back(m);
@@ -154,8 +156,8 @@ Tensor matmul_f32(const Tensor& a, const Tensor& b, bool ta, bool tb) {
     offsets.a_strides[d] = csa[d];
     offsets.b_strides[d] = csb[d];
   }
-  cpu::gemm_batched(batch_count, m, n, k, 1.0F, oa.blas, ob.blas, offsets, 0.0F,
-                    out.data<float>(), n, m * n);
+  cpu::gemm_batched(batch_count, m, n, k, 1.0F, oa.blas, ob.blas, offsets, 0.0F, out.data<float>(),
+                    n, m * n);
   return out;
 }
 

@@ -88,9 +88,8 @@ Tensor reduce_axes(const char* name, const Tensor& a, const std::vector<std::int
   std::int64_t count = 1;
   for (auto axis : sorted) count *= shape[static_cast<std::size_t>(axis)];
   if (mean && count == 0) {
-    throw std::invalid_argument(
-        fmt::format("{}: no elements to average over axes [{}] of {}", name, fmt::join(axes, ","),
-                    to_string(shape)));
+    throw std::invalid_argument(fmt::format("{}: no elements to average over axes [{}] of {}", name,
+                                            fmt::join(axes, ","), to_string(shape)));
   }
   const float scale = mean ? 1.0F / static_cast<float>(count) : 1.0F;
   Shape keep_shape = shape;
@@ -106,10 +105,9 @@ Tensor reduce_axes(const char* name, const Tensor& a, const std::vector<std::int
   // No axes: nothing is reduced (NumPy's convention), a copy.
   Tensor out = sorted.empty() ? a.detach().clone() : sum_keepdim(a.detach(), sorted, scale);
   out = out.reshape(out_shape);
-  return autograd::record(std::move(out), name, {a},
-                          [keep_shape, shape, scale](const Tensor& g) {
-                            return std::vector<Tensor>{broadcast_back(g, keep_shape, shape, scale)};
-                          });
+  return autograd::record(std::move(out), name, {a}, [keep_shape, shape, scale](const Tensor& g) {
+    return std::vector<Tensor>{broadcast_back(g, keep_shape, shape, scale)};
+  });
 }
 
 Tensor reduce_all(const char* name, const Tensor& a, bool mean) {
@@ -151,8 +149,12 @@ Tensor sum_to(const Tensor& g, const Shape& target) {
 
 }  // namespace detail
 
-Tensor sum(const Tensor& a) { return reduce_all("sum", a, false); }
-Tensor mean(const Tensor& a) { return reduce_all("mean", a, true); }
+Tensor sum(const Tensor& a) {
+  return reduce_all("sum", a, false);
+}
+Tensor mean(const Tensor& a) {
+  return reduce_all("mean", a, true);
+}
 
 Tensor sum(const Tensor& a, const std::vector<std::int64_t>& axes, bool keepdim) {
   return reduce_axes("sum", a, axes, keepdim, false);
@@ -168,8 +170,7 @@ Tensor max(const Tensor& a, std::int64_t axis, bool keepdim) {
   const Shape& shape = a.shape();
   const auto ax = static_cast<std::size_t>(detail::normalize_axis(axis, a.dim(), "max", shape));
   if (shape[ax] == 0) {
-    throw std::invalid_argument(
-        fmt::format("max: axis {} of {} is empty", axis, to_string(shape)));
+    throw std::invalid_argument(fmt::format("max: axis {} of {} is empty", axis, to_string(shape)));
   }
   std::int64_t outer = 1, inner = 1;
   for (std::size_t d = 0; d < ax; ++d) outer *= shape[d];
@@ -180,8 +181,7 @@ Tensor max(const Tensor& a, std::int64_t axis, bool keepdim) {
   const Tensor x = a.contiguous();
   Tensor values = Tensor::empty(keep_shape);
   Tensor index = Tensor::empty(keep_shape, DType::i64);
-  cpu::max_axis(x.data<float>(), values.data<float>(), index.data<std::int64_t>(), outer, r,
-                inner);
+  cpu::max_axis(x.data<float>(), values.data<float>(), index.data<std::int64_t>(), outer, r, inner);
   Shape out_shape = shape;
   if (keepdim) {
     out_shape[ax] = 1;

@@ -36,12 +36,24 @@ struct ScalarBits {
   alignas(8) unsigned char bytes[8] = {};
   ScalarBits(float value, DType dtype) {
     switch (dtype) {
-      case DType::f32: std::memcpy(bytes, &value, 4); break;
-      case DType::f16: store(cpu::float_to_half_bits(value)); break;
-      case DType::bf16: store(cpu::float_to_bfloat16_bits(value)); break;
-      case DType::i32: store(static_cast<std::int32_t>(value)); break;
-      case DType::i64: store(static_cast<std::int64_t>(value)); break;
-      case DType::u8: store(static_cast<std::uint8_t>(value)); break;
+      case DType::f32:
+        std::memcpy(bytes, &value, 4);
+        break;
+      case DType::f16:
+        store(cpu::float_to_half_bits(value));
+        break;
+      case DType::bf16:
+        store(cpu::float_to_bfloat16_bits(value));
+        break;
+      case DType::i32:
+        store(static_cast<std::int32_t>(value));
+        break;
+      case DType::i64:
+        store(static_cast<std::int64_t>(value));
+        break;
+      case DType::u8:
+        store(static_cast<std::uint8_t>(value));
+        break;
     }
   }
   template <class T>
@@ -155,8 +167,9 @@ std::pair<Tensor, Tensor> topk(const Tensor& x, std::int64_t k, std::int64_t axi
   const std::int64_t ax = normalize_axis(axis, x.dim(), "topk", x.shape());
   const std::int64_t n = x.size(ax);
   if (k < 0 || k > n) {
-    throw std::invalid_argument(fmt::format("topk: k = {} out of range [0, {}] for {} along axis {}",
-                                            k, n, to_string(x.shape()), axis));
+    throw std::invalid_argument(
+        fmt::format("topk: k = {} out of range [0, {}] for {} along axis {}", k, n,
+                    to_string(x.shape()), axis));
   }
   const std::int64_t last = x.dim() - 1;
   Tensor data = x.detach();

@@ -44,7 +44,8 @@ Tensor softmax_impl(const char* name, const Tensor& x, std::int64_t axis, const 
   const std::int64_t n = x.size(-1);
   if (y.numel() > 0) {
     const Shape lead(xc.shape().begin(), xc.shape().end() - 1);
-    const Strides x_lead = contiguous_strides(lead);
+    Strides x_lead = contiguous_strides(xc.shape());  // in elements of x
+    x_lead.pop_back();
     Strides m_lead(lead.size(), 0);
     std::int64_t m_inner = 0;
     if (mask.defined()) {
@@ -53,21 +54,21 @@ Tensor softmax_impl(const char* name, const Tensor& x, std::int64_t axis, const 
       m_inner = full.back();
     }
     const auto plan = cpu::make_row_plan<2>(lead, {&x_lead, &m_lead}, n, {1, m_inner});
-    cpu::softmax_forward(plan, xc.data<float>(), mask.defined() ? mask.data<std::uint8_t>() : nullptr,
-                         y.data<float>(), log);
+    cpu::softmax_forward(plan, xc.data<float>(),
+                         mask.defined() ? mask.data<std::uint8_t>() : nullptr, y.data<float>(),
+                         log);
   }
   if (!grad_mode_enabled() || !x.requires_grad()) return y;
   const Tensor saved = y.detach();
-  return autograd::record(std::move(y), name, {x},
-                          [saved, n, log](const Tensor& g) {
-                            const Tensor gc = g.contiguous();
-                            Tensor dx = Tensor::empty(gc.shape());
-                            if (dx.numel() > 0) {
-                              cpu::softmax_backward(saved.data<float>(), gc.data<float>(),
-                                                    dx.data<float>(), dx.numel() / n, n, log);
-                            }
-                            return std::vector<Tensor>{dx};
-                          });
+  return autograd::record(std::move(y), name, {x}, [saved, n, log](const Tensor& g) {
+    const Tensor gc = g.contiguous();
+    Tensor dx = Tensor::empty(gc.shape());
+    if (dx.numel() > 0) {
+      cpu::softmax_backward(saved.data<float>(), gc.data<float>(), dx.data<float>(), dx.numel() / n,
+                            n, log);
+    }
+    return std::vector<Tensor>{dx};
+  });
 }
 
 }  // namespace

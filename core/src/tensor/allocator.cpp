@@ -61,7 +61,8 @@ CachingAllocator::~CachingAllocator() {
 }
 
 std::size_t CachingAllocator::round_size(std::size_t bytes) {
-  if (bytes <= kSmallLimit) return bytes == 0 ? kAlignment : (bytes + kAlignment - 1) & ~(kAlignment - 1);
+  if (bytes <= kSmallLimit)
+    return bytes == 0 ? kAlignment : (bytes + kAlignment - 1) & ~(kAlignment - 1);
   // 2^p < bytes <= 2^(p+1): round up to a multiple of 2^p / kSubSteps.
   const unsigned p = static_cast<unsigned>(std::bit_width(bytes - 1)) - 1;
   const std::size_t step = std::size_t{1} << (p - 3);

@@ -24,8 +24,8 @@ TensorImpl& checked(const std::shared_ptr<TensorImpl>& impl, const char* what) {
 
 void require_cpu(const char* what, Device device) {
   if (!device.is_cpu()) {
-    throw std::invalid_argument(
-        fmt::format("Tensor::{}: device {} is not supported by this build", what, to_string(device)));
+    throw std::invalid_argument(fmt::format("Tensor::{}: device {} is not supported by this build",
+                                            what, to_string(device)));
   }
 }
 
@@ -94,9 +94,9 @@ Tensor Tensor::view_of(std::shared_ptr<Storage> storage, std::int64_t offset, Sh
   const auto n = shape_numel(shape);
   const auto size = static_cast<std::int64_t>(dtype_size(dtype));
   if (offset < 0 || (offset + n) * size > static_cast<std::int64_t>(storage->size())) {
-    throw std::invalid_argument(fmt::format(
-        "Tensor::view_of: {} {} at element {} does not fit in a storage of {} bytes",
-        dtype_name(dtype), to_string(shape), offset, storage->size()));
+    throw std::invalid_argument(
+        fmt::format("Tensor::view_of: {} {} at element {} does not fit in a storage of {} bytes",
+                    dtype_name(dtype), to_string(shape), offset, storage->size()));
   }
   auto impl = std::make_shared<TensorImpl>();
   impl->strides = contiguous_strides(shape);
@@ -270,9 +270,8 @@ Tensor Tensor::to(DType target) const {
   Tensor out = empty(shape(), target, device());
   out.copy_from(*this);
   if (!is_floating(source) || !is_floating(target)) return out;
-  return autograd::record(std::move(out), "to", {*this}, [source](const Tensor& g) {
-    return std::vector<Tensor>{g.to(source)};
-  });
+  return autograd::record(std::move(out), "to", {*this},
+                          [source](const Tensor& g) { return std::vector<Tensor>{g.to(source)}; });
 }
 
 Tensor Tensor::to(Device target) const {
@@ -286,14 +285,15 @@ Tensor Tensor::to(Device target) const {
 
 void Tensor::copy_from(const Tensor& src) {
   if (!src.defined() || shape() != src.shape()) {
-    throw std::invalid_argument(fmt::format(
-        "Tensor::copy_from: {} {} from {} {}: shapes differ", dtype_name(dtype()),
-        to_string(shape()), src.defined() ? dtype_name(src.dtype()) : "undefined",
-        src.defined() ? to_string(src.shape()) : ""));
+    throw std::invalid_argument(fmt::format("Tensor::copy_from: {} {} from {} {}: shapes differ",
+                                            dtype_name(dtype()), to_string(shape()),
+                                            src.defined() ? dtype_name(src.dtype()) : "undefined",
+                                            src.defined() ? to_string(src.shape()) : ""));
   }
   if (device() != src.device()) {
-    throw std::invalid_argument(fmt::format("Tensor::copy_from: {} to {} is not supported by this build",
-                                            to_string(src.device()), to_string(device())));
+    throw std::invalid_argument(
+        fmt::format("Tensor::copy_from: {} to {} is not supported by this build",
+                    to_string(src.device()), to_string(device())));
   }
   require_cpu("copy_from", device());
   if (numel() == 0) return;

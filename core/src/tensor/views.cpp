@@ -101,8 +101,8 @@ Tensor record_view(Tensor view, const char* op, const Tensor& input,
 Strides broadcast_strides(const char* op, const Shape& shape, const Strides& strides,
                           const Shape& target) {
   if (target.size() < shape.size()) {
-    throw std::invalid_argument(fmt::format("Tensor::{}: {} to {}: fewer axes", op,
-                                            to_string(shape), to_string(target)));
+    throw std::invalid_argument(
+        fmt::format("Tensor::{}: {} to {}: fewer axes", op, to_string(shape), to_string(target)));
   }
   const std::size_t lead = target.size() - shape.size();
   Strides out(target.size(), 0);
@@ -139,16 +139,18 @@ Tensor Tensor::view(Shape requested) const {
         "Tensor::view: {} with strides {} cannot be viewed as {} without a copy; use reshape()",
         to_string(shape()), to_string(strides()), to_string(requested)));
   }
-  return record_view(make_view(*this, target, std::move(*strides_or), offset()), "view", *this,
-                     [old = shape()](const Tensor& g) { return std::vector<Tensor>{g.reshape(old)}; });
+  return record_view(
+      make_view(*this, target, std::move(*strides_or), offset()), "view", *this,
+      [old = shape()](const Tensor& g) { return std::vector<Tensor>{g.reshape(old)}; });
 }
 
 Tensor Tensor::reshape(Shape requested) const {
   const Shape target = infer_shape("reshape", shape(), requested);
   auto strides_or = view_strides(shape(), strides(), target);
   if (!strides_or) return contiguous().view(target);  // clone + view, both recorded
-  return record_view(make_view(*this, target, std::move(*strides_or), offset()), "reshape", *this,
-                     [old = shape()](const Tensor& g) { return std::vector<Tensor>{g.reshape(old)}; });
+  return record_view(
+      make_view(*this, target, std::move(*strides_or), offset()), "reshape", *this,
+      [old = shape()](const Tensor& g) { return std::vector<Tensor>{g.reshape(old)}; });
 }
 
 Tensor Tensor::transpose(std::int64_t axis0, std::int64_t axis1) const {
@@ -158,10 +160,9 @@ Tensor Tensor::transpose(std::int64_t axis0, std::int64_t axis1) const {
   Strides st = strides();
   std::swap(s[a], s[b]);
   std::swap(st[a], st[b]);
-  return record_view(make_view(*this, std::move(s), std::move(st), offset()), "transpose", *this,
-                     [axis0, axis1](const Tensor& g) {
-                       return std::vector<Tensor>{g.transpose(axis0, axis1)};
-                     });
+  return record_view(
+      make_view(*this, std::move(s), std::move(st), offset()), "transpose", *this,
+      [axis0, axis1](const Tensor& g) { return std::vector<Tensor>{g.transpose(axis0, axis1)}; });
 }
 
 Tensor Tensor::permute(const std::vector<std::int64_t>& axes) const {
@@ -174,8 +175,9 @@ Tensor Tensor::permute(const std::vector<std::int64_t>& axes) const {
     if (ok) inverse[static_cast<std::size_t>(a)] = static_cast<std::int64_t>(i);
   }
   if (!ok) {
-    throw std::invalid_argument(fmt::format("Tensor::permute: [{}] is not a permutation of the axes of {}",
-                                            fmt::join(axes, ","), to_string(shape())));
+    throw std::invalid_argument(
+        fmt::format("Tensor::permute: [{}] is not a permutation of the axes of {}",
+                    fmt::join(axes, ","), to_string(shape())));
   }
   Shape s(axes.size());
   Strides st(axes.size());
@@ -184,8 +186,9 @@ Tensor Tensor::permute(const std::vector<std::int64_t>& axes) const {
     s[i] = shape()[a];
     st[i] = strides()[a];
   }
-  return record_view(make_view(*this, std::move(s), std::move(st), offset()), "permute", *this,
-                     [inverse](const Tensor& g) { return std::vector<Tensor>{g.permute(inverse)}; });
+  return record_view(
+      make_view(*this, std::move(s), std::move(st), offset()), "permute", *this,
+      [inverse](const Tensor& g) { return std::vector<Tensor>{g.permute(inverse)}; });
 }
 
 Tensor Tensor::slice(std::int64_t axis, std::int64_t start, std::int64_t end,
@@ -197,7 +200,9 @@ Tensor Tensor::slice(std::int64_t axis, std::int64_t start, std::int64_t end,
   }
   const auto size = shape()[a];
   // Python's slice semantics: negative counts from the end, then clamped.
-  auto clamp = [size](std::int64_t i) { return std::clamp(i < 0 ? i + size : i, std::int64_t{0}, size); };
+  auto clamp = [size](std::int64_t i) {
+    return std::clamp(i < 0 ? i + size : i, std::int64_t{0}, size);
+  };
   const auto first = clamp(start);
   const auto last = std::max(first, clamp(end));
   const auto length = (last - first + step - 1) / step;
@@ -232,10 +237,9 @@ Tensor Tensor::expand(Shape requested) const {
     }
   }
   Strides st = broadcast_strides("expand", shape(), strides(), target);
-  return record_view(make_view(*this, target, std::move(st), offset()), "expand", *this,
-                     [shape = shape()](const Tensor& g) {
-                       return std::vector<Tensor>{sum_to_shape(g, shape)};
-                     });
+  return record_view(
+      make_view(*this, target, std::move(st), offset()), "expand", *this,
+      [shape = shape()](const Tensor& g) { return std::vector<Tensor>{sum_to_shape(g, shape)}; });
 }
 
 Tensor Tensor::unsqueeze(std::int64_t axis) const {

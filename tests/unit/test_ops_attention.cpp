@@ -1,0 +1,245 @@
+// scaled_dot_product_attention: golden values (a float64 torch reference
+// written by hand), finite differences (masks, causal, Tq != Tk, dropout with
+// a fixed key, strided split-heads inputs), dropout statistics and its
+// agreement with ops::dropout's stream, fully masked rows, error messages.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "golden.hpp"
+#include "rig/ops.hpp"
+#include "test_ops_nn_util.hpp"
+#include "test_tensor_util.hpp"
+
+namespace {
+
+using rig::Shape;
+using rig::Tensor;
+using rig_test::contains;
+using rig_test::error_of;
+using rig_test::tensors_close;
+using namespace rig_test::nn_ops;
+namespace ops = rig::ops;
+
+Tensor mask_tensor(const Shape& shape, std::uint32_t seed, float keep = 0.7F) {
+  const Tensor u = random_tensor(shape, seed, 0.0F, 1.0F);
+  std::vector<std::uint8_t> m;
+  for (float v : u.to_vector()) m.push_back(v < keep ? 1 : 0);
+  return Tensor::from_vector(m, shape);
+}
+
+TEST(OpsAttention, GoldenForwardAndBackward) {
+  int seen = 0;
+  for (const auto& c : rig_test::load_golden("ops_nn")) {
+    if (c.name.rfind("attn_", 0) != 0) continue;
+    ++seen;
+    SCOPED_TRACE(c.name);
+    Tensor q = leaf(c, "q"), k = leaf(c, "k"), v = leaf(c, "v");
+    ops::AttentionOptions o;
+    if (c.inputs.count("mask")) o.mask = c.input("mask");
+    o.causal = c.params.at("causal");
+    if (c.params.contains("scale")) o.scale = c.params.at("scale").get<float>();
+    const Tensor y = ops::scaled_dot_product_attention(q, k, v, o);
+    EXPECT_TRUE(tensors_close(y, c.output("y"), 1e-4, 1e-5));
+    grads_of(y, c.input("upstream"), {q, k, v});
+    EXPECT_TRUE(tensors_close(q.grad(), c.grad("q"), 1e-4, 1e-5));
+    EXPECT_TRUE(tensors_close(k.grad(), c.grad("k"), 1e-4, 1e-5));
+    EXPECT_TRUE(tensors_close(v.grad(), c.grad("v"), 1e-4, 1e-5));
+  }
+  EXPECT_EQ(seen, 8);
+}
+
+struct AttnConfig {
+  const char* name;
+  std::int64_t b, h, tq, tk, d;
+  Shape mask;  // empty: no mask
+  bool causal;
+  float dropout;
+};
+
+class OpsAttentionGradCheck : public ::testing::TestWithParam<AttnConfig> {};
+
+TEST_P(OpsAttentionGradCheck, MatchesFiniteDifferences) {
+  const AttnConfig& cfg = GetParam();
+  ops::AttentionOptions o;
+  if (!cfg.mask.empty()) o.mask = mask_tensor(cfg.mask, 9);
+  o.causal = cfg.causal;
+  o.dropout_p = cfg.dropout;
+  o.key = {42, 7, 0, rig::purpose_id("attention.dropout")};  // the same mask every evaluation
+  const auto op = [&](const std::vector<Tensor>& in) {
+    return ops::scaled_dot_product_attention(in[0], in[1], in[2], o);
+  };
+  const std::vector<Tensor> inputs{random_tensor({cfg.b, cfg.h, cfg.tq, cfg.d}, 1, -1.5F, 1.5F),
+                                   random_tensor({cfg.b, cfg.h, cfg.tk, cfg.d}, 2, -1.5F, 1.5F),
+                                   random_tensor({cfg.b, cfg.h, cfg.tk, cfg.d}, 3)};
+  EXPECT_TRUE(check_gradients(op, inputs, {}, 1e-2, 2e-2, 2e-3));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Configs, OpsAttentionGradCheck,
+    ::testing::Values(AttnConfig{"plain", 2, 2, 4, 4, 3, {}, false, 0.0F},
+                      AttnConfig{"padding_mask", 2, 2, 3, 5, 4, {2, 1, 1, 5}, false, 0.0F},
+                      AttnConfig{"causal", 1, 2, 5, 5, 3, {}, true, 0.0F},
+                      AttnConfig{"causal_decode", 2, 1, 2, 6, 4, {}, true, 0.0F},
+                      AttnConfig{"cross_full_mask", 2, 2, 3, 7, 4, {2, 2, 3, 7}, false, 0.0F},
+                      AttnConfig{"wide_d", 1, 1, 3, 18, 33, {1, 1, 3, 18}, true, 0.0F},
+                      AttnConfig{"dropout", 2, 2, 4, 5, 3, {}, false, 0.3F},
+                      AttnConfig{"dropout_mask_causal", 1, 2, 5, 5, 4, {1, 1, 1, 5}, true, 0.5F}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(OpsAttention, SplitHeadViewsMatchContiguousInputs) {
+  // MultiHeadAttention's layout: [B, T, H * D] projections viewed as [B, H, T, D].
+  const std::int64_t b = 2, t = 5, h = 3, d = 4;
+  const auto heads = [&](const Tensor& x) { return x.view({b, t, h, d}).transpose(1, 2); };
+  const std::vector<Tensor> inputs{random_tensor({b, t, h * d}, 1), random_tensor({b, t, h * d}, 2),
+                                   random_tensor({b, t, h * d}, 3)};
+  ops::AttentionOptions o;
+  o.mask = mask_tensor({b, 1, 1, t}, 4);
+  const auto op = [&](const std::vector<Tensor>& in) {
+    return ops::scaled_dot_product_attention(heads(in[0]), heads(in[1]), heads(in[2]), o);
+  };
+  const Tensor strided = op(inputs);
+  // The output is laid out [B, T, H, D], so merging heads is a view.
+  EXPECT_TRUE(strided.transpose(1, 2).is_contiguous());
+  const Tensor plain = ops::scaled_dot_product_attention(heads(inputs[0]).contiguous(),
+                                                         heads(inputs[1]).contiguous(),
+                                                         heads(inputs[2]).contiguous(), o);
+  EXPECT_TRUE(plain.is_contiguous());
+  EXPECT_TRUE(tensors_close(strided.contiguous(), plain, 0, 0));
+  EXPECT_TRUE(check_gradients(op, inputs, {}, 1e-2, 2e-2, 2e-3));
+}
+
+TEST(OpsAttention, FullyMaskedRowsGiveZerosNotNaN) {
+  Tensor q = random_tensor({1, 1, 3, 4}, 1), k = random_tensor({1, 1, 5, 4}, 2),
+         v = random_tensor({1, 1, 5, 4}, 3);
+  q.set_requires_grad(true);
+  k.set_requires_grad(true);
+  v.set_requires_grad(true);
+  std::vector<std::uint8_t> m(15, 1);
+  for (int j = 0; j < 5; ++j) m[static_cast<std::size_t>(5 + j)] = 0;  // query 1 sees nothing
+  ops::AttentionOptions o;
+  o.mask = Tensor::from_vector(m, {1, 1, 3, 5});
+  const Tensor y = ops::scaled_dot_product_attention(q, k, v, o);
+  const std::vector<float> yv = y.to_vector();
+  for (int j = 0; j < 4; ++j) EXPECT_EQ(yv[static_cast<std::size_t>(4 + j)], 0.0F);
+  ops::sum(y).backward();
+  for (const Tensor& g : {q.grad(), k.grad(), v.grad()}) {
+    for (float x : g.to_vector()) EXPECT_TRUE(std::isfinite(x));
+  }
+  for (int j = 0; j < 4; ++j)
+    EXPECT_EQ(q.grad().to_vector()[static_cast<std::size_t>(4 + j)], 0.0F);
+  // Causal with more queries than keys: the first queries see no key at all.
+  ops::AttentionOptions causal;
+  causal.causal = true;
+  const Tensor yc = ops::scaled_dot_product_attention(random_tensor({1, 1, 4, 2}, 5),
+                                                      random_tensor({1, 1, 2, 2}, 6),
+                                                      random_tensor({1, 1, 2, 2}, 7), causal);
+  const std::vector<float> ycv = yc.to_vector();
+  for (int j = 0; j < 4; ++j) EXPECT_EQ(ycv[static_cast<std::size_t>(j)], 0.0F);
+  EXPECT_NE(ycv[7], 0.0F);
+}
+
+TEST(OpsAttention, DropoutUsesTheDropoutStreamOfTheWeights) {
+  const std::int64_t b = 2, h = 3, t = 6, d = 5;
+  const Tensor q = random_tensor({b, h, t, d}, 1), k = random_tensor({b, h, t, d}, 2),
+               v = random_tensor({b, h, t, d}, 3);
+  ops::AttentionOptions o;
+  o.dropout_p = 0.4F;
+  o.key = {3, 11, 1, rig::purpose_id("decoder.attention.dropout")};
+  o.causal = true;
+  const Tensor fused = ops::scaled_dot_product_attention(q, k, v, o);
+  // The same computation from separate ops: softmax, ops::dropout, matmul.
+  std::vector<std::uint8_t> causal(static_cast<std::size_t>(t * t));
+  for (std::int64_t i = 0; i < t; ++i)
+    for (std::int64_t j = 0; j < t; ++j) causal[static_cast<std::size_t>(i * t + j)] = j <= i;
+  const Tensor scores =
+      ops::mul_scalar(ops::matmul(q, k, false, true), 1.0F / std::sqrt(static_cast<float>(d)));
+  const Tensor weights = ops::softmax(scores, -1, Tensor::from_vector(causal, {t, t}));
+  const Tensor composed = ops::matmul(ops::dropout(weights, o.dropout_p, o.key), v);
+  EXPECT_TRUE(tensors_close(fused, composed, 1e-5, 1e-6));
+}
+
+TEST(OpsAttention, DropoutStatistics) {
+  // q = k = 0: uniform weights 1 / Tk; v = identity: the output is the
+  // dropped weights themselves, 0 or 1 / (Tk (1 - p)).
+  const std::int64_t b = 8, h = 4, t = 64;
+  const float p = 0.3F;
+  std::vector<float> eye(static_cast<std::size_t>(b * h * t * t), 0.0F);
+  for (std::int64_t m = 0; m < b * h; ++m)
+    for (std::int64_t i = 0; i < t; ++i) eye[static_cast<std::size_t>((m * t + i) * t + i)] = 1.0F;
+  const Tensor v = Tensor::from_vector(eye, {b, h, t, t});
+  const Tensor zeros = Tensor::zeros({b, h, t, t});
+  ops::AttentionOptions o;
+  o.dropout_p = p;
+  o.key = {1, 2, 0, 3};
+  const std::vector<float> y = ops::scaled_dot_product_attention(zeros, zeros, v, o).to_vector();
+  const float kept = 1.0F / (static_cast<float>(t) * (1.0F - p));
+  std::int64_t dropped = 0;
+  for (float x : y) {
+    if (x == 0.0F) {
+      ++dropped;
+    } else {
+      EXPECT_NEAR(x, kept, 1e-6);
+    }
+  }
+  const double fraction = static_cast<double>(dropped) / static_cast<double>(y.size());
+  // 131072 Bernoulli(0.3) draws: the standard deviation is 0.0013.
+  EXPECT_NEAR(fraction, p, 0.01);
+  // Another key, another mask; the same key, the same mask.
+  ops::AttentionOptions other = o;
+  other.key.step = 3;
+  EXPECT_NE(ops::scaled_dot_product_attention(zeros, zeros, v, other).to_vector(), y);
+  EXPECT_EQ(ops::scaled_dot_product_attention(zeros, zeros, v, o).to_vector(), y);
+}
+
+TEST(OpsAttention, LongSequencesMatchComposedOps) {
+  // Sizes that exercise every GEMM tile width and row-block tail.
+  const std::int64_t b = 1, h = 2, tq = 45, tk = 70, d = 37;
+  const Tensor q = random_tensor({b, h, tq, d}, 1), k = random_tensor({b, h, tk, d}, 2),
+               v = random_tensor({b, h, tk, d}, 3);
+  ops::AttentionOptions o;
+  o.scale = 0.2F;
+  o.mask = mask_tensor({b, 1, tq, tk}, 4, 0.9F);
+  const Tensor fused = ops::scaled_dot_product_attention(q, k, v, o);
+  const Tensor weights =
+      ops::softmax(ops::mul_scalar(ops::matmul(q, k, false, true), 0.2F), -1, o.mask);
+  EXPECT_TRUE(tensors_close(fused, ops::matmul(weights, v), 1e-4, 1e-5));
+}
+
+TEST(OpsAttention, HalfPrecisionKeepsTheDtype) {
+  const Tensor q = random_tensor({1, 2, 3, 4}, 1), k = random_tensor({1, 2, 5, 4}, 2),
+               v = random_tensor({1, 2, 5, 4}, 3);
+  const Tensor y = ops::scaled_dot_product_attention(q.to(rig::DType::f16), k.to(rig::DType::f16),
+                                                     v.to(rig::DType::f16));
+  EXPECT_EQ(y.dtype(), rig::DType::f16);
+  EXPECT_TRUE(
+      tensors_close(y.to(rig::DType::f32), ops::scaled_dot_product_attention(q, k, v), 1e-2, 1e-2));
+}
+
+TEST(OpsAttention, ErrorsNameTheShapes) {
+  const Tensor q = Tensor::zeros({2, 4, 3, 8}), kv = Tensor::zeros({2, 4, 5, 8});
+  EXPECT_TRUE(contains(
+      error_of([&] {
+        ops::scaled_dot_product_attention(q, Tensor::zeros({2, 4, 5, 6}), kv);
+      }),
+      "scaled_dot_product_attention: q [2,4,3,8], k [2,4,5,6], v [2,4,5,8]: batch, heads and D "
+      "must agree"));
+  EXPECT_TRUE(contains(error_of([&] {
+                         ops::scaled_dot_product_attention(Tensor::zeros({4, 3, 8}), kv, kv);
+                       }),
+                       "q must be [B, H, Tq, D], k and v [B, H, Tk, D]"));
+  ops::AttentionOptions bad_mask;
+  bad_mask.mask = Tensor::ones({2, 1, 1, 4}, rig::DType::u8);
+  EXPECT_TRUE(contains(error_of([&] { ops::scaled_dot_product_attention(q, kv, kv, bad_mask); }),
+                       "mask [2,1,1,4] does not broadcast to scores [2,4,3,5]"));
+  bad_mask.mask = Tensor::ones({2, 1, 1, 5});
+  EXPECT_TRUE(contains(error_of([&] { ops::scaled_dot_product_attention(q, kv, kv, bad_mask); }),
+                       "scaled_dot_product_attention: mask must be u8, got f32 [2,1,1,5]"));
+  ops::AttentionOptions bad_p;
+  bad_p.dropout_p = 1.5F;
+  EXPECT_TRUE(contains(error_of([&] { ops::scaled_dot_product_attention(q, kv, kv, bad_p); }),
+                       "dropout_p 1.5 is not in [0, 1]"));
+}
+
+}  // namespace

@@ -1,0 +1,211 @@
+// batch_norm: golden values from PyTorch (outputs, gradients and the running
+// statistics after the in-place update), finite differences in training and
+// eval mode, error messages.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "golden.hpp"
+#include "rig/ops.hpp"
+#include "test_ops_nn_util.hpp"
+#include "test_tensor_util.hpp"
+
+namespace {
+
+using rig::Shape;
+using rig::Tensor;
+using rig_test::contains;
+using rig_test::error_of;
+using rig_test::tensors_close;
+using namespace rig_test::nn_ops;
+namespace ops = rig::ops;
+
+TEST(OpsBatchNorm, GoldenForwardBackwardAndRunningStatistics) {
+  int seen = 0;
+  for (const auto& c : rig_test::load_golden("ops_nn")) {
+    if (c.name.rfind("bn_", 0) != 0) continue;
+    ++seen;
+    SCOPED_TRACE(c.name);
+    Tensor x = leaf(c, "x");
+    Tensor gamma = leaf(c, "gamma");
+    Tensor beta = leaf(c, "beta");
+    Tensor running_mean = c.input("running_mean").clone();
+    Tensor running_var = c.input("running_var").clone();
+    const bool training = c.params.at("training");
+    const Tensor y =
+        ops::batch_norm(x, gamma, beta, running_mean, running_var, training,
+                        c.params.at("momentum").get<float>(), c.params.at("eps").get<float>());
+    EXPECT_TRUE(tensors_close(y, c.output("y"), 1e-4, 1e-5));
+    EXPECT_TRUE(tensors_close(running_mean, c.output("running_mean"), 1e-5, 1e-6));
+    EXPECT_TRUE(tensors_close(running_var, c.output("running_var"), 1e-5, 1e-6));
+    grads_of(y, c.input("upstream"), {x, gamma, beta});
+    EXPECT_TRUE(tensors_close(x.grad(), c.grad("x"), 1e-4, 1e-4));
+    EXPECT_TRUE(tensors_close(gamma.grad(), c.grad("gamma"), 1e-4, 1e-4));
+    EXPECT_TRUE(tensors_close(beta.grad(), c.grad("beta"), 1e-4, 1e-4));
+  }
+  EXPECT_EQ(seen, 5);
+}
+
+struct BnConfig {
+  const char* name;
+  Shape x;
+  bool training;
+};
+
+class OpsBatchNormGradCheck : public ::testing::TestWithParam<BnConfig> {};
+
+TEST_P(OpsBatchNormGradCheck, MatchesFiniteDifferences) {
+  const BnConfig& cfg = GetParam();
+  const std::int64_t c = cfg.x[1];
+  const Tensor x = random_tensor(cfg.x, 1, -2.0F, 3.0F);
+  const Tensor gamma = random_tensor({c}, 2, 0.5F, 1.5F);
+  const Tensor beta = random_tensor({c}, 3);
+  const Tensor mean0 = random_tensor({c}, 4);
+  const Tensor var0 = random_tensor({c}, 5, 0.5F, 2.0F);
+  const auto op = [&](const std::vector<Tensor>& in) {
+    // Fresh running statistics per evaluation: the op updates them in place.
+    return ops::batch_norm(in[0], in[1], in[2], mean0.clone(), var0.clone(), cfg.training);
+  };
+  EXPECT_TRUE(check_gradients(op, {x, gamma, beta}, {}, 1e-2, 2e-2, 2e-3));
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, OpsBatchNormGradCheck,
+                         ::testing::Values(BnConfig{"train_nchw", {3, 2, 4, 5}, true},
+                                           BnConfig{"train_2d", {6, 4}, true},
+                                           BnConfig{"train_one_pixel", {5, 3, 1, 1}, true},
+                                           BnConfig{"eval_nchw", {2, 3, 3, 3}, false},
+                                           BnConfig{"eval_2d", {4, 5}, false}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// A direct double reference at the ResNet benchmark's layout (many pixels per
+// channel, several threads) and for [N, C] with more channels than one block.
+void expect_matches_reference(const Shape& shape) {
+  const std::int64_t n = shape[0], c = shape[1];
+  const std::int64_t inner = shape.size() == 4 ? shape[2] * shape[3] : 1;
+  Tensor x = random_tensor(shape, 7, -1.0F, 4.0F);
+  Tensor gamma = random_tensor({c}, 8, 0.5F, 1.5F);
+  Tensor beta = random_tensor({c}, 9);
+  x.set_requires_grad(true);
+  gamma.set_requires_grad(true);
+  beta.set_requires_grad(true);
+  Tensor rm = Tensor::zeros({c});
+  Tensor rv = Tensor::ones({c});
+  const Tensor y = ops::batch_norm(x, gamma, beta, rm, rv, true, 0.1F, 1e-5F);
+  const Tensor up = random_tensor(shape, 10);
+  grads_of(y, up, {x, gamma, beta});
+
+  const std::vector<float> xv = x.to_vector(), gv = gamma.to_vector(), bv = beta.to_vector(),
+                           uv = up.to_vector();
+  const double count = static_cast<double>(n * inner);
+  std::vector<float> ey(xv.size()), edx(xv.size()), edg(static_cast<std::size_t>(c)),
+      edb(static_cast<std::size_t>(c)), erm(static_cast<std::size_t>(c)),
+      erv(static_cast<std::size_t>(c));
+  for (std::int64_t ch = 0; ch < c; ++ch) {
+    const auto idx = [&](std::int64_t i, std::int64_t j) {
+      return static_cast<std::size_t>((i * c + ch) * inner + j);
+    };
+    double mean = 0, var = 0, sum_u = 0, sum_uxh = 0;
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t j = 0; j < inner; ++j) mean += xv[idx(i, j)];
+    mean /= count;
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t j = 0; j < inner; ++j) var += std::pow(xv[idx(i, j)] - mean, 2);
+    var /= count;
+    const double invstd = 1.0 / std::sqrt(var + 1e-5);
+    const auto cu = static_cast<std::size_t>(ch);
+    for (std::int64_t i = 0; i < n; ++i) {
+      for (std::int64_t j = 0; j < inner; ++j) {
+        const double xh = (xv[idx(i, j)] - mean) * invstd;
+        ey[idx(i, j)] = static_cast<float>(xh * gv[cu] + bv[cu]);
+        sum_u += uv[idx(i, j)];
+        sum_uxh += uv[idx(i, j)] * xh;
+      }
+    }
+    for (std::int64_t i = 0; i < n; ++i) {
+      for (std::int64_t j = 0; j < inner; ++j) {
+        const double xh = (xv[idx(i, j)] - mean) * invstd;
+        edx[idx(i, j)] = static_cast<float>(gv[cu] * invstd *
+                                            (uv[idx(i, j)] - sum_u / count - xh * sum_uxh / count));
+      }
+    }
+    edg[cu] = static_cast<float>(sum_uxh);
+    edb[cu] = static_cast<float>(sum_u);
+    erm[cu] = static_cast<float>(0.1 * mean);
+    erv[cu] = static_cast<float>(0.9 + 0.1 * var * count / (count - 1));
+  }
+  EXPECT_TRUE(tensors_close(y, Tensor::from_vector(ey, shape), 1e-4, 1e-4));
+  EXPECT_TRUE(tensors_close(x.grad(), Tensor::from_vector(edx, shape), 1e-3, 1e-4));
+  EXPECT_TRUE(tensors_close(gamma.grad(), Tensor::from_vector(edg, {c}), 1e-4, 1e-3));
+  EXPECT_TRUE(tensors_close(beta.grad(), Tensor::from_vector(edb, {c}), 1e-4, 1e-3));
+  EXPECT_TRUE(tensors_close(rm, Tensor::from_vector(erm, {c}), 1e-5, 1e-6));
+  EXPECT_TRUE(tensors_close(rv, Tensor::from_vector(erv, {c}), 1e-5, 1e-6));
+}
+
+TEST(OpsBatchNorm, MatchesReferenceAtResNetLayout) {
+  expect_matches_reference({16, 32, 14, 14});
+}
+
+TEST(OpsBatchNorm, MatchesReferenceForManyFeatures) {
+  expect_matches_reference({40, 600});
+}
+
+TEST(OpsBatchNorm, EvalUsesAndKeepsTheRunningStatistics) {
+  const Tensor x = random_tensor({4, 2, 3, 3}, 1);
+  Tensor rm = Tensor::from_vector(std::vector<float>{0.5F, -1.0F}, {2});
+  Tensor rv = Tensor::from_vector(std::vector<float>{4.0F, 0.25F}, {2});
+  const Tensor y =
+      ops::batch_norm(x, Tensor::ones({2}), Tensor::zeros({2}), rm, rv, false, 0.1F, 0.0F);
+  const std::vector<float> xv = x.to_vector(), yv = y.to_vector();
+  for (std::size_t i = 0; i < xv.size(); ++i) {
+    const bool first = (i / 9) % 2 == 0;
+    EXPECT_NEAR(yv[i], first ? (xv[i] - 0.5F) / 2.0F : (xv[i] + 1.0F) / 0.5F, 1e-5);
+  }
+  EXPECT_EQ(rm.to_vector(), (std::vector<float>{0.5F, -1.0F}));
+  EXPECT_EQ(rv.to_vector(), (std::vector<float>{4.0F, 0.25F}));
+}
+
+TEST(OpsBatchNorm, WithoutAffineParametersOrRunningStatistics) {
+  const Tensor x = random_tensor({8, 3}, 2);
+  const Tensor y = ops::batch_norm(x, {}, {}, {}, {}, true);
+  const Tensor per_channel_mean = ops::mean(y, {0});
+  EXPECT_TRUE(tensors_close(per_channel_mean, Tensor::zeros({3}), 0, 1e-6));
+}
+
+TEST(OpsBatchNorm, HalfPrecisionKeepsTheDtype) {
+  const Tensor x = random_tensor({4, 3, 2, 2}, 3);
+  Tensor rm = Tensor::zeros({3}), rv = Tensor::ones({3});
+  const Tensor y =
+      ops::batch_norm(x.to(rig::DType::bf16), Tensor::ones({3}), Tensor::zeros({3}), rm, rv, true);
+  EXPECT_EQ(y.dtype(), rig::DType::bf16);
+  Tensor rm2 = Tensor::zeros({3}), rv2 = Tensor::ones({3});
+  const Tensor y32 = ops::batch_norm(x.to(rig::DType::bf16).to(rig::DType::f32), Tensor::ones({3}),
+                                     Tensor::zeros({3}), rm2, rv2, true);
+  EXPECT_TRUE(tensors_close(y.to(rig::DType::f32), y32, 1e-2, 1e-2));
+}
+
+TEST(OpsBatchNorm, ErrorsNameTheShapes) {
+  const Tensor x = Tensor::zeros({4, 3, 2, 2});
+  const Tensor c3 = Tensor::zeros({3});
+  EXPECT_TRUE(contains(error_of([&] { ops::batch_norm(x, Tensor::ones({4}), c3, c3, c3, true); }),
+                       "batch_norm: x [4,3,2,2]: gamma [4] must be [3]"));
+  EXPECT_TRUE(contains(error_of([&] {
+                         ops::batch_norm(Tensor::zeros({4, 3, 2}), c3, c3, c3, c3, true);
+                       }),
+                       "batch_norm: x [4,3,2] must be [N, C, H, W] or [N, C]"));
+  EXPECT_TRUE(
+      contains(error_of([&] {
+                 ops::batch_norm(Tensor::zeros({1, 3}), c3, c3, c3.clone(), c3.clone(), true);
+               }),
+               "batch_norm: x [1,3]: training needs more than one value per channel"));
+  EXPECT_TRUE(contains(error_of([&] { ops::batch_norm(x, c3, c3, {}, {}, false); }),
+                       "eval mode needs running_mean and running_var"));
+  EXPECT_TRUE(contains(
+      error_of([&] { ops::batch_norm(x, c3, c3, Tensor::zeros({3}, rig::DType::f16), c3, true); }),
+      "batch_norm: running_mean must be f32, got f16 [3]"));
+  EXPECT_TRUE(contains(
+      error_of([&] { ops::batch_norm(x, c3, c3, Tensor::zeros({6}).slice(0, 0, 6, 2), c3, true); }),
+      "running_mean [3] must be contiguous"));
+}
+
+}  // namespace
