@@ -26,7 +26,8 @@ RIG_CPU_KERNEL void forward_rows(const float* x, const std::int64_t* labels, std
     }
     float m = -std::numeric_limits<float>::infinity();
     for (; i < c; ++i) m = xr[i] > m ? xr[i] : m;
-    for (float lane : lanes) m = lane > m ? lane : m;
+    const float lane_max = vec::tree_max16(lanes);
+    m = lane_max > m ? lane_max : m;
 
     float es[16] = {};
     float xs[16] = {};
@@ -43,10 +44,8 @@ RIG_CPU_KERNEL void forward_rows(const float* x, const std::int64_t* labels, std
       e += vec::exp(xr[i] - m);
       sx += xr[i];
     }
-    for (int l = 0; l < 16; ++l) {
-      e += es[l];
-      sx += xs[l];
-    }
+    e += vec::tree_sum16(es);
+    sx += vec::tree_sum16(xs);
     const float row_lse = m + std::log(e);
     lse[r] = row_lse;
     const float target = xr[labels[r]];

@@ -5,6 +5,7 @@
 
 #include "cpu/kernel_attributes.hpp"
 #include "cpu/parallel.hpp"
+#include "cpu/vec_math.hpp"
 
 namespace rig::cpu {
 
@@ -27,8 +28,7 @@ inline float lane_sum(const float* x, std::int64_t n) {
   }
   float s = 0.0F;
   for (; i < n; ++i) s += x[i];
-  for (float lane : lanes) s += lane;
-  return s;
+  return s + vec::tree_sum16(lanes);
 }
 
 RIG_CPU_KERNEL void forward_rows(const float* x, const float* gamma, const float* beta, float* y,
@@ -51,7 +51,7 @@ RIG_CPU_KERNEL void forward_rows(const float* x, const float* gamma, const float
     }
     float var = 0.0F;
     for (; i < d; ++i) var += (xr[i] - mu) * (xr[i] - mu);
-    for (float lane : lanes) var += lane;
+    var += vec::tree_sum16(lanes);
     var *= inv_d;
     const float rs = 1.0F / std::sqrt(var + eps);
     mean[r] = mu;
@@ -105,10 +105,8 @@ RIG_CPU_KERNEL void backward_rows(const float* x, const float* gamma, const floa
       sa += dh;
       sb += dh * (xr[i] - mu);
     }
-    for (int l = 0; l < 16; ++l) {
-      sa += lane_a[l];
-      sb += lane_b[l];
-    }
+    sa += vec::tree_sum16(lane_a);
+    sb += vec::tree_sum16(lane_b);
     const float mean_dh = sa * inv_d;
     const float mean_dh_xhat = sb * rs * inv_d;
     float* dr = dx + r * d;

@@ -6,6 +6,7 @@
 
 #include "cpu/kernel_attributes.hpp"
 #include "cpu/parallel.hpp"
+#include "cpu/vec_math.hpp"
 
 namespace rig::cpu {
 
@@ -70,7 +71,7 @@ RIG_CPU_KERNEL void row_sums(const float* x, float* y, std::int64_t rows, std::i
     }
     float total = 0.0F;
     for (; j < r; ++j) total += row[j];
-    for (float lane : lanes) total += lane;
+    total += vec::tree_sum16(lanes);
     y[o] = total * scale;
   }
 }

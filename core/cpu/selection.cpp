@@ -1,6 +1,7 @@
 #include "cpu/selection.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -196,6 +197,18 @@ RIG_INLINE bool block_may_beat(const T* x, T threshold) {
   return any != 0;
 }
 
+// Bit j set where x[j] may beat `threshold` (as above): the elements of a
+// block that block_may_beat flagged, to visit without scanning all 32.
+template <class T>
+RIG_INLINE std::uint32_t block_candidates(const T* x, T threshold) {
+  std::uint32_t bits = 0;
+#pragma GCC unroll 1
+  for (std::int64_t j = 0; j < kBlock; ++j) {
+    bits |= static_cast<std::uint32_t>(!(x[j] <= threshold)) << j;
+  }
+  return bits;
+}
+
 // One contiguous row: blocks that cannot hold a new maximum are skipped
 // after one vectorised comparison; the others are scanned in order.
 template <class T>
@@ -204,7 +217,8 @@ RIG_INLINE std::int64_t argmax_row(const T* x, std::int64_t n) {
   std::int64_t i = 1;
   for (; i + kBlock <= n; i += kBlock) {
     if (!block_may_beat(x + i, x[best])) continue;
-    for (std::int64_t j = i; j < i + kBlock; ++j) {
+    for (std::uint32_t m = block_candidates(x + i, x[best]); m != 0; m &= m - 1) {
+      const std::int64_t j = i + std::countr_zero(m);
       if (greater(x[j], x[best])) best = j;
     }
   }
@@ -276,8 +290,9 @@ RIG_INLINE void topk_insertion(const T* x, std::int64_t n, std::int64_t k, T* va
   std::int64_t i = k;
   for (; i + kBlock <= n; i += kBlock) {
     if (!block_may_beat(x + i, vals[k - 1])) continue;
-    for (std::int64_t j = 0; j < kBlock; ++j) {
-      if (greater(x[i + j], vals[k - 1])) insert(k, x[i + j], i + j);
+    for (std::uint32_t m = block_candidates(x + i, vals[k - 1]); m != 0; m &= m - 1) {
+      const std::int64_t j = i + std::countr_zero(m);
+      if (greater(x[j], vals[k - 1])) insert(k, x[j], j);
     }
   }
   for (; i < n; ++i) {

@@ -25,8 +25,8 @@ inline float max_of(const float* x, std::int64_t n) {
   }
   float m = kNegInf;
   for (; i < n; ++i) m = x[i] > m ? x[i] : m;
-  for (float lane : lanes) m = lane > m ? lane : m;
-  return m;
+  const float lane_max = vec::tree_max16(lanes);
+  return lane_max > m ? lane_max : m;
 }
 
 // y[i] = e^(x[i] - shift); returns the sum (x may alias y).
@@ -45,8 +45,7 @@ inline float exp_sum(const float* x, float* y, std::int64_t n, float shift) {
     y[i] = vec::exp(x[i] - shift);
     s += y[i];
   }
-  for (float lane : lanes) s += lane;
-  return s;
+  return s + vec::tree_sum16(lanes);
 }
 
 RIG_CPU_KERNEL void softmax_row(const float* x, const std::uint8_t* mask, std::int64_t mask_stride,
@@ -97,7 +96,7 @@ RIG_CPU_KERNEL void softmax_backward_rows(const float* y, const float* g, float*
       }
       float s = 0.0F;
       for (; i < n; ++i) s += yr[i] == kNegInf ? 0.0F : gr[i];
-      for (float lane : lanes) s += lane;
+      s += vec::tree_sum16(lanes);
       for (std::int64_t j = 0; j < n; ++j) {
         dr[j] = yr[j] == kNegInf ? 0.0F : gr[j] - vec::exp(yr[j]) * s;
       }
@@ -107,7 +106,7 @@ RIG_CPU_KERNEL void softmax_backward_rows(const float* y, const float* g, float*
       }
       float dot = 0.0F;
       for (; i < n; ++i) dot += gr[i] * yr[i];
-      for (float lane : lanes) dot += lane;
+      dot += vec::tree_sum16(lanes);
       for (std::int64_t j = 0; j < n; ++j) dr[j] = yr[j] * (gr[j] - dot);
     }
   }

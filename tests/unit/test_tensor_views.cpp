@@ -188,6 +188,10 @@ TEST(TensorViews, ContiguousCloneCopyFromAndFill) {
   EXPECT_EQ(v.to_vector(), (std::vector<float>{0, 0, 1, 2, 3, 4}));
   EXPECT_TRUE(contains(error_of([&] { v.copy_from(iota({5})); }),
                        "Tensor::copy_from: f32 [6] from f32 [5]: shapes differ"));
+  EXPECT_TRUE(contains(error_of([&] {
+                         iota({1, 3}).expand({2, 3}).copy_from(iota({2, 3}));
+                       }),
+                       "repeats elements (an expanded view)"));
   // fill_ on a strided view.
   Tensor m = Tensor::zeros({3, 3}, DType::i32);
   m.transpose(0, 1).slice(0, 1, 2).fill_(7.0F);

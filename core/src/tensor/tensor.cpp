@@ -297,6 +297,14 @@ void Tensor::copy_from(const Tensor& src) {
   }
   require_cpu("copy_from", device());
   if (numel() == 0) return;
+  for (std::size_t i = 0; i < shape().size(); ++i) {
+    if (strides()[i] == 0 && shape()[i] > 1) {
+      throw std::invalid_argument(fmt::format(
+          "Tensor::copy_from: the destination {} with strides {} repeats elements (an expanded "
+          "view); copy into a contiguous tensor instead",
+          to_string(shape()), to_string(strides())));
+    }
+  }
   if (shares_storage(src)) {
     if (impl_ == src.impl_) return;
     const Tensor copy = src.detach().clone();  // overlapping: go through a temporary
