@@ -1,21 +1,25 @@
 // 2-D convolution on oneDNN.
 //
-// Why oneDNN: measured on the 2-core AVX-512 dev machine (AMD EPYC Zen 4),
-// ResNet-block shape x [128,32,14,14], w [32,32,3,3], pad 1, times in ms,
-// median of 20 (single thread / two threads):
-//   oneDNN, blocked layout (jit:avx512_core): fwd 3.62 / 1.82, bwd-data 3.64,
-//     bwd-weights 4.11 (one thread); reorders NCHW <-> nChw16c 0.08 each.
-//   oneDNN, plain NCHW (x64:gemm:jit):        fwd 7.94, bwd-data 10.0, bwd-w 8.3.
-//   im2col + OpenBLAS sgemm ([32x288] x [288x25088]): IM2COL_NUMBERS
-//   PyTorch 1.13 (oneDNN via ideep), same shape: fwd 4.1 / 2.2, fwd+bwd 18.4 / 9.4.
-// The blocked oneDNN kernels run at ~95% of the core's FMA peak, which an own
-// im2col or direct kernel does not reach, so convolution uses them: inputs
-// are reordered into oneDNN's preferred layout per call (cheap next to the
-// convolution) and results back to NCHW.
+// Why oneDNN: measured on the 2-core AVX-512 dev machine (AMD EPYC, Zen 4),
+// ResNet-block shape x [128,32,14,14], w [32,32,3,3], pad 1; ms, median of
+// 10-20 runs, one thread / two threads:
+//   oneDNN 2.6, blocked layout (jit:avx512_core): fwd 3.64 / 1.97,
+//     bwd-data 3.66 / 1.96, bwd-weights 4.13 / 2.39; a reorder NCHW <->
+//     nChw16c of x costs 0.05-0.08.
+//   oneDNN 2.6, plain NCHW (picks x64:gemm:jit): fwd 7.9, bwd-data 10.0,
+//     bwd-weights 8.3 (one thread).
+//   im2col + OpenBLAS sgemm ([32x288] x [288x25088]): im2col 4.7 + sgemm 7.8
+//     = fwd 12.6 (one thread); the two backward sgemms 7.3 and 7.1 plus col2im.
+//   PyTorch 1.13 (oneDNN through ideep), same shape: fwd 4.1 / 2.2,
+//     fwd+bwd 18.4 / 9.4.
+// The blocked oneDNN kernels run near the core's FMA peak (~125 GFLOP/s per
+// core) where OpenBLAS reaches ~60 on this shape, so convolution uses them.
+// Through this file (reorders in and out included, two threads):
+// fwd 2.0-2.1, bwd data + weights 4.4-4.6.
 //
 // Primitives are created once per shape and cached. The batch is split into
 // chunks that the pool runs in parallel, each a single-threaded oneDNN call
-// (see dnnl_util.hpp); weight gradients of the chunks are summed in chunk
+// (dnnl_util.hpp); weight gradients of the chunks are summed in chunk
 // order, so results do not depend on which thread ran which chunk.
 #include "cpu/conv.hpp"
 
@@ -27,7 +31,10 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "cpu/dnnl_util.hpp"
 #include "cpu/parallel.hpp"
@@ -48,8 +55,9 @@ struct Reorder {
 
   Reorder() = default;
   Reorder(const memory::desc& f, const memory::desc& t) : from(f), to(t) {
-    if (!(f == t))
+    if (!(f == t)) {
       primitive = dnnl::reorder(dnnl::reorder::primitive_desc(du::engine(), f, du::engine(), t));
+    }
   }
   bool needed() const { return primitive.has_value(); }
   void run(const void* src, void* dst) const {
@@ -158,13 +166,22 @@ std::shared_ptr<const Plan> plan_for(const Conv2dShape& s, std::int64_t n, bool 
   const Key key = key_of(s, n);
   std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(key);
-  if (it == cache.end()) {
-    if (cache.size() >= kMaxPlans) cache.clear();  // users keep their plans alive
-    auto plan = std::make_shared<Plan>();
-    build_forward(*plan, s, n);
-    it = cache.emplace(key, std::move(plan)).first;
+  try {
+    if (it == cache.end()) {
+      if (cache.size() >= kMaxPlans) cache.clear();  // users keep their plans alive
+      auto plan = std::make_shared<Plan>();
+      build_forward(*plan, s, n);
+      it = cache.emplace(key, std::move(plan)).first;
+    }
+    if (backward && !it->second->has_backward) build_backward(*it->second, s);
+  } catch (const dnnl::error& e) {
+    throw std::runtime_error(fmt::format(
+        "conv2d: oneDNN has no {} convolution for x [{},{},{},{}], weight [{},{},{},{}] (stride "
+        "{}x{}, padding {}x{}, dilation {}x{}, groups {}): {}",
+        backward ? "backward" : "forward", n, s.c_in, s.h, s.w, s.c_out, s.c_in / s.groups,
+        s.kernel_h, s.kernel_w, s.stride_h, s.stride_w, s.pad_h, s.pad_w, s.dilation_h,
+        s.dilation_w, s.groups, e.what()));
   }
-  if (backward && !it->second->has_backward) build_backward(*it->second, s);
   return it->second;
 }
 
@@ -261,7 +278,7 @@ Weights convert_weights(const ChunkPlans& p, const float* w, Reorder Plan::*reor
 void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* b,
                     float* y) {
   if (s.n == 0) return;
-  du::prepare_thread();
+  const du::SingleThreaded single;
   const ChunkPlans plans = plans_for(s, false);
   const Weights weights = convert_weights(plans, w, &Plan::w_to_fwd);
   const std::int64_t x_image = s.c_in * s.h * s.w;
@@ -270,6 +287,7 @@ void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const 
   parallel_for(plans.chunks.count, 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t c = begin; c < end; ++c) {
       errors.run([&] {
+        const du::SingleThreaded single;
         const Plan& p = plans.of(c);
         const std::int64_t first = c * plans.chunks.size;
         Tensor x_buffer, y_buffer;
@@ -309,7 +327,7 @@ void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const
     if (db) std::fill(db, db + s.c_out, 0.0F);
     return;
   }
-  du::prepare_thread();
+  const du::SingleThreaded single;
   const ChunkPlans plans = plans_for(s, true);
   Weights weights;
   if (dx) weights = convert_weights(plans, w, &Plan::w_to_data);
@@ -323,6 +341,7 @@ void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const
   parallel_for(plans.chunks.count, 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t c = begin; c < end; ++c) {
       errors.run([&] {
+        const du::SingleThreaded single;
         const Plan& p = plans.of(c);
         const std::int64_t first = c * plans.chunks.size;
         const float* dy_user = dy + first * y_image;

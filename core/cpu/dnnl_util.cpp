@@ -14,25 +14,26 @@ const dnnl::engine& engine() {
   return *instance;
 }
 
-dnnl::stream& prepare_thread() {
-  // oneDNN sizes its work split by omp_get_max_threads() when a primitive is
-  // created and when it runs: one thread per call, the pool runs the calls.
-  thread_local const bool single = [] {
-    omp_set_num_threads(1);
-    return true;
-  }();
-  (void)single;
-  thread_local dnnl::stream stream(engine());
-  return stream;
+SingleThreaded::SingleThreaded() : previous_(omp_get_max_threads()) {
+  omp_set_num_threads(1);
+}
+
+SingleThreaded::~SingleThreaded() {
+  omp_set_num_threads(previous_);
+}
+
+dnnl::stream& stream() {
+  thread_local dnnl::stream instance(engine());
+  return instance;
 }
 
 dnnl_status_t execute(const dnnl::primitive& primitive,
                       std::initializer_list<dnnl_exec_arg_t> args) {
-  dnnl::stream& stream = prepare_thread();
-  const dnnl_status_t status = dnnl_primitive_execute(primitive.get(), stream.get(),
-                                                      static_cast<int>(args.size()), args.begin());
+  dnnl::stream& s = stream();
+  const dnnl_status_t status =
+      dnnl_primitive_execute(primitive.get(), s.get(), static_cast<int>(args.size()), args.begin());
   if (status != dnnl_success) return status;
-  return dnnl_stream_wait(stream.get());
+  return dnnl_stream_wait(s.get());
 }
 
 dnnl::memory wrap(const dnnl::memory::desc& desc, const void* data) {

@@ -3,7 +3,10 @@
 // Threading: Debian's oneDNN runs on OpenMP. rig parallelises with its own pool
 // (cpu/parallel.hpp) and calls oneDNN from inside it on batch chunks, each call
 // single-threaded (an OpenMP team of one), so no OpenMP threads ever spin next
-// to the pool's. Every thread that touches oneDNN goes through prepare_thread().
+// to the pool's. Every oneDNN call (primitive creation included: oneDNN sizes
+// its work split by omp_get_max_threads() then) runs inside a SingleThreaded
+// scope, which restores the thread's OpenMP setting afterwards for other
+// OpenMP users (an OpenMP build of OpenBLAS, say).
 #pragma once
 
 #include <dnnl.hpp>
@@ -19,9 +22,20 @@ namespace rig::cpu::dnnl_util {
 // The CPU engine (one per process).
 const dnnl::engine& engine();
 
-// Makes oneDNN run single-threaded on the calling thread (once per thread)
-// and returns this thread's stream.
-dnnl::stream& prepare_thread();
+// While alive, OpenMP (so oneDNN) runs single-threaded on this thread.
+class SingleThreaded {
+ public:
+  SingleThreaded();
+  ~SingleThreaded();
+  SingleThreaded(const SingleThreaded&) = delete;
+  SingleThreaded& operator=(const SingleThreaded&) = delete;
+
+ private:
+  int previous_;
+};
+
+// This thread's stream.
+dnnl::stream& stream();
 
 // Runs `primitive` on this thread's stream and waits; returns the status
 // instead of throwing (safe inside parallel_for).

@@ -5,7 +5,7 @@
 
 #include "cpu/kernel_attributes.hpp"
 #include "cpu/parallel.hpp"
-#include "cpu/vec_math.hpp"
+#include "cpu/simd.hpp"
 
 namespace rig::cpu {
 
@@ -25,105 +25,149 @@ inline float pow_scalar(float x, float p) {
   return std::pow(x, p);
 }
 
-RIG_CPU_KERNEL void unary_range(Unary op, const float* x, float* y, std::int64_t n, float s) {
-  switch (op) {
-    case Unary::neg:
-      for (std::int64_t i = 0; i < n; ++i) y[i] = -x[i];
-      return;
-    case Unary::exp:
-      for (std::int64_t i = 0; i < n; ++i) y[i] = vec::exp(x[i]);
-      return;
-    case Unary::log:
-      for (std::int64_t i = 0; i < n; ++i) y[i] = std::log(x[i]);
-      return;
-    case Unary::sqrt:
-      for (std::int64_t i = 0; i < n; ++i) y[i] = std::sqrt(x[i]);
-      return;
-    case Unary::rsqrt:
-      for (std::int64_t i = 0; i < n; ++i) y[i] = 1.0F / std::sqrt(x[i]);
-      return;
-    case Unary::relu:
-      // NaN < 0 is false, so NaN propagates as in torch.
-      for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] < 0.0F ? 0.0F : x[i];
-      return;
-    case Unary::gelu:
-      for (std::int64_t i = 0; i < n; ++i) y[i] = vec::gelu(x[i]);
-      return;
-    case Unary::gelu_tanh:
-      for (std::int64_t i = 0; i < n; ++i) y[i] = vec::gelu_tanh(x[i]);
-      return;
-    case Unary::tanh:
-      for (std::int64_t i = 0; i < n; ++i) y[i] = vec::tanh(x[i]);
-      return;
-    case Unary::sigmoid:
-      for (std::int64_t i = 0; i < n; ++i) y[i] = vec::sigmoid(x[i]);
-      return;
-    case Unary::add_scalar:
-      for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] + s;
-      return;
-    case Unary::mul_scalar:
-      for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] * s;
-      return;
-    case Unary::pow_scalar:
-      if (s == 2.0F) {
-        for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] * x[i];
-      } else {
-        for (std::int64_t i = 0; i < n; ++i) y[i] = pow_scalar(x[i], s);
-      }
-      return;
-  }
-}
+// The maps with compares or transcendental functions, in explicit SIMD
+// (cpu/simd.hpp); the rest are plain loops that GCC vectorises.
+template <int W>
+struct UnaryKernel {
+  using V = simd::Vec<W>;
+  using F = typename V::F;
 
-RIG_CPU_KERNEL void unary_backward_range(Unary op, const float* g, const float* x, const float* y,
-                                         float* dx, std::int64_t n, float s) {
-  switch (op) {
-    case Unary::neg:
-      for (std::int64_t i = 0; i < n; ++i) dx[i] = -g[i];
-      return;
-    case Unary::exp:
-      for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i] * y[i];
-      return;
-    case Unary::log:
-      for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i] / x[i];
-      return;
-    case Unary::sqrt:  // 1 / (2 sqrt x)
-      for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i] * 0.5F / y[i];
-      return;
-    case Unary::rsqrt:  // -x^-1.5 / 2 = -y^3 / 2
-      for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i] * -0.5F * y[i] * y[i] * y[i];
-      return;
-    case Unary::relu:
-      for (std::int64_t i = 0; i < n; ++i) dx[i] = x[i] > 0.0F ? g[i] : 0.0F;
-      return;
-    case Unary::gelu:
-      for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i] * vec::gelu_grad(x[i]);
-      return;
-    case Unary::gelu_tanh:
-      for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i] * vec::gelu_tanh_grad(x[i]);
-      return;
-    case Unary::tanh:
-      for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i] * (1.0F - y[i] * y[i]);
-      return;
-    case Unary::sigmoid:
-      for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i] * y[i] * (1.0F - y[i]);
-      return;
-    case Unary::add_scalar:
-      for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i];
-      return;
-    case Unary::mul_scalar:
-      for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i] * s;
-      return;
-    case Unary::pow_scalar:
-      if (s == 2.0F) {
-        for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i] * 2.0F * x[i];
-      } else if (s == 0.0F) {
-        for (std::int64_t i = 0; i < n; ++i) dx[i] = 0.0F;
-      } else {
-        for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i] * s * pow_scalar(x[i], s - 1.0F);
-      }
-      return;
+  // y = f(x) over n elements, the tail through a partial vector.
+  template <class Fn>
+  static RIG_SIMD_INLINE void map(const float* x, float* y, std::int64_t n, Fn f) {
+    std::int64_t i = 0;
+    for (; i + W <= n; i += W) V::store(y + i, f(V::load(x + i)));
+    if (i < n) V::store_partial(y + i, f(V::load_partial(x + i, n - i, 0.0F)), n - i);
   }
-}
+  // d = g * f'(u) over n elements.
+  template <class Fn>
+  static RIG_SIMD_INLINE void map2(const float* g, const float* u, float* d, std::int64_t n, Fn f) {
+    std::int64_t i = 0;
+    for (; i + W <= n; i += W) V::store(d + i, f(V::load(g + i), V::load(u + i)));
+    if (i < n) {
+      const F gv = V::load_partial(g + i, n - i, 0.0F);
+      const F uv = V::load_partial(u + i, n - i, 0.0F);
+      V::store_partial(d + i, f(gv, uv), n - i);
+    }
+  }
+
+  static RIG_SIMD_INLINE void run(Unary op, const float* x, float* y, std::int64_t n, float s) {
+    switch (op) {
+      case Unary::neg:
+        for (std::int64_t i = 0; i < n; ++i) y[i] = -x[i];
+        return;
+      case Unary::exp:
+        map(x, y, n, [](const F& v) RIG_SIMD_LAMBDA { return V::exp(v); });
+        return;
+      case Unary::log:
+        for (std::int64_t i = 0; i < n; ++i) y[i] = std::log(x[i]);
+        return;
+      case Unary::sqrt:
+        for (std::int64_t i = 0; i < n; ++i) y[i] = std::sqrt(x[i]);
+        return;
+      case Unary::rsqrt:
+        for (std::int64_t i = 0; i < n; ++i) y[i] = 1.0F / std::sqrt(x[i]);
+        return;
+      case Unary::relu:
+        // NaN < 0 is false, so NaN propagates as in torch.
+        map(x, y, n, [](const F& v) RIG_SIMD_LAMBDA { return v < 0.0F ? F{} : v; });
+        return;
+      case Unary::gelu:
+        map(x, y, n, [](const F& v) RIG_SIMD_LAMBDA { return V::gelu(v); });
+        return;
+      case Unary::gelu_tanh:
+        map(x, y, n, [](const F& v) RIG_SIMD_LAMBDA { return V::gelu_tanh(v); });
+        return;
+      case Unary::tanh:
+        map(x, y, n, [](const F& v) RIG_SIMD_LAMBDA { return V::tanh(v); });
+        return;
+      case Unary::sigmoid:
+        map(x, y, n, [](const F& v) RIG_SIMD_LAMBDA { return V::sigmoid(v); });
+        return;
+      case Unary::add_scalar:
+        for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] + s;
+        return;
+      case Unary::mul_scalar:
+        for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] * s;
+        return;
+      case Unary::pow_scalar:
+        if (s == 2.0F) {
+          for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] * x[i];
+        } else {
+          for (std::int64_t i = 0; i < n; ++i) y[i] = pow_scalar(x[i], s);
+        }
+        return;
+    }
+  }
+
+  static RIG_SIMD_INLINE void backward(Unary op, const float* g, const float* x, const float* y,
+                                       float* dx, std::int64_t n, float s) {
+    switch (op) {
+      case Unary::neg:
+        for (std::int64_t i = 0; i < n; ++i) dx[i] = -g[i];
+        return;
+      case Unary::exp:
+        for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i] * y[i];
+        return;
+      case Unary::log:
+        for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i] / x[i];
+        return;
+      case Unary::sqrt:  // 1 / (2 sqrt x)
+        for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i] * 0.5F / y[i];
+        return;
+      case Unary::rsqrt:  // -x^-1.5 / 2 = -y^3 / 2
+        for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i] * -0.5F * y[i] * y[i] * y[i];
+        return;
+      case Unary::relu:
+        map2(g, x, dx, n,
+             [](const F& gv, const F& xv) RIG_SIMD_LAMBDA { return xv > 0.0F ? gv : F{}; });
+        return;
+      case Unary::gelu:
+        map2(g, x, dx, n,
+             [](const F& gv, const F& xv) RIG_SIMD_LAMBDA { return gv * V::gelu_grad(xv); });
+        return;
+      case Unary::gelu_tanh:
+        map2(g, x, dx, n,
+             [](const F& gv, const F& xv) RIG_SIMD_LAMBDA { return gv * V::gelu_tanh_grad(xv); });
+        return;
+      case Unary::tanh:
+        for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i] * (1.0F - y[i] * y[i]);
+        return;
+      case Unary::sigmoid:
+        for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i] * y[i] * (1.0F - y[i]);
+        return;
+      case Unary::add_scalar:
+        for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i];
+        return;
+      case Unary::mul_scalar:
+        for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i] * s;
+        return;
+      case Unary::pow_scalar:
+        if (s == 2.0F) {
+          for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i] * 2.0F * x[i];
+        } else if (s == 0.0F) {
+          for (std::int64_t i = 0; i < n; ++i) dx[i] = 0.0F;
+        } else {
+          for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i] * s * pow_scalar(x[i], s - 1.0F);
+        }
+        return;
+    }
+  }
+};
+
+template <int W>
+struct UnaryForward {
+  static RIG_SIMD_INLINE void run(Unary op, const float* x, float* y, std::int64_t n, float s) {
+    UnaryKernel<W>::run(op, x, y, n, s);
+  }
+};
+template <int W>
+struct UnaryBackward {
+  static RIG_SIMD_INLINE void run(Unary op, const float* g, const float* x, const float* y,
+                                  float* dx, std::int64_t n, float s) {
+    UnaryKernel<W>::backward(op, g, x, y, dx, n, s);
+  }
+};
 
 template <class F>
 inline __attribute__((always_inline)) void binary_row(const float* a, std::int64_t sa,
@@ -190,74 +234,83 @@ void run_plan(const StridedPlan<N>& plan, Row row) {
   });
 }
 
-RIG_CPU_KERNEL void bias_activation_rows(float* y, float* pre, const float* bias, std::int64_t rows,
-                                         std::int64_t cols, ops::Activation act) {
-  for (std::int64_t r = 0; r < rows; ++r) {
-    float* yr = y + r * cols;
-    if (bias != nullptr) {
-      for (std::int64_t c = 0; c < cols; ++c) yr[c] += bias[c];
-    }
-    switch (act) {
-      case ops::Activation::none:
-        break;
-      case ops::Activation::relu:
-        for (std::int64_t c = 0; c < cols; ++c) yr[c] = yr[c] < 0.0F ? 0.0F : yr[c];
-        break;
-      case ops::Activation::gelu:
-        if (pre != nullptr) {
-          float* pr = pre + r * cols;
-          for (std::int64_t c = 0; c < cols; ++c) {
-            pr[c] = yr[c];
-            yr[c] = vec::gelu(pr[c]);
-          }
-        } else {
-          for (std::int64_t c = 0; c < cols; ++c) yr[c] = vec::gelu(yr[c]);
-        }
-        break;
-      case ops::Activation::tanh:
-        for (std::int64_t c = 0; c < cols; ++c) yr[c] = vec::tanh(yr[c]);
-        break;
-      case ops::Activation::sigmoid:
-        for (std::int64_t c = 0; c < cols; ++c) yr[c] = vec::sigmoid(yr[c]);
-        break;
+// Rows of y: y = act(y + bias) (pre = y + bias kept for gelu when asked).
+template <int W>
+struct BiasActivation {
+  using V = simd::Vec<W>;
+  using F = typename V::F;
+  static RIG_SIMD_INLINE void run(float* y, float* pre, const float* bias, std::int64_t rows,
+                                  std::int64_t cols, ops::Activation act) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      float* yr = y + r * cols;
+      if (bias != nullptr) {
+        for (std::int64_t c = 0; c < cols; ++c) yr[c] += bias[c];
+      }
+      switch (act) {
+        case ops::Activation::none:
+          break;
+        case ops::Activation::relu:
+          UnaryKernel<W>::map(yr, yr, cols,
+                              [](const F& v) RIG_SIMD_LAMBDA { return v < 0.0F ? F{} : v; });
+          break;
+        case ops::Activation::gelu:
+          if (pre != nullptr) std::copy(yr, yr + cols, pre + r * cols);
+          UnaryKernel<W>::map(yr, yr, cols, [](const F& v) RIG_SIMD_LAMBDA { return V::gelu(v); });
+          break;
+        case ops::Activation::tanh:
+          UnaryKernel<W>::map(yr, yr, cols, [](const F& v) RIG_SIMD_LAMBDA { return V::tanh(v); });
+          break;
+        case ops::Activation::sigmoid:
+          UnaryKernel<W>::map(yr, yr, cols,
+                              [](const F& v) RIG_SIMD_LAMBDA { return V::sigmoid(v); });
+          break;
+      }
     }
   }
-}
+};
 
 // Columns [c0, c1) of all rows: dz = g * act'(saved), db += dz.
-RIG_CPU_KERNEL void activation_backward_cols(ops::Activation act, const float* g,
-                                             const float* saved, float* dz, float* db,
-                                             std::int64_t rows, std::int64_t cols, std::int64_t c0,
-                                             std::int64_t c1) {
-  const std::int64_t w = c1 - c0;
-  if (db != nullptr) std::fill(db + c0, db + c1, 0.0F);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float* gr = g + r * cols + c0;
-    const float* sr = saved == nullptr ? nullptr : saved + r * cols + c0;
-    float* dr = dz == nullptr ? nullptr : dz + r * cols + c0;
-    switch (act) {
-      case ops::Activation::none:
-        break;
-      case ops::Activation::relu:
-        for (std::int64_t c = 0; c < w; ++c) dr[c] = sr[c] > 0.0F ? gr[c] : 0.0F;
-        break;
-      case ops::Activation::gelu:
-        for (std::int64_t c = 0; c < w; ++c) dr[c] = gr[c] * vec::gelu_grad(sr[c]);
-        break;
-      case ops::Activation::tanh:
-        for (std::int64_t c = 0; c < w; ++c) dr[c] = gr[c] * (1.0F - sr[c] * sr[c]);
-        break;
-      case ops::Activation::sigmoid:
-        for (std::int64_t c = 0; c < w; ++c) dr[c] = gr[c] * sr[c] * (1.0F - sr[c]);
-        break;
-    }
-    if (db != nullptr) {
-      const float* src = act == ops::Activation::none ? gr : dr;
-      float* out = db + c0;
-      for (std::int64_t c = 0; c < w; ++c) out[c] += src[c];
+template <int W>
+struct ActivationBackward {
+  using V = simd::Vec<W>;
+  using F = typename V::F;
+  static RIG_SIMD_INLINE void run(ops::Activation act, const float* g, const float* saved,
+                                  float* dz, float* db, std::int64_t rows, std::int64_t cols,
+                                  std::int64_t c0, std::int64_t c1) {
+    const std::int64_t w = c1 - c0;
+    if (db != nullptr) std::fill(db + c0, db + c1, 0.0F);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* gr = g + r * cols + c0;
+      const float* sr = saved == nullptr ? nullptr : saved + r * cols + c0;
+      float* dr = dz == nullptr ? nullptr : dz + r * cols + c0;
+      switch (act) {
+        case ops::Activation::none:
+          break;
+        case ops::Activation::relu:
+          UnaryKernel<W>::map2(gr, sr, dr, w, [](const F& gv, const F& yv) RIG_SIMD_LAMBDA {
+            return yv > 0.0F ? gv : F{};
+          });
+          break;
+        case ops::Activation::gelu:
+          UnaryKernel<W>::map2(gr, sr, dr, w, [](const F& gv, const F& zv) RIG_SIMD_LAMBDA {
+            return gv * V::gelu_grad(zv);
+          });
+          break;
+        case ops::Activation::tanh:
+          for (std::int64_t c = 0; c < w; ++c) dr[c] = gr[c] * (1.0F - sr[c] * sr[c]);
+          break;
+        case ops::Activation::sigmoid:
+          for (std::int64_t c = 0; c < w; ++c) dr[c] = gr[c] * sr[c] * (1.0F - sr[c]);
+          break;
+      }
+      if (db != nullptr) {
+        const float* src = act == ops::Activation::none ? gr : dr;
+        float* out = db + c0;
+        for (std::int64_t c = 0; c < w; ++c) out[c] += src[c];
+      }
     }
   }
-}
+};
 
 }  // namespace
 
@@ -279,15 +332,16 @@ Unary unary_of(ops::Activation activation) {
 
 void unary(Unary op, const float* x, float* y, std::int64_t n, float scalar) {
   parallel_for(n, kGrain, [&](std::int64_t begin, std::int64_t end) {
-    unary_range(op, x + begin, y + begin, end - begin, scalar);
+    simd::dispatch<UnaryForward>(op, x + begin, y + begin, end - begin, scalar);
   });
 }
 
 void unary_backward(Unary op, const float* g, const float* x, const float* y, float* dx,
                     std::int64_t n, float scalar) {
   parallel_for(n, kGrain, [&](std::int64_t begin, std::int64_t end) {
-    unary_backward_range(op, g + begin, x == nullptr ? nullptr : x + begin,
-                         y == nullptr ? nullptr : y + begin, dx + begin, end - begin, scalar);
+    simd::dispatch<UnaryBackward>(op, g + begin, x == nullptr ? nullptr : x + begin,
+                                  y == nullptr ? nullptr : y + begin, dx + begin, end - begin,
+                                  scalar);
   });
 }
 
@@ -315,8 +369,8 @@ void bias_activation(float* y, float* pre, const float* bias, std::int64_t rows,
   if (bias == nullptr && activation == ops::Activation::none) return;
   const std::int64_t grain = std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, cols));
   parallel_for(rows, grain, [&](std::int64_t begin, std::int64_t end) {
-    bias_activation_rows(y + begin * cols, pre == nullptr ? nullptr : pre + begin * cols, bias,
-                         end - begin, cols, activation);
+    simd::dispatch<BiasActivation>(y + begin * cols, pre == nullptr ? nullptr : pre + begin * cols,
+                                   bias, end - begin, cols, activation);
   });
 }
 
@@ -332,7 +386,7 @@ void activation_backward(ops::Activation activation, const float* g, const float
     for (std::int64_t blk = begin; blk < end; ++blk) {
       const std::int64_t c0 = blk * kBlock;
       const std::int64_t c1 = std::min(cols, c0 + kBlock);
-      activation_backward_cols(activation, g, saved, dz, db, rows, cols, c0, c1);
+      simd::dispatch<ActivationBackward>(activation, g, saved, dz, db, rows, cols, c0, c1);
     }
   });
 }

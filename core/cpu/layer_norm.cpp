@@ -3,9 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "cpu/kernel_attributes.hpp"
 #include "cpu/parallel.hpp"
-#include "cpu/vec_math.hpp"
+#include "cpu/simd.hpp"
 
 namespace rig::cpu {
 
@@ -20,102 +19,103 @@ std::int64_t param_blocks(std::int64_t rows) {
   return std::clamp<std::int64_t>(rows, 1, kMaxBlocks);
 }
 
-inline float lane_sum(const float* x, std::int64_t n) {
-  float lanes[16] = {};
-  std::int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    for (int l = 0; l < 16; ++l) lanes[l] += x[i + l];
-  }
-  float s = 0.0F;
-  for (; i < n; ++i) s += x[i];
-  return s + vec::tree_sum16(lanes);
-}
-
-RIG_CPU_KERNEL void forward_rows(const float* x, const float* gamma, const float* beta, float* y,
-                                 float* mean, float* rstd, std::int64_t rows, std::int64_t d,
-                                 float eps) {
-  const float inv_d = 1.0F / static_cast<float>(d);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * d;
-    float* yr = y + r * d;
-    const float mu = lane_sum(xr, d) * inv_d;
-    // Two passes over the row (in L1): sum of squared deviations is exact
-    // where E[x^2] - mu^2 would cancel.
-    float lanes[16] = {};
-    std::int64_t i = 0;
-    for (; i + 16 <= d; i += 16) {
-      for (int l = 0; l < 16; ++l) {
-        const float c = xr[i + l] - mu;
-        lanes[l] += c * c;
+template <int W>
+struct Forward {
+  using V = simd::Vec<W>;
+  using F = typename V::F;
+  static RIG_SIMD_INLINE void run(const float* x, const float* gamma, const float* beta, float* y,
+                                  float* mean, float* rstd, std::int64_t rows, std::int64_t d,
+                                  float eps) {
+    const float inv_d = 1.0F / static_cast<float>(d);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* xr = x + r * d;
+      float* yr = y + r * d;
+      F acc{};
+      std::int64_t i = 0;
+      for (; i + W <= d; i += W) acc += V::load(xr + i);
+      if (i < d) acc += V::load_partial(xr + i, d - i, 0.0F);
+      const float mu = V::sum(acc) * inv_d;
+      // Two passes over the row (in L1): the sum of squared deviations is
+      // exact where E[x^2] - mu^2 would cancel.
+      acc = F{};
+      for (i = 0; i + W <= d; i += W) {
+        const F c = V::load(xr + i) - mu;
+        acc += c * c;
+      }
+      if (i < d) {
+        const F c = V::load_partial(xr + i, d - i, mu) - mu;
+        acc += c * c;
+      }
+      const float rs = 1.0F / std::sqrt(V::sum(acc) * inv_d + eps);
+      mean[r] = mu;
+      rstd[r] = rs;
+      if (gamma != nullptr && beta != nullptr) {
+        for (std::int64_t j = 0; j < d; ++j) yr[j] = (xr[j] - mu) * rs * gamma[j] + beta[j];
+      } else if (gamma != nullptr) {
+        for (std::int64_t j = 0; j < d; ++j) yr[j] = (xr[j] - mu) * rs * gamma[j];
+      } else if (beta != nullptr) {
+        for (std::int64_t j = 0; j < d; ++j) yr[j] = (xr[j] - mu) * rs + beta[j];
+      } else {
+        for (std::int64_t j = 0; j < d; ++j) yr[j] = (xr[j] - mu) * rs;
       }
     }
-    float var = 0.0F;
-    for (; i < d; ++i) var += (xr[i] - mu) * (xr[i] - mu);
-    var += vec::tree_sum16(lanes);
-    var *= inv_d;
-    const float rs = 1.0F / std::sqrt(var + eps);
-    mean[r] = mu;
-    rstd[r] = rs;
-    if (gamma != nullptr && beta != nullptr) {
-      for (std::int64_t j = 0; j < d; ++j) yr[j] = (xr[j] - mu) * rs * gamma[j] + beta[j];
-    } else if (gamma != nullptr) {
-      for (std::int64_t j = 0; j < d; ++j) yr[j] = (xr[j] - mu) * rs * gamma[j];
-    } else if (beta != nullptr) {
-      for (std::int64_t j = 0; j < d; ++j) yr[j] = (xr[j] - mu) * rs + beta[j];
-    } else {
-      for (std::int64_t j = 0; j < d; ++j) yr[j] = (xr[j] - mu) * rs;
-    }
   }
-}
+};
 
 // Rows [r0, r1): dx, and this block's partial dgamma/dbeta.
-RIG_CPU_KERNEL void backward_rows(const float* x, const float* gamma, const float* mean,
+template <int W>
+struct Backward {
+  using V = simd::Vec<W>;
+  using F = typename V::F;
+  static RIG_SIMD_INLINE void run(const float* x, const float* gamma, const float* mean,
                                   const float* rstd, const float* g, float* dx, float* pgamma,
                                   float* pbeta, std::int64_t r0, std::int64_t r1, std::int64_t d) {
-  const float inv_d = 1.0F / static_cast<float>(d);
-  if (pgamma != nullptr) std::fill(pgamma, pgamma + d, 0.0F);
-  if (pbeta != nullptr) std::fill(pbeta, pbeta + d, 0.0F);
-  for (std::int64_t r = r0; r < r1; ++r) {
-    const float* xr = x + r * d;
-    const float* gr = g + r * d;
-    const float mu = mean[r];
-    const float rs = rstd[r];
-    if (pgamma != nullptr) {
-      for (std::int64_t j = 0; j < d; ++j) pgamma[j] += gr[j] * (xr[j] - mu) * rs;
-    }
-    if (pbeta != nullptr) {
-      for (std::int64_t j = 0; j < d; ++j) pbeta[j] += gr[j];
-    }
-    if (dx == nullptr) continue;
-    // dxhat = g * gamma; dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)).
-    float lane_a[16] = {};
-    float lane_b[16] = {};
-    std::int64_t i = 0;
-    for (; i + 16 <= d; i += 16) {
-      for (int l = 0; l < 16; ++l) {
-        const float dh = gamma != nullptr ? gr[i + l] * gamma[i + l] : gr[i + l];
-        lane_a[l] += dh;
-        lane_b[l] += dh * (xr[i + l] - mu);
+    const float inv_d = 1.0F / static_cast<float>(d);
+    if (pgamma != nullptr) std::fill(pgamma, pgamma + d, 0.0F);
+    if (pbeta != nullptr) std::fill(pbeta, pbeta + d, 0.0F);
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * d;
+      const float* gr = g + r * d;
+      const float mu = mean[r];
+      const float rs = rstd[r];
+      if (pgamma != nullptr) {
+        for (std::int64_t j = 0; j < d; ++j) pgamma[j] += gr[j] * (xr[j] - mu) * rs;
+      }
+      if (pbeta != nullptr) {
+        for (std::int64_t j = 0; j < d; ++j) pbeta[j] += gr[j];
+      }
+      if (dx == nullptr) continue;
+      // dxhat = g * gamma; dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)).
+      F sa{};
+      F sb{};
+      std::int64_t i = 0;
+      for (; i + W <= d; i += W) {
+        const F dh = gamma != nullptr ? V::load(gr + i) * V::load(gamma + i) : V::load(gr + i);
+        sa += dh;
+        sb += dh * (V::load(xr + i) - mu);
+      }
+      if (i < d) {
+        const std::int64_t k = d - i;
+        const F gv = V::load_partial(gr + i, k, 0.0F);
+        const F dh = gamma != nullptr ? gv * V::load_partial(gamma + i, k, 0.0F) : gv;
+        sa += dh;
+        sb += dh * (V::load_partial(xr + i, k, mu) - mu);
+      }
+      const float mean_dh = V::sum(sa) * inv_d;
+      const float mean_dh_xhat = V::sum(sb) * rs * inv_d;
+      float* dr = dx + r * d;
+      if (gamma != nullptr) {
+        for (std::int64_t j = 0; j < d; ++j) {
+          dr[j] = rs * (gr[j] * gamma[j] - mean_dh - (xr[j] - mu) * rs * mean_dh_xhat);
+        }
+      } else {
+        for (std::int64_t j = 0; j < d; ++j) {
+          dr[j] = rs * (gr[j] - mean_dh - (xr[j] - mu) * rs * mean_dh_xhat);
+        }
       }
     }
-    float sa = 0.0F;
-    float sb = 0.0F;
-    for (; i < d; ++i) {
-      const float dh = gamma != nullptr ? gr[i] * gamma[i] : gr[i];
-      sa += dh;
-      sb += dh * (xr[i] - mu);
-    }
-    sa += vec::tree_sum16(lane_a);
-    sb += vec::tree_sum16(lane_b);
-    const float mean_dh = sa * inv_d;
-    const float mean_dh_xhat = sb * rs * inv_d;
-    float* dr = dx + r * d;
-    for (std::int64_t j = 0; j < d; ++j) {
-      const float dh = gamma != nullptr ? gr[j] * gamma[j] : gr[j];
-      dr[j] = rs * (dh - mean_dh - (xr[j] - mu) * rs * mean_dh_xhat);
-    }
   }
-}
+};
 
 }  // namespace
 
@@ -123,8 +123,8 @@ void layer_norm_forward(const float* x, const float* gamma, const float* beta, f
                         float* mean, float* rstd, std::int64_t rows, std::int64_t d, float eps) {
   const std::int64_t grain = std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, d));
   parallel_for(rows, grain, [&](std::int64_t begin, std::int64_t end) {
-    forward_rows(x + begin * d, gamma, beta, y + begin * d, mean + begin, rstd + begin, end - begin,
-                 d, eps);
+    simd::dispatch<Forward>(x + begin * d, gamma, beta, y + begin * d, mean + begin, rstd + begin,
+                            end - begin, d, eps);
   });
 }
 
@@ -142,8 +142,9 @@ void layer_norm_backward(const float* x, const float* gamma, const float* mean, 
     for (std::int64_t b = begin; b < end; ++b) {
       const std::int64_t r0 = rows * b / blocks;
       const std::int64_t r1 = rows * (b + 1) / blocks;
-      backward_rows(x, gamma, mean, rstd, g, dx, dgamma != nullptr ? pgamma + b * d : nullptr,
-                    dbeta != nullptr ? pbeta + b * d : nullptr, r0, r1, d);
+      simd::dispatch<Backward>(x, gamma, mean, rstd, g, dx,
+                               dgamma != nullptr ? pgamma + b * d : nullptr,
+                               dbeta != nullptr ? pbeta + b * d : nullptr, r0, r1, d);
     }
   });
   // Reduce the block partials in a fixed order.

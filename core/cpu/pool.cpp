@@ -1,11 +1,18 @@
-// Pooling: one plane (one image, one channel) per task, windows clipped to
-// the image (padding is never read). Backward passes accumulate within a
-// plane, so overlapping windows need no synchronisation.
+// Pooling, one plane (one image, one channel) per task; padding is never
+// read. Max: per output, a scan of its window with selects instead of
+// branches (a data-dependent branch mispredicts half the time on random data:
+// 5.5 ms against 1.0 ms forward for [128,32,14,14], 3x3 stride 2, two
+// threads), in PyTorch's row-major order so ties and NaNs resolve as in
+// PyTorch; the argmax is recorded for backward (4 bytes an output), which then
+// is a scatter. Average: each output row is built as a vector over its
+// columns, out[ox] += in[r][ox * stride - pad + kx] over the columns whose
+// input is inside the image. Backward passes accumulate within a plane, so
+// overlapping windows need no synchronisation.
 #include "cpu/pool.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
+#include <vector>
 
 #include "cpu/kernel_attributes.hpp"
 #include "cpu/parallel.hpp"
@@ -19,102 +26,144 @@ std::int64_t plane_grain(std::int64_t plane_work) {
   return std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(1, plane_work));
 }
 
-struct Window {
-  std::int64_t h0, h1, w0, w1;
+// The output columns [lo, hi) whose input column ox * stride - pad + kx is inside [0, w).
+struct Columns {
+  std::int64_t lo, hi;
 };
 
-inline Window window(const Pool2dShape& s, std::int64_t oy, std::int64_t ox) {
-  const std::int64_t hs = oy * s.stride_h - s.pad_h;
-  const std::int64_t ws = ox * s.stride_w - s.pad_w;
-  return {std::max<std::int64_t>(hs, 0), std::min(hs + s.kernel_h, s.h),
-          std::max<std::int64_t>(ws, 0), std::min(ws + s.kernel_w, s.w)};
+inline Columns columns(const Pool2dShape& s, std::int64_t kx) {
+  const std::int64_t offset = kx - s.pad_w;  // input column of output column 0
+  const std::int64_t lo = offset >= 0 ? 0 : (-offset + s.stride_w - 1) / s.stride_w;
+  const std::int64_t last = s.w - 1 - offset;  // ox * stride <= last
+  const std::int64_t hi = last < 0 ? 0 : std::min(s.out_w, last / s.stride_w + 1);
+  return {lo, std::max(lo, hi)};
 }
 
-// Index (within the plane) of the window's maximum, scanning rows then
-// columns with PyTorch's rule: a larger value or a NaN takes over.
-inline std::int64_t argmax_in(const float* plane, std::int64_t width, const Window& win) {
-  float best = -std::numeric_limits<float>::infinity();
-  std::int64_t index = win.h0 * width + win.w0;
-  for (std::int64_t y = win.h0; y < win.h1; ++y) {
-    for (std::int64_t x = win.w0; x < win.w1; ++x) {
-      const float v = plane[y * width + x];
-      if (v > best || std::isnan(v)) {
-        best = v;
-        index = y * width + x;
+// Input rows [r0, r1) of output row oy.
+inline void rows_of(const Pool2dShape& s, std::int64_t oy, std::int64_t& r0, std::int64_t& r1) {
+  const std::int64_t start = oy * s.stride_h - s.pad_h;
+  r0 = std::max<std::int64_t>(start, 0);
+  r1 = std::min(start + s.kernel_h, s.h);
+}
+
+// One output row of the max and of its (plane) index with PyTorch's rule
+// (scanning the window row by row, a larger value or a NaN takes over): the
+// first maximum, or the last NaN if there is one. Selects, not branches.
+[[gnu::always_inline]] inline void max_row(const Pool2dShape& s, const float* plane,
+                                           std::int64_t oy, float* best_out,
+                                           std::int32_t* index_out) {
+  std::int64_t r0 = 0, r1 = 0;
+  rows_of(s, oy, r0, r1);
+  for (std::int64_t ox = 0; ox < s.out_w; ++ox) {
+    const std::int64_t start = ox * s.stride_w - s.pad_w;
+    const std::int64_t c0 = std::max<std::int64_t>(start, 0);
+    const std::int64_t c1 = std::min(start + s.kernel_w, s.w);
+    float best = -std::numeric_limits<float>::infinity();
+    auto index = static_cast<std::int32_t>(r0 * s.w + c0);  // a window of -inf: its first pixel
+    std::int32_t nan_index = -1;
+    for (std::int64_t r = r0; r < r1; ++r) {
+      for (std::int64_t c = c0; c < c1; ++c) {
+        const auto at = static_cast<std::int32_t>(r * s.w + c);
+        const float v = plane[at];
+        const bool take = v > best;
+        best = take ? v : best;
+        index = take ? at : index;
+        nan_index = v != v ? at : nan_index;
       }
     }
+    best_out[ox] = nan_index >= 0 ? std::numeric_limits<float>::quiet_NaN() : best;
+    index_out[ox] = nan_index >= 0 ? nan_index : index;
   }
-  return index;
 }
 
-RIG_CPU_KERNEL void max_planes(const Pool2dShape& s, const float* x, float* y, std::int64_t begin,
-                               std::int64_t end) {
+// columns(s, kx) for every kx (integer division is too slow for the inner
+// loops), in a per-thread table that stays allocated.
+const Columns* column_table(const Pool2dShape& s) {
+  thread_local std::vector<Columns> table;
+  table.resize(static_cast<std::size_t>(s.kernel_w));
+  for (std::int64_t kx = 0; kx < s.kernel_w; ++kx) {
+    table[static_cast<std::size_t>(kx)] = columns(s, kx);
+  }
+  return table.data();
+}
+
+// A per-thread row of indices (out_w entries) when the caller keeps none.
+std::int32_t* index_buffer(std::int64_t n) {
+  thread_local std::vector<std::int32_t> buffer;
+  if (buffer.size() < static_cast<std::size_t>(n)) buffer.resize(static_cast<std::size_t>(n));
+  return buffer.data();
+}
+
+// `index` null: the argmax rows go to a scratch row and are dropped.
+RIG_CPU_KERNEL void max_planes(const Pool2dShape& s, const float* x, float* y, std::int32_t* index,
+                               std::int32_t* scratch, std::int64_t begin, std::int64_t end) {
+  const std::int64_t out_size = s.out_h * s.out_w;
+  for (std::int64_t p = begin; p < end; ++p) {
+    const float* plane = x + p * s.h * s.w;
+    for (std::int64_t oy = 0; oy < s.out_h; ++oy) {
+      const std::int64_t at = p * out_size + oy * s.out_w;
+      max_row(s, plane, oy, y + at, index != nullptr ? index + at : scratch);
+    }
+  }
+}
+
+RIG_CPU_KERNEL void max_planes_backward(const Pool2dShape& s, const std::int32_t* index,
+                                        const float* dy, float* dx, std::int64_t begin,
+                                        std::int64_t end) {
   const std::int64_t in_size = s.h * s.w;
   const std::int64_t out_size = s.out_h * s.out_w;
   for (std::int64_t p = begin; p < end; ++p) {
-    const float* plane = x + p * in_size;
-    float* out = y + p * out_size;
+    const float* g = dy + p * out_size;
+    const std::int32_t* at = index + p * out_size;
+    float* d = dx + p * in_size;
+    std::fill(d, d + in_size, 0.0F);
+    for (std::int64_t o = 0; o < out_size; ++o) d[at[o]] += g[o];
+  }
+}
+
+RIG_CPU_KERNEL void avg_planes(const Pool2dShape& s, const Columns* cols, const float* x, float* y,
+                               std::int64_t begin, std::int64_t end) {
+  const float inv_area = 1.0F / static_cast<float>(s.kernel_h * s.kernel_w);
+  for (std::int64_t p = begin; p < end; ++p) {
+    const float* plane = x + p * s.h * s.w;
     for (std::int64_t oy = 0; oy < s.out_h; ++oy) {
-      for (std::int64_t ox = 0; ox < s.out_w; ++ox) {
-        out[oy * s.out_w + ox] = plane[argmax_in(plane, s.w, window(s, oy, ox))];
+      float* out = y + (p * s.out_h + oy) * s.out_w;
+      std::fill(out, out + s.out_w, 0.0F);
+      std::int64_t r0 = 0, r1 = 0;
+      rows_of(s, oy, r0, r1);
+      for (std::int64_t r = r0; r < r1; ++r) {
+        const float* row = plane + r * s.w;
+        for (std::int64_t kx = 0; kx < s.kernel_w; ++kx) {
+          const Columns c = cols[kx];
+          const std::int64_t offset = kx - s.pad_w;
+          for (std::int64_t ox = c.lo; ox < c.hi; ++ox) out[ox] += row[ox * s.stride_w + offset];
+        }
       }
+      for (std::int64_t ox = 0; ox < s.out_w; ++ox) out[ox] *= inv_area;
     }
   }
 }
 
-RIG_CPU_KERNEL void max_planes_backward(const Pool2dShape& s, const float* x, const float* dy,
+RIG_CPU_KERNEL void avg_planes_backward(const Pool2dShape& s, const Columns* cols, const float* dy,
                                         float* dx, std::int64_t begin, std::int64_t end) {
   const std::int64_t in_size = s.h * s.w;
-  const std::int64_t out_size = s.out_h * s.out_w;
+  const float inv_area = 1.0F / static_cast<float>(s.kernel_h * s.kernel_w);
   for (std::int64_t p = begin; p < end; ++p) {
-    const float* plane = x + p * in_size;
-    const float* g = dy + p * out_size;
     float* d = dx + p * in_size;
     std::fill(d, d + in_size, 0.0F);
     for (std::int64_t oy = 0; oy < s.out_h; ++oy) {
-      for (std::int64_t ox = 0; ox < s.out_w; ++ox) {
-        d[argmax_in(plane, s.w, window(s, oy, ox))] += g[oy * s.out_w + ox];
-      }
-    }
-  }
-}
-
-RIG_CPU_KERNEL void avg_planes(const Pool2dShape& s, const float* x, float* y, std::int64_t begin,
-                               std::int64_t end) {
-  const std::int64_t in_size = s.h * s.w;
-  const std::int64_t out_size = s.out_h * s.out_w;
-  const float inv_area = 1.0F / static_cast<float>(s.kernel_h * s.kernel_w);
-  for (std::int64_t p = begin; p < end; ++p) {
-    const float* plane = x + p * in_size;
-    float* out = y + p * out_size;
-    for (std::int64_t oy = 0; oy < s.out_h; ++oy) {
-      for (std::int64_t ox = 0; ox < s.out_w; ++ox) {
-        const Window win = window(s, oy, ox);
-        float total = 0.0F;
-        for (std::int64_t r = win.h0; r < win.h1; ++r) {
-          for (std::int64_t c = win.w0; c < win.w1; ++c) total += plane[r * s.w + c];
-        }
-        out[oy * s.out_w + ox] = total * inv_area;
-      }
-    }
-  }
-}
-
-RIG_CPU_KERNEL void avg_planes_backward(const Pool2dShape& s, const float* dy, float* dx,
-                                        std::int64_t begin, std::int64_t end) {
-  const std::int64_t in_size = s.h * s.w;
-  const std::int64_t out_size = s.out_h * s.out_w;
-  const float inv_area = 1.0F / static_cast<float>(s.kernel_h * s.kernel_w);
-  for (std::int64_t p = begin; p < end; ++p) {
-    const float* g = dy + p * out_size;
-    float* d = dx + p * in_size;
-    std::fill(d, d + in_size, 0.0F);
-    for (std::int64_t oy = 0; oy < s.out_h; ++oy) {
-      for (std::int64_t ox = 0; ox < s.out_w; ++ox) {
-        const Window win = window(s, oy, ox);
-        const float share = g[oy * s.out_w + ox] * inv_area;
-        for (std::int64_t r = win.h0; r < win.h1; ++r) {
-          for (std::int64_t c = win.w0; c < win.w1; ++c) d[r * s.w + c] += share;
+      const float* g = dy + (p * s.out_h + oy) * s.out_w;
+      std::int64_t r0 = 0, r1 = 0;
+      rows_of(s, oy, r0, r1);
+      for (std::int64_t r = r0; r < r1; ++r) {
+        float* row = d + r * s.w;
+        for (std::int64_t kx = 0; kx < s.kernel_w; ++kx) {
+          const Columns c = cols[kx];
+          const std::int64_t offset = kx - s.pad_w;
+          // Distinct ox hit distinct columns: no conflicts within this loop.
+          for (std::int64_t ox = c.lo; ox < c.hi; ++ox) {
+            row[ox * s.stride_w + offset] += g[ox] * inv_area;
+          }
         }
       }
     }
@@ -148,26 +197,35 @@ RIG_CPU_KERNEL void plane_fill(std::int64_t size, const float* dy, float* dx, st
   }
 }
 
-}  // namespace
-
-void max_pool2d_forward(const Pool2dShape& s, const float* x, float* y) {
-  parallel_for(s.planes, plane_grain(s.out_h * s.out_w * s.kernel_h * s.kernel_w),
-               [&](std::int64_t b, std::int64_t e) { max_planes(s, x, y, b, e); });
+std::int64_t window_work(const Pool2dShape& s) {
+  return s.out_h * s.out_w * s.kernel_h * s.kernel_w;
 }
 
-void max_pool2d_backward(const Pool2dShape& s, const float* x, const float* dy, float* dx) {
-  parallel_for(s.planes, plane_grain(s.out_h * s.out_w * s.kernel_h * s.kernel_w),
-               [&](std::int64_t b, std::int64_t e) { max_planes_backward(s, x, dy, dx, b, e); });
+}  // namespace
+
+void max_pool2d_forward(const Pool2dShape& s, const float* x, float* y, std::int32_t* index) {
+  parallel_for(s.planes, plane_grain(window_work(s)), [&](std::int64_t b, std::int64_t e) {
+    max_planes(s, x, y, index, index_buffer(s.out_w), b, e);
+  });
+}
+
+void max_pool2d_backward(const Pool2dShape& s, const std::int32_t* index, const float* dy,
+                         float* dx) {
+  parallel_for(s.planes, plane_grain(s.h * s.w), [&](std::int64_t b, std::int64_t e) {
+    max_planes_backward(s, index, dy, dx, b, e);
+  });
 }
 
 void avg_pool2d_forward(const Pool2dShape& s, const float* x, float* y) {
-  parallel_for(s.planes, plane_grain(s.out_h * s.out_w * s.kernel_h * s.kernel_w),
-               [&](std::int64_t b, std::int64_t e) { avg_planes(s, x, y, b, e); });
+  const Columns* cols = column_table(s);
+  parallel_for(s.planes, plane_grain(window_work(s)),
+               [&](std::int64_t b, std::int64_t e) { avg_planes(s, cols, x, y, b, e); });
 }
 
 void avg_pool2d_backward(const Pool2dShape& s, const float* dy, float* dx) {
-  parallel_for(s.planes, plane_grain(s.out_h * s.out_w * s.kernel_h * s.kernel_w),
-               [&](std::int64_t b, std::int64_t e) { avg_planes_backward(s, dy, dx, b, e); });
+  const Columns* cols = column_table(s);
+  parallel_for(s.planes, plane_grain(window_work(s)),
+               [&](std::int64_t b, std::int64_t e) { avg_planes_backward(s, cols, dy, dx, b, e); });
 }
 
 void global_avg_pool_forward(std::int64_t planes, std::int64_t size, const float* x, float* y) {

@@ -11,10 +11,13 @@ struct Pool2dShape {
   std::int64_t kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
 };
 
-// Window maximum (padding never wins; NaN propagates as in PyTorch).
-void max_pool2d_forward(const Pool2dShape& s, const float* x, float* y);
-// dx = dy routed to the first maximal element of each window (recomputed from x).
-void max_pool2d_backward(const Pool2dShape& s, const float* x, const float* dy, float* dx);
+// Window maximum (padding never wins; NaN propagates as in PyTorch). `index`
+// (same size as y, may be null) receives each maximum's index within its
+// plane: the first maximum in row-major order, or the last NaN.
+void max_pool2d_forward(const Pool2dShape& s, const float* x, float* y, std::int32_t* index);
+// dx = dy routed to the recorded indices.
+void max_pool2d_backward(const Pool2dShape& s, const std::int32_t* index, const float* dy,
+                         float* dx);
 
 // Window mean with padding counted in the divisor (count_include_pad).
 void avg_pool2d_forward(const Pool2dShape& s, const float* x, float* y);

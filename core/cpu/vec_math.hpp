@@ -1,8 +1,10 @@
-// Branch-free float math that GCC vectorises inside RIG_CPU_KERNEL loops
-// (std::exp and friends are library calls that block vectorisation). Each
-// function is accurate to a few ulp over the float range and keeps the IEEE
-// special cases the ops rely on: exp(-inf) = 0, exp(+inf) = inf, NaN in -> NaN
-// out.
+// Scalar float math without library calls (std::exp and friends block
+// vectorisation): the same algorithms as the SIMD versions in cpu/simd.hpp,
+// for scalar code. Each is accurate to a few ulp over the float range and
+// keeps the IEEE special cases the ops rely on: exp(-inf) = 0, exp(+inf) =
+// inf, NaN in -> NaN out. Note: inside RIG_CPU_KERNEL loops GCC vectorises
+// these for AVX-512 only; their compare-and-selects are not if-converted for
+// AVX2 under the default -ftrapping-math, so hot loops should use cpu/simd.hpp.
 #pragma once
 
 #include <cmath>
@@ -117,92 +119,6 @@ RIG_VEC_INLINE float gelu_tanh_grad(float x) {
   const float t = vec::tanh(u);
   const float du = kSqrt2OverPi * (1.0F + 3.0F * kGeluTanhCoeff * x * x);
   return 0.5F * (1.0F + t) + 0.5F * x * (1.0F - t * t) * du;
-}
-
-// Horizontal sum / max of 16 partial lanes as a tree (4 dependent steps,
-// which GCC turns into vector shuffles) rather than a 16-step serial chain:
-// that chain dominates the cost of short rows.
-RIG_VEC_INLINE float tree_sum16(float (&l)[16]) {
-  for (int w = 8; w >= 1; w /= 2) {
-    for (int i = 0; i < w; ++i) l[i] += l[i + w];
-  }
-  return l[0];
-}
-RIG_VEC_INLINE float tree_max16(float (&l)[16]) {
-  for (int w = 8; w >= 1; w /= 2) {
-    for (int i = 0; i < w; ++i) l[i] = l[i + w] > l[i] ? l[i + w] : l[i];
-  }
-  return l[0];
-}
-
-// ---- 16-float vectors ------------------------------------------------------------
-// GCC vector extensions: one zmm register in the AVX-512 clone of a kernel,
-// two ymm (AVX2) or four xmm (baseline) elsewhere. Used where auto-
-// vectorisation falls short: reductions (which it keeps in memory) and exp
-// inside them. Only inlined into kernels, never passed across a library
-// boundary, so the ABI note -Wpsabi gives for 64-byte vectors does not apply.
-#pragma GCC diagnostic ignored "-Wpsabi"
-using f32x16 = float __attribute__((vector_size(64)));
-using i32x16 = std::int32_t __attribute__((vector_size(64)));
-
-RIG_VEC_INLINE f32x16 splat16(float v) { return f32x16{} + v; }
-RIG_VEC_INLINE f32x16 load16(const float* p) {
-  f32x16 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-RIG_VEC_INLINE void store16(float* p, f32x16 v) { std::memcpy(p, &v, sizeof v); }
-RIG_VEC_INLINE f32x16 max16(f32x16 a, f32x16 b) { return a > b ? a : b; }
-
-RIG_VEC_INLINE float hsum16(f32x16 v) {
-  using f32x8 = float __attribute__((vector_size(32)));
-  using f32x4 = float __attribute__((vector_size(16)));
-  const f32x8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
-                  __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-  const f32x4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
-  return (b[0] + b[2]) + (b[1] + b[3]);
-}
-RIG_VEC_INLINE float hmax16(f32x16 v) {
-  using f32x8 = float __attribute__((vector_size(32)));
-  using f32x4 = float __attribute__((vector_size(16)));
-  const f32x8 lo = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7);
-  const f32x8 hi = __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-  const f32x8 a = lo > hi ? lo : hi;
-  const f32x4 l4 = __builtin_shufflevector(a, a, 0, 1, 2, 3);
-  const f32x4 h4 = __builtin_shufflevector(a, a, 4, 5, 6, 7);
-  const f32x4 b = l4 > h4 ? l4 : h4;
-  const float c = b[0] > b[2] ? b[0] : b[2];
-  const float d = b[1] > b[3] ? b[1] : b[3];
-  return c > d ? c : d;
-}
-
-// vec::exp on 16 lanes (same algorithm and special cases).
-RIG_VEC_INLINE f32x16 exp16(f32x16 x) {
-  constexpr float kLog2e = 1.44269504088896341F;
-  constexpr float kLn2Hi = 0.693359375F;
-  constexpr float kLn2Lo = -2.12194440e-4F;
-  constexpr float kMax = 88.3762626647949F;
-  constexpr float kMin = -87.3365447505531F;
-  constexpr float kRound = 12582912.0F;
-  const f32x16 hi = splat16(kMax);
-  const f32x16 lo = splat16(kMin);
-  f32x16 xc = x > hi ? hi : x;
-  xc = xc < lo ? lo : xc;
-  const f32x16 n = (xc * kLog2e + kRound) - kRound;
-  f32x16 r = xc - n * kLn2Hi;
-  r = r - n * kLn2Lo;
-  f32x16 p = splat16(1.9875691500E-4F);
-  p = p * r + 1.3981999507E-3F;
-  p = p * r + 8.3334519073E-3F;
-  p = p * r + 4.1665795894E-2F;
-  p = p * r + 1.6666665459E-1F;
-  p = p * r + 5.0000001201E-1F;
-  const f32x16 er = p * r * r + r + 1.0F;
-  const i32x16 bits = (__builtin_convertvector(n, i32x16) + 127) << 23;
-  f32x16 y = er * (f32x16)bits;  // a vector cast reinterprets the bits
-  y = x > hi ? splat16(INFINITY) : y;
-  y = x < lo ? splat16(0.0F) : y;
-  return x != x ? x : y;
 }
 
 }  // namespace rig::cpu::vec

@@ -4,6 +4,7 @@
 // agreement with ops::dropout's stream, fully masked rows, error messages.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -193,19 +194,43 @@ TEST(OpsAttention, DropoutStatistics) {
   EXPECT_EQ(ops::scaled_dot_product_attention(zeros, zeros, v, o).to_vector(), y);
 }
 
-TEST(OpsAttention, LongSequencesMatchComposedOps) {
-  // Sizes that exercise every GEMM tile width and row-block tail.
-  const std::int64_t b = 1, h = 2, tq = 45, tk = 70, d = 37;
-  const Tensor q = random_tensor({b, h, tq, d}, 1), k = random_tensor({b, h, tk, d}, 2),
-               v = random_tensor({b, h, tk, d}, 3);
+class OpsAttentionComposed : public ::testing::TestWithParam<std::array<std::int64_t, 5>> {};
+
+TEST_P(OpsAttentionComposed, MatchesComposedOps) {
+  // Sizes that exercise every GEMM tile width, row-block tail and the 16 x 16
+  // transposes, forward and backward, with dropout.
+  const std::array<std::int64_t, 5> p = GetParam();
+  const std::int64_t b = p[0], h = p[1], tq = p[2], tk = p[3], d = p[4];
+  const auto leaves = [&] {
+    std::vector<Tensor> t{random_tensor({b, h, tq, d}, 1), random_tensor({b, h, tk, d}, 2),
+                          random_tensor({b, h, tk, d}, 3)};
+    for (auto& x : t) x.set_requires_grad(true);
+    return t;
+  };
   ops::AttentionOptions o;
   o.scale = 0.2F;
   o.mask = mask_tensor({b, 1, tq, tk}, 4, 0.9F);
-  const Tensor fused = ops::scaled_dot_product_attention(q, k, v, o);
+  o.dropout_p = 0.2F;
+  o.key = {5, 6, 7, 8};
+  const Tensor up = random_tensor({b, h, tq, d}, 5);
+  const std::vector<Tensor> a = leaves();
+  const Tensor fused = ops::scaled_dot_product_attention(a[0], a[1], a[2], o);
+  grads_of(fused, up, a);
+  const std::vector<Tensor> c = leaves();
   const Tensor weights =
-      ops::softmax(ops::mul_scalar(ops::matmul(q, k, false, true), 0.2F), -1, o.mask);
-  EXPECT_TRUE(tensors_close(fused, ops::matmul(weights, v), 1e-4, 1e-5));
+      ops::softmax(ops::mul_scalar(ops::matmul(c[0], c[1], false, true), 0.2F), -1, o.mask);
+  const Tensor composed = ops::matmul(ops::dropout(weights, o.dropout_p, o.key), c[2]);
+  grads_of(composed, up, c);
+  EXPECT_TRUE(tensors_close(fused, composed, 1e-4, 1e-5));
+  for (std::size_t i = 0; i < 3; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_TRUE(tensors_close(a[i].grad(), c[i].grad(), 1e-4, 1e-5));
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Shapes, OpsAttentionComposed,
+                         ::testing::Values(std::array<std::int64_t, 5>{1, 2, 45, 70, 37},
+                                           std::array<std::int64_t, 5>{2, 2, 32, 32, 64}));
 
 TEST(OpsAttention, HalfPrecisionKeepsTheDtype) {
   const Tensor q = random_tensor({1, 2, 3, 4}, 1), k = random_tensor({1, 2, 5, 4}, 2),

@@ -209,7 +209,17 @@ INSTANTIATE_TEST_SUITE_P(
         ConvConfig{
             "stem_7x7", {2, 3, 20, 20}, {16, 3, 7, 7}, false, conv_options(2, 2, 3, 3, 1, 1, 1)},
         ConvConfig{
-            "one_image", {1, 16, 5, 7}, {8, 16, 3, 2}, true, conv_options(1, 2, 1, 0, 1, 1, 1)}),
+            "one_image", {1, 16, 5, 7}, {8, 16, 3, 2}, true, conv_options(1, 2, 1, 0, 1, 1, 1)},
+        ConvConfig{"padding_beyond_kernel",
+                   {2, 3, 4, 4},
+                   {4, 3, 1, 1},
+                   true,
+                   conv_options(1, 1, 2, 2, 1, 1, 1)},
+        ConvConfig{"batch_of_seven",
+                   {7, 16, 6, 6},
+                   {16, 16, 3, 3},
+                   true,
+                   conv_options(1, 1, 1, 1, 1, 1, 1)}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(OpsConv, OnlyTheRequestedGradients) {
@@ -219,6 +229,20 @@ TEST(OpsConv, OnlyTheRequestedGradients) {
   ops::sum(ops::conv2d(x, w)).backward();
   EXPECT_TRUE(w.grad().defined());
   EXPECT_FALSE(x.grad().defined());
+}
+
+TEST(OpsConv, EmptyBatch) {
+  Tensor x = Tensor::zeros({0, 3, 5, 5});
+  Tensor w = random_tensor({4, 3, 3, 3}, 2);
+  Tensor b = random_tensor({4}, 3);
+  x.set_requires_grad(true);
+  w.set_requires_grad(true);
+  b.set_requires_grad(true);
+  const Tensor y = ops::conv2d(x, w, b);
+  EXPECT_EQ(y.shape(), (Shape{0, 4, 3, 3}));
+  ops::sum(y).backward();
+  EXPECT_EQ(w.grad().to_vector(), std::vector<float>(108, 0.0F));
+  EXPECT_EQ(b.grad().to_vector(), std::vector<float>(4, 0.0F));
 }
 
 TEST(OpsConv, HalfPrecisionComputesInFloat) {

@@ -7,6 +7,7 @@
 #include <limits>
 #include <string>
 
+#include "cpu/simd.hpp"
 #include "golden.hpp"
 #include "rig/autograd.hpp"
 #include "rig/ops.hpp"
@@ -120,46 +121,63 @@ Tensor compute(const GoldenCase& c, CaseRun& run) {
 constexpr double kRtol = 2e-5;
 constexpr double kAtol = 2e-6;
 
+void check_case(const GoldenCase& c) {
+  SCOPED_TRACE(c.name);
+  CaseRun run;
+  const Tensor out = compute(c, run);
+  ASSERT_TRUE(out.defined());
+  const Tensor& expected = c.output("out");
+  if (c.params.contains("neg_inf_sentinel")) {
+    // -inf was stored as a sentinel (JSON has no infinities): check those
+    // elements are -inf, then compare the rest.
+    const float sentinel = c.params.at("neg_inf_sentinel").get<float>();
+    std::vector<float> want = expected.to_vector();
+    std::vector<float> got = out.to_vector();
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      if (want[i] != sentinel) continue;
+      EXPECT_TRUE(std::isinf(got[i]) && got[i] < 0) << "element " << i << ": " << got[i];
+      want[i] = got[i] = 0.0F;
+    }
+    EXPECT_TRUE(tensors_close(Tensor::from_vector(got, out.shape()),
+                              Tensor::from_vector(want, expected.shape()), kRtol, kAtol));
+  } else if (expected.dtype() == rig::DType::u8) {
+    EXPECT_EQ(out.dtype(), rig::DType::u8);
+    EXPECT_EQ(out.shape(), expected.shape());
+    EXPECT_EQ(out.to_int_vector(), expected.to_int_vector());
+  } else {
+    EXPECT_TRUE(tensors_close(out, expected, kRtol, kAtol));
+  }
+  if (c.grads.empty()) return;
+  ops::sum(ops::mul(out, c.input("upstream"))).backward();
+  for (const auto& [name, grad] : c.grads) {
+    SCOPED_TRACE("grad of " + name);
+    ASSERT_TRUE(run.leaves.count(name));
+    const Tensor actual = run.leaves[name].grad();
+    ASSERT_TRUE(actual.defined());
+    EXPECT_TRUE(tensors_close(actual, grad, kRtol, kAtol));
+  }
+}
+
 TEST(OpsMathGolden, EveryCaseMatchesTorch) {
   const auto cases = rig_test::load_golden("ops_math");
   ASSERT_GE(cases.size(), 90U);
-  for (const auto& c : cases) {
-    SCOPED_TRACE(c.name);
-    CaseRun run;
-    const Tensor out = compute(c, run);
-    ASSERT_TRUE(out.defined());
-    Tensor expected = c.output("out");
-    if (c.params.contains("neg_inf_sentinel")) {
-      // -inf was stored as a sentinel (JSON has no infinities): check those
-      // elements are -inf, then compare the rest.
-      const float sentinel = c.params.at("neg_inf_sentinel").get<float>();
-      std::vector<float> want = expected.to_vector();
-      std::vector<float> got = out.to_vector();
-      ASSERT_EQ(got.size(), want.size());
-      for (std::size_t i = 0; i < want.size(); ++i) {
-        if (want[i] != sentinel) continue;
-        EXPECT_TRUE(std::isinf(got[i]) && got[i] < 0) << "element " << i << ": " << got[i];
-        want[i] = got[i] = 0.0F;
-      }
-      EXPECT_TRUE(tensors_close(Tensor::from_vector(got, out.shape()),
-                                Tensor::from_vector(want, expected.shape()), kRtol, kAtol));
-    } else if (expected.dtype() == rig::DType::u8) {
-      EXPECT_EQ(out.dtype(), rig::DType::u8);
-      EXPECT_EQ(out.shape(), expected.shape());
-      EXPECT_EQ(out.to_int_vector(), expected.to_int_vector());
-    } else {
-      EXPECT_TRUE(tensors_close(out, expected, kRtol, kAtol));
-    }
-    if (c.grads.empty()) continue;
-    ops::sum(ops::mul(out, c.input("upstream"))).backward();
-    for (const auto& [name, grad] : c.grads) {
-      SCOPED_TRACE("grad of " + name);
-      ASSERT_TRUE(run.leaves.count(name));
-      const Tensor actual = run.leaves[name].grad();
-      ASSERT_TRUE(actual.defined());
-      EXPECT_TRUE(tensors_close(actual, grad, kRtol, kAtol));
-    }
+  for (const auto& c : cases) check_case(c);
+}
+
+// The SIMD kernels exist in 4-, 8- and 16-lane versions; the machine runs the
+// widest it has, so the others are checked here explicitly.
+TEST(OpsMathGolden, EveryCaseMatchesTorchAtEverySimdWidth) {
+  namespace simd = rig::cpu::simd;
+  const auto cases = rig_test::load_golden("ops_math");
+  const int saved = simd::simd_width();
+  for (int width : {4, 8, 16}) {
+    if (width > simd::max_simd_width()) continue;
+    SCOPED_TRACE("simd width " + std::to_string(width));
+    ASSERT_EQ(simd::set_simd_width(width), width);
+    for (const auto& c : cases) check_case(c);
   }
+  simd::set_simd_width(saved);
 }
 
 }  // namespace

@@ -107,6 +107,14 @@ TEST(OpsPool, MaxPropagatesNaN) {
   EXPECT_TRUE(std::isnan(ops::max_pool2d(x, pool_options(2, 2, 2, 2, 0, 0)).item()));
 }
 
+TEST(OpsPool, MaxRoutesTheGradientToTheLastNaNAsPyTorch) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Tensor x = Tensor::from_vector(std::vector<float>{nan, 1, nan, 0}, {1, 1, 2, 2});
+  x.set_requires_grad(true);
+  ops::sum(ops::max_pool2d(x, pool_options(2, 2, 2, 2, 0, 0))).backward();
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<float>{0, 0, 1, 0}));
+}
+
 TEST(OpsPool, AvgCountsPaddingInTheDivisor) {
   const Tensor x = Tensor::ones({1, 1, 2, 2});
   const Tensor y = ops::avg_pool2d(x, pool_options(2, 2, 2, 2, 1, 1));

@@ -1,4 +1,6 @@
 // max_pool2d, avg_pool2d, global_avg_pool2d: checks, autograd, dispatch (cpu/pool.hpp).
+#include <cstdint>
+#include <limits>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -43,6 +45,9 @@ cpu::Pool2dShape checked_shape(const char* op, const Tensor& x, const Pool2dOpti
   s.stride_w = o.stride_w;
   s.pad_h = o.pad_h;
   s.pad_w = o.pad_w;
+  if (s.h * s.w > std::numeric_limits<std::int32_t>::max()) {
+    throw std::invalid_argument(what + ": a plane of more than 2^31 pixels is not supported");
+  }
   if (s.h + 2 * s.pad_h < s.kernel_h || s.w + 2 * s.pad_w < s.kernel_w) {
     throw std::invalid_argument(what + ": the padded input is smaller than the kernel");
   }
@@ -64,14 +69,22 @@ Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options) {
   const cpu::Pool2dShape s = checked_shape("max_pool2d", x, options);
   return in_f32(x, [&](const Tensor& xf) {
     const Tensor xc = xf.detach().contiguous();
-    Tensor out = Tensor::empty({x.size(0), x.size(1), s.out_h, s.out_w});
-    cpu::max_pool2d_forward(s, xc.data<float>(), out.data<float>());
-    return autograd::record(std::move(out), "max_pool2d", {xf}, [s, xc](const Tensor& g) {
-      const Tensor gc = g.contiguous();
-      Tensor dx = Tensor::empty(xc.shape());
-      cpu::max_pool2d_backward(s, xc.data<float>(), gc.data<float>(), dx.data<float>());
-      return std::vector<Tensor>{dx};
-    });
+    const Shape out_shape{x.size(0), x.size(1), s.out_h, s.out_w};
+    Tensor out = Tensor::empty(out_shape);
+    // The argmax of every window (i32, 4 bytes an output) when backward will need it.
+    const bool need_grad = grad_mode_enabled() && xf.requires_grad();
+    Tensor index = need_grad ? Tensor::empty(out_shape, DType::i32) : Tensor();
+    cpu::max_pool2d_forward(s, xc.data<float>(), out.data<float>(),
+                            need_grad ? index.data<std::int32_t>() : nullptr);
+    if (!need_grad) return out;
+    return autograd::record(std::move(out), "max_pool2d", {xf},
+                            [s, index, shape = xc.shape()](const Tensor& g) {
+                              const Tensor gc = g.contiguous();
+                              Tensor dx = Tensor::empty(shape);
+                              cpu::max_pool2d_backward(s, index.data<std::int32_t>(),
+                                                       gc.data<float>(), dx.data<float>());
+                              return std::vector<Tensor>{dx};
+                            });
   });
 }
 
