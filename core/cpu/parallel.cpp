@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <memory>
@@ -23,7 +24,10 @@ int default_threads() {
 }
 
 // Workers wait for a job; a job is one range split into `chunks` pieces that
-// the caller and the workers claim through an atomic counter.
+// the caller and the workers claim through an atomic counter. Waking a thread
+// from a condition variable costs several microseconds, more than a small op
+// takes, so both sides spin briefly (~50 us) before they sleep: back-to-back
+// ops then hand work over without a system call.
 class Pool {
  public:
   explicit Pool(int threads) { resize(threads); }
@@ -34,6 +38,7 @@ class Pool {
   void resize(int threads) {
     stop_workers();
     stopping_ = false;
+    stopping_flag_.store(false);
     for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { work(); });
   }
 
@@ -46,13 +51,14 @@ class Pool {
       n_ = n;
       chunk_ = chunk;
       next_.store(0);
-      pending_ = static_cast<int>(workers_.size());
-      ++generation_;
+      pending_.store(static_cast<int>(workers_.size()));
+      generation_.fetch_add(1, std::memory_order_release);
     }
     wake_.notify_all();
     claim_chunks();
+    if (spin_until([this] { return pending_.load(std::memory_order_acquire) == 0; })) return;
     std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [this] { return pending_ == 0; });
+    done_.wait(lock, [this] { return pending_.load() == 0; });
   }
 
  private:
@@ -66,18 +72,38 @@ class Pool {
     t_inside_parallel = false;
   }
 
+  // Spins until ready() or about 50 microseconds pass; returns ready().
+  template <class Ready>
+  static bool spin_until(Ready ready) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+    for (int i = 0;; ++i) {
+      if (ready()) return true;
+      if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) return ready();
+#if defined(__x86_64__)
+      __builtin_ia32_pause();
+#endif
+    }
+  }
+
   void work() {
     std::uint64_t seen = 0;
     for (;;) {
-      {
+      const bool job = spin_until(
+          [&] { return generation_.load(std::memory_order_acquire) != seen || stopping_flag_; });
+      if (!job) {
         std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+        wake_.wait(lock, [&] { return stopping_ || generation_.load() != seen; });
+      }
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
         if (stopping_) return;
-        seen = generation_;
+        seen = generation_.load();
       }
       claim_chunks();
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (--pending_ == 0) done_.notify_one();
+      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        std::lock_guard<std::mutex> lock(mutex_);  // pairs with the caller's wait
+        done_.notify_one();
+      }
     }
   }
 
@@ -85,6 +111,7 @@ class Pool {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       stopping_ = true;
+      stopping_flag_.store(true);
     }
     wake_.notify_all();
     for (auto& w : workers_) w.join();
@@ -97,8 +124,9 @@ class Pool {
   std::condition_variable done_;
   std::vector<std::thread> workers_;
   bool stopping_ = false;
-  std::uint64_t generation_ = 0;
-  int pending_ = 0;
+  std::atomic<bool> stopping_flag_{false};  // stopping_, readable while spinning
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
   detail::RangeFn fn_ = nullptr;
   void* context_ = nullptr;
   std::int64_t n_ = 0;
@@ -113,9 +141,13 @@ Pool& pool() {
 
 }  // namespace
 
-int num_threads() { return pool().threads(); }
+int num_threads() {
+  return pool().threads();
+}
 
-void set_num_threads(int threads) { pool().resize(std::max(1, threads)); }
+void set_num_threads(int threads) {
+  pool().resize(std::max(1, threads));
+}
 
 namespace detail {
 

@@ -21,9 +21,11 @@ process's peak resident set size (getrusage ru_maxrss) from just before the
 first step to the end: "rss_delta_bytes". rig_bench reports the same measure
 (and its allocator's peak besides). Each workload runs in its own process.
 
-Output: one line of key=value pairs, like rig_bench.
+Output: one line of key=value pairs, like rig_bench, with the OMP_WAIT_POLICY
+it ran under (run-cpu-bench tries torch's default and PASSIVE).
 """
 import argparse
+import os
 import resource
 import statistics
 import time
@@ -34,6 +36,10 @@ from torch import nn
 
 def max_rss_bytes():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+
+
+def omp_policy():
+    return "omp_wait_policy=" + os.environ.get("OMP_WAIT_POLICY", "default")
 
 
 def time_steps(step, warmup, iterations):
@@ -90,7 +96,7 @@ def bench_transformer(args):
     median, best = time_steps(step, args.warmup, args.iterations)
     print(f"workload=transformer ms_median={median:.3f} ms_min={best:.3f} "
           f"rss_delta_bytes={max_rss_bytes() - rss_before} "
-          f"parameters={sum(p.numel() for p in params)}")
+          f"parameters={sum(p.numel() for p in params)} {omp_policy()}")
 
 
 def bench_resnet(args):
@@ -107,7 +113,7 @@ def bench_resnet(args):
     rss_before = max_rss_bytes()
     median, best = time_steps(step, args.warmup, args.iterations)
     print(f"workload=resnet ms_median={median:.3f} ms_min={best:.3f} "
-          f"rss_delta_bytes={max_rss_bytes() - rss_before}")
+          f"rss_delta_bytes={max_rss_bytes() - rss_before} {omp_policy()}")
 
 
 def main():
