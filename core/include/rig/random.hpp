@@ -39,6 +39,9 @@ std::array<std::uint32_t, 4> philox4x32(std::array<std::uint32_t, 4> counter,
 // index < 2^50 (a stream of 2^50 elements); beyond that, streams may overlap.
 std::uint32_t random_bits(const RandomKey& key, std::uint64_t index);
 // [0, 1) with 24 bits of randomness: (bits >> 8) * 2^-24.
+// Dropout keeps element i when uniform_float(random_bits(key, i)) >= p, i.e.
+// when (bits >> 8) >= ceil(p * 2^24); every back end must use this rule so
+// that masks agree bit for bit.
 float uniform_float(std::uint32_t bits);
 
 // out[i] = uniform [low, high) of element first + i of the stream:

@@ -37,6 +37,7 @@ fs::path save_checkpoint(const fs::path& logdir, const ParameterStore& params,
 
   NamedTensors model;
   for (const auto& p : params.parameters()) model.emplace(p.name, p.value);
+  for (const auto& b : params.buffer_infos()) model.emplace(b.name, b.value);
   write_safetensors(temp_dir / "model.safetensors", model, {{"format", "rig"}});
   NamedTensors optimizer_state;
   if (optimizer != nullptr) {
@@ -101,7 +102,9 @@ Checkpoint load_checkpoint(const fs::path& dir) {
 }
 
 void restore_parameters(const Checkpoint& checkpoint, ParameterStore& params) {
-  for (const auto& p : params.parameters()) {
+  std::vector<ParameterInfo> all = params.parameters();
+  all.insert(all.end(), params.buffer_infos().begin(), params.buffer_infos().end());
+  for (const auto& p : all) {
     auto it = checkpoint.model.find(p.name);
     if (it == checkpoint.model.end()) {
       throw UserError(

@@ -40,8 +40,8 @@ std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::pa
 // Reads a checkpoint folder; throws UserError naming the bad file.
 Checkpoint load_checkpoint(const std::filesystem::path& dir);
 
-// Copies the checkpoint's weights into `params`: every parameter must be
-// present with the same shape.
+// Copies the checkpoint's weights into `params`: every parameter and buffer
+// must be present with the same shape.
 void restore_parameters(const Checkpoint& checkpoint, ParameterStore& params);
 
 }  // namespace rig::engine
