@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "gradcheck.hpp"
 #include "rig/nn.hpp"
 #include "rig/ops.hpp"
 #include "test_nn_blocks.hpp"
@@ -29,13 +30,6 @@ Tensor random_leaf(Shape shape, std::uint64_t seed, float scale = 1.0F) {
   return t;
 }
 
-double weighted_sum(const Tensor& out, const std::vector<float>& weight) {
-  const std::vector<float> y = out.to_vector();
-  double total = 0.0;
-  for (std::size_t i = 0; i < y.size(); ++i) total += static_cast<double>(y[i]) * weight[i];
-  return total;
-}
-
 struct Target {
   std::string name;
   Tensor tensor;  // a contiguous leaf: a parameter view or an input
@@ -51,12 +45,8 @@ std::vector<Target> targets_of(const rig::ParameterStore& store, std::vector<Tar
                                       const std::vector<Target>& targets, int samples = 5,
                                       double eps = 1e-2, double rtol = 2e-2, double atol = 2e-3) {
   store.zero_grad();
-  const Tensor out = f();
   std::mt19937 rng(99);
-  std::uniform_real_distribution<float> u(0.5F, 1.5F);
-  std::vector<float> weight(static_cast<std::size_t>(out.numel()));
-  for (auto& w : weight) w = u(rng);
-  ops::sum(ops::mul(out, Tensor::from_vector(weight, out.shape()))).backward();
+  const std::vector<float> weight = rig_test::backward_weighted(f(), rng);
 
   rig::NoGradGuard no_grad;
   for (const auto& target : targets) {
@@ -71,15 +61,9 @@ std::vector<Target> targets_of(const rig::ParameterStore& store, std::vector<Tar
     std::shuffle(picks.begin(), picks.end(), rng);
     picks.resize(std::min<std::size_t>(picks.size(), static_cast<std::size_t>(samples)));
     for (const auto i : picks) {
-      const float saved = data[i];
-      data[i] = static_cast<float>(saved + eps);
-      const double plus = weighted_sum(f(), weight);
-      data[i] = static_cast<float>(saved - eps);
-      const double minus = weighted_sum(f(), weight);
-      data[i] = saved;
-      const double numeric = (plus - minus) / (2.0 * eps);
+      const double numeric = rig_test::central_difference(f, data, i, eps, weight);
       const double a = analytic[static_cast<std::size_t>(i)];
-      if (std::abs(a - numeric) > atol + rtol * std::max(std::abs(a), std::abs(numeric))) {
+      if (!rig_test::gradient_close(a, numeric, rtol, atol)) {
         return ::testing::AssertionFailure() << target.name << " element " << i << ": autograd "
                                              << a << " vs numeric " << numeric;
       }

@@ -7,18 +7,16 @@
 
 #include "cpu/dropout.hpp"
 #include "cpu/parallel.hpp"
+#include "gradcheck.hpp"
 #include "rig/ops.hpp"
 #include "rig/random.hpp"
-#include "test_ops_indexing_util.hpp"
 #include "test_tensor_util.hpp"
 
 namespace {
 
 using rig::RandomKey;
 using rig::Tensor;
-using rig_test::contains;
-using rig_test::error_of;
-using namespace rig_test::index_ops;
+using namespace rig_test;
 namespace ops = rig::ops;
 
 const RandomKey kKey{42, 7, 1, rig::purpose_id("encoder.layers.0.dropout")};
@@ -109,7 +107,7 @@ TEST(OpsDropout, BackwardReusesTheMask) {
 TEST(OpsDropoutGradCheck, FixedKey) {
   EXPECT_TRUE(
       check_gradients([](const std::vector<Tensor>& in) { return ops::dropout(in[0], 0.4F, kKey); },
-                      {random_tensor({3, 7}, 4)}));
+                      {random_tensor({3, 7}, 4)}, 1e-2, 2e-3, 2e-3));
 }
 
 TEST(OpsDropout, IndependentOfThreadCount) {

@@ -10,21 +10,21 @@
 
 #include "cpu/parallel.hpp"
 #include "golden.hpp"
+#include "gradcheck.hpp"
 #include "rig/ops.hpp"
-#include "test_ops_math_util.hpp"
 
 namespace {
 
 using rig::Shape;
 using rig::Tensor;
-using rig_test::tensors_close;
+using namespace rig_test;
 namespace ops = rig::ops;
 
 class OpsMathLarge : public ::testing::Test {
  protected:
   std::mt19937 rng{7};
   Tensor rand(Shape shape, float low = -1.0F, float high = 1.0F) {
-    return rig_test::math::uniform_tensor(std::move(shape), rng, low, high);
+    return uniform_tensor(std::move(shape), rng, low, high);
   }
 };
 

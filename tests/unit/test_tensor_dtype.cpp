@@ -17,8 +17,7 @@ namespace {
 using rig::DType;
 using rig::Shape;
 using rig::Tensor;
-using rig_test::contains;
-using rig_test::error_of;
+using namespace rig_test;
 
 bool is_nan_half(std::uint16_t h) {
   return (h & 0x7C00U) == 0x7C00U && (h & 0x3FFU) != 0;

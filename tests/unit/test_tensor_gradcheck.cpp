@@ -7,25 +7,25 @@
 #include <functional>
 #include <random>
 
+#include "gradcheck.hpp"
 #include "rig/autograd.hpp"
 #include "rig/ops.hpp"
-#include "test_ops_math_util.hpp"
 
 namespace {
 
 using rig::Shape;
 using rig::Tensor;
-using rig_test::math::check_gradients;
+using namespace rig_test;
 namespace ops = rig::ops;
 
 class TensorGradCheck : public ::testing::Test {
  protected:
   std::mt19937 rng{42};
   Tensor rand(Shape shape, float min_magnitude = 0.0F) {
-    return rig_test::math::random_tensor(std::move(shape), rng, min_magnitude);
+    return random_tensor(std::move(shape), rng, min_magnitude);
   }
   Tensor uniform(Shape shape, float low, float high) {
-    return rig_test::math::uniform_tensor(std::move(shape), rng, low, high);
+    return uniform_tensor(std::move(shape), rng, low, high);
   }
   Tensor labels(std::vector<std::int64_t> v) {
     const auto n = static_cast<std::int64_t>(v.size());

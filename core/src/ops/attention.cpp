@@ -109,8 +109,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   detail::require_floating(kOp, q, "q");
   detail::require_floating(kOp, k, "k");
   detail::require_floating(kOp, v, "v");
-  detail::require_same_device(kOp, {&q, &k, &v, &options.mask});
-  detail::require_cpu(kOp, {&q, &k, &v, &options.mask});
+  detail::require_same_cpu(kOp, {&q, &k, &v, &options.mask});
   check_shapes(q, k, v);
   const float p = options.dropout_p;
   if (!(p >= 0.0F && p <= 1.0F)) {

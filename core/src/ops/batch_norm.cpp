@@ -49,8 +49,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                   const Tensor& running_mean, const Tensor& running_var, bool training,
                   float momentum, float eps) {
   detail::require_floating(kOp, x, "x");
-  detail::require_same_device(kOp, {&x, &gamma, &beta, &running_mean, &running_var});
-  detail::require_cpu(kOp, {&x, &gamma, &beta, &running_mean, &running_var});
+  detail::require_same_cpu(kOp, {&x, &gamma, &beta, &running_mean, &running_var});
   if (x.dim() != 2 && x.dim() != 4) {
     throw std::invalid_argument(
         fmt::format("batch_norm: x {} must be [N, C, H, W] or [N, C]", to_string(x.shape())));

@@ -63,8 +63,7 @@ void compare_dtype(DType dtype, const cpu::StridedPlan<3>& plan, const Tensor& a
 Tensor equal(const Tensor& a, const Tensor& b) {
   detail::require_defined("equal", a, "a");
   detail::require_defined("equal", b, "b");
-  detail::require_same_device("equal", {&a, &b});
-  detail::require_cpu("equal", {&a, &b});
+  detail::require_same_cpu("equal", {&a, &b});
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), "equal");
   // One dtype for both: f16/bf16 and mixed float/integer pairs compare in f32.
   DType common = a.dtype();

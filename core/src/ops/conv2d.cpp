@@ -90,8 +90,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
   detail::require_floating(kOp, x, "x");
   detail::require_floating(kOp, weight, "weight");
   if (bias.defined()) detail::require_floating(kOp, bias, "bias");
-  detail::require_same_device(kOp, {&x, &weight, &bias});
-  detail::require_cpu(kOp, {&x, &weight, &bias});
+  detail::require_same_cpu(kOp, {&x, &weight, &bias});
   const cpu::Conv2dShape s = checked_shape(x, weight, bias, options);
   if (x.dtype() != DType::f32 || weight.dtype() != DType::f32 ||
       (bias.defined() && bias.dtype() != DType::f32)) {

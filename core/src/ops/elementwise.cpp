@@ -17,7 +17,7 @@ namespace {
 
 using detail::require_cpu;
 using detail::require_floating;
-using detail::require_same_device;
+using detail::require_same_cpu;
 
 // Which of x (input) and y (output) the derivative of `op` reads.
 bool reads_input(cpu::Unary op) {
@@ -89,8 +89,7 @@ Tensor negated(const Tensor& t) {
 Tensor binary_op(const char* name, cpu::Binary op, const Tensor& a, const Tensor& b) {
   require_floating(name, a, "a");
   require_floating(name, b, "b");
-  require_same_device(name, {&a, &b});
-  require_cpu(name, {&a, &b});
+  require_same_cpu(name, {&a, &b});
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
   if (a.dtype() != DType::f32 || b.dtype() != DType::f32) {
     // Same low-precision dtype: compute in f32 and round back; mixed: f32.

@@ -17,8 +17,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
   detail::require_floating("layer_norm", x, "x");
   if (gamma.defined()) detail::require_floating("layer_norm", gamma, "gamma");
   if (beta.defined()) detail::require_floating("layer_norm", beta, "beta");
-  detail::require_same_device("layer_norm", {&x, &gamma, &beta});
-  detail::require_cpu("layer_norm", {&x, &gamma, &beta});
+  detail::require_same_cpu("layer_norm", {&x, &gamma, &beta});
   if (x.dim() < 1) {
     throw std::invalid_argument(
         fmt::format("layer_norm: x {} needs at least one axis", to_string(x.shape())));

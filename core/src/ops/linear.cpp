@@ -18,8 +18,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
   detail::require_floating("linear", x, "x");
   detail::require_floating("linear", weight, "weight");
   if (bias.defined()) detail::require_floating("linear", bias, "bias");
-  detail::require_same_device("linear", {&x, &weight, &bias});
-  detail::require_cpu("linear", {&x, &weight, &bias});
+  detail::require_same_cpu("linear", {&x, &weight, &bias});
   if (weight.dim() != 2 || x.dim() < 1) {
     throw std::invalid_argument(
         fmt::format("linear: x {} and weight {}: weight must be [out, in] and x [..., in]",

@@ -61,8 +61,7 @@ XentResult xent_forward(const Tensor& logits, const Tensor& labels, float on, fl
 Tensor mse_loss(const Tensor& prediction, const Tensor& target) {
   detail::require_floating("mse_loss", prediction, "prediction");
   detail::require_floating("mse_loss", target, "target");
-  detail::require_same_device("mse_loss", {&prediction, &target});
-  detail::require_cpu("mse_loss", {&prediction, &target});
+  detail::require_same_cpu("mse_loss", {&prediction, &target});
   if (prediction.shape() != target.shape()) {
     throw std::invalid_argument(fmt::format("mse_loss: prediction {} vs target {}: shapes differ",
                                             to_string(prediction.shape()),
@@ -106,8 +105,7 @@ Tensor mse_loss(const Tensor& prediction, const Tensor& target) {
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smoothing) {
   detail::require_floating("cross_entropy", logits, "logits");
   detail::require_dtype("cross_entropy", labels, "labels", {DType::i64, DType::i32});
-  detail::require_same_device("cross_entropy", {&logits, &labels});
-  detail::require_cpu("cross_entropy", {&logits, &labels});
+  detail::require_same_cpu("cross_entropy", {&logits, &labels});
   if (logits.dim() != 2 || labels.dim() != 1 || labels.size(0) != logits.size(0)) {
     throw std::invalid_argument(
         fmt::format("cross_entropy: logits {} and labels {}: expected [N,C] logits and [N] labels",
@@ -161,8 +159,7 @@ Tensor padded_cross_entropy(const Tensor& logits, const Tensor& labels, const Te
   detail::require_floating(kOp, logits, "logits");
   detail::require_dtype(kOp, labels, "labels", {DType::i64, DType::i32});
   detail::require_defined(kOp, weights, "weights");
-  detail::require_same_device(kOp, {&logits, &labels, &weights});
-  detail::require_cpu(kOp, {&logits, &labels, &weights});
+  detail::require_same_cpu(kOp, {&logits, &labels, &weights});
   if (logits.dim() != 3 || labels.shape() != Shape{logits.size(0), logits.size(1)} ||
       weights.shape() != labels.shape()) {
     throw std::invalid_argument(fmt::format(

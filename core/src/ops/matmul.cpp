@@ -166,8 +166,7 @@ Tensor matmul_f32(const Tensor& a, const Tensor& b, bool ta, bool tb) {
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
   detail::require_floating("matmul", a, "a");
   detail::require_floating("matmul", b, "b");
-  detail::require_same_device("matmul", {&a, &b});
-  detail::require_cpu("matmul", {&a, &b});
+  detail::require_same_cpu("matmul", {&a, &b});
   if (a.dim() < 2 || b.dim() < 2) {
     throw std::invalid_argument(
         fmt::format("matmul: {} x {}: both operands need at least 2 dimensions",

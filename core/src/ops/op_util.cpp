@@ -48,7 +48,7 @@ void require_floating(std::string_view op, const Tensor& t, std::string_view rol
   require_dtype(op, t, role, {DType::f32, DType::f16, DType::bf16});
 }
 
-void require_same_device(std::string_view op, std::initializer_list<const Tensor*> tensors) {
+void require_same_cpu(std::string_view op, std::initializer_list<const Tensor*> tensors) {
   const Tensor* first = nullptr;
   bool same = true;
   for (const Tensor* t : tensors) {
@@ -59,7 +59,10 @@ void require_same_device(std::string_view op, std::initializer_list<const Tensor
       same = false;
     }
   }
-  if (same) return;
+  if (same) {
+    require_cpu(op, tensors);
+    return;
+  }
   std::vector<std::string> parts;
   for (const Tensor* t : tensors) {
     if (t == nullptr || !t->defined()) continue;

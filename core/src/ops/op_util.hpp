@@ -29,8 +29,10 @@ void require_floating(std::string_view op, const Tensor& t, std::string_view rol
 // `t` is defined ("<op>: <role> is undefined").
 void require_defined(std::string_view op, const Tensor& t, std::string_view role);
 
-// All (defined) tensors are on one device; the message lists each shape and device.
-void require_same_device(std::string_view op, std::initializer_list<const Tensor*> tensors);
+// All (defined) tensors are on one device (otherwise "<op>: tensors on
+// different devices: ..." lists each shape and device), and that device is
+// the CPU (as require_cpu).
+void require_same_cpu(std::string_view op, std::initializer_list<const Tensor*> tensors);
 
 // "[2,3]" or "[2,3]^T".
 std::string shape_str(const Tensor& t, bool transposed = false);

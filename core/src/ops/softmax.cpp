@@ -18,8 +18,7 @@ Tensor softmax_impl(const char* name, const Tensor& x, std::int64_t axis, const 
                     bool log) {
   detail::require_floating(name, x, "x");
   if (mask.defined()) detail::require_dtype(name, mask, "mask", {DType::u8});
-  detail::require_same_device(name, {&x, &mask});
-  detail::require_cpu(name, {&x, &mask});
+  detail::require_same_cpu(name, {&x, &mask});
   const std::int64_t ax = detail::normalize_axis(axis, x.dim(), name, x.shape());
   if (mask.defined()) {
     bool ok = mask.dim() <= x.dim();

@@ -61,61 +61,55 @@ void check_initializer(const std::string& name, const Initializer& init) {
   }
 }
 
-}  // namespace
-
-Tensor ParameterStore::declare(const std::string& name, Shape shape, Initializer init) {
-  if (allocated()) {
+// The checks of ParameterStore::<method> before it declares a <kind>
+// ("parameter" or "buffer"): not yet allocated, a name unique across both lists.
+void check_declaration(const char* method, const char* kind, bool allocated,
+                       const std::string& name, const std::vector<ParameterInfo>& parameters,
+                       const std::vector<ParameterInfo>& buffers) {
+  if (allocated) {
     throw std::logic_error(
-        fmt::format("ParameterStore::declare('{}') after allocate(): declare every parameter in "
-                    "the model's constructor",
-                    name));
+        fmt::format("ParameterStore::{}('{}') after allocate(): declare every {} in the model's "
+                    "constructor",
+                    method, name, kind));
   }
-  if (name.empty()) throw std::invalid_argument("ParameterStore::declare: empty parameter name");
+  if (name.empty()) {
+    throw std::invalid_argument(fmt::format("ParameterStore::{}: empty {} name", method, kind));
+  }
   auto same = [&](const ParameterInfo& p) { return p.name == name; };
-  if (std::any_of(parameters_.begin(), parameters_.end(), same) ||
-      std::any_of(buffer_infos_.begin(), buffer_infos_.end(), same)) {
+  if (std::any_of(parameters.begin(), parameters.end(), same) ||
+      std::any_of(buffers.begin(), buffers.end(), same)) {
     throw std::invalid_argument(
-        fmt::format("ParameterStore::declare: parameter '{}' is declared twice", name));
+        fmt::format("ParameterStore::{}: {} '{}' is declared twice", method, kind, name));
   }
+}
+
+// Appends `name` to `list` at offset `numel` (which grows by its size) and
+// returns its f32 tensor, without storage yet: allocate() points it into the
+// flat buffer of the list.
+Tensor declare_in(std::vector<ParameterInfo>& list, std::int64_t& numel, const std::string& name,
+                  Shape shape, const Initializer& init) {
   const auto n = shape_numel(shape);  // throws on negative dimensions
   check_initializer(name, init);
-  // A tensor without storage yet: allocate() points it into the flat buffers.
   auto impl = std::make_shared<TensorImpl>();
   impl->strides = contiguous_strides(shape);
   impl->shape = shape;
   impl->dtype = DType::f32;
   Tensor value(std::move(impl));
-  parameters_.push_back({name, std::move(shape), numel_, init, value});
-  numel_ += n;
+  list.push_back({name, std::move(shape), numel, init, value});
+  numel += n;
   return value;
 }
 
+}  // namespace
+
+Tensor ParameterStore::declare(const std::string& name, Shape shape, Initializer init) {
+  check_declaration("declare", "parameter", allocated(), name, parameters_, buffer_infos_);
+  return declare_in(parameters_, numel_, name, std::move(shape), init);
+}
+
 Tensor ParameterStore::declare_buffer(const std::string& name, Shape shape, Initializer init) {
-  if (allocated()) {
-    throw std::logic_error(fmt::format(
-        "ParameterStore::declare_buffer('{}') after allocate(): declare every buffer in the "
-        "model's constructor",
-        name));
-  }
-  if (name.empty()) {
-    throw std::invalid_argument("ParameterStore::declare_buffer: empty buffer name");
-  }
-  auto same = [&](const ParameterInfo& p) { return p.name == name; };
-  if (std::any_of(parameters_.begin(), parameters_.end(), same) ||
-      std::any_of(buffer_infos_.begin(), buffer_infos_.end(), same)) {
-    throw std::invalid_argument(
-        fmt::format("ParameterStore::declare_buffer: '{}' is declared twice", name));
-  }
-  const auto n = shape_numel(shape);
-  check_initializer(name, init);
-  auto impl = std::make_shared<TensorImpl>();
-  impl->strides = contiguous_strides(shape);
-  impl->shape = shape;
-  impl->dtype = DType::f32;
-  Tensor value(std::move(impl));
-  buffer_infos_.push_back({name, std::move(shape), buffer_numel_, init, value});
-  buffer_numel_ += n;
-  return value;
+  check_declaration("declare_buffer", "buffer", allocated(), name, parameters_, buffer_infos_);
+  return declare_in(buffer_infos_, buffer_numel_, name, std::move(shape), init);
 }
 
 void ParameterStore::allocate(std::uint64_t seed) {
