@@ -12,7 +12,8 @@ namespace {
 rig::Tensor tensor_from_json(const nlohmann::json& j) {
   const rig::Shape shape = j.at("shape").get<rig::Shape>();
   const std::string dtype = j.at("dtype").get<std::string>();
-  if (dtype == "f32") return rig::Tensor::from_vector(j.at("data").get<std::vector<float>>(), shape);
+  if (dtype == "f32")
+    return rig::Tensor::from_vector(j.at("data").get<std::vector<float>>(), shape);
   if (dtype == "u8") {
     return rig::Tensor::from_vector(j.at("data").get<std::vector<std::uint8_t>>(), shape);
   }

@@ -100,7 +100,7 @@ class RIG_API MultiHeadAttention : public Module {
   MultiHeadAttention(ParameterStore& store, std::string name, std::int64_t model_dim,
                      std::int64_t num_heads, float attention_dropout = 0.0F, bool bias = true);
   struct Options {
-    Tensor mask;          // u8, broadcastable to [B, H, Tq, Tk]; 1 = may attend
+    Tensor mask;  // u8, broadcastable to [B, H, Tq, Tk]; 1 = may attend
     bool causal = false;
     bool training = false;
     RandomKey key;
@@ -146,8 +146,8 @@ class RIG_API Conv2d : public Module {
 // gamma (weight) 1, beta (bias) 0, running statistics as buffers.
 class RIG_API BatchNorm2d : public Module {
  public:
-  BatchNorm2d(ParameterStore& store, std::string name, std::int64_t channels,
-              float momentum = 0.1F, float eps = 1e-5F, bool zero_init_gamma = false);
+  BatchNorm2d(ParameterStore& store, std::string name, std::int64_t channels, float momentum = 0.1F,
+              float eps = 1e-5F, bool zero_init_gamma = false);
   Tensor forward(const Tensor& x, bool training) const;
 
  private:

@@ -19,8 +19,7 @@ namespace rig::ops {
 // ---- Linear algebra --------------------------------------------------------
 // [..., M, K] x [..., K, N] -> [..., M, N]; leading (batch) axes broadcast.
 // The flags use the transposed last two axes of an operand.
-Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false,
-              bool transpose_b = false);
+Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
 
 enum class Activation { none, relu, gelu, tanh, sigmoid };
 // activation(x W^T + bias): x [..., in], weight [out, in] (PyTorch's layout),

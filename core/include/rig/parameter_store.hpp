@@ -29,7 +29,9 @@ struct Initializer {
   static Initializer uniform(float low, float high) { return {Kind::uniform, low, high}; }
   static Initializer normal(float mean, float std) { return {Kind::normal, mean, std}; }
   // U(-g sqrt(6 / (fan_in + fan_out)), +...).
-  static Initializer xavier_uniform(float gain = 1.0F) { return {Kind::xavier_uniform, gain, 0.0F}; }
+  static Initializer xavier_uniform(float gain = 1.0F) {
+    return {Kind::xavier_uniform, gain, 0.0F};
+  }
   // N(0, gain / sqrt(fan_in)); gain sqrt(2) suits ReLU (torch's kaiming_normal_, fan_in mode).
   static Initializer kaiming_normal(float gain = 1.41421356F) {
     return {Kind::kaiming_normal, gain, 0.0F};
@@ -37,11 +39,11 @@ struct Initializer {
 };
 
 struct ParameterInfo {
-  std::string name;       // hierarchical, e.g. "encoder.layers.0.ffn.weight"; the checkpoint key
+  std::string name;  // hierarchical, e.g. "encoder.layers.0.ffn.weight"; the checkpoint key
   Shape shape;
-  std::int64_t offset;    // in elements, into values()/grads() (or buffers())
+  std::int64_t offset;  // in elements, into values()/grads() (or buffers())
   Initializer init;
-  Tensor value;           // a view; a parameter's requires grad, its grad the matching view of grads()
+  Tensor value;  // a view; a parameter's requires grad, its grad the matching view of grads()
 };
 
 class RIG_API ParameterStore {

@@ -22,13 +22,21 @@ bool is_floating(DType dtype);  // f32, f16, bf16
 template <class T>
 constexpr DType dtype_of();
 template <>
-constexpr DType dtype_of<float>() { return DType::f32; }
+constexpr DType dtype_of<float>() {
+  return DType::f32;
+}
 template <>
-constexpr DType dtype_of<std::int32_t>() { return DType::i32; }
+constexpr DType dtype_of<std::int32_t>() {
+  return DType::i32;
+}
 template <>
-constexpr DType dtype_of<std::int64_t>() { return DType::i64; }
+constexpr DType dtype_of<std::int64_t>() {
+  return DType::i64;
+}
 template <>
-constexpr DType dtype_of<std::uint8_t>() { return DType::u8; }
+constexpr DType dtype_of<std::uint8_t>() {
+  return DType::u8;
+}
 
 // f16 and bf16 are storage types on the CPU: exact widening, and narrowing
 // rounded to nearest even (NaN stays NaN, overflow goes to infinity).
@@ -58,9 +66,9 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op);
 
 // Byte counters of one device's caching allocator.
 struct AllocatorStats {
-  std::size_t current_bytes = 0;  // held by live storages
-  std::size_t peak_bytes = 0;     // max of current_bytes since the last reset_peak()
-  std::size_t cached_bytes = 0;   // freed by storages, kept for reuse
+  std::size_t current_bytes = 0;       // held by live storages
+  std::size_t peak_bytes = 0;          // max of current_bytes since the last reset_peak()
+  std::size_t cached_bytes = 0;        // freed by storages, kept for reuse
   std::size_t system_allocations = 0;  // times memory was taken from the system
   std::size_t requests = 0;            // storages allocated
 };
@@ -84,7 +92,7 @@ class RIG_API Storage {
  private:
   std::byte* data_ = nullptr;  // owned through the allocator; returned in the destructor
   std::size_t size_ = 0;
-  std::size_t capacity_ = 0;   // the allocator's block size
+  std::size_t capacity_ = 0;  // the allocator's block size
   Device device_;
 };
 
@@ -95,8 +103,8 @@ struct Node;
 
 struct TensorImpl {
   Shape shape;
-  Strides strides;            // in elements
-  std::int64_t offset = 0;    // in elements, into storage
+  Strides strides;          // in elements
+  std::int64_t offset = 0;  // in elements, into storage
   DType dtype = DType::f32;
   std::shared_ptr<Storage> storage;
   // Autograd: a leaf that requires grad accumulates into `grad` (for
@@ -150,8 +158,8 @@ class RIG_API Tensor {
   std::byte* raw_data();
   const std::byte* raw_data() const;
 
-  float item() const;                             // one element, any dtype, as float
-  std::vector<float> to_vector() const;           // all elements in order, as float
+  float item() const;                               // one element, any dtype, as float
+  std::vector<float> to_vector() const;             // all elements in order, as float
   std::vector<std::int64_t> to_int_vector() const;  // integer dtypes, in order
 
   // Views: share storage, record autograd history. reshape copies when the
@@ -163,15 +171,15 @@ class RIG_API Tensor {
   Tensor permute(const std::vector<std::int64_t>& axes) const;
   Tensor slice(std::int64_t axis, std::int64_t start, std::int64_t end,
                std::int64_t step = 1) const;  // negative start/end count from the end
-  Tensor expand(Shape shape) const;            // size-1 axes broadcast (stride 0); -1 keeps
+  Tensor expand(Shape shape) const;           // size-1 axes broadcast (stride 0); -1 keeps
   Tensor unsqueeze(std::int64_t axis) const;
-  Tensor squeeze(std::int64_t axis) const;     // the axis must have size 1
+  Tensor squeeze(std::int64_t axis) const;  // the axis must have size 1
   Tensor flatten(std::int64_t start_axis = 0, std::int64_t end_axis = -1) const;
 
-  Tensor contiguous() const;        // itself if contiguous, else a copy (differentiable)
-  Tensor clone() const;             // a contiguous copy (differentiable)
-  Tensor to(DType dtype) const;     // cast; differentiable between floating types
-  Tensor to(Device device) const;   // copy to another device (itself if already there)
+  Tensor contiguous() const;       // itself if contiguous, else a copy (differentiable)
+  Tensor clone() const;            // a contiguous copy (differentiable)
+  Tensor to(DType dtype) const;    // cast; differentiable between floating types
+  Tensor to(Device device) const;  // copy to another device (itself if already there)
   // In place, no autograd: copy values from `src` (same shape; any dtype, strides).
   void copy_from(const Tensor& src);
   void fill_(float value);
@@ -180,10 +188,10 @@ class RIG_API Tensor {
   // Autograd.
   bool requires_grad() const;
   Tensor& set_requires_grad(bool value);
-  Tensor grad() const;                  // undefined until backward reached this leaf
-  void set_grad(const Tensor& grad);    // where backward accumulates this leaf's gradient
-  void backward() const;                // this tensor must hold one element
-  Tensor detach() const;                // same data, no history
+  Tensor grad() const;                // undefined until backward reached this leaf
+  void set_grad(const Tensor& grad);  // where backward accumulates this leaf's gradient
+  void backward() const;              // this tensor must hold one element
+  Tensor detach() const;              // same data, no history
 
   TensorImpl* impl() const { return impl_.get(); }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
