@@ -31,6 +31,8 @@ function(rig_add_plugin name kind)
   configure_file(${_RIG_PLUGIN_CMAKE_DIR}/rig-plugin-schema.cpp.in ${_schema_cpp} @ONLY)
 
   add_library(${_target} MODULE ${ARG_SOURCES} ${_schema_cpp})
+  # Lets a project depend on all of its plugins at once (rig's unit tests load them).
+  set_property(GLOBAL APPEND PROPERTY RIG_PLUGIN_TARGETS ${_target})
   target_link_libraries(${_target} PRIVATE rig::rig)
   # The SDK headers are C++20, whatever the including project's default is.
   target_compile_features(${_target} PRIVATE cxx_std_20)
