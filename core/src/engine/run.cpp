@@ -186,20 +186,15 @@ int run(const RunOptions& options) {
       Checkpoint ckpt = load_checkpoint(*existing);
       if (ckpt.state.config_hash != config::fnv1a64_hex(identity)) {
         YAML::Node saved = YAML::LoadFile((ckpt.dir / "state.yaml").string())["config"];
+        // Both sides are identity configs: the schedule keys are already gone.
         std::vector<std::string> diffs;
         diff_nodes(saved, YAML::Load(identity), "", diffs);
-        std::vector<std::string> relevant;
-        for (auto& d : diffs) {
-          bool schedule = false;
-          for (const char* key : kScheduleKeys) schedule |= d.starts_with(std::string(key) + ":");
-          if (!schedule) relevant.push_back(std::move(d));
-        }
         throw UserError(fmt::format(
             "--continue_learning: checkpoint {} was written by a different experiment config "
             "(only max_steps, num_epochs, logdir and logging intervals may change); differences "
             "(checkpoint -> now): {}",
             ckpt.dir.string(),
-            relevant.empty() ? "unknown" : fmt::format("{}", fmt::join(relevant, "; "))));
+            diffs.empty() ? "unknown" : fmt::format("{}", fmt::join(diffs, "; "))));
       }
       restore_parameters(ckpt, params);
       start = ckpt.state;
@@ -251,15 +246,10 @@ int run(const RunOptions& options) {
   if (!options.benchmark && comm->rank() == 0) write_logdir_config(logdir, primary, options);
 
   TrainerParts parts{*model, *data, *optimizer, *lr_policy, *comm, params, eval_data.get()};
-  TrainOptions train_options{settings,
-                             max_steps,
-                             options.benchmark,
-                             logdir,
-                             primary.config.to_yaml(),
-                             config::fnv1a64_hex(identity),
-                             start};
   // state.yaml keeps the identity config, so a mismatch can be explained later.
-  train_options.config_yaml = identity;
+  const TrainOptions train_options{settings, max_steps, options.benchmark,
+                                   logdir,   identity,  config::fnv1a64_hex(identity),
+                                   start};
   const TrainResult result = train(parts, train_options, console);
 
   if (settings.target_loss && !options.benchmark) {
