@@ -74,8 +74,9 @@ int dispatch(int argc, char** argv) {
   std::string logdir;
   auto* run = app.add_subcommand("run", "train, evaluate or infer with an experiment");
   run->add_option("experiment", run_options.experiment, "experiment YAML file")->required();
-  run->add_option("--mode", run_options.mode, "train | eval | train_eval | infer")
-      ->check(CLI::IsMember({"train", "eval", "train_eval", "infer"}));
+  run->add_option("--mode", run_options.mode,
+                  "train | eval | train_eval | infer | interactive_infer")
+      ->check(CLI::IsMember({"train", "eval", "train_eval", "infer", "interactive_infer"}));
   run->add_option("--logdir", logdir, "where checkpoints and logs go (overrides logdir)");
   run->add_flag("--continue_learning", run_options.continue_learning,
                 "resume training from the latest checkpoint in the logdir");
@@ -84,6 +85,11 @@ int dispatch(int argc, char** argv) {
   run->add_option("--bench_steps", run_options.bench_steps, "steps to time with --benchmark");
   run->add_option("--infer_output_file", run_options.infer_output_file,
                   "where infer mode writes its lines (default LOGDIR/infer_output.txt)");
+  run->add_option("--timeline", run_options.timeline_file,
+                  "write a Chrome-trace JSON of every training step's phases to this file");
+  run->add_option("--checkpoint", run_options.load_from,
+                  "eval / infer: 'latest' (default), 'best' (LOGDIR/best_models) or a "
+                  "ckpt-<step> folder");
   add_common(run, true);
 
   std::string experiment;

@@ -43,7 +43,9 @@ struct ParameterInfo {
   Shape shape;
   std::int64_t offset;  // in elements, into values()/grads() (or buffers())
   Initializer init;
-  Tensor value;  // a view; a parameter's requires grad, its grad the matching view of grads()
+  Tensor value;   // what the model computes with: a view of values(), or of compute_values()
+                  // under a low-precision compute dtype; requires grad (parameters)
+  Tensor master;  // the f32 view of values() (or buffers()): optimizer, checkpoints, transfer
 };
 
 class RIG_API ParameterStore {
@@ -56,19 +58,40 @@ class RIG_API ParameterStore {
   // Lays out the flat buffers and runs every initialiser: each parameter's
   // values depend only on (seed, its name), through the Philox stream
   // RandomKey{seed, 0, 0, purpose_id(name)}.
-  void allocate(std::uint64_t seed);
+  //
+  // `compute` is the dtype the model computes in (RunContext::dtype). With f16
+  // or bf16, values() / grads() stay the f32 master copy (optimizer,
+  // communicator, checkpoints) and each parameter's model-facing tensor views
+  // compute_values(), its gradient accumulating into compute_grads()
+  // (mixed precision: fp32 master weights). Buffers stay f32.
+  void allocate(std::uint64_t seed, DType compute = DType::f32);
   bool allocated() const { return values_.defined(); }
 
   Tensor values() const { return values_; }    // flat [numel] f32
   Tensor grads() const { return grads_; }      // flat [numel] f32
   Tensor buffers() const { return buffers_; }  // flat [buffer_numel] f32
+  DType compute_dtype() const { return compute_dtype_; }
+  // The model-facing flat copies: values() / grads() themselves under f32.
+  Tensor compute_values() const;
+  Tensor compute_grads() const;
+  // Moves the model's gradients into the f32 master grads() multiplied by
+  // `scale` (1 / loss scale). Returns the largest |gradient| seen before
+  // scaling, or +inf when any gradient is inf or NaN (an overflow).
+  double unscale_grads(double scale);
+  // Copies the master values() into compute_values(), rounding to the compute
+  // dtype; call after every optimizer step and after loading a checkpoint. A
+  // no-op under f32.
+  void publish_values();
+  // Rounds the master values() to `dtype`'s precision in place (pure float16 /
+  // bfloat16 training keeps weights representable in that dtype).
+  void round_values_to(DType dtype);
   std::int64_t numel() const { return numel_; }
   std::int64_t buffer_numel() const { return buffer_numel_; }
   const std::vector<ParameterInfo>& parameters() const { return parameters_; }
   const std::vector<ParameterInfo>& buffer_infos() const { return buffer_infos_; }
   // A parameter or buffer by name; throws naming the known ones.
   const ParameterInfo& find(const std::string& name) const;
-  void zero_grad();
+  void zero_grad();  // both grads() and compute_grads()
 
  private:
   std::vector<ParameterInfo> parameters_;
@@ -78,6 +101,9 @@ class RIG_API ParameterStore {
   Tensor values_;
   Tensor grads_;
   Tensor buffers_;
+  DType compute_dtype_ = DType::f32;
+  Tensor compute_values_;  // undefined under f32
+  Tensor compute_grads_;
 };
 
 }  // namespace rig

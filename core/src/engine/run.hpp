@@ -12,13 +12,15 @@ namespace rig::engine {
 
 struct RunOptions {
   std::string experiment;
-  std::string mode = "train";  // train | eval | train_eval | infer
+  std::string mode = "train";  // train | eval | train_eval | infer | interactive_infer
   std::vector<config::Override> overrides;
   std::vector<std::string> plugin_paths;
   bool continue_learning = false;
   bool benchmark = false;
   std::int64_t bench_steps = 20;
   std::string infer_output_file;  // default: <logdir>/infer_output.txt
+  std::string timeline_file;      // --timeline: Chrome-trace JSON of each step's phases
+  std::string load_from = "latest";  // eval / infer: latest | best | a ckpt-<step> folder
   std::string command_line;       // as typed, saved in the logdir
 };
 
