@@ -87,3 +87,6 @@ rig_cli_test(smoke_trains 0 "Final train loss [0-9.]+ is below target_loss"
 add_test(NAME cli.lifecycle
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/lifecycle.sh $<TARGET_FILE:rig_cli> ${FIX}/tiny.yaml ${WORK}/lifecycle)
 set_tests_properties(cli.lifecycle PROPERTIES LABELS integration TIMEOUT 300)
+add_test(NAME cli.engine_features
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/engine_features.sh $<TARGET_FILE:rig_cli> ${FIX}/tiny.yaml ${WORK}/engine_features)
+set_tests_properties(cli.engine_features PROPERTIES LABELS integration TIMEOUT 300)

@@ -44,8 +44,10 @@ struct OptimizerContext {
 };
 
 struct LrPolicyContext {
-  std::int64_t max_steps = 0;        // from max_steps, or num_epochs x steps_per_epoch
-  std::int64_t steps_per_epoch = 0;  // 0 when the data layer cannot tell
+  std::int64_t max_steps = 0;  // from max_steps, or num_epochs x steps_per_epoch
+  // Steps in one epoch when the run was given num_epochs (OpenSeq2Seq's
+  // auto-fill), else 0.
+  std::int64_t steps_per_epoch = 0;
 };
 
 struct CommunicatorContext {

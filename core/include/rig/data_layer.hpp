@@ -32,6 +32,13 @@ class RIG_API DataLayer {
   virtual void seek(const YAML::Node& position) = 0;
   // Output lines for the predictions a model made on `batch` (infer mode).
   virtual std::vector<std::string> decode(const Batch& batch, const Tensor& predictions) const = 0;
+  // The reference output of each sample of `batch`, in decode()'s format, for
+  // the samples printed every print_samples_steps. The default knows none.
+  virtual std::vector<std::string> decode_targets(const Batch& batch) const;
+  // interactive_infer: one batch from lines a user typed (a sample each; the
+  // batch's indices number them 0..n-1). The default refuses with a UserError:
+  // a data layer opts in by overriding it.
+  virtual Batch encode_lines(const std::vector<std::string>& lines) const;
 };
 
 }  // namespace rig

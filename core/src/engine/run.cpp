@@ -3,6 +3,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <memory>
 #include <set>
 
 #include <fmt/format.h>
@@ -13,6 +15,7 @@
 #include "engine/console.hpp"
 #include "engine/evaluator.hpp"
 #include "engine/inferencer.hpp"
+#include "engine/interactive.hpp"
 #include "engine/resolve.hpp"
 #include "engine/settings.hpp"
 #include "engine/trainer.hpp"
@@ -26,9 +29,20 @@ namespace {
 
 // Keys that may change between a run and its resumption without making the
 // checkpoint belong to a different experiment.
-constexpr const char* kScheduleKeys[] = {"max_steps",        "num_epochs", "logdir",
-                                         "print_loss_steps", "eval_steps", "save_checkpoint_steps",
-                                         "target_loss"};
+constexpr const char* kScheduleKeys[] = {"max_steps",
+                                         "num_epochs",
+                                         "logdir",
+                                         "print_loss_steps",
+                                         "eval_steps",
+                                         "save_checkpoint_steps",
+                                         "target_loss",
+                                         "save_summaries_steps",
+                                         "print_samples_steps",
+                                         "num_checkpoints",
+                                         "best_model_metric",
+                                         "best_model_mode",
+                                         "num_best_models",
+                                         "load_model"};
 
 std::string identity_yaml(const config::ResolvedConfig& cfg) {
   YAML::Node copy = YAML::Clone(cfg.root);
@@ -62,6 +76,7 @@ void diff_nodes(const YAML::Node& a, const YAML::Node& b, const std::string& pat
 RunContext make_run_context(Mode mode, const EngineSettings& s, const Communicator& comm) {
   RunContext run;
   run.mode = mode;
+  run.dtype = s.compute_dtype;
   run.rank = comm.rank();
   run.world_size = comm.size();
   run.seed = s.random_seed;
@@ -87,7 +102,27 @@ void write_logdir_config(const fs::path& logdir, const ResolvedExperiment& exp,
   if (!out) throw UserError(fmt::format("cannot write {}", (logdir / "config.yaml").string()));
 }
 
-Checkpoint checkpoint_for_evaluation(const fs::path& logdir, const std::string& mode) {
+// --checkpoint latest | best | a ckpt-<step> folder.
+Checkpoint checkpoint_for_evaluation(const fs::path& logdir, const std::string& mode,
+                                     const std::string& which) {
+  if (which == "best") {
+    auto best = best_checkpoint(logdir);
+    if (!best) {
+      throw UserError(fmt::format(
+          "--checkpoint best: {} holds no best model; train with --mode train_eval (which keeps "
+          "num_best_models by best_model_metric) or use --checkpoint latest",
+          (logdir / "best_models").string()));
+    }
+    return load_checkpoint(*best);
+  }
+  if (which != "latest") {
+    if (!fs::is_directory(which)) {
+      throw UserError(fmt::format(
+          "--checkpoint {}: no such folder (expected latest, best or a ckpt-<step> folder)",
+          which));
+    }
+    return load_checkpoint(which);
+  }
   auto latest = latest_checkpoint(logdir);
   if (!latest) {
     throw UserError(
@@ -98,13 +133,24 @@ Checkpoint checkpoint_for_evaluation(const fs::path& logdir, const std::string& 
   return load_checkpoint(*latest);
 }
 
+void print_transfer(const Console& console, const TransferReport& report) {
+  console.print("*** load_model {}: loaded {} tensor(s), {} mismatched, {} missing, {} unused",
+                report.source.string(), report.loaded.size(), report.mismatched.size(),
+                report.missing.size(), report.unused.size());
+  for (const auto& line : report.mismatched)
+    console.print("***   shape differs, kept initial: {}", line);
+  for (const auto& name : report.missing)
+    console.print("***   not in the checkpoint, kept initial: {}", name);
+}
+
 }  // namespace
 
 int run(const RunOptions& options) {
   const std::string& mode = options.mode;
-  if (mode != "train" && mode != "eval" && mode != "train_eval" && mode != "infer") {
-    throw UserError(
-        fmt::format("unknown mode '{}': expected train, eval, train_eval or infer", mode));
+  if (mode != "train" && mode != "eval" && mode != "train_eval" && mode != "infer" &&
+      mode != "interactive_infer") {
+    throw UserError(fmt::format(
+        "unknown mode '{}': expected train, eval, train_eval, infer or interactive_infer", mode));
   }
   if (options.benchmark && mode != "train") {
     throw UserError("--benchmark times training steps: use it with --mode train");
@@ -113,10 +159,19 @@ int run(const RunOptions& options) {
     throw UserError(fmt::format("--bench_steps must be at least 1, got {}", options.bench_steps));
   }
   const bool trains = mode == "train" || mode == "train_eval";
+  if (trains && options.load_from != "latest") {
+    throw UserError(
+        "--checkpoint picks the model eval and infer load; training resumes with "
+        "--continue_learning (or transfers weights with load_model)");
+  }
+  if (!trains && !options.timeline_file.empty()) {
+    throw UserError("--timeline records training steps: use it with --mode train or train_eval");
+  }
+  const bool interactive = mode == "interactive_infer";
   const auto file = config::ExperimentFile::load(options.experiment);
   const plugin_host::PluginHost host(
       plugin_host::PluginHost::default_search_path(options.plugin_paths));
-  const std::string primary_mode = trains ? "train" : mode;
+  const std::string primary_mode = trains ? "train" : (interactive ? "infer" : mode);
   ResolvedExperiment primary = resolve_experiment(file, primary_mode, options.overrides, host);
   std::optional<ResolvedExperiment> eval_exp;
   if (mode == "train_eval") {
@@ -138,7 +193,9 @@ int run(const RunOptions& options) {
   auto comm = primary.plugin(PluginKind::communicator)
                   .make_communicator(primary.params(PluginKind::communicator),
                                      CommunicatorContext{settings.logdir});
-  const Console console(comm->rank() == 0);
+  // interactive_infer answers on stdout, so everything else goes to stderr.
+  const Console console =
+      interactive ? Console(comm->rank() == 0, false, stderr) : Console(comm->rank() == 0);
   const Mode primary_enum = trains ? Mode::train : (mode == "eval" ? Mode::eval : Mode::infer);
 
   auto data = make_data(primary, primary_enum, settings, *comm);
@@ -147,15 +204,21 @@ int run(const RunOptions& options) {
                    .make_model(primary.params(PluginKind::model),
                                ModelContext{make_run_context(primary_enum, settings, *comm),
                                             data->info(), params});
-  params.allocate(settings.random_seed);
+  params.allocate(settings.random_seed, settings.compute_dtype);
   console.print("*** Experiment {} ({} mode): {} parameters, {} process(es)", options.experiment,
                 mode, params.numel(), comm->size());
 
   if (!trains) {
-    Checkpoint ckpt = checkpoint_for_evaluation(logdir, mode);
+    Checkpoint ckpt = checkpoint_for_evaluation(logdir, mode, options.load_from);
     restore_parameters(ckpt, params);
     console.print("*** Restored {} (step {})", ckpt.dir.string(), ckpt.state.step);
-    if (mode == "eval") {
+    if (interactive) {
+      if (comm->size() > 1) throw UserError("interactive_infer runs in one process");
+      console.print(
+          "*** Interactive infer: one sample per line on stdin, answers on stdout; "
+          "end with Ctrl-D");
+      interactive_infer(*model, *data, std::cin, std::cout, console);
+    } else if (mode == "eval") {
       print_eval(console, evaluate(*model, *data, *comm), ckpt.state.step);
     } else {
       const fs::path output = options.infer_output_file.empty()
@@ -207,8 +270,12 @@ int run(const RunOptions& options) {
                       logdir.string(), logdir.string()));
     }
   }
+  if (!resumed && settings.load_model) {
+    print_transfer(console, load_matching_parameters(*settings.load_model, params));
+  }
   // Every rank starts from rank 0's weights.
   if (comm->size() > 1) comm->broadcast(params.values(), 0)->wait();
+  params.publish_values();
 
   auto optimizer =
       primary.plugin(PluginKind::optimizer)
@@ -234,9 +301,13 @@ int run(const RunOptions& options) {
     max_steps = static_cast<std::int64_t>(
         std::ceil(*settings.num_epochs * static_cast<double>(steps_per_epoch)));
   }
-  auto lr_policy = primary.plugin(PluginKind::lr_policy)
-                       .make_lr_policy(primary.params(PluginKind::lr_policy),
-                                       LrPolicyContext{max_steps, steps_per_epoch});
+  auto lr_policy =
+      primary.plugin(PluginKind::lr_policy)
+          .make_lr_policy(
+              primary.params(PluginKind::lr_policy),
+              // OpenSeq2Seq fills steps_per_epoch only for num_epochs runs.
+              LrPolicyContext{max_steps,
+                              settings.num_epochs && !options.benchmark ? steps_per_epoch : 0});
 
   std::shared_ptr<DataLayer> eval_data;
   if (eval_exp) {
@@ -245,12 +316,31 @@ int run(const RunOptions& options) {
   }
   if (!options.benchmark && comm->rank() == 0) write_logdir_config(logdir, primary, options);
 
-  TrainerParts parts{*model, *data, *optimizer, *lr_policy, *comm, params, eval_data.get()};
+  auto loss_scaler = make_loss_scaler(settings.loss_scaling, settings.loss_scaling_params);
+  std::optional<LarcSettings> larc;
+  if (settings.larc_params && !settings.larc_params.IsNull()) {
+    larc = read_larc_settings(settings.larc_params);
+  }
+  std::unique_ptr<SummaryWriter> summaries;
+  if (!options.benchmark && comm->rank() == 0 && settings.save_summaries_steps > 0) {
+    summaries = std::make_unique<SummaryWriter>(logdir);
+  }
+  std::unique_ptr<BestModels> best_models;
+  if (eval_data && !options.benchmark && settings.num_best_models > 0) {
+    best_models = std::make_unique<BestModels>(logdir, settings.best_model_metric,
+                                               settings.best_model_mode, settings.num_best_models);
+  }
+  Timeline timeline(options.timeline_file, comm->rank());
+
+  TrainerParts parts{*model,          *data,           *optimizer,       *lr_policy,
+                     *comm,           params,          *loss_scaler,     timeline,
+                     eval_data.get(), summaries.get(), best_models.get()};
   // state.yaml keeps the identity config, so a mismatch can be explained later.
-  const TrainOptions train_options{settings, max_steps, options.benchmark,
-                                   logdir,   identity,  config::fnv1a64_hex(identity),
-                                   start};
+  TrainOptions train_options{settings, max_steps, options.benchmark,
+                             logdir,   identity,  config::fnv1a64_hex(identity),
+                             start,    larc};
   const TrainResult result = train(parts, train_options, console);
+  if (result.stop_signal != 0) return 128 + result.stop_signal;
 
   if (settings.target_loss && !options.benchmark) {
     if (result.final_loss < *settings.target_loss) {

@@ -18,10 +18,10 @@ struct RunOptions {
   bool continue_learning = false;
   bool benchmark = false;
   std::int64_t bench_steps = 20;
-  std::string infer_output_file;  // default: <logdir>/infer_output.txt
-  std::string timeline_file;      // --timeline: Chrome-trace JSON of each step's phases
+  std::string infer_output_file;     // default: <logdir>/infer_output.txt
+  std::string timeline_file;         // --timeline: Chrome-trace JSON of each step's phases
   std::string load_from = "latest";  // eval / infer: latest | best | a ckpt-<step> folder
-  std::string command_line;       // as typed, saved in the logdir
+  std::string command_line;          // as typed, saved in the logdir
 };
 
 // Returns the process exit code (0, or 1 when target_loss was missed).

@@ -1,5 +1,12 @@
 #include "engine/settings.hpp"
 
+#include <array>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "rig/error.hpp"
+
 namespace rig::engine {
 namespace {
 
@@ -8,6 +15,24 @@ std::optional<T> optional_key(const YAML::Node& root, const char* key) {
   YAML::Node node = root[key];
   if (!node || node.IsNull()) return std::nullopt;
   return node.as<T>();
+}
+
+// best_model_mode auto: lower is better for loss-like metric names.
+std::string resolve_best_mode(const std::string& mode, const std::string& metric) {
+  if (mode != "auto") return mode;
+  constexpr std::array<std::string_view, 5> kLowerIsBetter = {"loss", "error", "perplexity", "wer",
+                                                              "cer"};
+  for (auto word : kLowerIsBetter) {
+    if (metric.find(word) != std::string::npos) return "min";
+  }
+  return "max";
+}
+
+DType compute_dtype_of(const std::string& dtype, const std::string& mixed_dtype) {
+  if (dtype == "float16") return DType::f16;
+  if (dtype == "bfloat16") return DType::bf16;
+  if (dtype == "mixed") return mixed_dtype == "bfloat16" ? DType::bf16 : DType::f16;
+  return DType::f32;
 }
 
 }  // namespace
@@ -19,13 +44,35 @@ EngineSettings read_settings(const config::ResolvedConfig& config) {
   s.max_steps = optional_key<std::int64_t>(root, "max_steps");
   s.num_epochs = optional_key<double>(root, "num_epochs");
   s.print_loss_steps = root["print_loss_steps"].as<std::int64_t>();
+  s.print_samples_steps = optional_key<std::int64_t>(root, "print_samples_steps");
   s.eval_steps = root["eval_steps"].as<std::int64_t>();
   s.save_checkpoint_steps = root["save_checkpoint_steps"].as<std::int64_t>();
+  s.save_summaries_steps = root["save_summaries_steps"].as<std::int64_t>();
+  s.num_checkpoints = root["num_checkpoints"].as<int>();
+  s.best_model_metric = root["best_model_metric"].as<std::string>();
+  s.best_model_mode =
+      resolve_best_mode(root["best_model_mode"].as<std::string>(), s.best_model_metric);
+  s.num_best_models = root["num_best_models"].as<int>();
+  s.load_model = optional_key<std::string>(root, "load_model");
   s.logdir = root["logdir"].as<std::string>();
   s.random_seed = root["random_seed"].as<std::uint64_t>();
   s.iter_size = root["iter_size"].as<std::int64_t>();
   s.max_grad_norm = optional_key<double>(root, "max_grad_norm");
   s.target_loss = optional_key<double>(root, "target_loss");
+  s.dtype = root["dtype"].as<std::string>();
+  s.compute_dtype = compute_dtype_of(s.dtype, root["mixed_dtype"].as<std::string>());
+  s.loss_scaling = root["loss_scaling"];
+  s.loss_scaling_params = root["loss_scaling_params"];
+  s.larc_params = root["larc_params"];
+
+  if (s.print_samples_steps && *s.print_samples_steps % s.print_loss_steps != 0) {
+    const auto where = config.where("print_samples_steps");
+    throw UserError(fmt::format(
+        "{}: {}: {} is not a multiple of print_loss_steps ({}); samples are printed with the "
+        "loss lines",
+        where.describe(), where.key_path.empty() ? "print_samples_steps" : where.key_path,
+        *s.print_samples_steps, s.print_loss_steps));
+  }
   return s;
 }
 

@@ -5,7 +5,10 @@
 #include <optional>
 #include <string>
 
+#include <yaml-cpp/yaml.h>
+
 #include "config/experiment_file.hpp"
+#include "rig/tensor.hpp"
 
 namespace rig::engine {
 
@@ -14,15 +17,29 @@ struct EngineSettings {
   std::optional<std::int64_t> max_steps;
   std::optional<double> num_epochs;
   std::int64_t print_loss_steps = 100;
+  std::optional<std::int64_t> print_samples_steps;
   std::int64_t eval_steps = 1000;
-  std::int64_t save_checkpoint_steps = 0;  // 0: only at the end
+  std::int64_t save_checkpoint_steps = 0;   // 0: only at the end
+  std::int64_t save_summaries_steps = 100;  // 0: none
+  int num_checkpoints = 5;                  // 0: keep all
+  std::string best_model_metric = "loss";
+  std::string best_model_mode = "min";  // "auto" resolved to min / max
+  int num_best_models = 1;
+  std::optional<std::string> load_model;
   std::string logdir;
   std::uint64_t random_seed = 0;
   std::int64_t iter_size = 1;
   std::optional<double> max_grad_norm;
   std::optional<double> target_loss;
+  std::string dtype = "float32";  // float32 | float16 | bfloat16 | mixed
+  DType compute_dtype = DType::f32;
+  YAML::Node loss_scaling;         // null, a number, Backoff or LogMax
+  YAML::Node loss_scaling_params;  // may be null
+  YAML::Node larc_params;          // null when LARC is off
 };
 
+// Reads the engine keys and checks the rules the schema cannot express
+// (print_samples_steps a multiple of print_loss_steps).
 EngineSettings read_settings(const config::ResolvedConfig& config);
 
 }  // namespace rig::engine

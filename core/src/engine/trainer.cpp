@@ -2,10 +2,13 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
 
 #include <fmt/format.h>
 
 #include "engine/evaluator.hpp"
+#include "engine/gradient_norm.hpp"
+#include "engine/stop_signals.hpp"
 #include "rig/error.hpp"
 #include "rig/ops.hpp"
 
@@ -14,141 +17,348 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
+double seconds_between(Clock::time_point begin, Clock::time_point end) {
+  return std::chrono::duration<double>(end - begin).count();
 }
 
-// Fetches the next batch, moving on to the next epoch when one ends.
-Batch next_batch(DataLayer& data, std::int64_t& epoch) {
-  if (auto batch = data.next_batch()) return std::move(*batch);
-  ++epoch;
-  data.start_epoch(epoch);
-  if (auto batch = data.next_batch()) return std::move(*batch);
+// Consecutive overflowing steps after which automatic loss scaling gives up:
+// the gradients are not finite at any scale, so the run has diverged.
+constexpr std::int64_t kMaxConsecutiveOverflows = 50;
+
+// Seconds spent in each phase, summed over an interval of steps.
+struct PhaseTimes {
+  double data = 0.0;
+  double forward = 0.0;
+  double backward = 0.0;
+  double communication = 0.0;
+  double optimizer = 0.0;
+  double step = 0.0;
+  double objects = 0.0;  // over all ranks
+  std::int64_t steps = 0;
+  double loss = 0.0;  // summed per-step train loss
+  double gradient_norm = 0.0;
+
+  void add(const PhaseTimes& o) {
+    data += o.data;
+    forward += o.forward;
+    backward += o.backward;
+    communication += o.communication;
+    optimizer += o.optimizer;
+    step += o.step;
+    objects += o.objects;
+    steps += o.steps;
+    loss += o.loss;
+    gradient_norm += o.gradient_norm;
+  }
+};
+
+class TrainingLoop {
+ public:
+  TrainingLoop(const TrainerParts& parts, const TrainOptions& options, const Console& console)
+      : p_(parts), o_(options), s_(options.settings), console_(console), state_(options.start) {}
+
+  TrainResult run();
+
+ private:
+  // One attempted step; false when an overflow skipped the update.
+  bool step(PhaseTimes& times);
+  Batch next_batch();
+  void after_step(const PhaseTimes& times);
+  void print_sample(const Batch& batch);
+  void write_summaries();
+  void refresh_state();  // the fields a checkpoint needs beyond the step
+  void save();
+  void evaluate_now();
+  bool due(std::int64_t every) const { return every > 0 && state_.step % every == 0; }
+  bool last_step() const { return state_.step == o_.max_steps; }
+
+  const TrainerParts& p_;
+  const TrainOptions& o_;
+  const EngineSettings& s_;
+  const Console& console_;
+  TrainingState state_;
+  TrainResult result_;
+  PhaseTimes print_interval_;
+  PhaseTimes summary_interval_;
+  PhaseTimes timed_;  // every step but the first (which warms caches)
+  std::int64_t first_step_ = 0;
+  std::int64_t consecutive_overflows_ = 0;
+  double last_learning_rate_ = 0.0;
+  Clock::time_point run_start_ = Clock::now();
+  std::optional<Batch> sample_batch_;  // kept when samples are due this step
+};
+
+Batch TrainingLoop::next_batch() {
+  if (auto batch = p_.data.next_batch()) return std::move(*batch);
+  ++state_.epoch;
+  p_.data.start_epoch(state_.epoch);
+  if (auto batch = p_.data.next_batch()) return std::move(*batch);
   throw UserError(fmt::format(
       "the training data layer produced no batch in epoch {}: is the data set smaller than one "
       "global batch (batch_size_per_gpu x processes x iter_size)?",
-      epoch));
+      state_.epoch));
 }
 
-// Scales gradients so that their global L2 norm is at most max_norm; returns the norm.
-double clip_gradients(ParameterStore& params, double max_norm) {
-  Tensor grads = params.grads();
-  float* g = grads.data<float>();
-  const std::int64_t n = grads.numel();
-  double squares = 0.0;
-  for (std::int64_t i = 0; i < n; ++i) squares += static_cast<double>(g[i]) * g[i];
-  const double norm = std::sqrt(squares);
-  if (norm > max_norm) {
-    const auto scale = static_cast<float>(max_norm / (norm + 1e-6));
-    for (std::int64_t i = 0; i < n; ++i) g[i] *= scale;
+bool TrainingLoop::step(PhaseTimes& times) {
+  const auto step_begin = Clock::now();
+  const std::int64_t step = state_.step;
+  const double loss_scale = p_.loss_scaler.scale();
+  const bool samples_due =
+      s_.print_samples_steps && console_.enabled() && (step + 1) % *s_.print_samples_steps == 0;
+  p_.params.zero_grad();
+  bool loss_overflow = false;
+  for (std::int64_t micro = 0; micro < s_.iter_size; ++micro) {
+    const auto t0 = Clock::now();
+    Batch batch = next_batch();
+    batch.rng =
+        RandomKey{s_.random_seed, static_cast<std::uint64_t>(step),
+                  static_cast<std::uint32_t>(p_.comm.rank()), static_cast<std::uint32_t>(micro)};
+    const auto t1 = Clock::now();
+    ModelOutput out = p_.model.forward(batch, Mode::train);
+    const float loss = out.loss.item();
+    const auto t2 = Clock::now();
+    if (!std::isfinite(loss)) {
+      if (!p_.loss_scaler.automatic()) {
+        throw UserError(fmt::format(
+            "train loss is {} at step {}: training diverged. Lower the learning rate, set "
+            "max_grad_norm, check the data, or (float16 / mixed) use loss_scaling: Backoff",
+            loss, step));
+      }
+      loss_overflow = true;
+    } else {
+      // The loss is scaled for float16 gradients and averaged over micro-batches,
+      // like one batch iter_size times larger.
+      const double factor = loss_scale / static_cast<double>(s_.iter_size);
+      Tensor scaled =
+          factor != 1.0 ? ops::mul_scalar(out.loss, static_cast<float>(factor)) : out.loss;
+      scaled.backward();
+      times.loss += loss / static_cast<double>(s_.iter_size);
+    }
+    const auto t3 = Clock::now();
+    times.objects += static_cast<double>(batch.num_objects) * p_.comm.size();
+    times.data += seconds_between(t0, t1);
+    times.forward += seconds_between(t1, t2);
+    times.backward += seconds_between(t2, t3);
+    p_.timeline.phase("data", step, t0, t1);
+    p_.timeline.phase("forward", step, t1, t2);
+    p_.timeline.phase("backward", step, t2, t3);
+    if (samples_due && micro + 1 == s_.iter_size) sample_batch_ = std::move(batch);
   }
-  return norm;
+
+  const auto c0 = Clock::now();
+  const double grad_amax = p_.params.unscale_grads(1.0 / loss_scale);
+  if (p_.comm.size() > 1) p_.comm.allreduce(p_.params.grads(), ReduceOp::average)->wait();
+  // After the reduction, so every rank agrees on an overflow any rank saw.
+  const double norm = global_gradient_norm(p_.params);
+  const auto c1 = Clock::now();
+  times.communication += seconds_between(c0, c1);
+  p_.timeline.phase("communication", step, c0, c1);
+
+  const bool overflow = loss_overflow || !std::isfinite(norm) || !std::isfinite(grad_amax);
+  if (overflow) {
+    if (!p_.loss_scaler.automatic()) {
+      throw UserError(fmt::format(
+          "gradients are not finite (inf or NaN) at step {} and loss_scaling is {}: lower "
+          "the learning rate or loss_scaling, or use loss_scaling: Backoff or LogMax",
+          step, p_.loss_scaler.describe()));
+    }
+    p_.loss_scaler.update(true, grad_amax);
+    console_.print("*** Overflow at step {}: loss scale {} -> {}, update skipped", step, loss_scale,
+                   p_.loss_scaler.scale());
+    ++result_.skipped_steps;
+    if (++consecutive_overflows_ >= kMaxConsecutiveOverflows) {
+      throw UserError(fmt::format(
+          "gradients overflowed for {} consecutive steps (at step {}, loss scale now {}): "
+          "training diverged; lower the learning rate or set max_grad_norm",
+          consecutive_overflows_, step, p_.loss_scaler.scale()));
+    }
+    sample_batch_.reset();
+    return false;
+  }
+  consecutive_overflows_ = 0;
+
+  if (s_.max_grad_norm) clip_gradients(p_.params, norm, *s_.max_grad_norm);
+  last_learning_rate_ = p_.lr_policy.learning_rate(step);
+  if (o_.larc) apply_larc(p_.params, *o_.larc, last_learning_rate_);
+  p_.optimizer.step(last_learning_rate_);
+  // Pure float16 / bfloat16 keeps its weights representable in that type.
+  if (s_.dtype == "float16" || s_.dtype == "bfloat16") {
+    p_.params.round_values_to(s_.compute_dtype);
+  }
+  p_.params.publish_values();
+  p_.loss_scaler.update(false, grad_amax);
+  const auto c2 = Clock::now();
+  times.optimizer += seconds_between(c1, c2);
+  p_.timeline.phase("optimizer", step, c1, c2);
+  times.step += seconds_between(step_begin, c2);
+  times.gradient_norm += norm;
+  times.steps = 1;
+  ++state_.step;
+  return true;
+}
+
+void TrainingLoop::print_sample(const Batch& batch) {
+  NoGradGuard no_grad;
+  const Tensor predictions = p_.model.infer(batch);
+  const std::vector<std::string> lines = p_.data.decode(batch, predictions);
+  const std::vector<std::string> targets = p_.data.decode_targets(batch);
+  if (lines.empty()) return;
+  const std::int64_t index = batch.indices.empty() ? 0 : batch.indices.front();
+  console_.print("*** Train sample {}: prediction: {}", index, lines.front());
+  if (!targets.empty())
+    console_.print("*** Train sample {}: target:     {}", index, targets.front());
+}
+
+void TrainingLoop::write_summaries() {
+  const PhaseTimes& t = summary_interval_;
+  if (p_.summaries == nullptr || t.steps == 0) return;
+  const auto n = static_cast<double>(t.steps);
+  Scalars scalars = {
+      {"train_loss", t.loss / n},
+      {"learning_rate", last_learning_rate_},
+      {"global_gradient_norm", t.gradient_norm / n},
+      {"loss_scale", p_.loss_scaler.scale()},
+      {"objects_per_second", t.step > 0.0 ? t.objects / t.step : 0.0},
+      {"time/data", t.data / n},
+      {"time/forward", t.forward / n},
+      {"time/backward", t.backward / n},
+      {"time/communication", t.communication / n},
+      {"time/optimizer", t.optimizer / n},
+      {"time/step", t.step / n},
+  };
+  p_.summaries->write(state_.step, scalars);
+  p_.summaries->flush();
+}
+
+void TrainingLoop::refresh_state() {
+  state_.data_position = p_.data.position();
+  state_.config_hash = o_.config_hash;
+  state_.random_seed = s_.random_seed;
+  state_.loss_scaler = p_.loss_scaler.state();
+  state_.loss_scale = p_.loss_scaler.scale();
+}
+
+void TrainingLoop::save() {
+  if (o_.benchmark || p_.comm.rank() != 0) return;
+  const auto t0 = Clock::now();
+  refresh_state();
+  const auto root = o_.logdir / "checkpoints";
+  const auto dir = save_checkpoint(root, p_.params, &p_.optimizer, state_, o_.config_yaml);
+  prune_checkpoints(root, s_.num_checkpoints);
+  console_.print("*** Saved checkpoint {}", dir.string());
+  p_.timeline.phase("checkpoint", state_.step, t0, Clock::now());
+}
+
+void TrainingLoop::evaluate_now() {
+  if (p_.eval_data == nullptr || o_.benchmark) return;
+  const auto t0 = Clock::now();
+  const EvalResult eval = evaluate(p_.model, *p_.eval_data, p_.comm);
+  p_.timeline.phase("eval", state_.step, t0, Clock::now());
+  print_eval(console_, eval, state_.step);
+  if (p_.summaries != nullptr) {
+    Scalars scalars;
+    for (const auto& [name, metric] : eval.metrics) {
+      scalars.emplace_back("eval_" + name, metric.value());
+    }
+    p_.summaries->write(state_.step, scalars);
+    p_.summaries->flush();
+  }
+  if (p_.best_models == nullptr || p_.comm.rank() != 0) return;
+  const auto it = eval.metrics.find(p_.best_models->metric());
+  if (it == eval.metrics.end()) {
+    std::string known;
+    for (const auto& [name, metric] : eval.metrics) known += (known.empty() ? "" : ", ") + name;
+    throw UserError(
+        fmt::format("best_model_metric '{}' is not an eval metric of this model (it reports: {})",
+                    p_.best_models->metric(), known));
+  }
+  const double value = it->second.value();
+  if (!p_.best_models->improves(value)) return;
+  refresh_state();
+  save_checkpoint(o_.logdir / "best_models", p_.params, &p_.optimizer, state_, o_.config_yaml);
+  p_.best_models->record(state_.step, value);
+  console_.print("*** New best {} {:.4f}: saved {}", p_.best_models->metric(), value,
+                 (o_.logdir / "best_models" / fmt::format("ckpt-{}", state_.step)).string());
+}
+
+void TrainingLoop::after_step(const PhaseTimes& times) {
+  print_interval_.add(times);
+  summary_interval_.add(times);
+  // The first step warms caches and allocators; it is not timed (unless it is the only one).
+  if (state_.step > first_step_ + 1 || o_.max_steps - first_step_ == 1) timed_.add(times);
+
+  if (due(s_.print_loss_steps) || last_step()) {
+    const PhaseTimes& t = print_interval_;
+    result_.final_loss = t.loss / static_cast<double>(t.steps);
+    console_.print("*** Global step {}: *** Train loss: {:.4f}", state_.step, result_.final_loss);
+    console_.print("time per step = {}", format_duration(t.step / static_cast<double>(t.steps)));
+    print_interval_ = {};
+  }
+  if (sample_batch_) {
+    print_sample(*sample_batch_);
+    sample_batch_.reset();
+  }
+  if (!o_.benchmark && (due(s_.save_summaries_steps) || (last_step() && s_.save_summaries_steps))) {
+    write_summaries();
+    summary_interval_ = {};
+  }
+  if (due(s_.save_checkpoint_steps) && !last_step()) save();
+  if (due(s_.eval_steps) && !last_step()) evaluate_now();
+}
+
+TrainResult TrainingLoop::run() {
+  if (state_.data_position && !state_.data_position.IsNull()) {
+    p_.data.seek(state_.data_position);
+  } else {
+    p_.data.start_epoch(state_.epoch);
+  }
+  if (state_.loss_scaler && !state_.loss_scaler.IsNull()) {
+    p_.loss_scaler.load_state(state_.loss_scaler);
+  }
+  first_step_ = state_.step;
+  const StopSignals signals;
+  const auto loop_start = Clock::now();
+  while (state_.step < o_.max_steps) {
+    PhaseTimes times;
+    if (step(times)) after_step(times);
+    console_.progress(state_.step - first_step_, o_.max_steps - first_step_,
+                      seconds_between(loop_start, Clock::now()),
+                      fmt::format("loss {:.4f}", times.loss));
+    if (StopSignals::received() != 0) {
+      result_.stop_signal = StopSignals::received();
+      break;
+    }
+  }
+  console_.clear_bar();
+
+  result_.steps = state_.step;
+  if (result_.stop_signal != 0) {
+    console_.print("*** Stopped by signal {} at step {}", result_.stop_signal, state_.step);
+    if (state_.step > first_step_) save();
+    return result_;
+  }
+  console_.print("*** Finished training");
+  if (timed_.steps > 0) {
+    result_.avg_step_seconds = timed_.step / static_cast<double>(timed_.steps);
+    result_.objects_per_second = timed_.objects / timed_.step;
+    console_.print("*** Avg time per step: {:.6f}s", result_.avg_step_seconds);
+    console_.print("*** Avg objects per second: {:.3f}", result_.objects_per_second);
+  }
+  if (result_.skipped_steps > 0) {
+    console_.print("*** Skipped {} step(s) on loss-scale overflow", result_.skipped_steps);
+  }
+  if (state_.step > first_step_) {
+    save();
+    evaluate_now();
+  }
+  return result_;
 }
 
 }  // namespace
 
 TrainResult train(const TrainerParts& parts, const TrainOptions& options, const Console& console) {
-  const EngineSettings& s = options.settings;
-  TrainingState state = options.start;
-  if (state.data_position && !state.data_position.IsNull()) {
-    parts.data.seek(state.data_position);
-  } else {
-    parts.data.start_epoch(state.epoch);
-  }
-
-  TrainResult result;
-  double interval_loss = 0.0;
-  std::int64_t interval_steps = 0;
-  double timed_seconds = 0.0;
-  std::int64_t timed_steps = 0;
-  double timed_objects = 0.0;
-  auto interval_start = Clock::now();
-  const std::int64_t first_step = state.step;
-
-  auto save = [&] {
-    if (options.benchmark || parts.comm.rank() != 0) return;
-    state.data_position = parts.data.position();
-    state.config_hash = options.config_hash;
-    auto dir =
-        save_checkpoint(options.logdir, parts.params, &parts.optimizer, state, options.config_yaml);
-    console.print("*** Saved checkpoint {}", dir.string());
-  };
-  auto run_eval = [&] {
-    if (parts.eval_data == nullptr || options.benchmark) return;
-    print_eval(console, evaluate(parts.model, *parts.eval_data, parts.comm), state.step);
-  };
-
-  while (state.step < options.max_steps) {
-    const auto step_start = Clock::now();
-    parts.params.zero_grad();
-    double step_loss = 0.0;
-    std::int64_t step_objects = 0;
-    for (std::int64_t micro = 0; micro < s.iter_size; ++micro) {
-      Batch batch = next_batch(parts.data, state.epoch);
-      batch.rng = RandomKey{s.random_seed, static_cast<std::uint64_t>(state.step),
-                            static_cast<std::uint32_t>(parts.comm.rank()),
-                            static_cast<std::uint32_t>(micro)};
-      ModelOutput out = parts.model.forward(batch, Mode::train);
-      const float loss = out.loss.item();
-      if (!std::isfinite(loss)) {
-        throw UserError(fmt::format(
-            "train loss is {} at step {}: training diverged (lower the learning rate, set "
-            "max_grad_norm, or check the data)",
-            loss, state.step));
-      }
-      // Accumulated micro-batches average, like one batch iter_size times larger.
-      Tensor scaled = s.iter_size > 1
-                          ? ops::mul_scalar(out.loss, 1.0F / static_cast<float>(s.iter_size))
-                          : out.loss;
-      scaled.backward();
-      step_loss += loss / static_cast<double>(s.iter_size);
-      step_objects += batch.num_objects;
-    }
-    if (parts.comm.size() > 1)
-      parts.comm.allreduce(parts.params.grads(), ReduceOp::average)->wait();
-    if (s.max_grad_norm) clip_gradients(parts.params, *s.max_grad_norm);
-    parts.optimizer.step(parts.lr_policy.learning_rate(state.step));
-    ++state.step;
-
-    const double step_seconds = seconds_since(step_start);
-    // The first step warms caches and allocators; it is not timed.
-    if (state.step > first_step + 1 || options.max_steps - first_step == 1) {
-      timed_seconds += step_seconds;
-      ++timed_steps;
-      timed_objects += static_cast<double>(step_objects) * parts.comm.size();
-    }
-    interval_loss += step_loss;
-    ++interval_steps;
-
-    if (state.step % s.print_loss_steps == 0 || state.step == options.max_steps) {
-      result.final_loss = interval_loss / static_cast<double>(interval_steps);
-      console.print("*** Global step {}: *** Train loss: {:.4f}", state.step, result.final_loss);
-      console.print("time per step = {}", format_duration(seconds_since(interval_start) /
-                                                          static_cast<double>(interval_steps)));
-      interval_loss = 0.0;
-      interval_steps = 0;
-      interval_start = Clock::now();
-    }
-    if (s.save_checkpoint_steps > 0 && state.step % s.save_checkpoint_steps == 0 &&
-        state.step != options.max_steps) {
-      save();
-    }
-    if (state.step % s.eval_steps == 0 && state.step != options.max_steps) run_eval();
-  }
-
-  console.print("*** Finished training");
-  result.steps = state.step;
-  if (timed_steps > 0) {
-    result.avg_step_seconds = timed_seconds / static_cast<double>(timed_steps);
-    result.objects_per_second = timed_objects / timed_seconds;
-    console.print("*** Avg time per step: {:.6f}s", result.avg_step_seconds);
-    console.print("*** Avg objects per second: {:.3f}", result.objects_per_second);
-  }
-  if (state.step > first_step) {
-    save();
-    run_eval();
-  }
-  return result;
+  TrainingLoop loop(parts, options, console);
+  return loop.run();
 }
 
 }  // namespace rig::engine

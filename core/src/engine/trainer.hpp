@@ -1,13 +1,20 @@
-// The training loop: fetch, forward, backward, reduce, clip, step, hooks.
+// The training loop: fetch, forward, backward (scaled loss), unscale, reduce,
+// clip, LARC, step; then the hooks: loss lines, samples, progress bar,
+// summaries, timeline, checkpoints, evaluation, best models, stop signals.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "engine/checkpoint.hpp"
 #include "engine/console.hpp"
+#include "engine/larc.hpp"
+#include "engine/loss_scaler.hpp"
 #include "engine/settings.hpp"
+#include "engine/summary_writer.hpp"
+#include "engine/timeline.hpp"
 #include "rig/communicator.hpp"
 #include "rig/data_layer.hpp"
 #include "rig/lr_policy.hpp"
@@ -23,17 +30,22 @@ struct TrainerParts {
   LrPolicy& lr_policy;
   Communicator& comm;
   ParameterStore& params;
-  DataLayer* eval_data = nullptr;  // train_eval: evaluated every eval_steps and at the end
+  LossScaler& loss_scaler;
+  Timeline& timeline;
+  DataLayer* eval_data = nullptr;      // train_eval: evaluated every eval_steps and at the end
+  SummaryWriter* summaries = nullptr;  // rank 0, unless benchmarking or save_summaries_steps 0
+  BestModels* best_models = nullptr;   // train_eval with num_best_models > 0
 };
 
 struct TrainOptions {
   EngineSettings settings;
   std::int64_t max_steps = 0;
-  bool benchmark = false;  // timing only: no checkpoints, no evaluation
+  bool benchmark = false;  // timing only: no checkpoints, no evaluation, no summaries
   std::filesystem::path logdir;
   std::string config_yaml;  // saved inside every checkpoint
   std::string config_hash;
   TrainingState start;  // where a resumed run picks up
+  std::optional<LarcSettings> larc;
 };
 
 struct TrainResult {
@@ -41,6 +53,8 @@ struct TrainResult {
   double final_loss = 0.0;  // mean train loss over the last print interval
   double avg_step_seconds = 0.0;
   double objects_per_second = 0.0;
+  std::int64_t skipped_steps = 0;  // loss-scale overflows
+  int stop_signal = 0;             // SIGINT / SIGTERM that ended the run early, or 0
 };
 
 TrainResult train(const TrainerParts& parts, const TrainOptions& options, const Console& console);

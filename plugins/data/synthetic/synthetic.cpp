@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numbers>
 #include <numeric>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -150,6 +151,55 @@ class Synthetic final : public rig::DataLayer {
       lines.push_back(fmt::format("{}", fmt::join(p + i * cols, p + (i + 1) * cols, " ")));
     }
     return lines;
+  }
+
+  std::vector<std::string> decode_targets(const rig::Batch& batch) const override {
+    std::vector<std::string> lines;
+    lines.reserve(batch.indices.size());
+    for (const auto s : batch.indices) {
+      if (classification_) {
+        lines.push_back(std::to_string(labels_[s]));
+      } else {
+        const auto* t = targets_.data() + s * num_outputs_;
+        lines.push_back(fmt::format("{}", fmt::join(t, t + num_outputs_, " ")));
+      }
+    }
+    return lines;
+  }
+
+  // Each line: num_features numbers separated by spaces or commas.
+  rig::Batch encode_lines(const std::vector<std::string>& lines) const override {
+    const auto rows = static_cast<std::int64_t>(lines.size());
+    Tensor features = Tensor::empty({rows, num_features_});
+    float* x = features.data<float>();
+    for (std::int64_t r = 0; r < rows; ++r) {
+      std::string text = lines[static_cast<std::size_t>(r)];
+      std::replace(text.begin(), text.end(), ',', ' ');
+      std::istringstream in(text);
+      std::int64_t count = 0;
+      std::string word;
+      while (in >> word) {
+        if (count == num_features_) break;
+        try {
+          std::size_t used = 0;
+          x[r * num_features_ + count] = std::stof(word, &used);
+          if (used != word.size()) throw std::invalid_argument(word);
+        } catch (const std::exception&) {
+          throw rig::UserError(fmt::format("synthetic: '{}' is not a number", word));
+        }
+        ++count;
+      }
+      if (count != num_features_ || (in >> word)) {
+        throw rig::UserError(fmt::format(
+            "synthetic: expected {} numbers (the features) separated by spaces or commas",
+            num_features_));
+      }
+    }
+    rig::Batch batch;
+    batch.num_objects = rows;
+    for (std::int64_t r = 0; r < rows; ++r) batch.indices.push_back(r);
+    batch.tensors["features"] = std::move(features);
+    return batch;
   }
 
  private:

@@ -2,7 +2,7 @@
 // (open_seq2seq/optimizers/lr_policies.py): learning_rate x decay_rates[i]
 // after the i-th boundary, with TensorFlow's tf.train.piecewise_constant
 // semantics (value i holds while step <= boundaries[i]). The boundaries are in
-// epochs when steps_per_epoch is known (given, or from the run), else in steps.
+// epochs when steps_per_epoch is known (given, or from a num_epochs run), else in steps.
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -1,0 +1,15 @@
+// The global L2 norm of the flat f32 gradient buffer, and clipping to it.
+#pragma once
+
+#include "rig/parameter_store.hpp"
+
+namespace rig::engine {
+
+// sqrt(sum g^2) over params.grads(); inf or NaN when any gradient is.
+double global_gradient_norm(const ParameterStore& params);
+
+// Scales grads() by max_norm / (norm + 1e-6) when norm > max_norm (as
+// torch.nn.utils.clip_grad_norm_ and OpenSeq2Seq's clip_by_global_norm).
+void clip_gradients(ParameterStore& params, double norm, double max_norm);
+
+}  // namespace rig::engine

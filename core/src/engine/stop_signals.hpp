@@ -1,0 +1,19 @@
+// SIGINT / SIGTERM during training: the first asks the trainer to finish the
+// current step, write a checkpoint and exit with 128 + signal (130 / 143); a
+// second one exits at once.
+#pragma once
+
+namespace rig::engine {
+
+class StopSignals {
+ public:
+  StopSignals();  // installs the handlers
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+  ~StopSignals();  // restores the previous handlers
+
+  // The signal that asked to stop, or 0.
+  static int received();
+};
+
+}  // namespace rig::engine

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# The training engine's features through the real binary: signals, progress
+# bar, samples, interactive_infer, precision and loss scaling, LARC, NaN
+# refusal, summaries, timeline, report, best models and load_model.
+# Usage: engine_features.sh RIG EXPERIMENT WORKDIR
+set -euo pipefail
+rig="$1"; exp="$2"; work="$3"
+rm -rf "$work"; mkdir -p "$work"; cd "$work"
+export RIG_PROGRESS=0  # deterministic output unless a test asks for the bar
+check() { echo "+ $*"; "$@"; }
+expect_code() {
+  local want="$1"; shift
+  set +e; "$@" >out.txt 2>err.txt; local got=$?; set -e
+  cat out.txt err.txt
+  if [ "$got" -ne "$want" ]; then echo "FAIL: exit $got, expected $want: $*"; exit 1; fi
+}
+fail() { echo "FAIL: $*"; exit 1; }
+
+echo "== SIGINT finishes the step, writes a checkpoint, exits 130; resume continues"
+"$rig" run "$exp" --logdir sig --max_steps=100000000 --save_checkpoint_steps=0 > sig.log 2>&1 &
+pid=$!
+for _ in $(seq 100); do grep -q "Global step" sig.log 2>/dev/null && break; sleep 0.1; done
+kill -INT "$pid"
+set +e; wait "$pid"; code=$?; set -e
+cat sig.log | tail -5
+[ "$code" -eq 130 ] || fail "SIGINT exit $code, expected 130"
+grep -q "Stopped by signal 2 at step" sig.log || fail "no stop line"
+step=$(sed -n 's/.*Stopped by signal 2 at step \([0-9]*\).*/\1/p' sig.log)
+test -f "sig/checkpoints/ckpt-$step/state.yaml" || fail "no checkpoint at step $step"
+check "$rig" run "$exp" --logdir sig --max_steps=$((step + 5)) --continue_learning > resume.log
+grep -q "Resuming from .*ckpt-$step at step $step" resume.log
+
+echo "== SIGTERM exits 143"
+"$rig" run "$exp" --logdir term --max_steps=100000000 > term.log 2>&1 &
+pid=$!
+for _ in $(seq 100); do grep -q "Global step" term.log 2>/dev/null && break; sleep 0.1; done
+kill -TERM "$pid"
+set +e; wait "$pid"; code=$?; set -e
+[ "$code" -eq 143 ] || fail "SIGTERM exit $code, expected 143"
+ls term/checkpoints | grep -q ckpt- || fail "no checkpoint after SIGTERM"
+
+echo "== a second signal exits at once, without a checkpoint"
+# Steps of ~1 s (a wide MLP), so both signals land inside one step.
+"$rig" run "$exp" --logdir twice --max_steps=100000000 --batch_size_per_gpu=256 \
+  --set 'model_params.hidden_sizes=[2048,2048,2048]' --print_loss_steps=1 > twice.log 2>&1 &
+pid=$!
+for _ in $(seq 300); do grep -q "Global step 1:" twice.log 2>/dev/null && break; sleep 0.1; done
+kill -INT "$pid"; sleep 0.2; kill -INT "$pid"
+set +e; wait "$pid"; code=$?; set -e
+cat twice.log | tail -3
+[ "$code" -eq 130 ] || fail "second SIGINT exit $code, expected 130"
+grep -q "second signal, exiting now" twice.log || fail "no second-signal message"
+
+echo "== progress bar on a terminal, none otherwise"
+unset RIG_PROGRESS
+script -qec "$rig run $exp --logdir bar --max_steps=40" /dev/null > tty.log
+grep -q "ETA" tty.log || fail "no progress bar on a terminal"
+"$rig" run "$exp" --logdir nobar --max_steps=40 > notty.log
+if grep -q "ETA" notty.log; then fail "progress bar written to a pipe"; fi
+export RIG_PROGRESS=0
+
+echo "== samples every print_samples_steps; a bad interval is refused"
+check "$rig" run "$exp" --logdir samples --max_steps=20 --print_samples_steps=10 > samples.log
+test "$(grep -c 'Train sample [0-9]*: prediction: [0-9]' samples.log)" -eq 2
+grep -q "Train sample [0-9]*: target: *[0-9]" samples.log
+expect_code 2 "$rig" run "$exp" --logdir bad_samples --print_samples_steps=15
+grep -q "print_samples_steps: 15 is not a multiple of print_loss_steps (10)" err.txt
+
+echo "== interactive_infer answers each line on stdout"
+printf '0.1 0.2 0.3 0.4\n\n1,2,3,4\nnot numbers\n-1 -1 -1 -1\n' |
+  "$rig" run "$exp" --mode interactive_infer --logdir sig > answers.txt 2> interactive.err
+cat answers.txt interactive.err
+test "$(wc -l < answers.txt)" -eq 3 || fail "expected 3 answers"
+grep -qv '^[0-2]$' answers.txt && fail "answers are not class ids"
+grep -q "error: synthetic: 'not' is not a number" interactive.err
+
+echo "== NaN loss without automatic loss scaling stops with the step number"
+expect_code 2 "$rig" run "$exp" --logdir nan --lr_policy_params/learning_rate=1e30
+grep -Eq "train loss is (nan|inf|-nan) at step [0-9]+|gradients are not finite .* at step [0-9]+" err.txt
+
+echo "== mixed precision with Backoff: overflows skip the step and lower the scale"
+check "$rig" run "$exp" --logdir mixed --dtype=mixed --loss_scaling=Backoff > mixed.log
+grep -q "Overflow at step 0: loss scale 16777216 -> 8388608, update skipped" mixed.log
+grep -q "Global step 40: \*\*\* Train loss" mixed.log
+grep -q "Skipped [0-9]* step(s) on loss-scale overflow" mixed.log
+check "$rig" run "$exp" --logdir mixed --dtype=mixed --loss_scaling=Backoff --max_steps=50 \
+  --continue_learning > mixed_resume.log
+if grep -q "Overflow at step 40: loss scale 16777216" mixed_resume.log; then
+  fail "the resumed run forgot the loss scale"
+fi
+check "$rig" run "$exp" --logdir bf16 --dtype=bfloat16 > bf16.log
+grep -q "Global step 40" bf16.log
+check "$rig" run "$exp" --logdir f16 --dtype=float16 --loss_scaling=128 > f16.log
+grep -q "Global step 40" f16.log
+expect_code 2 "$rig" run "$exp" --logdir f16_overflow --dtype=float16 --loss_scaling=1e9
+grep -q "gradients are not finite (inf or NaN) at step 0" err.txt
+
+echo "== LARC"
+check "$rig" run "$exp" --logdir larc --set larc_params.larc_eta=0.002 > larc.log
+grep -q "Global step 40" larc.log
+
+echo "== summaries, timeline and report"
+check "$rig" run "$exp" --mode train_eval --logdir tb --max_steps=40 --eval_steps=20 \
+  --save_summaries_steps=10 --timeline tb/timeline.json > tb.log
+ls tb/events.out.tfevents.* > /dev/null
+test "$(grep -c '"train_loss"' tb/metrics.jsonl)" -eq 4
+grep -q '"eval_accuracy"' tb/metrics.jsonl
+grep -q '"time/backward"' tb/metrics.jsonl
+python3 - tb/timeline.json <<'EOF'
+import json, sys
+events = json.load(open(sys.argv[1]))["traceEvents"]
+names = {e["name"] for e in events}
+assert {"data", "forward", "backward", "communication", "optimizer", "eval"} <= names, names
+assert all(e["ph"] == "X" and e["dur"] >= 0 for e in events)
+EOF
+check "$rig" report tb > report.log
+grep -q "<svg" tb/report.html
+test -d tb/best_models
+check "$rig" run "$exp" --mode eval --logdir tb --checkpoint best > best.log
+grep -q "Restored .*best_models/ckpt-" best.log
+
+echo "== load_model copies matching weights into a new run"
+check "$rig" run "$exp" --logdir transfer --max_steps=5 --load_model=sig \
+  --set 'model_params.hidden_sizes=[16]' > transfer.log
+grep -q "load_model .*: loaded 4 tensor(s), 0 mismatched" transfer.log
+check "$rig" run "$exp" --logdir transfer2 --max_steps=5 --load_model=sig \
+  --set 'model_params.hidden_sizes=[8]' > transfer2.log
+grep -q "loaded 0 tensor(s), 4 mismatched" transfer2.log
+echo "engine features ok"
