@@ -12,6 +12,7 @@
 #include "commands.hpp"
 #include "config/overrides.hpp"
 #include "engine/run.hpp"
+#include "report/report.hpp"
 #include "rig/error.hpp"
 #include "rig/plugin.hpp"
 #include "rig/version.hpp"
@@ -113,6 +114,14 @@ int dispatch(int argc, char** argv) {
   schema->add_option("what", schema_what, "'experiment' or KIND/NAME, e.g. model/mlp")->required();
   add_common(schema, false);
 
+  std::string report_logdir;
+  std::string report_output;
+  auto* report = app.add_subcommand(
+      "report", "write one self-contained HTML file of a run's metrics (SVG charts, config)");
+  report->add_option("logdir", report_logdir, "the run's logdir (holding metrics.jsonl)")
+      ->required();
+  report->add_option("-o,--output", report_output, "the HTML file (default LOGDIR/report.html)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -146,6 +155,11 @@ int dispatch(int argc, char** argv) {
                                   overrides_from(config->remaining(), set_args), plugin_paths);
   }
   if (plugins->parsed()) return rig::cli::list_plugins(plugin_paths);
+  if (report->parsed()) {
+    const auto path = rig::report::write_report(report_logdir, report_output);
+    std::printf("*** Wrote report %s\n", path.string().c_str());
+    return 0;
+  }
   return rig::cli::print_schema(schema_what, plugin_paths);
 }
 

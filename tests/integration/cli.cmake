@@ -90,3 +90,10 @@ set_tests_properties(cli.lifecycle PROPERTIES LABELS integration TIMEOUT 300)
 add_test(NAME cli.engine_features
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/engine_features.sh $<TARGET_FILE:rig_cli> ${FIX}/tiny.yaml ${WORK}/engine_features)
 set_tests_properties(cli.engine_features PROPERTIES LABELS integration TIMEOUT 300)
+add_test(NAME cli.tensorboard_reads
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tensorboard_reads.sh $<TARGET_FILE:rig_cli>
+          $<TARGET_FILE:rig_unit_tests> ${FIX}/tiny.yaml ${WORK}/tensorboard_reads)
+set_tests_properties(cli.tensorboard_reads PROPERTIES LABELS integration TIMEOUT 300 SKIP_RETURN_CODE 77)
+add_test(NAME cli.checkpoints
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/checkpoints.sh $<TARGET_FILE:rig_cli> ${FIX}/tiny.yaml ${WORK}/checkpoints)
+set_tests_properties(cli.checkpoints PROPERTIES LABELS integration TIMEOUT 300)

@@ -75,8 +75,10 @@ grep -qv '^[0-2]$' answers.txt && fail "answers are not class ids"
 grep -q "error: synthetic: 'not' is not a number" interactive.err
 
 echo "== NaN loss without automatic loss scaling stops with the step number"
-expect_code 2 "$rig" run "$exp" --logdir nan --lr_policy_params/learning_rate=1e30
-grep -Eq "train loss is (nan|inf|-nan) at step [0-9]+|gradients are not finite .* at step [0-9]+" err.txt
+# One step at this rate sends the weights to infinity.
+expect_code 2 "$rig" run "$exp" --logdir nan --lr_policy_params/learning_rate=1e38
+grep -Eq "train loss is (nan|inf|-nan) at step 1: training diverged" err.txt
+test ! -e nan/checkpoints
 
 echo "== mixed precision with Backoff: overflows skip the step and lower the scale"
 check "$rig" run "$exp" --logdir mixed --dtype=mixed --loss_scaling=Backoff > mixed.log
@@ -125,5 +127,6 @@ check "$rig" run "$exp" --logdir transfer --max_steps=5 --load_model=sig \
 grep -q "load_model .*: loaded 4 tensor(s), 0 mismatched" transfer.log
 check "$rig" run "$exp" --logdir transfer2 --max_steps=5 --load_model=sig \
   --set 'model_params.hidden_sizes=[8]' > transfer2.log
-grep -q "loaded 0 tensor(s), 4 mismatched" transfer2.log
+grep -q "loaded 1 tensor(s), 3 mismatched" transfer2.log
+grep -q "shape differs, kept initial: layers.0.weight: checkpoint \[16,4\] vs model \[8,4\]" transfer2.log
 echo "engine features ok"

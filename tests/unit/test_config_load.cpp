@@ -167,8 +167,9 @@ TEST(ConfigLoad, RangeViolations) {
 }
 
 TEST(ConfigLoad, EnumViolationListsAllowedValues) {
-  EXPECT_EQ(parse_error("base_params:\n  dtype: float16\n"),
-            "bad.yaml:2:10: base_params.dtype: expected one of [float32], found 'float16'");
+  EXPECT_EQ(parse_error("base_params:\n  dtype: float8\n"),
+            "bad.yaml:2:10: base_params.dtype: expected one of [float32, float16, bfloat16, "
+            "mixed], found 'float8'");
   EXPECT_EQ(parse_error("base_params:\n  device: cuda\n"),
             "bad.yaml:2:11: base_params.device: expected one of [cpu], found 'cuda'");
 }

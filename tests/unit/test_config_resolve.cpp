@@ -311,8 +311,9 @@ TEST(ConfigResolve, OverrideErrorsPointAtTheCommandLine) {
   EXPECT_EQ(resolve_error(kExperiment, "train", {parse_slash_override("--max_steps=abc")}),
             "command line (--max_steps=abc): max_steps: expected integer, found 'abc'");
   EXPECT_EQ(
-      resolve_error(kExperiment, "train", {parse_set_override("dtype=float16")}),
-      "command line (--set dtype=float16): dtype: expected one of [float32], found 'float16'");
+      resolve_error(kExperiment, "train", {parse_set_override("dtype=float8")}),
+      "command line (--set dtype=float8): dtype: expected one of [float32, float16, bfloat16, "
+      "mixed], found 'float8'");
   EXPECT_EQ(resolve_error(kExperiment, "train", {parse_set_override("max_steps.x=1")}),
             "command line (--set max_steps.x=1): max_steps: cannot set 'x' inside '100' (set at "
             "exp.yaml:3:14): it is not a map");
@@ -332,6 +333,12 @@ logdir: runs/base
 random_seed: 0
 iter_size: 1
 dtype: float32
+mixed_dtype: float16
+num_checkpoints: 5
+save_summaries_steps: 100
+best_model_metric: loss
+best_model_mode: auto
+num_best_models: 1
 device: cpu
 model: mlp
 model_params:

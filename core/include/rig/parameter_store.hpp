@@ -44,8 +44,10 @@ struct ParameterInfo {
   std::int64_t offset;  // in elements, into values()/grads() (or buffers())
   Initializer init;
   Tensor value;   // what the model computes with: a view of values(), or of compute_values()
-                  // under a low-precision compute dtype; requires grad (parameters)
-  Tensor master;  // the f32 view of values() (or buffers()): optimizer, checkpoints, transfer
+                  // under a low-precision compute dtype; requires grad (parameters), its
+                  // gradient a view of grads() / compute_grads()
+  Tensor master;  // the f32 view of values() (or buffers()): optimizer, checkpoints, transfer;
+                  // the same tensor as `value` under f32 and for buffers. Set by allocate().
 };
 
 class RIG_API ParameterStore {
@@ -75,8 +77,10 @@ class RIG_API ParameterStore {
   Tensor compute_values() const;
   Tensor compute_grads() const;
   // Moves the model's gradients into the f32 master grads() multiplied by
-  // `scale` (1 / loss scale). Returns the largest |gradient| seen before
-  // scaling, or +inf when any gradient is inf or NaN (an overflow).
+  // `scale` (1 / loss scale; under f32 in place, and no multiply when it is
+  // 1). Returns the largest |master gradient| after unscaling (the `amax`
+  // OpenSeq2Seq's loss scalers are given), or +inf when any gradient is inf or
+  // NaN (an overflow).
   double unscale_grads(double scale);
   // Copies the master values() into compute_values(), rounding to the compute
   // dtype; call after every optimizer step and after loading a checkpoint. A

@@ -26,8 +26,8 @@ struct TrainingState {
   // so the seed and the step restore all of them (saved as rng: {generator,
   // seed, step}).
   std::uint64_t random_seed = 0;
-  YAML::Node loss_scaler;  // LossScaler::state(); null without loss scaling
-  double loss_scale = 1.0; // for people reading state.yaml
+  YAML::Node loss_scaler;   // LossScaler::state(); null without loss scaling
+  double loss_scale = 1.0;  // for people reading state.yaml
 };
 
 struct Checkpoint {
@@ -91,11 +91,11 @@ std::optional<std::filesystem::path> best_checkpoint(const std::filesystem::path
 // `source` (a ckpt-<step> folder, a logdir (its latest checkpoint), or a
 // .safetensors file) into `params`; the rest keep their initial values.
 struct TransferReport {
-  std::filesystem::path source;       // the model.safetensors actually read
-  std::vector<std::string> loaded;    // copied
+  std::filesystem::path source;         // the model.safetensors actually read
+  std::vector<std::string> loaded;      // copied
   std::vector<std::string> mismatched;  // "name: checkpoint [a,b] vs model [c,d]"
-  std::vector<std::string> missing;   // in the model, not in the checkpoint
-  std::vector<std::string> unused;    // in the checkpoint, not in the model
+  std::vector<std::string> missing;     // in the model, not in the checkpoint
+  std::vector<std::string> unused;      // in the checkpoint, not in the model
 };
 TransferReport load_matching_parameters(const std::filesystem::path& source,
                                         ParameterStore& params);

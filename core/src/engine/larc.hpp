@@ -12,10 +12,10 @@
 namespace rig::engine {
 
 struct LarcSettings {
-  double eta = 0.0;          // larc_eta (required)
-  std::string mode = "clip"; // larc_mode: clip | scale
-  double min_update = 1e-7;  // min_update
-  double epsilon = 1e-7;     // epsilon
+  double eta = 0.0;           // larc_eta (required)
+  std::string mode = "clip";  // larc_mode: clip | scale
+  double min_update = 1e-7;   // min_update
+  double epsilon = 1e-7;      // epsilon
 };
 
 LarcSettings read_larc_settings(const YAML::Node& larc_params);

@@ -19,9 +19,14 @@ class LossScaler {
   // stopping the run.
   virtual bool automatic() const = 0;
   // After backward and unscaling: `overflow` when any gradient is inf / NaN;
-  // `grad_amax` the largest |gradient| before unscaling (LogMax's statistic).
+  // `grad_amax` the largest |gradient| after unscaling, as
+  // ParameterStore::unscale_grads returns it (LogMax's statistic; OpenSeq2Seq
+  // gives its scalers the unscaled gradients). A non-finite grad_amax counts
+  // as an overflow.
   virtual void update(bool overflow, double grad_amax) = 0;
-  // Everything needed to resume bit-exactly (saved in state.yaml).
+  // Everything needed to resume bit-exactly (saved in state.yaml): a map with
+  // "algorithm" and the scaler's variables, doubles as shortest round-trip text.
+  // load_state refuses (UserError) a state of another algorithm or a missing key.
   virtual YAML::Node state() const = 0;
   virtual void load_state(const YAML::Node& state) = 0;
   virtual std::string describe() const = 0;  // e.g. "Backoff (scale 16384)"

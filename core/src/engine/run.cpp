@@ -324,6 +324,9 @@ int run(const RunOptions& options) {
   std::unique_ptr<SummaryWriter> summaries;
   if (!options.benchmark && comm->rank() == 0 && settings.save_summaries_steps > 0) {
     summaries = std::make_unique<SummaryWriter>(logdir);
+    // TensorBoard drops earlier values at steps >= this one: the checkpoint's
+    // own step was logged before the checkpoint was written, so it stays.
+    if (resumed) summaries->session_start(start.step + 1);
   }
   std::unique_ptr<BestModels> best_models;
   if (eval_data && !options.benchmark && settings.num_best_models > 0) {

@@ -1,12 +1,8 @@
 #include "engine/safetensors.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <cstdint>
-#include <cstring>
 #include <fstream>
-#include <system_error>
+#include <stdexcept>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -41,18 +37,10 @@ std::optional<DType> parse_dtype(const std::string& text) {
   return std::nullopt;
 }
 
-void fsync_file(const std::filesystem::path& file) {
-  int fd = ::open(file.c_str(), O_RDONLY);
-  if (fd < 0) throw RunError(fmt::format("cannot reopen {} to sync it", file.string()));
-  int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) throw RunError(fmt::format("cannot sync {} to disk", file.string()));
-}
-
 }  // namespace
 
-void write_safetensors(const std::filesystem::path& file, const NamedTensors& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+files::FileDigest write_safetensors(const std::filesystem::path& file, const NamedTensors& tensors,
+                                    const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::uint64_t offset = 0;
@@ -64,20 +52,20 @@ void write_safetensors(const std::filesystem::path& file, const NamedTensors& te
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // the format pads the header to 8 bytes
-  std::ofstream out(file, std::ios::binary | std::ios::trunc);
-  if (!out) throw RunError(fmt::format("cannot write {}", file.string()));
+  files::SyncedFileWriter out(file);
   std::uint64_t length = text.size();
   unsigned char le[8];
   for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(length >> (8 * i));
-  out.write(reinterpret_cast<const char*>(le), 8);
-  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  out.write(le, 8);
+  out.write(text);
   for (const auto& [name, tensor] : tensors) {
-    out.write(reinterpret_cast<const char*>(tensor.raw_data()),
-              static_cast<std::streamsize>(tensor.nbytes()));
+    if (!tensor.device().is_cpu() || !tensor.is_contiguous()) {
+      throw std::invalid_argument(
+          fmt::format("write_safetensors: tensor '{}' must be a contiguous CPU tensor", name));
+    }
+    out.write(tensor.raw_data(), tensor.nbytes());
   }
-  out.close();
-  if (!out) throw RunError(fmt::format("writing {} failed (disk full?)", file.string()));
-  fsync_file(file);
+  return out.finish();
 }
 
 NamedTensors read_safetensors(const std::filesystem::path& file) {
@@ -106,7 +94,11 @@ NamedTensors read_safetensors(const std::filesystem::path& file) {
     if (name == "__metadata__") continue;
     try {
       auto dtype = parse_dtype(entry.at("dtype").get<std::string>());
-      if (!dtype) throw corrupt(fmt::format("tensor '{}' has unknown dtype", name));
+      if (!dtype) {
+        throw corrupt(fmt::format(
+            "tensor '{}' has dtype {}, which rig does not read (F32, F16, BF16, I32, I64, U8)",
+            name, entry.at("dtype").dump()));
+      }
       Shape shape = entry.at("shape").get<Shape>();
       auto offsets = entry.at("data_offsets").get<std::vector<std::uint64_t>>();
       if (offsets.size() != 2 || offsets[1] < offsets[0] || data_start + offsets[1] > file_size) {

@@ -7,15 +7,17 @@
 #include <map>
 #include <string>
 
+#include "engine/checkpoint_files.hpp"
 #include "rig/tensor.hpp"
 
 namespace rig::engine {
 
 using NamedTensors = std::map<std::string, Tensor>;
 
-// Writes `tensors` (contiguous CPU tensors) and string metadata to `file`, fsynced.
-void write_safetensors(const std::filesystem::path& file, const NamedTensors& tensors,
-                       const std::map<std::string, std::string>& metadata = {});
+// Writes `tensors` (contiguous CPU tensors) and string metadata to `file`,
+// fsynced; returns the written file's size and CRC-32C.
+files::FileDigest write_safetensors(const std::filesystem::path& file, const NamedTensors& tensors,
+                                    const std::map<std::string, std::string>& metadata = {});
 
 // Reads every tensor; throws UserError naming the file if it is truncated or corrupt.
 NamedTensors read_safetensors(const std::filesystem::path& file);

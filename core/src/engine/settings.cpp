@@ -17,6 +17,13 @@ std::optional<T> optional_key(const YAML::Node& root, const char* key) {
   return node.as<T>();
 }
 
+// A copy of root[key], or a null node when the key is absent (assigning the
+// invalid node yaml-cpp returns for a missing key would throw).
+YAML::Node node_or_null(const YAML::Node& root, const char* key) {
+  const YAML::Node node = root[key];
+  return node ? YAML::Clone(node) : YAML::Node(YAML::NodeType::Null);
+}
+
 // best_model_mode auto: lower is better for loss-like metric names.
 std::string resolve_best_mode(const std::string& mode, const std::string& metric) {
   if (mode != "auto") return mode;
@@ -61,9 +68,9 @@ EngineSettings read_settings(const config::ResolvedConfig& config) {
   s.target_loss = optional_key<double>(root, "target_loss");
   s.dtype = root["dtype"].as<std::string>();
   s.compute_dtype = compute_dtype_of(s.dtype, root["mixed_dtype"].as<std::string>());
-  s.loss_scaling = root["loss_scaling"];
-  s.loss_scaling_params = root["loss_scaling_params"];
-  s.larc_params = root["larc_params"];
+  s.loss_scaling = node_or_null(root, "loss_scaling");
+  s.loss_scaling_params = node_or_null(root, "loss_scaling_params");
+  s.larc_params = node_or_null(root, "larc_params");
 
   if (s.print_samples_steps && *s.print_samples_steps % s.print_loss_steps != 0) {
     const auto where = config.where("print_samples_steps");
@@ -72,6 +79,14 @@ EngineSettings read_settings(const config::ResolvedConfig& config) {
         "loss lines",
         where.describe(), where.key_path.empty() ? "print_samples_steps" : where.key_path,
         *s.print_samples_steps, s.print_loss_steps));
+  }
+  if (s.max_grad_norm && s.larc_params && !s.larc_params.IsNull()) {
+    // OpenSeq2Seq refuses the pair too: LARC already bounds each layer's update.
+    const auto where = config.where("larc_params");
+    throw UserError(fmt::format(
+        "{}: larc_params and max_grad_norm are both set: use one of them (LARC already bounds "
+        "each layer's update, as in OpenSeq2Seq, which refuses the pair too)",
+        where.describe()));
   }
   return s;
 }

@@ -29,6 +29,10 @@ class SummaryWriter {
   // written as TensorBoard does (NaN / inf floats) and as null in JSON.
   void write(std::int64_t step, const Scalars& scalars);
   void flush();
+  // A resumed run's first new step is `step`: TensorBoard forgets the earlier
+  // files' values from that step on (metrics.jsonl readers keep the last line per
+  // step instead).
+  void session_start(std::int64_t step);
 
   const std::filesystem::path& event_file() const { return event_path_; }
 

@@ -1,5 +1,6 @@
 // mlp: a multi-layer perceptron for the classification or regression task a
-// data layer describes in info() (num_features, num_outputs, task).
+// data layer describes in info() (num_features, num_outputs, task). It computes
+// in the run's dtype (f32 features are cast to it); the loss is f32.
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -42,6 +43,11 @@ class Mlp final : public rig::Model {
           "mlp: data layer task '{}' is not supported (classification or regression)", task));
     }
     classification_ = task == "classification";
+    dtype_ = ctx.run.dtype;
+    if (!rig::is_floating(dtype_)) {
+      throw std::invalid_argument(
+          fmt::format("mlp: compute dtype {} is not floating", rig::dtype_name(dtype_)));
+    }
     const std::string activation = params["activation"].as<std::string>();
     activation_ = activation == "relu"      ? ops::Activation::relu
                   : activation == "sigmoid" ? ops::Activation::sigmoid
@@ -89,7 +95,7 @@ class Mlp final : public rig::Model {
   Tensor infer(const rig::Batch& batch) override {
     rig::NoGradGuard no_grad;
     const Tensor outputs = compute(batch.at("features"));
-    return classification_ ? ops::argmax(outputs) : outputs;
+    return classification_ ? ops::argmax(outputs) : outputs.to(rig::DType::f32);
   }
 
  private:
@@ -100,7 +106,7 @@ class Mlp final : public rig::Model {
                                               rig::dtype_name(features.dtype()),
                                               rig::to_string(features.shape()), num_features_));
     }
-    Tensor h = features;
+    Tensor h = features.to(dtype_);  // itself under f32
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       h = layers_[i].forward(h, i + 1 < layers_.size() ? activation_ : ops::Activation::none);
     }
@@ -110,6 +116,7 @@ class Mlp final : public rig::Model {
   std::int64_t num_features_ = 0;
   std::int64_t num_outputs_ = 0;
   bool classification_ = true;
+  rig::DType dtype_ = rig::DType::f32;  // the run's compute dtype
   ops::Activation activation_ = ops::Activation::tanh;
   std::vector<rig::nn::Linear> layers_;
 };
