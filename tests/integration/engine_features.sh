@@ -5,16 +5,9 @@
 # Usage: engine_features.sh RIG EXPERIMENT WORKDIR
 set -euo pipefail
 rig="$1"; exp="$2"; work="$3"
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/testlib.sh"
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
 export RIG_PROGRESS=0  # deterministic output unless a test asks for the bar
-check() { echo "+ $*"; "$@"; }
-expect_code() {
-  local want="$1"; shift
-  set +e; "$@" >out.txt 2>err.txt; local got=$?; set -e
-  cat out.txt err.txt
-  if [ "$got" -ne "$want" ]; then echo "FAIL: exit $got, expected $want: $*"; exit 1; fi
-}
-fail() { echo "FAIL: $*"; exit 1; }
 
 echo "== SIGINT finishes the step, writes a checkpoint, exits 130; resume continues"
 "$rig" run "$exp" --logdir sig --max_steps=100000000 --save_checkpoint_steps=0 > sig.log 2>&1 &

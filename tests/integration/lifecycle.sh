@@ -4,14 +4,8 @@
 # Usage: lifecycle.sh RIG EXPERIMENT WORKDIR
 set -euo pipefail
 rig="$1"; exp="$2"; work="$3"
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/testlib.sh"
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
-check() { echo "+ $*"; "$@"; }
-expect_code() {
-  local want="$1"; shift
-  set +e; "$@" >out.txt 2>err.txt; local got=$?; set -e
-  cat out.txt err.txt
-  if [ "$got" -ne "$want" ]; then echo "FAIL: exit $got, expected $want: $*"; exit 1; fi
-}
 
 check "$rig" run "$exp" --logdir a --max_steps=20 > train.log
 grep -q "Global step 20: \*\*\* Train loss" train.log

@@ -80,7 +80,8 @@ class DoublingModel final : public Model {
   Tensor infer(const Batch& batch) override { return ops::mul_scalar(batch.at("x"), 2.0F); }
 };
 
-class OneNumberData final : public DataLayer {
+// A data layer without data: only what interactive_infer touches matters.
+class NoInteractiveData : public DataLayer {
  public:
   YAML::Node info() const override { return {}; }
   std::int64_t epoch_size() const override { return 0; }
@@ -88,6 +89,11 @@ class OneNumberData final : public DataLayer {
   std::optional<Batch> next_batch() override { return std::nullopt; }
   YAML::Node position() const override { return {}; }
   void seek(const YAML::Node&) override {}
+  std::vector<std::string> decode(const Batch&, const Tensor&) const override { return {}; }
+};
+
+class OneNumberData final : public NoInteractiveData {
+ public:
   std::vector<std::string> decode(const Batch&, const Tensor& predictions) const override {
     return {fmt::format("{}", predictions.data<float>()[0])};
   }
@@ -108,15 +114,21 @@ class OneNumberData final : public DataLayer {
   }
 };
 
-class NoInteractiveData final : public DataLayer {
- public:
-  YAML::Node info() const override { return {}; }
-  std::int64_t epoch_size() const override { return 0; }
-  void start_epoch(std::int64_t) override {}
-  std::optional<Batch> next_batch() override { return std::nullopt; }
-  YAML::Node position() const override { return {}; }
-  void seek(const YAML::Node&) override {}
-  std::vector<std::string> decode(const Batch&, const Tensor&) const override { return {}; }
+}
+std::int64_t epoch_size() const override {
+  return 0;
+}
+void start_epoch(std::int64_t) override {}
+std::optional<Batch> next_batch() override {
+  return std::nullopt;
+}
+YAML::Node position() const override {
+  return {};
+}
+void seek(const YAML::Node&) override {}
+std::vector<std::string> decode(const Batch&, const Tensor&) const override {
+  return {};
+}
 };
 
 TEST(InteractiveInfer, AnswersEachLineSkipsBlanksAndReportsBadOnes) {
