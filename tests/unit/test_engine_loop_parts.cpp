@@ -114,23 +114,6 @@ class OneNumberData final : public NoInteractiveData {
   }
 };
 
-}
-std::int64_t epoch_size() const override {
-  return 0;
-}
-void start_epoch(std::int64_t) override {}
-std::optional<Batch> next_batch() override {
-  return std::nullopt;
-}
-YAML::Node position() const override {
-  return {};
-}
-void seek(const YAML::Node&) override {}
-std::vector<std::string> decode(const Batch&, const Tensor&) const override {
-  return {};
-}
-};
-
 TEST(InteractiveInfer, AnswersEachLineSkipsBlanksAndReportsBadOnes) {
   DoublingModel model;
   OneNumberData data;

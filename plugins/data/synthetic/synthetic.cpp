@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "../common/epoch_sampler.hpp"
 #include "rig/error.hpp"
 #include "rig/plugin.hpp"
 
@@ -20,31 +21,11 @@ namespace {
 
 using rig::Tensor;
 
-std::uint64_t mix(std::uint64_t x) {  // SplitMix64
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30U)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27U)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31U);
-}
+using rig_data::mix;
+using rig_data::Stream;
 
-// Counter-based random stream: draw i depends only on (seed, purpose, index, i).
-class Stream {
- public:
-  enum Purpose : std::uint64_t { teacher = 1, train = 2, eval = 3, shuffle = 4 };
-  Stream(std::uint64_t seed, Purpose purpose, std::uint64_t index = 0)
-      : key_(mix(mix(mix(seed) ^ purpose) ^ index)) {}
-  std::uint64_t bits(std::uint64_t i) const { return mix(key_ + i * 0xD1B54A32D192ED03ULL); }
-  double uniform(std::uint64_t i) const {  // in (0, 1)
-    return (static_cast<double>(bits(i) >> 11U) + 0.5) * 0x1.0p-53;
-  }
-  double normal(std::uint64_t i) const {  // Box-Muller on draws 2i and 2i+1
-    const double r = std::sqrt(-2.0 * std::log(uniform(2 * i)));
-    return r * std::cos(2.0 * std::numbers::pi * uniform(2 * i + 1));
-  }
-
- private:
-  std::uint64_t key_;
-};
+// This layer's stream purposes (rig_data::kShuffle orders the epochs).
+enum SyntheticPurpose : std::uint64_t { kTeacher = 1, kTrain = 2, kEval = 3 };
 
 class Synthetic final : public rig::DataLayer {
  public:
@@ -56,18 +37,9 @@ class Synthetic final : public rig::DataLayer {
         train_(ctx.run.mode == rig::Mode::train),
         num_samples_(params[train_ ? "num_samples" : "num_eval_samples"].as<std::int64_t>()),
         seed_(mix(params["seed"].as<std::uint64_t>()) ^ ctx.run.seed),
-        batch_size_(ctx.batch_size),
-        rank_(ctx.run.rank),
-        world_size_(ctx.run.world_size) {
-    if (batch_size_ < 1) {
-      throw rig::UserError(fmt::format("synthetic: batch size {} must be >= 1", batch_size_));
-    }
-    if (world_size_ < 1 || rank_ < 0 || rank_ >= world_size_) {
-      throw std::invalid_argument(
-          fmt::format("synthetic: rank {} of a world of {}", rank_, world_size_));
-    }
+        sampler_("synthetic", num_samples_, seed_, train_, ctx.batch_size, ctx.run.rank,
+                 ctx.run.world_size) {
     generate(params["noise"].as<double>());
-    start_epoch(0);
   }
 
   YAML::Node info() const override {
@@ -82,54 +54,16 @@ class Synthetic final : public rig::DataLayer {
 
   std::int64_t epoch_size() const override { return num_samples_; }
 
-  void start_epoch(std::int64_t epoch) override {
-    if (epoch < 0) throw std::invalid_argument(fmt::format("synthetic: epoch {} < 0", epoch));
-    epoch_ = epoch;
-    offset_ = 0;
-    order_.resize(static_cast<std::size_t>(num_samples_));
-    std::iota(order_.begin(), order_.end(), std::int64_t{0});
-    if (!train_) return;
-    // Fisher-Yates from a stream keyed on (seed, epoch) only: every world size
-    // sees the same global order.
-    const Stream stream(seed_, Stream::shuffle, static_cast<std::uint64_t>(epoch));
-    for (std::size_t i = order_.size(); i > 1; --i) {
-      const auto j = static_cast<std::size_t>(
-          (static_cast<unsigned __int128>(stream.bits(i)) * i) >> 64U);  // uniform in [0, i)
-      std::swap(order_[i - 1], order_[j]);
-    }
-  }
+  void start_epoch(std::int64_t epoch) override { sampler_.start_epoch(epoch); }
 
   std::optional<rig::Batch> next_batch() override {
-    const std::int64_t global = batch_size_ * world_size_;
-    // Train drops the last incomplete global batch; eval and infer keep it so
-    // every sample is seen exactly once (a rank may then get nothing).
-    if (train_ ? offset_ + global > num_samples_ : offset_ >= num_samples_) return std::nullopt;
-    const std::int64_t begin = std::min(offset_ + rank_ * batch_size_, num_samples_);
-    const std::int64_t end = std::min(begin + batch_size_, num_samples_);
-    offset_ += global;
-    if (begin == end) return std::nullopt;
-    return make_batch(begin, end);
+    auto indices = sampler_.next();
+    if (!indices) return std::nullopt;
+    return make_batch(std::move(*indices));
   }
 
-  YAML::Node position() const override {
-    YAML::Node position;
-    position["epoch"] = epoch_;
-    position["offset"] = offset_;
-    return position;
-  }
-
-  void seek(const YAML::Node& position) override {
-    if (!position.IsMap() || !position["epoch"] || !position["offset"]) {
-      throw rig::UserError("synthetic: a data position needs 'epoch' and 'offset'");
-    }
-    const auto offset = position["offset"].as<std::int64_t>();
-    if (offset < 0 || offset > num_samples_) {
-      throw rig::UserError(fmt::format("synthetic: offset {} is outside the data set of {} samples",
-                                       offset, num_samples_));
-    }
-    start_epoch(position["epoch"].as<std::int64_t>());
-    offset_ = offset;
-  }
+  YAML::Node position() const override { return sampler_.position(); }
+  void seek(const YAML::Node& position) override { sampler_.seek(position); }
 
   std::vector<std::string> decode(const rig::Batch& batch,
                                   const Tensor& predictions) const override {
@@ -207,12 +141,12 @@ class Synthetic final : public rig::DataLayer {
   void generate(double noise) {
     const auto f = num_features_;
     const auto o = num_outputs_;
-    const Stream teacher(seed_, Stream::teacher);
+    const Stream teacher(seed_, kTeacher);
     std::vector<double> weight(static_cast<std::size_t>(f * o));
     const double scale = 1.0 / std::sqrt(static_cast<double>(f));  // unit-variance outputs
     for (std::size_t i = 0; i < weight.size(); ++i) weight[i] = scale * teacher.normal(i);
 
-    const Stream data(seed_, train_ ? Stream::train : Stream::eval);
+    const Stream data(seed_, train_ ? kTrain : kEval);
     features_.resize(static_cast<std::size_t>(num_samples_ * f));
     if (classification_) {
       labels_.resize(static_cast<std::size_t>(num_samples_));
@@ -237,13 +171,13 @@ class Synthetic final : public rig::DataLayer {
     }
   }
 
-  // The batch of the samples at positions [begin, end) of this epoch's order.
-  rig::Batch make_batch(std::int64_t begin, std::int64_t end) const {
-    const auto rows = end - begin;
+  // The batch of the given samples.
+  rig::Batch make_batch(std::vector<std::int64_t> indices) const {
+    const auto rows = static_cast<std::int64_t>(indices.size());
     const auto f = num_features_;
     rig::Batch batch;
     batch.num_objects = rows;
-    batch.indices.assign(order_.begin() + begin, order_.begin() + end);
+    batch.indices = std::move(indices);
     Tensor features = Tensor::empty({rows, f});
     float* x = features.data<float>();
     Tensor labels = classification_ ? Tensor::empty({rows}, rig::DType::i64)
@@ -270,17 +204,11 @@ class Synthetic final : public rig::DataLayer {
   bool train_;
   std::int64_t num_samples_;
   std::uint64_t seed_;
-  std::int64_t batch_size_;
-  std::int64_t rank_;
-  std::int64_t world_size_;
 
   std::vector<float> features_;       // [num_samples, num_features]
   std::vector<std::int64_t> labels_;  // classification: [num_samples]
   std::vector<float> targets_;        // regression: [num_samples, num_outputs]
-
-  std::int64_t epoch_ = 0;
-  std::int64_t offset_ = 0;  // in global samples: the start of the next global batch
-  std::vector<std::int64_t> order_;
+  rig_data::EpochSampler sampler_;
 };
 
 }  // namespace
