@@ -61,8 +61,8 @@ struct Reorder {
   }
   bool needed() const { return primitive.has_value(); }
   void run(const void* src, void* dst) const {
-    const memory a = du::wrap(from, src);
-    const memory b = du::wrap(to, dst);
+    const du::Memory a = du::wrap(from, src);
+    const du::Memory b = du::wrap(to, dst);
     du::check(du::execute(*primitive, {{DNNL_ARG_FROM, a.get()}, {DNNL_ARG_TO, b.get()}}),
               "conv2d: reorder");
   }
@@ -73,13 +73,18 @@ struct Plan {
   memory::desc x_user, w_user, b_user, y_user;
   dnnl::convolution_forward::primitive_desc fwd_pd;
   dnnl::convolution_forward fwd;
+  // The primitives' layouts, queried once: oneDNN's C++ query functions
+  // allocate (a std::vector) on every call.
+  memory::desc fwd_src, fwd_weights, fwd_dst, fwd_scratch;
   Reorder x_to_fwd, w_to_fwd, fwd_to_y;
 
   bool has_backward = false;
   dnnl::convolution_backward_data::primitive_desc data_pd;
   dnnl::convolution_backward_data data;
+  memory::desc data_diff_dst, data_weights, data_diff_src, data_scratch;
   dnnl::convolution_backward_weights::primitive_desc weights_pd;
   dnnl::convolution_backward_weights weights;
+  memory::desc weights_src, weights_diff_dst, weights_diff_weights, weights_scratch;
   Reorder dy_to_data, w_to_data, data_to_dx;
   Reorder dy_to_weights, x_to_weights, weights_to_dw;
 };
@@ -121,9 +126,13 @@ void build_forward(Plan& p, const Conv2dShape& s, std::int64_t n) {
                                              any(y_dims), strides, dilates, padding, padding);
   p.fwd_pd = dnnl::convolution_forward::primitive_desc(desc, attr, du::engine());
   p.fwd = dnnl::convolution_forward(p.fwd_pd);
-  p.x_to_fwd = Reorder(p.x_user, p.fwd_pd.src_desc());
-  p.w_to_fwd = Reorder(p.w_user, p.fwd_pd.weights_desc());
-  p.fwd_to_y = Reorder(p.fwd_pd.dst_desc(), p.y_user);
+  p.fwd_src = p.fwd_pd.src_desc();
+  p.fwd_weights = p.fwd_pd.weights_desc();
+  p.fwd_dst = p.fwd_pd.dst_desc();
+  p.fwd_scratch = p.fwd_pd.scratchpad_desc();
+  p.x_to_fwd = Reorder(p.x_user, p.fwd_src);
+  p.w_to_fwd = Reorder(p.w_user, p.fwd_weights);
+  p.fwd_to_y = Reorder(p.fwd_dst, p.y_user);
 }
 
 void build_backward(Plan& p, const Conv2dShape& s) {
@@ -142,9 +151,13 @@ void build_backward(Plan& p, const Conv2dShape& s) {
   p.data_pd =
       dnnl::convolution_backward_data::primitive_desc(data_desc, attr, du::engine(), p.fwd_pd);
   p.data = dnnl::convolution_backward_data(p.data_pd);
-  p.dy_to_data = Reorder(p.y_user, p.data_pd.diff_dst_desc());
-  p.w_to_data = Reorder(p.w_user, p.data_pd.weights_desc());
-  p.data_to_dx = Reorder(p.data_pd.diff_src_desc(), p.x_user);
+  p.data_diff_dst = p.data_pd.diff_dst_desc();
+  p.data_weights = p.data_pd.weights_desc();
+  p.data_diff_src = p.data_pd.diff_src_desc();
+  p.data_scratch = p.data_pd.scratchpad_desc();
+  p.dy_to_data = Reorder(p.y_user, p.data_diff_dst);
+  p.w_to_data = Reorder(p.w_user, p.data_weights);
+  p.data_to_dx = Reorder(p.data_diff_src, p.x_user);
 
   const dnnl::convolution_backward_weights::desc weights_desc(
       dnnl::algorithm::convolution_direct, any(x_dims), any(w_dims),
@@ -152,9 +165,13 @@ void build_backward(Plan& p, const Conv2dShape& s) {
   p.weights_pd = dnnl::convolution_backward_weights::primitive_desc(weights_desc, attr,
                                                                     du::engine(), p.fwd_pd);
   p.weights = dnnl::convolution_backward_weights(p.weights_pd);
-  p.dy_to_weights = Reorder(p.y_user, p.weights_pd.diff_dst_desc());
-  p.x_to_weights = Reorder(p.x_user, p.weights_pd.src_desc());
-  p.weights_to_dw = Reorder(p.weights_pd.diff_weights_desc(), p.w_user);
+  p.weights_src = p.weights_pd.src_desc();
+  p.weights_diff_dst = p.weights_pd.diff_dst_desc();
+  p.weights_diff_weights = p.weights_pd.diff_weights_desc();
+  p.weights_scratch = p.weights_pd.scratchpad_desc();
+  p.dy_to_weights = Reorder(p.y_user, p.weights_diff_dst);
+  p.x_to_weights = Reorder(p.x_user, p.weights_src);
+  p.weights_to_dw = Reorder(p.weights_diff_weights, p.w_user);
   p.has_backward = true;
 }
 
@@ -237,7 +254,7 @@ void* output_buffer(const Reorder& r, void* user, Tensor& holder) {
   return holder.raw_data();
 }
 
-dnnl_exec_arg_t arg(int which, const memory& m) {
+dnnl_exec_arg_t arg(int which, const du::Memory& m) {
   return {which, m.get()};
 }
 
@@ -294,12 +311,12 @@ void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const 
         const void* src = converted(p.x_to_fwd, x + first * x_image, x_buffer);
         float* y_user = y + first * y_image;
         void* dst = output_buffer(p.fwd_to_y, y_user, y_buffer);
-        Tensor scratch = du::buffer(p.fwd_pd.scratchpad_desc().get_size());
-        const memory m_src = du::wrap(p.fwd_pd.src_desc(), src);
-        const memory m_w = du::wrap(p.fwd_pd.weights_desc(), weights.of(c, plans));
-        const memory m_dst = du::wrap(p.fwd_pd.dst_desc(), dst);
-        const memory m_scratch = du::wrap(p.fwd_pd.scratchpad_desc(), scratch.raw_data());
-        const memory m_b = s.bias ? du::wrap(p.b_user, b) : memory();
+        Tensor scratch = du::buffer(p.fwd_scratch.get_size());
+        const du::Memory m_src = du::wrap(p.fwd_src, src);
+        const du::Memory m_w = du::wrap(p.fwd_weights, weights.of(c, plans));
+        const du::Memory m_dst = du::wrap(p.fwd_dst, dst);
+        const du::Memory m_scratch = du::wrap(p.fwd_scratch, scratch.raw_data());
+        const du::Memory m_b = s.bias ? du::wrap(p.b_user, b) : du::Memory();
         dnnl_status_t status;
         if (s.bias) {
           status = du::execute(
@@ -351,11 +368,11 @@ void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const
           dy_data = converted(p.dy_to_data, dy_user, dy_data_buffer);
           float* dx_user = dx + first * x_image;
           void* diff_src = output_buffer(p.data_to_dx, dx_user, dx_buffer);
-          Tensor scratch = du::buffer(p.data_pd.scratchpad_desc().get_size());
-          const memory m_dy = du::wrap(p.data_pd.diff_dst_desc(), dy_data);
-          const memory m_w = du::wrap(p.data_pd.weights_desc(), weights.of(c, plans));
-          const memory m_dx = du::wrap(p.data_pd.diff_src_desc(), diff_src);
-          const memory m_scratch = du::wrap(p.data_pd.scratchpad_desc(), scratch.raw_data());
+          Tensor scratch = du::buffer(p.data_scratch.get_size());
+          const du::Memory m_dy = du::wrap(p.data_diff_dst, dy_data);
+          const du::Memory m_w = du::wrap(p.data_weights, weights.of(c, plans));
+          const du::Memory m_dx = du::wrap(p.data_diff_src, diff_src);
+          const du::Memory m_scratch = du::wrap(p.data_scratch, scratch.raw_data());
           du::check(du::execute(p.data, {arg(DNNL_ARG_DIFF_DST, m_dy), arg(DNNL_ARG_WEIGHTS, m_w),
                                          arg(DNNL_ARG_DIFF_SRC, m_dx),
                                          arg(DNNL_ARG_SCRATCHPAD, m_scratch)}),
@@ -364,19 +381,18 @@ void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const
         }
         if (!want_weights) return;
         // The data pass's converted dy serves here too when the layouts agree.
-        const void* dy_weights =
-            dy_data != nullptr && p.data_pd.diff_dst_desc() == p.weights_pd.diff_dst_desc()
-                ? dy_data
-                : converted(p.dy_to_weights, dy_user, dy_weights_buffer);
+        const void* dy_weights = dy_data != nullptr && p.data_diff_dst == p.weights_diff_dst
+                                     ? dy_data
+                                     : converted(p.dy_to_weights, dy_user, dy_weights_buffer);
         const void* src = converted(p.x_to_weights, x + first * x_image, x_buffer);
         float* partial = partials.data<float>() + c * partial_numel;
         void* diff_w = output_buffer(p.weights_to_dw, partial, dw_buffer);
-        Tensor scratch = du::buffer(p.weights_pd.scratchpad_desc().get_size());
-        const memory m_src = du::wrap(p.weights_pd.src_desc(), src);
-        const memory m_dy = du::wrap(p.weights_pd.diff_dst_desc(), dy_weights);
-        const memory m_dw = du::wrap(p.weights_pd.diff_weights_desc(), diff_w);
-        const memory m_scratch = du::wrap(p.weights_pd.scratchpad_desc(), scratch.raw_data());
-        const memory m_db = s.bias ? du::wrap(p.b_user, partial + w_numel) : memory();
+        Tensor scratch = du::buffer(p.weights_scratch.get_size());
+        const du::Memory m_src = du::wrap(p.weights_src, src);
+        const du::Memory m_dy = du::wrap(p.weights_diff_dst, dy_weights);
+        const du::Memory m_dw = du::wrap(p.weights_diff_weights, diff_w);
+        const du::Memory m_scratch = du::wrap(p.weights_scratch, scratch.raw_data());
+        const du::Memory m_db = s.bias ? du::wrap(p.b_user, partial + w_numel) : du::Memory();
         dnnl_status_t status;
         if (s.bias) {
           status = du::execute(p.weights,

@@ -36,16 +36,19 @@ dnnl_status_t execute(const dnnl::primitive& primitive,
   return dnnl_stream_wait(s.get());
 }
 
-dnnl::memory wrap(const dnnl::memory::desc& desc, const void* data) {
+Memory wrap(const dnnl::memory::desc& desc, const void* data) {
+  dnnl_memory_t memory = nullptr;
   // oneDNN takes a non-const handle; inputs are only read.
-  return dnnl::memory(desc, engine(), const_cast<void*>(data));
+  check(dnnl_memory_create(&memory, &desc.data, engine().get(), const_cast<void*>(data)),
+        "dnnl_memory_create");
+  return Memory(memory);
 }
 
 Tensor buffer(std::size_t bytes) {
   return Tensor::empty({static_cast<std::int64_t>((bytes + sizeof(float) - 1) / sizeof(float))});
 }
 
-void check(dnnl_status_t status, const std::string& what) {
+void check(dnnl_status_t status, std::string_view what) {
   if (status != dnnl_success) {
     throw std::runtime_error(
         fmt::format("{}: oneDNN failed with status {}", what, static_cast<int>(status)));

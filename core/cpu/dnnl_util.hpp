@@ -13,7 +13,8 @@
 
 #include <cstddef>
 #include <initializer_list>
-#include <string>
+#include <memory>
+#include <string_view>
 
 #include "rig/tensor.hpp"
 
@@ -42,14 +43,19 @@ dnnl::stream& stream();
 dnnl_status_t execute(const dnnl::primitive& primitive,
                       std::initializer_list<dnnl_exec_arg_t> args);
 
-// A memory object over `data` (not owned).
-dnnl::memory wrap(const dnnl::memory::desc& desc, const void* data);
+// A memory object over `data` (not owned). Through oneDNN's C API: the C++
+// wrapper's shared_ptr would cost a heap allocation per call.
+struct MemoryDeleter {
+  void operator()(dnnl_memory_t memory) const noexcept { dnnl_memory_destroy(memory); }
+};
+using Memory = std::unique_ptr<dnnl_memory, MemoryDeleter>;
+Memory wrap(const dnnl::memory::desc& desc, const void* data);
 
 // A buffer of at least `bytes` from rig's caching allocator (scratch space and
 // blocked-layout copies live in our tensors, not in oneDNN's allocations).
 Tensor buffer(std::size_t bytes);
 
 // Throws std::runtime_error naming `what` when `status` is not success.
-void check(dnnl_status_t status, const std::string& what);
+void check(dnnl_status_t status, std::string_view what);
 
 }  // namespace rig::cpu::dnnl_util

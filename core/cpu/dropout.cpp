@@ -223,9 +223,12 @@ void dropout_backward(const std::uint32_t* mask_bits, float scale, const Tensor&
 }
 
 void dropout_mask(const RandomKey& key, float p, Tensor& mask, std::uint64_t first) {
+  dropout_mask(key, p, mask.data<std::uint8_t>(), mask.numel(), first);
+}
+
+void dropout_mask(const RandomKey& key, float p, std::uint8_t* m, std::int64_t n,
+                  std::uint64_t first) {
   const Stream s(key, p);
-  auto* m = mask.data<std::uint8_t>();
-  const std::int64_t n = mask.numel();
   // Element first + i lives in block (first + i) / 4: start from the block
   // holding `first` and skip the words before it.
   const auto skip = static_cast<std::int64_t>(first % 4);

@@ -30,5 +30,8 @@ void dropout_backward(const std::uint32_t* mask_bits, float scale, const Tensor&
 // The mask of stream elements [first, first + numel) as u8 (1 = kept), for
 // tests: it must equal uniform_float(random_bits(key, first + i)) >= p.
 void dropout_mask(const RandomKey& key, float p, Tensor& mask, std::uint64_t first = 0);
+// The same into n bytes at `mask`.
+void dropout_mask(const RandomKey& key, float p, std::uint8_t* mask, std::int64_t n,
+                  std::uint64_t first = 0);
 
 }  // namespace rig::cpu

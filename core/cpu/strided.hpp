@@ -7,7 +7,8 @@
 #include <array>
 #include <cstdint>
 #include <stdexcept>
-#include <vector>
+
+#include "rig/tensor.hpp"
 
 namespace rig::cpu {
 
@@ -30,8 +31,7 @@ struct StridedPlan {
 
 // `strides[k]` has shape.size() entries for operand k (0 where it broadcasts).
 template <int N>
-StridedPlan<N> make_strided_plan(const std::vector<std::int64_t>& shape,
-                                 const std::array<const std::vector<std::int64_t>*, N>& strides) {
+StridedPlan<N> make_strided_plan(const Shape& shape, const std::array<const Strides*, N>& strides) {
   StridedPlan<N> plan;
   // Walk from the innermost axis outwards, merging an axis into the current
   // one when every operand's stride continues it. Size-1 axes are dropped.
@@ -74,8 +74,7 @@ StridedPlan<N> make_strided_plan(const std::vector<std::int64_t>& shape,
 // leading axes), so that for_each_row visits the rows of a [..., row_len]
 // tensor: `shape`/`strides` describe the leading axes only.
 template <int N>
-StridedPlan<N> make_row_plan(const std::vector<std::int64_t>& shape,
-                             const std::array<const std::vector<std::int64_t>*, N>& strides,
+StridedPlan<N> make_row_plan(const Shape& shape, const std::array<const Strides*, N>& strides,
                              std::int64_t row_len, const std::array<std::int64_t, N>& row_strides) {
   StridedPlan<N> plan = make_strided_plan<N>(shape, strides);
   if (plan.ndim == kMaxStridedDims) {
@@ -118,10 +117,9 @@ void for_each_row(const StridedPlan<N>& plan, std::int64_t begin, std::int64_t e
 
 // Strides of a tensor of `shape`/`strides` broadcast to `out_shape` (leading
 // axes added, size-1 axes given stride 0). The shapes must be compatible.
-inline std::vector<std::int64_t> broadcast_strides(const std::vector<std::int64_t>& shape,
-                                                   const std::vector<std::int64_t>& strides,
-                                                   const std::vector<std::int64_t>& out_shape) {
-  std::vector<std::int64_t> result(out_shape.size(), 0);
+inline Strides broadcast_strides(const Shape& shape, const Strides& strides,
+                                 const Shape& out_shape) {
+  Strides result(out_shape.size(), 0);
   const std::size_t lead = out_shape.size() - shape.size();
   for (std::size_t d = 0; d < shape.size(); ++d) {
     result[lead + d] = shape[d] == 1 ? 0 : strides[d];

@@ -1,29 +1,75 @@
 // Define-by-run reverse-mode autograd: every op that reads a tensor needing a
 // gradient records a Node; Tensor::backward() walks them in reverse order.
+//
+// Recording allocates nothing from the heap once the process is warm: nodes
+// come from a pool, the op name is copied into the node, the inputs are a
+// small inline list and the backward closure lives in an inline buffer of
+// BackwardFn::capacity bytes (a larger closure still works, from the heap;
+// backward_heap_fallbacks() counts those).
 #pragma once
 
-#include <functional>
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <ostream>
 #include <string>
-#include <vector>
+#include <string_view>
 
+#include "rig/export.hpp"
+#include "rig/inline_function.hpp"
+#include "rig/small_vector.hpp"
 #include "rig/tensor.hpp"
 
 namespace rig::autograd {
 
+// An op's name ("matmul", "relu", ...), for messages; copied into the node,
+// so any string works. Names longer than kMaxLength are cut.
+class OpName {
+ public:
+  static constexpr std::size_t kMaxLength = 47;
+  OpName() = default;
+  OpName(std::string_view name) noexcept  // NOLINT: implicit, from literals and strings
+      : size_(static_cast<std::uint8_t>(std::min(name.size(), kMaxLength))) {
+    std::copy_n(name.data(), size_, chars_.data());
+  }
+  OpName(const char* name) noexcept : OpName(std::string_view(name)) {}         // NOLINT
+  OpName(const std::string& name) noexcept : OpName(std::string_view(name)) {}  // NOLINT
+
+  std::string_view view() const noexcept { return {chars_.data(), size_}; }
+  operator std::string_view() const noexcept { return view(); }  // NOLINT
+  friend bool operator==(const OpName& a, const OpName& b) noexcept { return a.view() == b.view(); }
+  friend std::ostream& operator<<(std::ostream& os, const OpName& name) {
+    return os << name.view();
+  }
+
+ private:
+  std::array<char, kMaxLength> chars_{};
+  std::uint8_t size_ = 0;
+};
+
+// The tensors an op read / the gradients its backward returns (one per input).
+using rig::TensorList;
+// Given d(loss)/d(output), returns d(loss)/d(inputs[i]) for every input (an
+// undefined Tensor where an input needs no gradient). A closure returning
+// std::vector<Tensor> also converts.
+using BackwardFn = InlineFunction<TensorList(const Tensor& grad_output), 256>;
+
 struct Node {
-  std::string op;              // for messages: "matmul", "relu", ...
-  std::vector<Tensor> inputs;  // what the op read
-  // Given d(loss)/d(output), returns d(loss)/d(inputs[i]) for every input
-  // (an undefined Tensor where an input needs no gradient).
-  std::function<std::vector<Tensor>(const Tensor& grad_output)> backward;
+  OpName op;          // for messages
+  TensorList inputs;  // what the op read
+  BackwardFn backward;
 };
 
 // Attaches history to `output` when grad mode is on and an input requires a
 // gradient; returns `output` either way.
-Tensor record(Tensor output, std::string op, std::vector<Tensor> inputs,
-              std::function<std::vector<Tensor>(const Tensor&)> backward);
+RIG_API Tensor record(Tensor output, OpName op, TensorList inputs, BackwardFn backward);
 
 // Runs backward from `root` (one element) with seed gradient 1.
-void backward(const Tensor& root);
+RIG_API void backward(const Tensor& root);
+
+// How many recorded backward closures did not fit BackwardFn's inline buffer
+// (each cost a heap allocation); for tests and tuning.
+RIG_API std::size_t backward_heap_fallbacks();
 
 }  // namespace rig::autograd

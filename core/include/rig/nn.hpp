@@ -112,6 +112,7 @@ class RIG_API MultiHeadAttention : public Module {
  private:
   std::int64_t num_heads_;
   float attention_dropout_;
+  std::string dropout_name_;  // child("dropout"), built once: forward does not allocate
   Linear query_, key_, value_, output_;
 };
 

@@ -49,8 +49,8 @@ Tensor activate(const Tensor& a, Activation activation);
 // ---- Reductions -----------------------------------------------------------
 Tensor sum(const Tensor& a);   // all elements -> scalar
 Tensor mean(const Tensor& a);  // all elements -> scalar
-Tensor sum(const Tensor& a, const std::vector<std::int64_t>& axes, bool keepdim = false);
-Tensor mean(const Tensor& a, const std::vector<std::int64_t>& axes, bool keepdim = false);
+Tensor sum(const Tensor& a, const Axes& axes, bool keepdim = false);
+Tensor mean(const Tensor& a, const Axes& axes, bool keepdim = false);
 // Largest value along `axis`; the gradient goes to the first maximal element.
 Tensor max(const Tensor& a, std::int64_t axis, bool keepdim = false);
 
@@ -110,7 +110,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                     const AttentionOptions& options = {});
 
 // ---- Shape and indexing -----------------------------------------------------
-Tensor concat(const std::vector<Tensor>& tensors, std::int64_t axis);
+Tensor concat(const TensorList& tensors, std::int64_t axis);
 std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& sizes,
                           std::int64_t axis);
 // out[i][j] = x[i][index[i][j]] along `axis` (torch.gather); index i64.

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "rig/export.hpp"
+#include "rig/small_vector.hpp"
 
 namespace rig {
 
@@ -56,8 +57,12 @@ struct Device {
 };
 std::string to_string(Device device);
 
-using Shape = std::vector<std::int64_t>;
-using Strides = std::vector<std::int64_t>;  // in elements
+// Shapes, strides and axis lists keep up to kInlineDims entries inside the
+// object (no heap allocation); they convert to and from std::vector<int64_t>.
+inline constexpr std::size_t kInlineDims = 6;
+using Shape = SmallVector<std::int64_t, kInlineDims>;
+using Strides = SmallVector<std::int64_t, kInlineDims>;  // in elements
+using Axes = SmallVector<std::int64_t, kInlineDims>;
 std::string to_string(const Shape& shape);  // "[32,64]"
 std::int64_t shape_numel(const Shape& shape);
 Strides contiguous_strides(const Shape& shape);
@@ -168,7 +173,7 @@ class RIG_API Tensor {
   Tensor reshape(Shape shape) const;
   Tensor view(Shape shape) const;
   Tensor transpose(std::int64_t axis0, std::int64_t axis1) const;
-  Tensor permute(const std::vector<std::int64_t>& axes) const;
+  Tensor permute(const Axes& axes) const;
   Tensor slice(std::int64_t axis, std::int64_t start, std::int64_t end,
                std::int64_t step = 1) const;  // negative start/end count from the end
   Tensor expand(Shape shape) const;           // size-1 axes broadcast (stride 0); -1 keeps
@@ -199,6 +204,9 @@ class RIG_API Tensor {
  private:
   std::shared_ptr<TensorImpl> impl_;
 };
+
+// A few tensors (op inputs, gradients), kept inline up to four.
+using TensorList = SmallVector<Tensor, 4>;
 
 // While alive, ops record no autograd history on this thread.
 class RIG_API NoGradGuard {

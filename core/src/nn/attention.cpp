@@ -38,6 +38,7 @@ MultiHeadAttention::MultiHeadAttention(ParameterStore& store, std::string name,
     : Module(store, std::move(name)),
       num_heads_(checked_heads(this->name(), model_dim, num_heads)),
       attention_dropout_(attention_dropout),
+      dropout_name_(child("dropout")),
       query_(store, child("query"), model_dim, model_dim, bias),
       key_(store, child("key"), model_dim, model_dim, bias),
       value_(store, child("value"), model_dim, model_dim, bias),
@@ -84,7 +85,7 @@ Tensor MultiHeadAttention::forward(const Tensor& query_input, const Tensor& memo
   attention.causal = options.causal;
   if (options.training && attention_dropout_ > 0.0F) {
     attention.dropout_p = attention_dropout_;
-    attention.key = options.key.derive(child("dropout"));
+    attention.key = options.key.derive(dropout_name_);
   }
   const Tensor context = ops::scaled_dot_product_attention(q, k, v, attention);
   return output_.forward(merge_heads(context));

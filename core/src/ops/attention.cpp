@@ -8,7 +8,6 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
-#include <vector>
 
 #include <fmt/format.h>
 
@@ -88,14 +87,10 @@ Tensor keep_mask(const Shape& scores, float p, const RandomKey& key) {
   const std::int64_t n = keep.numel();
   constexpr std::int64_t kChunk = 1 << 16;
   const std::int64_t chunks = (n + kChunk - 1) / kChunk;
-  std::vector<Tensor> parts;
-  for (std::int64_t c = 0; c < chunks; ++c) {
-    parts.push_back(Tensor::view_of(keep.impl()->storage, keep.offset() + c * kChunk,
-                                    {std::min(kChunk, n - c * kChunk)}, DType::u8));
-  }
+  std::uint8_t* bytes = keep.data<std::uint8_t>();
   cpu::parallel_for(chunks, 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t c = begin; c < end; ++c) {
-      cpu::dropout_mask(key, p, parts[static_cast<std::size_t>(c)],
+      cpu::dropout_mask(key, p, bytes + c * kChunk, std::min(kChunk, n - c * kChunk),
                         static_cast<std::uint64_t>(c * kChunk));
     }
   });
@@ -172,7 +167,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
             head_strides(gd), need_q ? dq.data<float>() : nullptr, need_q ? head_strides(dq) : none,
             need_k ? dk.data<float>() : nullptr, need_k ? head_strides(dk) : none,
             need_v ? dv.data<float>() : nullptr, need_v ? head_strides(dv) : none);
-        return std::vector<Tensor>{dq, dk, dv};
+        return autograd::TensorList{dq, dk, dv};
       });
 }
 

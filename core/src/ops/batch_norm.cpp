@@ -144,7 +144,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
         // Gradients in the parameters' own dtypes.
         if (need_g && gamma_dtype != DType::f32) dg = dg.to(gamma_dtype);
         if (need_b && beta_dtype != DType::f32) db = db.to(beta_dtype);
-        return std::vector<Tensor>{dx, dg, db};
+        return autograd::TensorList{dx, dg, db};
       });
 }
 

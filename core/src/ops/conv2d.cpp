@@ -117,7 +117,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                                  need_x ? dx.data<float>() : nullptr,
                                                  need_w ? dw.data<float>() : nullptr,
                                                  need_b ? db.data<float>() : nullptr);
-                            return std::vector<Tensor>{dx, dw, db};
+                            return autograd::TensorList{dx, dw, db};
                           });
 }
 

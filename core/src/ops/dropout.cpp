@@ -28,7 +28,7 @@ Tensor dropout(const Tensor& x, float p, const RandomKey& key) {
   cpu::dropout_forward(key, p, scale, x.detach().contiguous(), out, bits);
   if (!record) return out;
   return autograd::record(
-      std::move(out), "dropout", {x}, [mask, scale](const Tensor& g) -> std::vector<Tensor> {
+      std::move(out), "dropout", {x}, [mask, scale](const Tensor& g) -> autograd::TensorList {
         const Tensor gc = g.contiguous();
         Tensor dx = Tensor::empty(gc.shape(), gc.dtype());
         cpu::dropout_backward(reinterpret_cast<const std::uint32_t*>(mask.data<std::int32_t>()),

@@ -63,7 +63,7 @@ Tensor unary_op(const char* name, const Tensor& a, cpu::Unary op, float scalar =
                                                 saved_x.defined() ? saved_x.data<float>() : nullptr,
                                                 saved_y.defined() ? saved_y.data<float>() : nullptr,
                                                 dx.data<float>(), dx.numel(), scalar);
-                            return std::vector<Tensor>{dx};
+                            return autograd::TensorList{dx};
                           });
 }
 
@@ -100,8 +100,6 @@ Tensor binary_op(const char* name, cpu::Binary op, const Tensor& a, const Tensor
   if (!grad_mode_enabled() || !(a.requires_grad() || b.requires_grad())) return out;
   const bool need_a = a.requires_grad();
   const bool need_b = b.requires_grad();
-  const Shape shape_a = a.shape();
-  const Shape shape_b = b.shape();
   // Saved operands, only where the derivative reads them.
   const bool keep_a = op == cpu::Binary::mul && need_b;
   const bool keep_b = (op == cpu::Binary::mul && need_a) || op == cpu::Binary::div;
@@ -110,7 +108,10 @@ Tensor binary_op(const char* name, cpu::Binary op, const Tensor& a, const Tensor
   Tensor saved_out = op == cpu::Binary::div && need_b ? out.detach() : Tensor();
   return autograd::record(
       std::move(out), name, {a, b},
-      [op, need_a, need_b, shape_a, shape_b, saved_a, saved_b, saved_out](const Tensor& g) {
+      // Init-captures: a captured const local would be copied, not moved, and
+      // a closure that cannot move without throwing is stored on the heap.
+      [op, need_a, need_b, shape_a = a.shape(), shape_b = b.shape(), saved_a, saved_b,
+       saved_out](const Tensor& g) {
         Tensor da;
         Tensor db;
         const Shape& gs = g.shape();
@@ -143,7 +144,7 @@ Tensor binary_op(const char* name, cpu::Binary op, const Tensor& a, const Tensor
         // sum_to may hand back g itself: gradients must be contiguous f32 of the input's shape.
         if (da.defined()) da = da.contiguous();
         if (db.defined()) db = db.contiguous();
-        return std::vector<Tensor>{da, db};
+        return autograd::TensorList{da, db};
       });
 }
 

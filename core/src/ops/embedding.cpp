@@ -34,7 +34,7 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   cpu::index_select(weight.detach().contiguous(), 1, vocab, dim, flat, out);
   return autograd::record(
       std::move(out), "embedding", {weight, ids},
-      [flat, vocab, dim, weight](const Tensor& g) -> std::vector<Tensor> {
+      [flat, vocab, dim, weight](const Tensor& g) -> autograd::TensorList {
         const Tensor gc = g.dtype() == DType::f32 ? g.contiguous() : g.to(DType::f32).contiguous();
         // A parameter (a leaf whose gradient is an f32 buffer, e.g. a view of
         // the flat gradient buffer): add the rows straight into it, as the

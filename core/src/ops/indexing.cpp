@@ -26,7 +26,7 @@ std::int64_t product(const Shape& shape, std::size_t begin, std::size_t end) {
   return n;
 }
 
-std::string shapes_of(const std::vector<Tensor>& tensors) {
+std::string shapes_of(const TensorList& tensors) {
   std::string s;
   for (const auto& t : tensors) {
     if (!s.empty()) s += ", ";
@@ -87,7 +87,7 @@ struct SplitState {
 
 }  // namespace
 
-Tensor concat(const std::vector<Tensor>& tensors, std::int64_t axis) {
+Tensor concat(const TensorList& tensors, std::int64_t axis) {
   if (tensors.empty()) throw std::invalid_argument("concat: no tensors");
   for (const auto& t : tensors) require_defined("concat", t, "every input");
   const Tensor& first = tensors.front();
@@ -114,9 +114,10 @@ Tensor concat(const std::vector<Tensor>& tensors, std::int64_t axis) {
   const auto elem = static_cast<std::int64_t>(dtype_size(first.dtype()));
   const std::int64_t rows = product(shape, 0, static_cast<std::size_t>(ax));
   const std::int64_t inner = product(shape, static_cast<std::size_t>(ax) + 1, shape.size()) * elem;
-  std::vector<Tensor> contiguous;
-  std::vector<cpu::RowPiece> pieces;
-  std::vector<std::int64_t> sizes;
+  // Inline for a few inputs (a decode step appends to a cache: two).
+  SmallVector<Tensor, 4> contiguous;
+  SmallVector<cpu::RowPiece, 4> pieces;
+  SmallVector<std::int64_t, 4> sizes;
   contiguous.reserve(tensors.size());
   pieces.reserve(tensors.size());
   sizes.reserve(tensors.size());
@@ -129,12 +130,12 @@ Tensor concat(const std::vector<Tensor>& tensors, std::int64_t axis) {
   }
   cpu::concat_rows(pieces.data(), static_cast<std::int64_t>(pieces.size()), out.raw_data(),
                    shape[static_cast<std::size_t>(ax)] * inner, rows);
-  std::vector<bool> need;
+  SmallVector<bool, 4> need;
   for (const auto& t : tensors) need.push_back(t.requires_grad());
   return autograd::record(std::move(out), "concat", tensors,
                           [ax, sizes = std::move(sizes), need = std::move(need)](const Tensor& g) {
                             const Tensor gc = g.contiguous();
-                            std::vector<Tensor> grads(sizes.size());
+                            autograd::TensorList grads(sizes.size());
                             std::int64_t start = 0;
                             for (std::size_t i = 0; i < sizes.size(); ++i) {
                               if (need[i]) grads[i] = read_slice(gc, ax, start, sizes[i]);
@@ -175,28 +176,28 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& size
 
   auto state = std::make_shared<SplitState>();
   state->written.assign(sizes.size(), false);
-  Tensor join = autograd::record(x.detach(), "split", {x},
-                                 [state, ax, sizes](const Tensor&) -> std::vector<Tensor> {
-                                   // The gradient given here is the shared buffer: zero the slices
-                                   // that no output wrote.
-                                   Tensor buffer = std::move(state->buffer);
-                                   state->buffer = Tensor();
-                                   std::int64_t offset = 0;
-                                   for (std::size_t i = 0; i < sizes.size(); ++i) {
-                                     if (!state->written[i])
-                                       zero_slice(buffer, ax, offset, sizes[i]);
-                                     state->written[i] = false;
-                                     offset += sizes[i];
-                                   }
-                                   return {buffer};
-                                 });
+  Tensor join =
+      autograd::record(x.detach(), "split", {x},
+                       [state, ax, sizes = Axes(sizes)](const Tensor&) -> autograd::TensorList {
+                         // The gradient given here is the shared buffer: zero the slices
+                         // that no output wrote.
+                         Tensor buffer = std::move(state->buffer);
+                         state->buffer = Tensor();
+                         std::int64_t offset = 0;
+                         for (std::size_t i = 0; i < sizes.size(); ++i) {
+                           if (!state->written[i]) zero_slice(buffer, ax, offset, sizes[i]);
+                           state->written[i] = false;
+                           offset += sizes[i];
+                         }
+                         return {buffer};
+                       });
   start = 0;
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     const std::int64_t offset = start;
     start += sizes[i];
     outs[i] = autograd::record(
         std::move(outs[i]), "split", {join},
-        [state, i, ax, offset, shape = x.shape()](const Tensor& g) -> std::vector<Tensor> {
+        [state, i, ax, offset, shape = x.shape()](const Tensor& g) -> autograd::TensorList {
           const bool first = !state->buffer.defined();
           if (first) state->buffer = Tensor::empty(shape, g.dtype());
           write_slice(g.dtype() == state->buffer.dtype() ? g.contiguous()
@@ -232,7 +233,7 @@ Tensor gather(const Tensor& x, std::int64_t axis, const Tensor& index) {
   Tensor out = Tensor::empty(index.shape(), x.dtype());
   cpu::gather(x.detach().contiguous(), ax, idx, out);
   return autograd::record(std::move(out), "gather", {x, index},
-                          [idx, ax, shape = x.shape()](const Tensor& g) -> std::vector<Tensor> {
+                          [idx, ax, shape = x.shape()](const Tensor& g) -> autograd::TensorList {
                             Tensor dx = Tensor::zeros(shape);
                             cpu::gather_backward(f32_contiguous(g), ax, idx, dx);
                             return {g.dtype() == DType::f32 ? dx : dx.to(g.dtype()), Tensor()};
@@ -264,7 +265,7 @@ Tensor index_select(const Tensor& x, std::int64_t axis, const Tensor& index) {
   cpu::index_select(x.detach().contiguous(), outer, n, inner, idx, out);
   return autograd::record(
       std::move(out), "index_select", {x, index},
-      [idx, outer, n, inner, shape = x.shape()](const Tensor& g) -> std::vector<Tensor> {
+      [idx, outer, n, inner, shape = x.shape()](const Tensor& g) -> autograd::TensorList {
         Tensor dx = Tensor::empty(shape);
         cpu::zero_bytes(dx.raw_data(), static_cast<std::int64_t>(dx.nbytes()));
         cpu::index_add(f32_contiguous(g), outer, n, inner, idx, dx);

@@ -73,7 +73,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
           if (need_g) dgamma.zero_();
           if (need_b) dbeta.zero_();
         }
-        return std::vector<Tensor>{dx, dgamma, dbeta};
+        return autograd::TensorList{dx, dgamma, dbeta};
       });
 }
 

@@ -90,7 +90,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
           cpu::gemm(out_features, in, n_rows, 1.0F, {dz.data<float>(), out_features, true},
                     {xc.data<float>(), in, false}, 0.0F, dw.data<float>(), in);
         }
-        return std::vector<Tensor>{dx, dw, db};
+        return autograd::TensorList{dx, dw, db};
       });
 }
 

@@ -98,7 +98,7 @@ Tensor mse_loss(const Tensor& prediction, const Tensor& target) {
           dt = Tensor::empty(diff.shape());
           cpu::unary(cpu::Unary::mul_scalar, diff.data<float>(), dt.data<float>(), n, -scale);
         }
-        return std::vector<Tensor>{dp, dt};
+        return autograd::TensorList{dp, dt};
       });
 }
 
@@ -135,7 +135,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smo
         cpu::cross_entropy_backward(x.data<float>(), y.data<std::int64_t>(), lse.data<float>(),
                                     nullptr, g.item() / static_cast<float>(rows), rows, classes, on,
                                     off, dx.data<float>());
-        return std::vector<Tensor>{dx, Tensor()};
+        return autograd::TensorList{dx, Tensor()};
       });
 }
 
@@ -237,7 +237,7 @@ Tensor padded_cross_entropy(const Tensor& logits, const Tensor& labels, const Te
             }
           }
         }
-        return std::vector<Tensor>{dx, Tensor(), dw};
+        return autograd::TensorList{dx, Tensor(), dw};
       });
 }
 

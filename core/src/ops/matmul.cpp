@@ -211,8 +211,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose
             db = detail::sum_to(db, b.shape());
           }
         }
-        return std::vector<Tensor>{da.defined() ? da.contiguous() : da,
-                                   db.defined() ? db.contiguous() : db};
+        return autograd::TensorList{da.defined() ? da.contiguous() : da,
+                                    db.defined() ? db.contiguous() : db};
       });
 }
 

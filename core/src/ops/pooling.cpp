@@ -25,15 +25,18 @@ void require_nchw(const char* op, const Tensor& x) {
 
 cpu::Pool2dShape checked_shape(const char* op, const Tensor& x, const Pool2dOptions& o) {
   require_nchw(op, x);
-  const std::string what = fmt::format("{}: x {} with kernel {}x{}, stride {}x{}, padding {}x{}",
-                                       op, to_string(x.shape()), o.kernel_h, o.kernel_w, o.stride_h,
-                                       o.stride_w, o.pad_h, o.pad_w);
+  // The message prefix, built only on failure.
+  const auto what = [&] {
+    return fmt::format("{}: x {} with kernel {}x{}, stride {}x{}, padding {}x{}", op,
+                       to_string(x.shape()), o.kernel_h, o.kernel_w, o.stride_h, o.stride_w,
+                       o.pad_h, o.pad_w);
+  };
   if (o.kernel_h < 1 || o.kernel_w < 1 || o.stride_h < 1 || o.stride_w < 1) {
-    throw std::invalid_argument(what + ": kernel and stride must be >= 1");
+    throw std::invalid_argument(what() + ": kernel and stride must be >= 1");
   }
   // As PyTorch: a window must overlap the image.
   if (o.pad_h < 0 || o.pad_w < 0 || 2 * o.pad_h > o.kernel_h || 2 * o.pad_w > o.kernel_w) {
-    throw std::invalid_argument(what + ": padding must be >= 0 and at most half the kernel");
+    throw std::invalid_argument(what() + ": padding must be >= 0 and at most half the kernel");
   }
   cpu::Pool2dShape s;
   s.planes = x.size(0) * x.size(1);
@@ -46,10 +49,10 @@ cpu::Pool2dShape checked_shape(const char* op, const Tensor& x, const Pool2dOpti
   s.pad_h = o.pad_h;
   s.pad_w = o.pad_w;
   if (s.h * s.w > std::numeric_limits<std::int32_t>::max()) {
-    throw std::invalid_argument(what + ": a plane of more than 2^31 pixels is not supported");
+    throw std::invalid_argument(what() + ": a plane of more than 2^31 pixels is not supported");
   }
   if (s.h + 2 * s.pad_h < s.kernel_h || s.w + 2 * s.pad_w < s.kernel_w) {
-    throw std::invalid_argument(what + ": the padded input is smaller than the kernel");
+    throw std::invalid_argument(what() + ": the padded input is smaller than the kernel");
   }
   s.out_h = (s.h + 2 * s.pad_h - s.kernel_h) / s.stride_h + 1;
   s.out_w = (s.w + 2 * s.pad_w - s.kernel_w) / s.stride_w + 1;
@@ -83,7 +86,7 @@ Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options) {
                               Tensor dx = Tensor::empty(shape);
                               cpu::max_pool2d_backward(s, index.data<std::int32_t>(),
                                                        gc.data<float>(), dx.data<float>());
-                              return std::vector<Tensor>{dx};
+                              return autograd::TensorList{dx};
                             });
   });
 }
@@ -99,7 +102,7 @@ Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& options) {
                               const Tensor gc = g.contiguous();
                               Tensor dx = Tensor::empty(shape);
                               cpu::avg_pool2d_backward(s, gc.data<float>(), dx.data<float>());
-                              return std::vector<Tensor>{dx};
+                              return autograd::TensorList{dx};
                             });
   });
 }
@@ -122,7 +125,7 @@ Tensor global_avg_pool2d(const Tensor& x) {
                               Tensor dx = Tensor::empty(shape);
                               cpu::global_avg_pool_backward(planes, size, gc.data<float>(),
                                                             dx.data<float>());
-                              return std::vector<Tensor>{dx};
+                              return autograd::TensorList{dx};
                             });
   });
 }

@@ -3,7 +3,6 @@
 // the result cast back.
 #include <algorithm>
 #include <stdexcept>
-#include <vector>
 
 #include <fmt/format.h>
 
@@ -21,9 +20,8 @@ using detail::require_cpu;
 using detail::require_floating;
 
 // Sorted, de-duplicated, normalised axes; throws on repeats.
-std::vector<std::int64_t> normalize_axes(const char* op, const std::vector<std::int64_t>& axes,
-                                         const Shape& shape) {
-  std::vector<std::int64_t> out;
+Axes normalize_axes(const char* op, const Axes& axes, const Shape& shape) {
+  Axes out;
   const auto dim = static_cast<std::int64_t>(shape.size());
   for (auto axis : axes) out.push_back(detail::normalize_axis(axis, dim, op, shape));
   std::sort(out.begin(), out.end());
@@ -35,7 +33,7 @@ std::vector<std::int64_t> normalize_axes(const char* op, const std::vector<std::
 }
 
 // Sums contiguous f32 `x` over sorted `axes`, keeping them as size 1; no history.
-Tensor sum_keepdim(const Tensor& x, const std::vector<std::int64_t>& axes, float scale) {
+Tensor sum_keepdim(const Tensor& x, const Axes& axes, float scale) {
   Tensor cur = x.contiguous();
   Shape shape = cur.shape();
   // Reduce runs of adjacent axes, last run first: each is one [outer, r, inner] pass.
@@ -76,8 +74,7 @@ Tensor broadcast_back(const Tensor& g, const Shape& keep_shape, const Shape& sha
   return out;
 }
 
-Tensor reduce_axes(const char* name, const Tensor& a, const std::vector<std::int64_t>& axes,
-                   bool keepdim, bool mean) {
+Tensor reduce_axes(const char* name, const Tensor& a, const Axes& axes, bool keepdim, bool mean) {
   require_floating(name, a, "x");
   require_cpu(name, {&a});
   if (a.dtype() != DType::f32) {
@@ -105,9 +102,10 @@ Tensor reduce_axes(const char* name, const Tensor& a, const std::vector<std::int
   // No axes: nothing is reduced (NumPy's convention), a copy.
   Tensor out = sorted.empty() ? a.detach().clone() : sum_keepdim(a.detach(), sorted, scale);
   out = out.reshape(out_shape);
-  return autograd::record(std::move(out), name, {a}, [keep_shape, shape, scale](const Tensor& g) {
-    return std::vector<Tensor>{broadcast_back(g, keep_shape, shape, scale)};
-  });
+  return autograd::record(
+      std::move(out), name, {a}, [keep_shape, shape = a.shape(), scale](const Tensor& g) {
+        return autograd::TensorList{broadcast_back(g, keep_shape, shape, scale)};
+      });
 }
 
 Tensor reduce_all(const char* name, const Tensor& a, bool mean) {
@@ -124,7 +122,7 @@ Tensor reduce_all(const char* name, const Tensor& a, bool mean) {
   const float scale = mean ? 1.0F / static_cast<float>(n) : 1.0F;
   return autograd::record(Tensor::scalar(static_cast<float>(total)), name, {a},
                           [shape = a.shape(), scale](const Tensor& g) {
-                            return std::vector<Tensor>{Tensor::full(shape, g.item() * scale)};
+                            return autograd::TensorList{Tensor::full(shape, g.item() * scale)};
                           });
 }
 
@@ -135,7 +133,7 @@ namespace detail {
 Tensor sum_to(const Tensor& g, const Shape& target) {
   if (g.shape() == target) return g;
   const Shape& shape = g.shape();
-  std::vector<std::int64_t> axes;
+  Axes axes;
   const std::size_t lead = shape.size() - target.size();
   for (std::size_t d = 0; d < shape.size(); ++d) {
     if (d < lead || (target[d - lead] == 1 && shape[d] != 1)) {
@@ -156,10 +154,10 @@ Tensor mean(const Tensor& a) {
   return reduce_all("mean", a, true);
 }
 
-Tensor sum(const Tensor& a, const std::vector<std::int64_t>& axes, bool keepdim) {
+Tensor sum(const Tensor& a, const Axes& axes, bool keepdim) {
   return reduce_axes("sum", a, axes, keepdim, false);
 }
-Tensor mean(const Tensor& a, const std::vector<std::int64_t>& axes, bool keepdim) {
+Tensor mean(const Tensor& a, const Axes& axes, bool keepdim) {
   return reduce_axes("mean", a, axes, keepdim, true);
 }
 
@@ -190,7 +188,7 @@ Tensor max(const Tensor& a, std::int64_t axis, bool keepdim) {
   }
   Tensor out = values.reshape(out_shape);
   return autograd::record(std::move(out), "max", {a},
-                          [index, shape, outer, r, inner](const Tensor& g) {
+                          [index, shape = a.shape(), outer, r, inner](const Tensor& g) {
                             const Tensor gc = g.contiguous();
                             Tensor dx = Tensor::zeros(shape);
                             const float* gs = gc.data<float>();
@@ -202,7 +200,7 @@ Tensor max(const Tensor& a, std::int64_t axis, bool keepdim) {
                                 d[(o * r + idx[k]) * inner + i] = gs[k];
                               }
                             }
-                            return std::vector<Tensor>{dx};
+                            return autograd::TensorList{dx};
                           });
 }
 

@@ -86,7 +86,7 @@ Tensor select_scalar(const Tensor& cond, const Tensor& t, float value, bool valu
 // Sums a gradient of `shape` over the axes where `target` was broadcast.
 Tensor reduce_to(const Tensor& g, const Shape& target) {
   if (g.shape() == target) return g;
-  std::vector<std::int64_t> axes;
+  Axes axes;
   const std::size_t lead = g.shape().size() - target.size();
   for (std::size_t d = 0; d < g.shape().size(); ++d) {
     if (d < lead || (target[d - lead] == 1 && g.shape()[d] != 1)) {
@@ -120,7 +120,7 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
         const Tensor gc = g.contiguous();
         Tensor da = need_a ? reduce_to(select_scalar(cond, gc, 0.0F, true), a_shape) : Tensor();
         Tensor db = need_b ? reduce_to(select_scalar(cond, gc, 0.0F, false), b_shape) : Tensor();
-        return std::vector<Tensor>{Tensor(), da, db};
+        return autograd::TensorList{Tensor(), da, db};
       });
 }
 
@@ -133,11 +133,11 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, float value) {
                                             to_string(mask.shape()), to_string(x.shape())));
   }
   Tensor out = select_scalar(mask, x, value, false);
-  return autograd::record(std::move(out), "masked_fill", {x, mask},
-                          [m = mask.detach()](const Tensor& g) {
-                            const Tensor gc = g.contiguous();
-                            return std::vector<Tensor>{select_scalar(m, gc, 0.0F, false), Tensor()};
-                          });
+  return autograd::record(
+      std::move(out), "masked_fill", {x, mask}, [m = mask.detach()](const Tensor& g) {
+        const Tensor gc = g.contiguous();
+        return autograd::TensorList{select_scalar(m, gc, 0.0F, false), Tensor()};
+      });
 }
 
 Tensor argmax(const Tensor& x, std::int64_t axis) {

@@ -66,7 +66,7 @@ Tensor softmax_impl(const char* name, const Tensor& x, std::int64_t axis, const 
       cpu::softmax_backward(saved.data<float>(), gc.data<float>(), dx.data<float>(), dx.numel() / n,
                             n, log);
     }
-    return std::vector<Tensor>{dx};
+    return autograd::TensorList{dx};
   });
 }
 

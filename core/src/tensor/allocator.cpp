@@ -19,6 +19,7 @@ constexpr std::size_t kAlignment = 64;  // a cache line; what AVX-512 loads like
 constexpr std::size_t kSmallLimit = 4096;
 constexpr unsigned kSmallBits = 12;  // log2(kSmallLimit)
 constexpr unsigned kSubSteps = 8;    // size classes per power of two above kSmallLimit
+constexpr std::size_t kInitialFreeListCapacity = 32;
 
 class HostMemory final : public RawMemory {
  public:
@@ -29,16 +30,6 @@ class HostMemory final : public RawMemory {
   }
   void release(std::byte* data) noexcept override { std::free(data); }
 };
-
-bool caching_enabled() {
-  const char* env = std::getenv("RIG_ALLOCATOR");
-  if (env == nullptr || std::string_view(env) == "caching" || std::string_view(env).empty()) {
-    return true;
-  }
-  if (std::string_view(env) == "system") return false;
-  throw std::invalid_argument(
-      fmt::format("RIG_ALLOCATOR={}: expected 'caching' (the default) or 'system'", env));
-}
 
 std::size_t cache_limit() {
   // RIG_ALLOCATOR_CACHE_MB bounds the bytes kept for reuse (default 4 GiB).
@@ -51,6 +42,16 @@ std::size_t cache_limit() {
 }
 
 }  // namespace
+
+bool caching_enabled() {
+  const char* env = std::getenv("RIG_ALLOCATOR");
+  if (env == nullptr || std::string_view(env) == "caching" || std::string_view(env).empty()) {
+    return true;
+  }
+  if (std::string_view(env) == "system") return false;
+  throw std::invalid_argument(
+      fmt::format("RIG_ALLOCATOR={}: expected 'caching' (the default) or 'system'", env));
+}
 
 CachingAllocator::CachingAllocator(RawMemory& raw, bool caching, std::size_t limit)
     : raw_(raw), caching_(caching), cache_limit_(limit) {}
@@ -123,6 +124,9 @@ void CachingAllocator::deallocate(std::byte* data, std::size_t capacity) noexcep
     if (caching_ && stats_.cached_bytes + capacity <= cache_limit_) {
       auto& list = free_[class_index(capacity)];
       try {
+        // Room for a few blocks at once, so that the list of a size class
+        // rarely grows (an allocation) once a training loop is warm.
+        if (list.capacity() == 0) list.reserve(kInitialFreeListCapacity);
         list.push_back(data);
         stats_.cached_bytes += capacity;
         keep = true;

@@ -54,6 +54,10 @@ class CachingAllocator {
   AllocatorStats stats_;
 };
 
+// RIG_ALLOCATOR: unset or "caching" -> true; "system" -> false (every
+// request goes to the system, for memory checkers); anything else throws.
+bool caching_enabled();
+
 // The allocator of `device`; throws std::invalid_argument for a device this
 // build does not support.
 CachingAllocator& allocator_for(Device device);

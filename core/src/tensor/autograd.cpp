@@ -1,19 +1,29 @@
 // Reverse-mode autograd over the Nodes that ops record.
+//
+// No heap allocation per op once warm: nodes come from the object pool, and
+// a backward pass keeps its bookkeeping (the graph walk, the pending
+// gradients) in per-thread containers that are cleared, not freed, between
+// passes.
 #include "rig/autograd.hpp"
 
-#include <memory>
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cstdint>
 #include <stdexcept>
-#include <unordered_map>
-#include <unordered_set>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "cpu/tensor_copy.hpp"
+#include "tensor/object_pool.hpp"
 
 namespace rig::autograd {
 
 namespace {
+
+std::atomic<std::size_t> g_heap_fallbacks{0};
 
 // dst += src; either may be strided (a leaf's grad may be a view into a flat
 // gradient buffer, and view backward functions return views).
@@ -22,29 +32,62 @@ void add_into(Tensor& dst, const Tensor& src) {
                    src.strides(), src.dtype());
 }
 
-// Every TensorImpl reachable from `root` through grad_fn, in reverse
-// topological order: a tensor comes before all the tensors it was computed from.
-std::vector<std::shared_ptr<TensorImpl>> reverse_topological_order(
-    const std::shared_ptr<TensorImpl>& root) {
-  std::vector<std::shared_ptr<TensorImpl>> post_order;
-  std::unordered_set<TensorImpl*> visited{root.get()};
-  // Iterative DFS: (tensor, index of the next input to visit).
-  std::vector<std::pair<std::shared_ptr<TensorImpl>, std::size_t>> stack{{root, 0}};
-  while (!stack.empty()) {
-    auto& [impl, next] = stack.back();
-    const auto* inputs = impl->grad_fn ? &impl->grad_fn->inputs : nullptr;
-    if (inputs && next < inputs->size()) {
-      const auto& input = (*inputs)[next++].impl_ptr();
-      if (input && input->requires_grad && visited.insert(input.get()).second) {
-        stack.emplace_back(input, 0);
-      }
-      continue;
-    }
-    post_order.push_back(std::move(impl));
-    stack.pop_back();
+// TensorImpl* -> position, by open addressing (linear probing) over a
+// power-of-two table that keeps its size between passes.
+class ImplIndex {
+ public:
+  void clear() {
+    if (used_ > 0) std::fill(keys_.begin(), keys_.end(), nullptr);
+    used_ = 0;
   }
-  return {post_order.rbegin(), post_order.rend()};
-}
+  // The value slot of `key`, or nullptr.
+  std::uint32_t* find(const TensorImpl* key) {
+    if (keys_.empty()) return nullptr;
+    for (std::size_t i = slot_of(key);; i = (i + 1) & mask()) {
+      if (keys_[i] == key) return &values_[i];
+      if (keys_[i] == nullptr) return nullptr;
+    }
+  }
+  // Adds `key` (with value 0); false when it was already there.
+  bool insert(const TensorImpl* key) {
+    if (2 * (used_ + 1) > keys_.size()) grow();
+    for (std::size_t i = slot_of(key);; i = (i + 1) & mask()) {
+      if (keys_[i] == key) return false;
+      if (keys_[i] == nullptr) {
+        keys_[i] = key;
+        values_[i] = 0;
+        ++used_;
+        return true;
+      }
+    }
+  }
+
+ private:
+  std::size_t mask() const { return keys_.size() - 1; }
+  std::size_t slot_of(const TensorImpl* key) const {
+    // Fibonacci hashing of the address; the low bits of heap addresses are all zero.
+    const auto x = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(key));
+    return static_cast<std::size_t>((x * 0x9E3779B97F4A7C15ULL) >> (64 - bits_));
+  }
+  void grow() {
+    std::vector<const TensorImpl*> old_keys(std::max<std::size_t>(64, 2 * keys_.size()), nullptr);
+    std::vector<std::uint32_t> old_values(old_keys.size(), 0);
+    old_keys.swap(keys_);
+    old_values.swap(values_);
+    bits_ = static_cast<unsigned>(std::countr_zero(keys_.size()));
+    used_ = 0;
+    for (std::size_t i = 0; i < old_keys.size(); ++i) {
+      if (old_keys[i] == nullptr) continue;
+      insert(old_keys[i]);
+      *find(old_keys[i]) = old_values[i];
+    }
+  }
+
+  std::vector<const TensorImpl*> keys_;
+  std::vector<std::uint32_t> values_;
+  std::size_t used_ = 0;
+  unsigned bits_ = 0;
+};
 
 // A gradient being summed; `owned` once it is a buffer of our own that may be
 // added into (a backward function may return a tensor it also returns elsewhere).
@@ -53,21 +96,85 @@ struct PendingGrad {
   bool owned = false;
 };
 
+// One backward pass's bookkeeping.
+struct Scratch {
+  ImplIndex position;  // every tensor reachable from the root -> its index in `order`
+  // Post order: a tensor comes after all the tensors it was computed from,
+  // so the root is last. Raw pointers: each is owned by the node of a later
+  // tensor (or is the root, owned by the caller) until the graph is released.
+  std::vector<TensorImpl*> order;
+  std::vector<std::pair<TensorImpl*, std::uint32_t>> stack;  // (tensor, next input to visit)
+  std::vector<PendingGrad> grads;                            // by index in `order`
+  bool busy = false;
+
+  void reset() {
+    position.clear();
+    order.clear();
+    stack.clear();
+    grads.clear();
+  }
+};
+
+// The calling thread's scratch, or `fallback` when it is in use (a backward
+// function that itself runs backward()). Resets it when the pass ends.
+class ScratchLease {
+ public:
+  explicit ScratchLease(Scratch& fallback) {
+    thread_local Scratch mine;
+    scratch_ = mine.busy ? &fallback : &mine;
+    scratch_->busy = true;
+  }
+  ~ScratchLease() {
+    scratch_->reset();
+    scratch_->busy = false;
+  }
+  ScratchLease(const ScratchLease&) = delete;
+  ScratchLease& operator=(const ScratchLease&) = delete;
+  Scratch& operator*() const { return *scratch_; }
+
+ private:
+  Scratch* scratch_;
+};
+
+// Fills s.order and s.position with every tensor reachable from `root` through grad_fn.
+void collect_graph(Scratch& s, TensorImpl* root) {
+  s.position.insert(root);
+  s.stack.emplace_back(root, 0);
+  while (!s.stack.empty()) {
+    auto& [impl, next] = s.stack.back();
+    const TensorList* inputs = impl->grad_fn ? &impl->grad_fn->inputs : nullptr;
+    if (inputs != nullptr && next < inputs->size()) {
+      TensorImpl* input = (*inputs)[next++].impl();
+      if (input != nullptr && input->requires_grad && s.position.insert(input)) {
+        s.stack.emplace_back(input, 0);
+      }
+      continue;
+    }
+    *s.position.find(impl) = static_cast<std::uint32_t>(s.order.size());
+    s.order.push_back(impl);
+    s.stack.pop_back();
+  }
+}
+
 }  // namespace
 
-Tensor record(Tensor output, std::string op, std::vector<Tensor> inputs,
-              std::function<std::vector<Tensor>(const Tensor&)> backward) {
+Tensor record(Tensor output, OpName op, TensorList inputs, BackwardFn backward) {
   if (!grad_mode_enabled()) return output;
   bool needs_grad = false;
   for (const auto& input : inputs) needs_grad |= input.defined() && input.requires_grad();
   if (!needs_grad) return output;
-  auto node = std::make_shared<Node>();
-  node->op = std::move(op);
+  if (!backward.stored_inline()) g_heap_fallbacks.fetch_add(1, std::memory_order_relaxed);
+  auto node = rig::detail::make_pooled<Node>();
+  node->op = op;
   node->inputs = std::move(inputs);
   node->backward = std::move(backward);
   output.impl()->grad_fn = std::move(node);
   output.impl()->requires_grad = true;
   return output;
+}
+
+std::size_t backward_heap_fallbacks() {
+  return g_heap_fallbacks.load(std::memory_order_relaxed);
 }
 
 void backward(const Tensor& root) {
@@ -82,17 +189,17 @@ void backward(const Tensor& root) {
         "requires one, or it was computed under NoGradGuard)");
   }
   NoGradGuard no_grad;  // backward functions compute with ops but record nothing
-  std::unordered_map<TensorImpl*, PendingGrad> grads;
-  grads[root.impl()] = {Tensor::full(root.shape(), 1.0F, root.dtype(), root.device()), true};
+  Scratch fallback;
+  const ScratchLease lease(fallback);
+  Scratch& s = *lease;
+  collect_graph(s, root.impl());
+  s.grads.resize(s.order.size());
+  s.grads.back() = {Tensor::full(root.shape(), 1.0F, root.dtype(), root.device()), true};
 
-  // Owning references keep every tensor alive until the graph is released below.
-  const auto order = reverse_topological_order(root.impl_ptr());
-  for (const auto& impl_ptr : order) {
-    TensorImpl* impl = impl_ptr.get();
-    auto it = grads.find(impl);
-    if (it == grads.end()) continue;  // nothing flowed here (e.g. an undefined input gradient)
-    Tensor grad = std::move(it->second.value);
-    grads.erase(it);
+  for (std::size_t pos = s.order.size(); pos-- > 0;) {
+    TensorImpl* impl = s.order[pos];
+    if (!s.grads[pos].value.defined()) continue;  // nothing flowed here
+    Tensor grad = std::move(s.grads[pos].value);
 
     if (!impl->grad_fn) {  // a leaf: accumulate into its .grad
       if (!impl->grad) {
@@ -111,12 +218,12 @@ void backward(const Tensor& root) {
     if (!node.backward) {
       throw std::logic_error(fmt::format(
           "backward: the graph through '{}' was already released by an earlier backward()",
-          node.op));
+          node.op.view()));
     }
-    std::vector<Tensor> input_grads = node.backward(grad);
+    TensorList input_grads = node.backward(grad);
     if (input_grads.size() != node.inputs.size()) {
-      throw std::logic_error(fmt::format("backward of {}: {} gradients for {} inputs", node.op,
-                                         input_grads.size(), node.inputs.size()));
+      throw std::logic_error(fmt::format("backward of {}: {} gradients for {} inputs",
+                                         node.op.view(), input_grads.size(), node.inputs.size()));
     }
     for (std::size_t i = 0; i < input_grads.size(); ++i) {
       const Tensor& input = node.inputs[i];
@@ -125,22 +232,26 @@ void backward(const Tensor& root) {
       if (g.dtype() != input.dtype()) g = g.to(input.dtype());  // e.g. f32 math for an f16 input
       if (g.shape() != input.shape()) {
         throw std::logic_error(fmt::format("backward of {}: gradient {} for input {} of shape {}",
-                                           node.op, to_string(g.shape()), i,
+                                           node.op.view(), to_string(g.shape()), i,
                                            to_string(input.shape())));
       }
-      auto [slot, inserted] = grads.try_emplace(input.impl(), PendingGrad{g, false});
-      if (inserted) continue;
-      if (!slot->second.owned) {
-        slot->second.value = slot->second.value.clone();
-        slot->second.owned = true;
+      PendingGrad& slot = s.grads[*s.position.find(input.impl())];
+      if (!slot.value.defined()) {
+        slot = {std::move(g), false};
+        continue;
       }
-      add_into(slot->second.value, g);
+      if (!slot.owned) {
+        slot.value = slot.value.clone();
+        slot.owned = true;
+      }
+      add_into(slot.value, g);
     }
   }
   // Release the graph (saved tensors and edges) as PyTorch does without
-  // retain_graph. Emptying every node while `order` still owns all of them
-  // frees a long chain iteratively instead of by deep recursive destruction.
-  for (const auto& impl : order) {
+  // retain_graph. Going inputs-first, a tensor whose last owner goes away
+  // already has an empty node, so a long chain is freed iteratively instead
+  // of by deep recursive destruction.
+  for (TensorImpl* impl : s.order) {
     if (impl->grad_fn) {
       impl->grad_fn->inputs.clear();
       impl->grad_fn->backward = nullptr;

@@ -10,6 +10,7 @@
 
 #include "cpu/tensor_copy.hpp"
 #include "rig/autograd.hpp"
+#include "tensor/object_pool.hpp"
 
 namespace rig {
 
@@ -46,11 +47,11 @@ Tensor from_values(const std::vector<T>& values, Shape shape) {
 
 Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
   const auto bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
-  auto impl = std::make_shared<TensorImpl>();
+  auto impl = detail::make_pooled<TensorImpl>();
   impl->strides = contiguous_strides(shape);
   impl->shape = std::move(shape);
   impl->dtype = dtype;
-  impl->storage = std::make_shared<Storage>(bytes, device);
+  impl->storage = detail::make_pooled<Storage>(bytes, device);
   return Tensor(std::move(impl));
 }
 
@@ -98,7 +99,7 @@ Tensor Tensor::view_of(std::shared_ptr<Storage> storage, std::int64_t offset, Sh
         fmt::format("Tensor::view_of: {} {} at element {} does not fit in a storage of {} bytes",
                     dtype_name(dtype), to_string(shape), offset, storage->size()));
   }
-  auto impl = std::make_shared<TensorImpl>();
+  auto impl = detail::make_pooled<TensorImpl>();
   impl->strides = contiguous_strides(shape);
   impl->shape = std::move(shape);
   impl->offset = offset;
@@ -261,7 +262,7 @@ Tensor Tensor::clone() const {
   Tensor out = empty(shape(), dtype(), device());
   out.copy_from(*this);
   return autograd::record(std::move(out), "clone", {*this},
-                          [](const Tensor& g) { return std::vector<Tensor>{g}; });
+                          [](const Tensor& g) { return autograd::TensorList{g}; });
 }
 
 Tensor Tensor::to(DType target) const {
@@ -271,7 +272,7 @@ Tensor Tensor::to(DType target) const {
   out.copy_from(*this);
   if (!is_floating(source) || !is_floating(target)) return out;
   return autograd::record(std::move(out), "to", {*this},
-                          [source](const Tensor& g) { return std::vector<Tensor>{g.to(source)}; });
+                          [source](const Tensor& g) { return autograd::TensorList{g.to(source)}; });
 }
 
 Tensor Tensor::to(Device target) const {
@@ -364,7 +365,7 @@ void Tensor::backward() const {
 
 Tensor Tensor::detach() const {
   auto& src = checked(impl_, "detach");
-  auto impl = std::make_shared<TensorImpl>();
+  auto impl = detail::make_pooled<TensorImpl>();
   impl->shape = src.shape;
   impl->strides = src.strides;
   impl->offset = src.offset;

@@ -10,13 +10,14 @@
 #include "cpu/tensor_copy.hpp"
 #include "rig/autograd.hpp"
 #include "rig/tensor.hpp"
+#include "tensor/object_pool.hpp"
 
 namespace rig {
 
 namespace {
 
 Tensor make_view(const Tensor& base, Shape shape, Strides strides, std::int64_t offset) {
-  auto impl = std::make_shared<TensorImpl>();
+  auto impl = detail::make_pooled<TensorImpl>();
   impl->shape = std::move(shape);
   impl->strides = std::move(strides);
   impl->offset = offset;
@@ -92,7 +93,7 @@ std::optional<Strides> view_strides(const Shape& shape, const Strides& strides,
 }
 
 Tensor record_view(Tensor view, const char* op, const Tensor& input,
-                   std::function<std::vector<Tensor>(const Tensor&)> backward) {
+                   autograd::BackwardFn backward) {
   return autograd::record(std::move(view), op, {input}, std::move(backward));
 }
 
@@ -141,7 +142,7 @@ Tensor Tensor::view(Shape requested) const {
   }
   return record_view(
       make_view(*this, target, std::move(*strides_or), offset()), "view", *this,
-      [old = shape()](const Tensor& g) { return std::vector<Tensor>{g.reshape(old)}; });
+      [old = shape()](const Tensor& g) { return autograd::TensorList{g.reshape(old)}; });
 }
 
 Tensor Tensor::reshape(Shape requested) const {
@@ -150,7 +151,7 @@ Tensor Tensor::reshape(Shape requested) const {
   if (!strides_or) return contiguous().view(target);  // clone + view, both recorded
   return record_view(
       make_view(*this, target, std::move(*strides_or), offset()), "reshape", *this,
-      [old = shape()](const Tensor& g) { return std::vector<Tensor>{g.reshape(old)}; });
+      [old = shape()](const Tensor& g) { return autograd::TensorList{g.reshape(old)}; });
 }
 
 Tensor Tensor::transpose(std::int64_t axis0, std::int64_t axis1) const {
@@ -162,12 +163,12 @@ Tensor Tensor::transpose(std::int64_t axis0, std::int64_t axis1) const {
   std::swap(st[a], st[b]);
   return record_view(
       make_view(*this, std::move(s), std::move(st), offset()), "transpose", *this,
-      [axis0, axis1](const Tensor& g) { return std::vector<Tensor>{g.transpose(axis0, axis1)}; });
+      [axis0, axis1](const Tensor& g) { return autograd::TensorList{g.transpose(axis0, axis1)}; });
 }
 
-Tensor Tensor::permute(const std::vector<std::int64_t>& axes) const {
+Tensor Tensor::permute(const Axes& axes) const {
   const auto n = dim();
-  std::vector<std::int64_t> inverse(static_cast<std::size_t>(n), -1);
+  Axes inverse(static_cast<std::size_t>(n), -1);
   bool ok = static_cast<std::int64_t>(axes.size()) == n;
   for (std::size_t i = 0; ok && i < axes.size(); ++i) {
     const auto a = axes[i] < 0 ? axes[i] + n : axes[i];
@@ -188,7 +189,7 @@ Tensor Tensor::permute(const std::vector<std::int64_t>& axes) const {
   }
   return record_view(
       make_view(*this, std::move(s), std::move(st), offset()), "permute", *this,
-      [inverse](const Tensor& g) { return std::vector<Tensor>{g.permute(inverse)}; });
+      [inverse](const Tensor& g) { return autograd::TensorList{g.permute(inverse)}; });
 }
 
 Tensor Tensor::slice(std::int64_t axis, std::int64_t start, std::int64_t end,
@@ -215,7 +216,7 @@ Tensor Tensor::slice(std::int64_t axis, std::int64_t start, std::int64_t end,
                      [shape = shape(), axis, first, last, step](const Tensor& g) {
                        Tensor dx = zeros(shape, g.dtype(), g.device());
                        dx.slice(axis, first, last, step).copy_from(g);
-                       return std::vector<Tensor>{dx};
+                       return autograd::TensorList{dx};
                      });
 }
 
@@ -239,7 +240,7 @@ Tensor Tensor::expand(Shape requested) const {
   Strides st = broadcast_strides("expand", shape(), strides(), target);
   return record_view(
       make_view(*this, target, std::move(st), offset()), "expand", *this,
-      [shape = shape()](const Tensor& g) { return std::vector<Tensor>{sum_to_shape(g, shape)}; });
+      [shape = shape()](const Tensor& g) { return autograd::TensorList{sum_to_shape(g, shape)}; });
 }
 
 Tensor Tensor::unsqueeze(std::int64_t axis) const {
@@ -251,7 +252,7 @@ Tensor Tensor::unsqueeze(std::int64_t axis) const {
   st.insert(st.begin() + static_cast<std::ptrdiff_t>(a), stride);
   return record_view(make_view(*this, std::move(s), std::move(st), offset()), "unsqueeze", *this,
                      [a](const Tensor& g) {
-                       return std::vector<Tensor>{g.squeeze(static_cast<std::int64_t>(a))};
+                       return autograd::TensorList{g.squeeze(static_cast<std::int64_t>(a))};
                      });
 }
 
@@ -267,7 +268,7 @@ Tensor Tensor::squeeze(std::int64_t axis) const {
   st.erase(st.begin() + static_cast<std::ptrdiff_t>(a));
   return record_view(make_view(*this, std::move(s), std::move(st), offset()), "squeeze", *this,
                      [a](const Tensor& g) {
-                       return std::vector<Tensor>{g.unsqueeze(static_cast<std::int64_t>(a))};
+                       return autograd::TensorList{g.unsqueeze(static_cast<std::int64_t>(a))};
                      });
 }
 
