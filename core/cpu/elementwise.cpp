@@ -118,9 +118,9 @@ struct UnaryKernel {
       case Unary::rsqrt:  // -x^-1.5 / 2 = -y^3 / 2
         for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i] * -0.5F * y[i] * y[i] * y[i];
         return;
-      case Unary::relu:
-        map2(g, x, dx, n,
-             [](const F& gv, const F& xv) RIG_SIMD_LAMBDA { return xv > 0.0F ? gv : F{}; });
+      case Unary::relu:  // y > 0 exactly where x > 0 (NaN and -0 included)
+        map2(g, y, dx, n,
+             [](const F& gv, const F& yv) RIG_SIMD_LAMBDA { return yv > 0.0F ? gv : F{}; });
         return;
       case Unary::gelu:
         map2(g, x, dx, n,

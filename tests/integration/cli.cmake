@@ -97,3 +97,6 @@ set_tests_properties(cli.tensorboard_reads PROPERTIES LABELS integration TIMEOUT
 add_test(NAME cli.checkpoints
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/checkpoints.sh $<TARGET_FILE:rig_cli> ${FIX}/tiny.yaml ${WORK}/checkpoints)
 set_tests_properties(cli.checkpoints PROPERTIES LABELS integration TIMEOUT 300)
+add_test(NAME cli.image_data
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/image_data.sh $<TARGET_FILE:rig_cli> ${WORK}/image_data)
+set_tests_properties(cli.image_data PROPERTIES LABELS integration TIMEOUT 300)

@@ -7,6 +7,10 @@
 //                          tokens, dropout 0.1 in training mode
 //   rig_bench resnet       one ResNet basic block, 32 channels, 14x14, batch 128,
 //                          training-mode batch norm
+//   rig_bench resnet20_train  a whole training step of ResNet-20 (the resnet
+//                          plugin, cifar style) on 28x28x1 images, batch 128,
+//                          10 classes, with the sgd plugin (momentum 0.9):
+//                          bench_resnet_train.cpp
 //   rig_bench gemm         OpenBLAS sgemm GFLOP/s on large square matrices
 //
 // Each workload runs in its own process so that max RSS is its own. Output is
@@ -14,7 +18,6 @@
 // sum(y * upstream), backward. Inputs are leaves that require a gradient (as
 // the output of an earlier layer would) and are allocated before timing.
 #include <cblas.h>
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -25,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.hpp"
 #include "rig/nn.hpp"
 #include "rig/ops.hpp"
 #include "rig/random.hpp"
@@ -37,49 +41,18 @@ using rig::Tensor;
 namespace ops = rig::ops;
 using Clock = std::chrono::steady_clock;
 
-struct Settings {
-  int warmup = 5;
-  int iterations = 30;
-  int threads = 2;
-};
-
-long max_rss_bytes() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return usage.ru_maxrss * 1024L;  // Linux reports KiB
-}
-
-Tensor random_tensor(Shape shape, std::uint32_t purpose) {
-  Tensor t = Tensor::empty(std::move(shape));
-  rig::fill_normal({1, 0, 0, purpose}, t.data<float>(), t.numel());
-  return t;
-}
+using rig_bench::max_rss_bytes;
+using rig_bench::random_tensor;
+using rig_bench::report;
+using rig_bench::Settings;
+using rig_bench::time_steps;
+using rig_bench::Timing;
 
 // A leaf that requires a gradient, sharing x's data (no copy).
 Tensor leaf(const Tensor& x) {
   Tensor t = x.detach();
   t.set_requires_grad(true);
   return t;
-}
-
-struct Timing {
-  double median_ms = 0.0;
-  double min_ms = 0.0;
-};
-
-// Runs `step(i)` warmup + iterations times; times the last `iterations`.
-Timing time_steps(const Settings& s, const std::function<void(int)>& step) {
-  for (int i = 0; i < s.warmup; ++i) step(i);
-  std::vector<double> ms;
-  for (int i = 0; i < s.iterations; ++i) {
-    const auto start = Clock::now();
-    step(s.warmup + i);
-    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
-  }
-  std::sort(ms.begin(), ms.end());
-  const auto n = ms.size();
-  const double median = n % 2 == 1 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
-  return {median, ms.front()};
 }
 
 // FLOPs of the GEMMs in one forward of the encoder + decoder layer pair
@@ -95,17 +68,6 @@ double transformer_forward_gemm_flops(double batch, double src, double tgt, doub
                          2 * nt * projection + 2 * ns * projection +
                          2 * (2.0 * batch * tgt * src * model) + 2 * (2.0 * nt * model * hidden);
   return encoder + decoder;
-}
-
-void report(const char* workload, const Timing& t, const rig::AllocatorStats& stats,
-            std::size_t baseline_bytes, long rss_before, const std::string& extra) {
-  std::printf(
-      "workload=%s ms_median=%.3f ms_min=%.3f alloc_peak_bytes=%zu "
-      "alloc_peak_above_start_bytes=%zu "
-      "rss_delta_bytes=%ld%s\n",
-      workload, t.median_ms, t.min_ms, stats.peak_bytes,
-      stats.peak_bytes > baseline_bytes ? stats.peak_bytes - baseline_bytes : 0,
-      max_rss_bytes() - rss_before, extra.c_str());
 }
 
 void bench_transformer(const Settings& s) {
@@ -176,9 +138,10 @@ void bench_gemm(const Settings&) {
 }
 
 int usage() {
-  std::fprintf(stderr,
-               "usage: rig_bench transformer|resnet|gemm [--iterations N] [--warmup N] "
-               "[--threads N]\n");
+  std::fprintf(
+      stderr,
+      "usage: rig_bench transformer|resnet|resnet20_train|gemm [--iterations N] [--warmup N] "
+      "[--threads N]\n");
   return 2;
 }
 
@@ -211,6 +174,8 @@ int main(int argc, char** argv) {
       bench_transformer(s);
     } else if (workload == "resnet") {
       bench_resnet(s);
+    } else if (workload == "resnet20_train") {
+      rig_bench::bench_resnet20_train(s);
     } else if (workload == "gemm") {
       bench_gemm(s);
     } else {

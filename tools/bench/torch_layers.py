@@ -10,6 +10,13 @@ bench_layers.cpp): eager mode, float32, torch.set_num_threads(N).
   resnet       a torchvision-style BasicBlock (conv3x3-BN-ReLU-conv3x3-BN,
                identity shortcut, ReLU), 32 channels, 14x14, batch 128,
                training-mode batch norm
+  resnet20_train
+               a whole training step of ResNet-20 (He et al. 2016, cifar
+               style, 1x1 conv + BN projection shortcuts, torchvision naming)
+               on 28x28x1 images, batch 128, 10 classes: zero_grad, forward,
+               cross-entropy loss, loss.item() and Acc@1 / Acc@5 (as rig's
+               resnet model computes them), backward, torch.optim.SGD step
+               (momentum 0.9, weight decay 1e-4). Reports images per second.
 
 A step: zero the gradients (set_to_none, torch's default), forward with
 inputs that require a gradient, loss = sum(y * upstream), backward. Inputs
@@ -116,9 +123,83 @@ def bench_resnet(args):
           f"rss_delta_bytes={max_rss_bytes() - rss_before} {omp_policy()}")
 
 
+class CifarBasicBlock(nn.Module):
+    def __init__(self, cin, width, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, width, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.downsample = None
+        if stride != 1 or cin != width:
+            self.downsample = nn.Sequential(nn.Conv2d(cin, width, 1, stride, bias=False),
+                                            nn.BatchNorm2d(width))
+
+    def forward(self, x):
+        h = torch.relu(self.bn1(self.conv1(x)))
+        h = self.bn2(self.conv2(h))
+        return torch.relu(h + (x if self.downsample is None else self.downsample(x)))
+
+
+class CifarResNet(nn.Module):
+    """ResNet-(6n+2) for small images, as rig's resnet plugin with style cifar."""
+
+    def __init__(self, depth, channels, classes):
+        super().__init__()
+        n = (depth - 2) // 6
+        self.conv1 = nn.Conv2d(channels, 16, 3, 1, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(16)
+        cin = 16
+        for i, (width, stride) in enumerate([(16, 1), (32, 2), (64, 2)]):
+            blocks = []
+            for b in range(n):
+                blocks.append(CifarBasicBlock(cin, width, stride if b == 0 else 1))
+                cin = width
+            setattr(self, f"layer{i + 1}", nn.Sequential(*blocks))
+        self.fc = nn.Linear(64, classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+
+    def forward(self, x):
+        h = torch.relu(self.bn1(self.conv1(x)))
+        h = self.layer3(self.layer2(self.layer1(h)))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(h, 1), 1))
+
+
+def bench_resnet20_train(args):
+    batch, classes = 128, 10
+    model = CifarResNet(20, 1, classes)
+    model.train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
+    images = torch.randn(batch, 1, 28, 28)
+    labels = torch.randint(0, classes, (batch,))
+    last = {}
+
+    def step(_):
+        optimizer.zero_grad(set_to_none=True)
+        logits = model(images)
+        loss = nn.functional.cross_entropy(logits, labels)
+        loss.backward()
+        optimizer.step()
+        with torch.no_grad():  # the metrics rig's resnet model reports every step
+            top5 = logits.topk(5, dim=1).indices
+            last["acc1"] = (top5[:, 0] == labels).sum().item()
+            last["acc5"] = (top5 == labels[:, None]).any(dim=1).sum().item()
+        last["loss"] = loss.item()
+
+    rss_before = max_rss_bytes()
+    median, best = time_steps(step, args.warmup, args.iterations)
+    print(f"workload=resnet20_train ms_median={median:.3f} ms_min={best:.3f} "
+          f"rss_delta_bytes={max_rss_bytes() - rss_before} "
+          f"images_per_s={1e3 * batch / median:.1f} rss_peak_bytes={max_rss_bytes()} "
+          f"parameters={sum(p.numel() for p in model.parameters())} "
+          f"last_loss={last['loss']:.4f} {omp_policy()}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("workload", choices=["transformer", "resnet", "info"])
+    parser.add_argument("workload", choices=["transformer", "resnet", "resnet20_train", "info"])
     parser.add_argument("--iterations", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
@@ -129,7 +210,8 @@ def main():
         print(f"torch={torch.__version__} threads={torch.get_num_threads()}")
         print(torch.__config__.parallel_info().strip().splitlines()[0])
         return
-    {"transformer": bench_transformer, "resnet": bench_resnet}[args.workload](args)
+    {"transformer": bench_transformer, "resnet": bench_resnet,
+     "resnet20_train": bench_resnet20_train}[args.workload](args)
 
 
 if __name__ == "__main__":

@@ -132,7 +132,8 @@ class RIG_API FeedForward : public Module {
 
 class RIG_API Conv2d : public Module {
  public:
-  // Kaiming-normal (fan_in, ReLU gain) weights, as torchvision's ResNet.
+  // Kaiming-normal weights (fan_in, ReLU gain; torchvision's ResNet uses
+  // fan_out, which the resnet plugin declares itself).
   Conv2d(ParameterStore& store, std::string name, std::int64_t in_channels,
          std::int64_t out_channels, std::int64_t kernel, const ops::Conv2dOptions& options = {},
          bool bias = false);

@@ -19,11 +19,12 @@ using detail::require_cpu;
 using detail::require_floating;
 using detail::require_same_cpu;
 
-// Which of x (input) and y (output) the derivative of `op` reads.
+// Which of x (input) and y (output) the derivative of `op` reads. relu reads
+// its output, as PyTorch does: the next op (conv, linear) usually keeps that
+// tensor anyway, so the input can be freed.
 bool reads_input(cpu::Unary op) {
   switch (op) {
     case cpu::Unary::log:
-    case cpu::Unary::relu:
     case cpu::Unary::gelu:
     case cpu::Unary::gelu_tanh:
     case cpu::Unary::pow_scalar:
@@ -34,6 +35,7 @@ bool reads_input(cpu::Unary op) {
 }
 bool reads_output(cpu::Unary op) {
   switch (op) {
+    case cpu::Unary::relu:
     case cpu::Unary::exp:
     case cpu::Unary::sqrt:
     case cpu::Unary::rsqrt:
