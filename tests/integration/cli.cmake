@@ -100,3 +100,10 @@ set_tests_properties(cli.checkpoints PROPERTIES LABELS integration TIMEOUT 300)
 add_test(NAME cli.image_data
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/image_data.sh $<TARGET_FILE:rig_cli> ${WORK}/image_data)
 set_tests_properties(cli.image_data PROPERTIES LABELS integration TIMEOUT 300)
+# The image default experiment on a slice of Debian's Fashion-MNIST (tools/install-deps installs it).
+rig_cli_test(fashion_mnist_experiment 0 "Validation Acc@1: [0-9.]+"
+  ARGS run ${PROJECT_SOURCE_DIR}/experiments/fashion-mnist-resnet20.yaml --mode train_eval
+       --logdir runs/fashion_mnist --num_epochs=1 --set data_layer_params.limit=512
+       --batch_size_per_gpu=64 --eval_steps=1000 --save_checkpoint_steps=0)
+set_tests_properties(cli.fashion_mnist_experiment PROPERTIES
+  REQUIRED_FILES /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz)
