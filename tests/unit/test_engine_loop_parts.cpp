@@ -56,6 +56,16 @@ TEST(GradientNorm, MatchesADoubleReferenceOverManyChunks) {
   for (int i = 0; i < 5; ++i) EXPECT_EQ(global_gradient_norm(params), norm);
 }
 
+TEST(GradientNorm, StatsGiveNormAndLargestMagnitudeInOnePass) {
+  ParameterStore params = store_with_grads({3.0F, -4.0F, 0.5F});
+  const GradientStats stats = gradient_stats(params);
+  EXPECT_DOUBLE_EQ(stats.norm, std::sqrt(25.25));
+  EXPECT_DOUBLE_EQ(stats.amax, 4.0);
+  EXPECT_EQ(stats.norm, global_gradient_norm(params));
+  ParameterStore nan_params = store_with_grads({1.0F, NAN});
+  EXPECT_EQ(gradient_stats(nan_params).amax, INFINITY);
+}
+
 TEST(GradientNorm, NonFiniteGradientGivesNonFiniteNorm) {
   ParameterStore params = store_with_grads({1.0F, INFINITY, 2.0F});
   EXPECT_FALSE(std::isfinite(global_gradient_norm(params)));

@@ -8,6 +8,14 @@ namespace rig::engine {
 // sqrt(sum g^2) over params.grads(); inf or NaN when any gradient is.
 double global_gradient_norm(const ParameterStore& params);
 
+// The global L2 norm and the largest |g| of params.grads(), in one pass
+// (+inf for both when any gradient is inf or NaN).
+struct GradientStats {
+  double norm = 0.0;
+  double amax = 0.0;
+};
+GradientStats gradient_stats(const ParameterStore& params);
+
 // Scales grads() by max_norm / (norm + 1e-6) when norm > max_norm (as
 // torch.nn.utils.clip_grad_norm_ and OpenSeq2Seq's clip_by_global_norm).
 void clip_gradients(ParameterStore& params, double norm, double max_norm);

@@ -146,15 +146,21 @@ bool TrainingLoop::step(PhaseTimes& times) {
   }
 
   const auto c0 = Clock::now();
-  const double grad_amax = p_.params.unscale_grads(1.0 / loss_scale);
+  // Unscaling moves 16-bit gradients into the f32 masters and divides them by
+  // the loss scale: with f32 gradients and scale 1 it has nothing to do.
+  if (p_.params.compute_dtype() != DType::f32 || loss_scale != 1.0) {
+    p_.params.unscale_grads(1.0 / loss_scale);
+  }
   if (p_.comm.size() > 1) p_.comm.allreduce(p_.params.grads(), ReduceOp::average)->wait();
-  // After the reduction, so every rank agrees on an overflow any rank saw.
-  const double norm = global_gradient_norm(p_.params);
+  // One pass after the reduction, so every rank agrees on the norm, the
+  // largest gradient (LogMax's statistic) and an overflow any rank saw.
+  const GradientStats grads = gradient_stats(p_.params);
+  const double norm = grads.norm;
   const auto c1 = Clock::now();
   times.communication += seconds_between(c0, c1);
   p_.timeline.phase("communication", step, c0, c1);
 
-  const bool overflow = loss_overflow || !std::isfinite(norm) || !std::isfinite(grad_amax);
+  const bool overflow = loss_overflow || !std::isfinite(norm);
   if (overflow) {
     if (!p_.loss_scaler.automatic()) {
       throw UserError(fmt::format(
@@ -162,7 +168,7 @@ bool TrainingLoop::step(PhaseTimes& times) {
           "the learning rate or loss_scaling, or use loss_scaling: Backoff or LogMax",
           step, p_.loss_scaler.describe()));
     }
-    p_.loss_scaler.update(true, grad_amax);
+    p_.loss_scaler.update(true, grads.amax);
     console_.print("*** Overflow at step {}: loss scale {} -> {}, update skipped", step, loss_scale,
                    p_.loss_scaler.scale());
     ++result_.skipped_steps;
@@ -186,7 +192,7 @@ bool TrainingLoop::step(PhaseTimes& times) {
     p_.params.round_values_to(s_.compute_dtype);
   }
   p_.params.publish_values();
-  p_.loss_scaler.update(false, grad_amax);
+  p_.loss_scaler.update(false, grads.amax);
   const auto c2 = Clock::now();
   times.optimizer += seconds_between(c1, c2);
   p_.timeline.phase("optimizer", step, c1, c2);
