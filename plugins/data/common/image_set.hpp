@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "epoch_sampler.hpp"
+#include "line_input.hpp"
 #include "rig/error.hpp"
 #include "rig/plugin.hpp"
 #include "small_image_augment.hpp"
@@ -173,28 +174,20 @@ class ImageSetLayer : public rig::DataLayer {
     rig::Tensor images = rig::Tensor::empty({rows, set_.channels, set_.height, set_.width});
     float* x = images.data<float>();
     for (std::int64_t r = 0; r < rows; ++r) {
-      std::string text = lines[static_cast<std::size_t>(r)];
-      std::replace(text.begin(), text.end(), ',', ' ');
-      std::istringstream in(text);
-      std::int64_t count = 0;
-      std::string word;
-      while (count < size && in >> word) {
-        x[r * size + count] = normaliser_(count / plane, parse_pixel(word));
-        ++count;
-      }
-      if (count != size || (in >> word)) {
-        throw rig::UserError(fmt::format(
-            "{}: expected {} pixel values (0..255, {} channel(s) of {}x{}) separated by spaces "
-            "or commas, got {}",
-            plugin_, size, set_.channels, set_.height, set_.width,
-            count < size ? fmt::format("{}", count) : "more"));
-      }
+      read_line_numbers(
+          lines[static_cast<std::size_t>(r)], size,
+          [&](std::int64_t i, const std::string& word) {
+            x[r * size + i] = normaliser_(i / plane, parse_pixel(word));
+          },
+          [&](std::int64_t count) {
+            return fmt::format(
+                "{}: expected {} pixel values (0..255, {} channel(s) of {}x{}) separated by "
+                "spaces or commas, got {}",
+                plugin_, size, set_.channels, set_.height, set_.width,
+                count < size ? fmt::format("{}", count) : "more");
+          });
     }
-    rig::Batch batch;
-    batch.num_objects = rows;
-    for (std::int64_t r = 0; r < rows; ++r) batch.indices.push_back(r);
-    batch.tensors["images"] = std::move(images);
-    return batch;
+    return typed_batch("images", std::move(images), rows);
   }
 
  private:

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "../common/epoch_sampler.hpp"
+#include "../common/line_input.hpp"
 #include "rig/error.hpp"
 #include "rig/plugin.hpp"
 
@@ -107,33 +108,24 @@ class Synthetic final : public rig::DataLayer {
     Tensor features = Tensor::empty({rows, num_features_});
     float* x = features.data<float>();
     for (std::int64_t r = 0; r < rows; ++r) {
-      std::string text = lines[static_cast<std::size_t>(r)];
-      std::replace(text.begin(), text.end(), ',', ' ');
-      std::istringstream in(text);
-      std::int64_t count = 0;
-      std::string word;
-      while (in >> word) {
-        if (count == num_features_) break;
-        try {
-          std::size_t used = 0;
-          x[r * num_features_ + count] = std::stof(word, &used);
-          if (used != word.size()) throw std::invalid_argument(word);
-        } catch (const std::exception&) {
-          throw rig::UserError(fmt::format("synthetic: '{}' is not a number", word));
-        }
-        ++count;
-      }
-      if (count != num_features_ || (in >> word)) {
-        throw rig::UserError(fmt::format(
-            "synthetic: expected {} numbers (the features) separated by spaces or commas",
-            num_features_));
-      }
+      rig_data::read_line_numbers(
+          lines[static_cast<std::size_t>(r)], num_features_,
+          [&](std::int64_t i, const std::string& word) {
+            try {
+              std::size_t used = 0;
+              x[r * num_features_ + i] = std::stof(word, &used);
+              if (used != word.size()) throw std::invalid_argument(word);
+            } catch (const std::exception&) {
+              throw rig::UserError(fmt::format("synthetic: '{}' is not a number", word));
+            }
+          },
+          [&](std::int64_t) {
+            return fmt::format(
+                "synthetic: expected {} numbers (the features) separated by spaces or commas",
+                num_features_);
+          });
     }
-    rig::Batch batch;
-    batch.num_objects = rows;
-    for (std::int64_t r = 0; r < rows; ++r) batch.indices.push_back(r);
-    batch.tensors["features"] = std::move(features);
-    return batch;
+    return rig_data::typed_batch("features", std::move(features), rows);
   }
 
  private:
