@@ -63,11 +63,7 @@ std::vector<std::uint8_t> records(std::int64_t first, std::int64_t n, bool cifar
   return out;
 }
 
-std::vector<std::vector<std::int64_t>> epoch_indices(rig::DataLayer& data) {
-  std::vector<std::vector<std::int64_t>> batches;
-  while (auto batch = data.next_batch()) batches.push_back(batch->indices);
-  return batches;
-}
+using rig_test::epoch_indices;
 
 class CifarBinary : public ::testing::Test {
  protected:
@@ -114,13 +110,7 @@ class CifarBinary : public ::testing::Test {
 
   std::unique_ptr<rig::DataLayer> make(const std::string& params, rig::Mode mode,
                                        std::int64_t batch_size, int rank = 0, int world_size = 1) {
-    rig::DataLayerContext ctx;
-    ctx.run.mode = mode;
-    ctx.run.rank = rank;
-    ctx.run.world_size = world_size;
-    ctx.run.seed = 11;
-    ctx.batch_size = batch_size;
-    return plugin.descriptor->make_data_layer(plugin.params(params), ctx);
+    return plugin.data_layer(plugin.params(params), mode, batch_size, rank, world_size, 11);
   }
 
   // Checks that each image of `batch` is sample indices[r] + `offset`, unaugmented.

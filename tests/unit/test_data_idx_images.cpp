@@ -67,22 +67,13 @@ std::vector<std::uint8_t> idx_labels(std::int64_t n) {
   return out;
 }
 
-std::vector<std::vector<std::int64_t>> epoch_indices(rig::DataLayer& data) {
-  std::vector<std::vector<std::int64_t>> batches;
-  while (auto batch = data.next_batch()) batches.push_back(batch->indices);
-  return batches;
-}
-
-std::vector<std::int64_t> flatten(const std::vector<std::vector<std::int64_t>>& batches) {
-  std::vector<std::int64_t> all;
-  for (const auto& b : batches) all.insert(all.end(), b.begin(), b.end());
-  return all;
-}
-
 // The normalised value of a raw pixel.
 float normalised(std::uint8_t v) {
   return static_cast<float>((v / 255.0 - kMean) / kStd);
 }
+
+using rig_test::epoch_indices;
+using rig_test::flatten;
 
 class IdxImages : public ::testing::Test {
  protected:
@@ -126,13 +117,7 @@ class IdxImages : public ::testing::Test {
 
   std::unique_ptr<rig::DataLayer> make(const std::string& params, rig::Mode mode,
                                        std::int64_t batch_size, int rank = 0, int world_size = 1) {
-    rig::DataLayerContext ctx;
-    ctx.run.mode = mode;
-    ctx.run.rank = rank;
-    ctx.run.world_size = world_size;
-    ctx.run.seed = 3;
-    ctx.batch_size = batch_size;
-    return plugin.descriptor->make_data_layer(plugin.params(params), ctx);
+    return plugin.data_layer(plugin.params(params), mode, batch_size, rank, world_size, 3);
   }
 };
 

@@ -73,19 +73,13 @@ class DataImageFolder : public ::testing::Test {
 
   std::unique_ptr<rig::DataLayer> make(const std::string& params, rig::Mode mode,
                                        std::int64_t batch_size, int rank = 0, int world_size = 1) {
-    rig::DataLayerContext ctx;
-    ctx.run.mode = mode;
-    ctx.run.rank = rank;
-    ctx.run.world_size = world_size;
-    ctx.run.seed = 11;
-    ctx.batch_size = batch_size;
     // train_dir only when the test wrote one: when set, it must exist in every mode.
     std::string dirs = fmt::format("eval_dir: '{}'", (root / "val").string());
     if (fs::exists(root / "train"))
       dirs += fmt::format(", train_dir: '{}'", (root / "train").string());
     std::string all = params;
     all.insert(params.find('{') + 1, dirs + (params == "{}" ? "" : ", "));
-    return plugin.descriptor->make_data_layer(plugin.params(all), ctx);
+    return plugin.data_layer(plugin.params(all), mode, batch_size, rank, world_size, 11);
   }
 
   // `count` noisy images of about 40x30 over classes c0..c2.

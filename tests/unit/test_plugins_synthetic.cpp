@@ -13,6 +13,9 @@ namespace {
 
 using rig::Tensor;
 
+using rig_test::epoch_indices;
+using rig_test::flatten;
+
 class PluginSynthetic : public ::testing::Test {
  protected:
   rig_test::LoadedPlugin plugin{"data_layer", "synthetic"};
@@ -20,28 +23,9 @@ class PluginSynthetic : public ::testing::Test {
   std::unique_ptr<rig::DataLayer> make(const std::string& params, rig::Mode mode,
                                        std::int64_t batch_size, int rank = 0, int world_size = 1,
                                        std::uint64_t run_seed = 5) {
-    rig::DataLayerContext ctx;
-    ctx.run.mode = mode;
-    ctx.run.rank = rank;
-    ctx.run.world_size = world_size;
-    ctx.run.seed = run_seed;
-    ctx.batch_size = batch_size;
-    return plugin.descriptor->make_data_layer(plugin.params(params), ctx);
+    return plugin.data_layer(plugin.params(params), mode, batch_size, rank, world_size, run_seed);
   }
 };
-
-// Sample ids of every batch until the epoch ends.
-std::vector<std::vector<std::int64_t>> epoch_indices(rig::DataLayer& data) {
-  std::vector<std::vector<std::int64_t>> batches;
-  while (auto batch = data.next_batch()) batches.push_back(batch->indices);
-  return batches;
-}
-
-std::vector<std::int64_t> flatten(const std::vector<std::vector<std::int64_t>>& batches) {
-  std::vector<std::int64_t> all;
-  for (const auto& b : batches) all.insert(all.end(), b.begin(), b.end());
-  return all;
-}
 
 TEST_F(PluginSynthetic, InfoAndBatchLayout) {
   auto data = make("{num_features: 5, num_classes: 3, num_samples: 40}", rig::Mode::train, 8);

@@ -3,7 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include <yaml-cpp/yaml.h>
 #include <boost/dll/shared_library.hpp>
@@ -39,6 +42,32 @@ struct LoadedPlugin {
     }
     return params;
   }
+
+  // A data layer of this plugin for one rank, as the host would build it.
+  std::unique_ptr<rig::DataLayer> data_layer(const YAML::Node& params, rig::Mode mode,
+                                             std::int64_t batch_size, int rank, int world_size,
+                                             std::uint64_t run_seed) const {
+    rig::DataLayerContext ctx;
+    ctx.run.mode = mode;
+    ctx.run.rank = rank;
+    ctx.run.world_size = world_size;
+    ctx.run.seed = run_seed;
+    ctx.batch_size = batch_size;
+    return descriptor->make_data_layer(params, ctx);
+  }
 };
+
+// Sample ids of every batch until the epoch ends.
+inline std::vector<std::vector<std::int64_t>> epoch_indices(rig::DataLayer& data) {
+  std::vector<std::vector<std::int64_t>> batches;
+  while (auto batch = data.next_batch()) batches.push_back(batch->indices);
+  return batches;
+}
+
+inline std::vector<std::int64_t> flatten(const std::vector<std::vector<std::int64_t>>& batches) {
+  std::vector<std::int64_t> all;
+  for (const auto& b : batches) all.insert(all.end(), b.begin(), b.end());
+  return all;
+}
 
 }  // namespace rig_test
