@@ -102,6 +102,23 @@ memory::desc any(const memory::dims& dims) {
   return {dims, DataType::f32, Tag::any};
 }
 
+// The convolution's geometry in oneDNN's terms: dilation counts from 0, and
+// the padding is symmetric (oneDNN's output size then rounds down like PyTorch's).
+struct Geometry {
+  memory::dims strides, dilates, padding;
+  explicit Geometry(const Conv2dShape& s)
+      : strides{s.stride_h, s.stride_w},
+        dilates{s.dilation_h - 1, s.dilation_w - 1},
+        padding{s.pad_h, s.pad_w} {}
+};
+
+// rig hands every primitive its scratchpad from the caching allocator.
+dnnl::primitive_attr user_scratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
 void build_forward(Plan& p, const Conv2dShape& s, std::int64_t n) {
   const memory::dims x_dims{n, s.c_in, s.h, s.w};
   const memory::dims y_dims{n, s.c_out, s.out_h, s.out_w};
@@ -114,16 +131,12 @@ void build_forward(Plan& p, const Conv2dShape& s, std::int64_t n) {
   p.w_user = memory::desc(w_dims, DataType::f32, s.groups == 1 ? Tag::oihw : Tag::goihw);
   if (s.bias) p.b_user = memory::desc({s.c_out}, DataType::f32, Tag::x);
 
-  // Symmetric padding: oneDNN's output size rounds down like PyTorch's.
-  const memory::dims strides{s.stride_h, s.stride_w};
-  const memory::dims dilates{s.dilation_h - 1, s.dilation_w - 1};
-  const memory::dims padding{s.pad_h, s.pad_w};
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  const dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_training,
-                                             dnnl::algorithm::convolution_direct, any(x_dims),
-                                             any(w_dims), s.bias ? p.b_user : memory::desc(),
-                                             any(y_dims), strides, dilates, padding, padding);
+  const Geometry g(s);
+  const dnnl::primitive_attr attr = user_scratchpad();
+  const dnnl::convolution_forward::desc desc(
+      dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, any(x_dims),
+      any(w_dims), s.bias ? p.b_user : memory::desc(), any(y_dims), g.strides, g.dilates, g.padding,
+      g.padding);
   p.fwd_pd = dnnl::convolution_forward::primitive_desc(desc, attr, du::engine());
   p.fwd = dnnl::convolution_forward(p.fwd_pd);
   p.fwd_src = p.fwd_pd.src_desc();
@@ -136,18 +149,15 @@ void build_forward(Plan& p, const Conv2dShape& s, std::int64_t n) {
 }
 
 void build_backward(Plan& p, const Conv2dShape& s) {
-  const memory::dims strides{s.stride_h, s.stride_w};
-  const memory::dims dilates{s.dilation_h - 1, s.dilation_w - 1};
-  const memory::dims padding{s.pad_h, s.pad_w};
+  const Geometry g(s);
   const auto x_dims = p.x_user.dims();
   const auto y_dims = p.y_user.dims();
   const auto w_dims = p.w_user.dims();
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  const dnnl::primitive_attr attr = user_scratchpad();
 
   const dnnl::convolution_backward_data::desc data_desc(dnnl::algorithm::convolution_direct,
                                                         any(x_dims), any(w_dims), any(y_dims),
-                                                        strides, dilates, padding, padding);
+                                                        g.strides, g.dilates, g.padding, g.padding);
   p.data_pd =
       dnnl::convolution_backward_data::primitive_desc(data_desc, attr, du::engine(), p.fwd_pd);
   p.data = dnnl::convolution_backward_data(p.data_pd);
@@ -161,7 +171,7 @@ void build_backward(Plan& p, const Conv2dShape& s) {
 
   const dnnl::convolution_backward_weights::desc weights_desc(
       dnnl::algorithm::convolution_direct, any(x_dims), any(w_dims),
-      s.bias ? p.b_user : memory::desc(), any(y_dims), strides, dilates, padding, padding);
+      s.bias ? p.b_user : memory::desc(), any(y_dims), g.strides, g.dilates, g.padding, g.padding);
   p.weights_pd = dnnl::convolution_backward_weights::primitive_desc(weights_desc, attr,
                                                                     du::engine(), p.fwd_pd);
   p.weights = dnnl::convolution_backward_weights(p.weights_pd);
