@@ -52,10 +52,6 @@ GradientStats gradient_stats(const ParameterStore& params) {
   return stats;
 }
 
-double global_gradient_norm(const ParameterStore& params) {
-  return gradient_stats(params).norm;
-}
-
 void clip_gradients(ParameterStore& params, double norm, double max_norm) {
   if (!(norm > max_norm)) return;
   Tensor grads = params.grads();

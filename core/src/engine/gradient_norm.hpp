@@ -1,12 +1,9 @@
-// The global L2 norm of the flat f32 gradient buffer, and clipping to it.
+// Statistics of the flat f32 gradient buffer (global L2 norm, largest |g|), and clipping.
 #pragma once
 
 #include "rig/parameter_store.hpp"
 
 namespace rig::engine {
-
-// sqrt(sum g^2) over params.grads(); inf or NaN when any gradient is.
-double global_gradient_norm(const ParameterStore& params);
 
 // The global L2 norm and the largest |g| of params.grads(), in one pass
 // (+inf for both when any gradient is inf or NaN).

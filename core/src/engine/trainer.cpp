@@ -188,9 +188,7 @@ bool TrainingLoop::step(PhaseTimes& times) {
   if (o_.larc) apply_larc(p_.params, *o_.larc, last_learning_rate_);
   p_.optimizer.step(last_learning_rate_);
   // Pure float16 / bfloat16 keeps its weights representable in that type.
-  if (s_.dtype == "float16" || s_.dtype == "bfloat16") {
-    p_.params.round_values_to(s_.compute_dtype);
-  }
+  if (s_.round_masters) p_.params.round_values_to(s_.compute_dtype);
   p_.params.publish_values();
   p_.loss_scaler.update(false, grads.amax);
   const auto c2 = Clock::now();
