@@ -220,12 +220,12 @@ Counts count(const std::function<void()>& step) {
 // Nodes of the recorded graph reachable from `root` (counting paused).
 std::size_t recorded_ops(const Tensor& root) {
   std::set<const rig::autograd::Node*> seen;
-  std::vector<const rig::TensorImpl*> stack{root.impl()};
+  std::vector<const rig::autograd::Node*> stack{root.impl()->grad_fn.get()};
   while (!stack.empty()) {
-    const rig::TensorImpl* t = stack.back();
+    const rig::autograd::Node* node = stack.back();
     stack.pop_back();
-    if (t == nullptr || !t->grad_fn || !seen.insert(t->grad_fn.get()).second) continue;
-    for (const Tensor& input : t->grad_fn->inputs) stack.push_back(input.impl());
+    if (node == nullptr || !seen.insert(node).second) continue;
+    for (const auto& edge : node->edges) stack.push_back(edge.node.get());
   }
   return seen.size();
 }

@@ -61,9 +61,27 @@ TEST(TensorAutograd, BackwardReleasesTheGraph) {
   Tensor x = Tensor::full({2}, 1.0F).set_requires_grad(true);
   Tensor y = ops::sum(ops::tanh(x));
   y.backward();
-  EXPECT_TRUE(y.impl()->grad_fn->inputs.empty());
+  EXPECT_TRUE(y.impl()->grad_fn->edges.empty());
   EXPECT_TRUE(contains(error_of<std::logic_error>([&] { y.backward(); }),
                        "graph through 'sum' was already released"));
+}
+
+// The graph keeps edges, not the input tensors: an activation that no
+// backward function saved is freed once the forward pass drops it.
+TEST(TensorAutograd, AnInputNoBackwardSavedIsFreedDuringForward) {
+  Tensor x = Tensor::full({4}, -1.0F).set_requires_grad(true);
+  x.data<float>()[1] = 2.0F;
+  std::weak_ptr<rig::Storage> sum_storage;
+  Tensor y;
+  {
+    const Tensor h = ops::add(x, x);  // add saves nothing; relu saves its output
+    sum_storage = h.impl()->storage;
+    y = ops::sum(ops::relu(h));
+  }
+  EXPECT_TRUE(sum_storage.expired());
+  y.backward();
+  const std::vector<float> expected{0.0F, 2.0F, 0.0F, 0.0F};
+  EXPECT_EQ(x.grad().to_vector(), expected);
 }
 
 TEST(TensorAutograd, DeepChainIsTraversedAndFreedIteratively) {

@@ -2,7 +2,7 @@
 // gradient records a Node; Tensor::backward() walks them in reverse order.
 //
 // Recording allocates nothing from the heap once the process is warm: nodes
-// come from a pool, the op name is copied into the node, the inputs are a
+// come from a pool, the op name is copied into the node, the edges are a
 // small inline list and the backward closure lives in an inline buffer of
 // BackwardFn::capacity bytes (a larger closure still works, from the heap;
 // backward_heap_fallbacks() counts those).
@@ -12,6 +12,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -55,9 +56,25 @@ using rig::TensorList;
 // std::vector<Tensor> also converts.
 using BackwardFn = InlineFunction<TensorList(const Tensor& grad_output), 256>;
 
+struct Node;
+
+// Where the gradient of one op input goes: into the node that computed the
+// input, or into the .grad of a leaf. An edge does not hold the input tensor
+// itself, so an activation that no backward function saved is freed as soon
+// as the forward pass stops using it (as in PyTorch); only the leaf of a
+// leaf edge (a parameter, a user input) is kept alive.
+struct Edge {
+  std::shared_ptr<Node> node;        // a non-leaf input: the node that computed it
+  std::shared_ptr<TensorImpl> leaf;  // a leaf input that requires a gradient
+  Shape shape;                       // the input's, to check and convert its gradient
+  DType dtype = DType::f32;
+  bool defined() const noexcept { return node != nullptr || leaf != nullptr; }
+};
+using EdgeList = SmallVector<Edge, 4>;
+
 struct Node {
-  OpName op;          // for messages
-  TensorList inputs;  // what the op read
+  OpName op;       // for messages
+  EdgeList edges;  // one per input the op read; undefined where it needs no gradient
   BackwardFn backward;
 };
 

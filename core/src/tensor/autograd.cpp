@@ -32,16 +32,27 @@ void add_into(Tensor& dst, const Tensor& src) {
                    src.strides(), src.dtype());
 }
 
-// TensorImpl* -> position, by open addressing (linear probing) over a
+// A vertex of the backward graph: a node, or a leaf that accumulates into .grad.
+struct Vertex {
+  Node* node = nullptr;
+  TensorImpl* leaf = nullptr;
+  const void* key() const { return node != nullptr ? static_cast<const void*>(node) : leaf; }
+};
+
+Vertex vertex_of(const Edge& edge) {
+  return {edge.node.get(), edge.leaf.get()};
+}
+
+// Vertex key -> position, by open addressing (linear probing) over a
 // power-of-two table that keeps its size between passes.
-class ImplIndex {
+class VertexIndex {
  public:
   void clear() {
     if (used_ > 0) std::fill(keys_.begin(), keys_.end(), nullptr);
     used_ = 0;
   }
   // The value slot of `key`, or nullptr.
-  std::uint32_t* find(const TensorImpl* key) {
+  std::uint32_t* find(const void* key) {
     if (keys_.empty()) return nullptr;
     for (std::size_t i = slot_of(key);; i = (i + 1) & mask()) {
       if (keys_[i] == key) return &values_[i];
@@ -49,7 +60,7 @@ class ImplIndex {
     }
   }
   // Adds `key` (with value 0); false when it was already there.
-  bool insert(const TensorImpl* key) {
+  bool insert(const void* key) {
     if (2 * (used_ + 1) > keys_.size()) grow();
     for (std::size_t i = slot_of(key);; i = (i + 1) & mask()) {
       if (keys_[i] == key) return false;
@@ -64,13 +75,13 @@ class ImplIndex {
 
  private:
   std::size_t mask() const { return keys_.size() - 1; }
-  std::size_t slot_of(const TensorImpl* key) const {
+  std::size_t slot_of(const void* key) const {
     // Fibonacci hashing of the address; the low bits of heap addresses are all zero.
     const auto x = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(key));
     return static_cast<std::size_t>((x * 0x9E3779B97F4A7C15ULL) >> (64 - bits_));
   }
   void grow() {
-    std::vector<const TensorImpl*> old_keys(std::max<std::size_t>(64, 2 * keys_.size()), nullptr);
+    std::vector<const void*> old_keys(std::max<std::size_t>(64, 2 * keys_.size()), nullptr);
     std::vector<std::uint32_t> old_values(old_keys.size(), 0);
     old_keys.swap(keys_);
     old_values.swap(values_);
@@ -83,7 +94,7 @@ class ImplIndex {
     }
   }
 
-  std::vector<const TensorImpl*> keys_;
+  std::vector<const void*> keys_;
   std::vector<std::uint32_t> values_;
   std::size_t used_ = 0;
   unsigned bits_ = 0;
@@ -98,13 +109,13 @@ struct PendingGrad {
 
 // One backward pass's bookkeeping.
 struct Scratch {
-  ImplIndex position;  // every tensor reachable from the root -> its index in `order`
-  // Post order: a tensor comes after all the tensors it was computed from,
-  // so the root is last. Raw pointers: each is owned by the node of a later
-  // tensor (or is the root, owned by the caller) until the graph is released.
-  std::vector<TensorImpl*> order;
-  std::vector<std::pair<TensorImpl*, std::uint32_t>> stack;  // (tensor, next input to visit)
-  std::vector<PendingGrad> grads;                            // by index in `order`
+  VertexIndex position;  // every vertex reachable from the root -> its index in `order`
+  // Post order: a vertex comes after all the vertices its input edges lead
+  // to, so the root is last. Raw pointers: each node is owned by an edge of
+  // a later node (or by the root tensor) until the graph is released.
+  std::vector<Vertex> order;
+  std::vector<std::pair<Vertex, std::uint32_t>> stack;  // (vertex, next edge to visit)
+  std::vector<PendingGrad> grads;                       // by index in `order`
   bool busy = false;
 
   void reset() {
@@ -136,24 +147,37 @@ class ScratchLease {
   Scratch* scratch_;
 };
 
-// Fills s.order and s.position with every tensor reachable from `root` through grad_fn.
-void collect_graph(Scratch& s, TensorImpl* root) {
-  s.position.insert(root);
+// Fills s.order and s.position with every vertex reachable from `root` along edges.
+void collect_graph(Scratch& s, Vertex root) {
+  s.position.insert(root.key());
   s.stack.emplace_back(root, 0);
   while (!s.stack.empty()) {
-    auto& [impl, next] = s.stack.back();
-    const TensorList* inputs = impl->grad_fn ? &impl->grad_fn->inputs : nullptr;
-    if (inputs != nullptr && next < inputs->size()) {
-      TensorImpl* input = (*inputs)[next++].impl();
-      if (input != nullptr && input->requires_grad && s.position.insert(input)) {
-        s.stack.emplace_back(input, 0);
+    auto& [vertex, next] = s.stack.back();
+    const EdgeList* edges = vertex.node != nullptr ? &vertex.node->edges : nullptr;
+    if (edges != nullptr && next < edges->size()) {
+      const Edge& edge = (*edges)[next++];
+      if (edge.defined() && s.position.insert(vertex_of(edge).key())) {
+        s.stack.emplace_back(vertex_of(edge), 0);
       }
       continue;
     }
-    *s.position.find(impl) = static_cast<std::uint32_t>(s.order.size());
-    s.order.push_back(impl);
+    *s.position.find(vertex.key()) = static_cast<std::uint32_t>(s.order.size());
+    s.order.push_back(vertex);
     s.stack.pop_back();
   }
+}
+
+// A leaf's gradient arrives: the first becomes .grad (a contiguous copy we
+// own, in the leaf's dtype), later ones are added into it.
+void accumulate_into_leaf(TensorImpl& leaf, const Tensor& grad) {
+  if (!leaf.grad) {
+    Tensor first = Tensor::empty(leaf.shape, leaf.dtype, grad.device());
+    first.copy_from(grad);
+    leaf.grad = first.impl_ptr();
+    return;
+  }
+  Tensor leaf_grad(leaf.grad);
+  add_into(leaf_grad, grad);
 }
 
 }  // namespace
@@ -166,7 +190,17 @@ Tensor record(Tensor output, OpName op, TensorList inputs, BackwardFn backward) 
   if (!backward.stored_inline()) g_heap_fallbacks.fetch_add(1, std::memory_order_relaxed);
   auto node = rig::detail::make_pooled<Node>();
   node->op = op;
-  node->inputs = std::move(inputs);
+  for (const Tensor& input : inputs) {
+    Edge& edge = node->edges.emplace_back();
+    if (!input.defined() || !input.requires_grad()) continue;
+    if (input.impl()->grad_fn) {
+      edge.node = input.impl()->grad_fn;
+    } else {
+      edge.leaf = input.impl_ptr();
+    }
+    edge.shape = input.shape();
+    edge.dtype = input.dtype();
+  }
   node->backward = std::move(backward);
   output.impl()->grad_fn = std::move(node);
   output.impl()->requires_grad = true;
@@ -192,50 +226,40 @@ void backward(const Tensor& root) {
   Scratch fallback;
   const ScratchLease lease(fallback);
   Scratch& s = *lease;
-  collect_graph(s, root.impl());
+  collect_graph(s, {root.impl()->grad_fn.get(), root.impl()->grad_fn ? nullptr : root.impl()});
   s.grads.resize(s.order.size());
   s.grads.back() = {Tensor::full(root.shape(), 1.0F, root.dtype(), root.device()), true};
 
   for (std::size_t pos = s.order.size(); pos-- > 0;) {
-    TensorImpl* impl = s.order[pos];
+    const Vertex vertex = s.order[pos];
     if (!s.grads[pos].value.defined()) continue;  // nothing flowed here
-    Tensor grad = std::move(s.grads[pos].value);
-
-    if (!impl->grad_fn) {  // a leaf: accumulate into its .grad
-      if (!impl->grad) {
-        // The first gradient becomes .grad (a contiguous copy we own, in the leaf's dtype).
-        Tensor first = Tensor::empty(impl->shape, impl->dtype, grad.device());
-        first.copy_from(grad);
-        impl->grad = first.impl_ptr();
-        continue;
-      }
-      Tensor leaf_grad(impl->grad);
-      add_into(leaf_grad, grad);
+    const Tensor grad = std::move(s.grads[pos].value);
+    if (vertex.leaf != nullptr) {
+      accumulate_into_leaf(*vertex.leaf, grad);
       continue;
     }
-
-    const Node& node = *impl->grad_fn;
+    const Node& node = *vertex.node;
     if (!node.backward) {
       throw std::logic_error(fmt::format(
           "backward: the graph through '{}' was already released by an earlier backward()",
           node.op.view()));
     }
     TensorList input_grads = node.backward(grad);
-    if (input_grads.size() != node.inputs.size()) {
+    if (input_grads.size() != node.edges.size()) {
       throw std::logic_error(fmt::format("backward of {}: {} gradients for {} inputs",
-                                         node.op.view(), input_grads.size(), node.inputs.size()));
+                                         node.op.view(), input_grads.size(), node.edges.size()));
     }
     for (std::size_t i = 0; i < input_grads.size(); ++i) {
-      const Tensor& input = node.inputs[i];
+      const Edge& edge = node.edges[i];
       Tensor& g = input_grads[i];
-      if (!input.defined() || !input.requires_grad() || !g.defined()) continue;
-      if (g.dtype() != input.dtype()) g = g.to(input.dtype());  // e.g. f32 math for an f16 input
-      if (g.shape() != input.shape()) {
+      if (!edge.defined() || !g.defined()) continue;
+      if (g.dtype() != edge.dtype) g = g.to(edge.dtype);  // e.g. f32 math for an f16 input
+      if (g.shape() != edge.shape) {
         throw std::logic_error(fmt::format("backward of {}: gradient {} for input {} of shape {}",
                                            node.op.view(), to_string(g.shape()), i,
-                                           to_string(input.shape())));
+                                           to_string(edge.shape)));
       }
-      PendingGrad& slot = s.grads[*s.position.find(input.impl())];
+      PendingGrad& slot = s.grads[*s.position.find(vertex_of(edge).key())];
       if (!slot.value.defined()) {
         slot = {std::move(g), false};
         continue;
@@ -248,13 +272,13 @@ void backward(const Tensor& root) {
     }
   }
   // Release the graph (saved tensors and edges) as PyTorch does without
-  // retain_graph. Going inputs-first, a tensor whose last owner goes away
-  // already has an empty node, so a long chain is freed iteratively instead
-  // of by deep recursive destruction.
-  for (TensorImpl* impl : s.order) {
-    if (impl->grad_fn) {
-      impl->grad_fn->inputs.clear();
-      impl->grad_fn->backward = nullptr;
+  // retain_graph. Going inputs-first, a node whose last owner goes away
+  // already has no edges, so a long chain is freed iteratively instead of by
+  // deep recursive destruction.
+  for (const Vertex& vertex : s.order) {
+    if (vertex.node != nullptr) {
+      vertex.node->edges.clear();
+      vertex.node->backward = nullptr;
     }
   }
 }
