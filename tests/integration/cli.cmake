@@ -107,3 +107,15 @@ rig_cli_test(fashion_mnist_experiment 0 "Validation Acc@1: [0-9.]+"
        --batch_size_per_gpu=64 --eval_steps=1000 --save_checkpoint_steps=0)
 set_tests_properties(cli.fashion_mnist_experiment PROPERTIES
   REQUIRED_FILES /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz)
+# image_folder end to end: generated JPEG folders, a tiny ResNet trained,
+# evaluated and resumed through the real binary; corrupt and empty inputs.
+if(TARGET PkgConfig::RIG_TURBOJPEG AND TARGET rig-data_layer-image_folder AND TARGET rig-model-resnet)
+  add_executable(rig_make_jpeg_tree make_jpeg_tree.cpp)
+  target_include_directories(rig_make_jpeg_tree PRIVATE ${PROJECT_SOURCE_DIR}/tests/unit)
+  target_compile_options(rig_make_jpeg_tree PRIVATE ${RIG_WARNINGS})
+  target_link_libraries(rig_make_jpeg_tree PRIVATE PkgConfig::RIG_TURBOJPEG)
+  add_test(NAME cli.image_folder
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/image_folder.sh $<TARGET_FILE:rig_cli>
+            $<TARGET_FILE:rig_make_jpeg_tree> ${WORK}/image_folder)
+  set_tests_properties(cli.image_folder PROPERTIES LABELS integration TIMEOUT 300)
+endif()

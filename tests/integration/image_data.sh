@@ -12,14 +12,6 @@ py="${PYTHON:-python3}"
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/testlib.sh"
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
 
-# expect_error PATTERN RIG-ARGS...: exit 2, one line on stderr matching PATTERN.
-expect_error() {
-  local pattern="$1"; shift
-  echo "+ rig $* (expect exit 2: $pattern)"
-  expect_code 2 "$rig" "$@"
-  [ "$(wc -l < err.txt)" -eq 1 ] || fail "stderr is not one line"
-  grep -Eq -- "$pattern" err.txt || fail "stderr does not match /$pattern/"
-}
 
 # Tiny IDX sets (8 x 8 images), CIFAR-10 batches, and their corrupt versions.
 "$py" - <<'EOF'

@@ -10,3 +10,12 @@ expect_code() {
   if [ "$got" -ne "$want" ]; then echo "FAIL: exit $got, expected $want: $*"; exit 1; fi
 }
 fail() { echo "FAIL: $*"; exit 1; }
+# expect_error PATTERN RIG-ARGS...: `$rig RIG-ARGS` exits 2 with one line on
+# stderr matching the extended regex PATTERN.
+expect_error() {
+  local pattern="$1"; shift
+  echo "+ rig $* (expect exit 2: $pattern)"
+  expect_code 2 "$rig" "$@"
+  [ "$(wc -l < err.txt)" -eq 1 ] || fail "stderr is not one line"
+  grep -Eq -- "$pattern" err.txt || fail "stderr does not match /$pattern/"
+}

@@ -295,7 +295,10 @@ void TrainingLoop::after_step(const PhaseTimes& times) {
     const PhaseTimes& t = print_interval_;
     result_.final_loss = t.loss / static_cast<double>(t.steps);
     console_.print("*** Global step {}: *** Train loss: {:.4f}", state_.step, result_.final_loss);
-    console_.print("time per step = {}", format_duration(t.step / static_cast<double>(t.steps)));
+    // The data share says at a glance whether the input pipeline keeps up.
+    console_.print("time per step = {} (data {:.1f}%)",
+                   format_duration(t.step / static_cast<double>(t.steps)),
+                   t.step > 0.0 ? 100.0 * t.data / t.step : 0.0);
     print_interval_ = {};
   }
   if (sample_batch_) {
@@ -347,6 +350,9 @@ TrainResult TrainingLoop::run() {
     result_.objects_per_second = timed_.objects / timed_.step;
     console_.print("*** Avg time per step: {:.6f}s", result_.avg_step_seconds);
     console_.print("*** Avg objects per second: {:.3f}", result_.objects_per_second);
+    console_.print("*** Avg data time per step: {:.6f}s ({:.1f}% of the step)",
+                   timed_.data / static_cast<double>(timed_.steps),
+                   100.0 * timed_.data / timed_.step);
   }
   if (result_.skipped_steps > 0) {
     console_.print("*** Skipped {} step(s) on loss-scale overflow", result_.skipped_steps);

@@ -131,32 +131,30 @@ class ImageFolder final : public rig::DataLayer {
   }
 
   std::optional<rig::Batch> next_batch() override {
-    auto indices = sampler_->next();
-    if (!indices) {
-      report_skipped();
-      return std::nullopt;
-    }
-    refill();
-    if (slots_.empty()) throw rig::RunError("image_folder: no batch was prefetched");
-    std::unique_ptr<Slot> slot = std::move(slots_.front());
-    slots_.pop_front();
-    if (slot->job.indices != *indices) {
-      throw rig::RunError("image_folder: the prefetched batch is not the expected one");
-    }
-    refill();
-    pool_->wait(&slot->job);
-    for (std::size_t i = 0; i < slot->job.indices.size(); ++i) {
-      if (slot->job.errors[i]) std::rethrow_exception(slot->job.errors[i]);
-      if (slot->job.skipped[i] && skipped_++ == 0) {
-        first_skipped_ = index_->path(slot->job.indices[i]);
+    for (;;) {
+      auto indices = sampler_->next();
+      if (!indices) {
+        report_skipped();
+        return std::nullopt;
       }
+      refill();
+      if (slots_.empty()) throw rig::RunError("image_folder: no batch was prefetched");
+      std::unique_ptr<Slot> slot = std::move(slots_.front());
+      slots_.pop_front();
+      if (slot->job.indices != *indices) {
+        throw rig::RunError("image_folder: the prefetched batch is not the expected one");
+      }
+      refill();
+      pool_->wait(&slot->job);
+      for (std::size_t i = 0; i < slot->job.indices.size(); ++i) {
+        if (slot->job.errors[i]) std::rethrow_exception(slot->job.errors[i]);
+        if (slot->job.skipped[i] && skipped_++ == 0) {
+          first_skipped_ = index_->path(slot->job.indices[i]);
+        }
+      }
+      // A batch whose every image was corrupt is skipped whole.
+      if (auto batch = without_skipped(*slot)) return batch;
     }
-    rig::Batch batch;
-    batch.num_objects = static_cast<std::int64_t>(slot->job.indices.size());
-    batch.indices = std::move(slot->job.indices);
-    batch.tensors["images"] = std::move(slot->images);
-    batch.tensors["labels"] = std::move(slot->labels);
-    return batch;
   }
 
   YAML::Node position() const override { return sampler_->position(); }
@@ -250,13 +248,47 @@ class ImageFolder final : public rig::DataLayer {
     } catch (const image_folder::CorruptJpeg& e) {
       if (!skip_corrupt_) {
         throw rig::UserError(fmt::format(
-            "image_folder: corrupt JPEG '{}': {} (data_layer_params.skip_corrupt: true replaces "
-            "corrupt images by zero images)",
+            "image_folder: corrupt JPEG '{}': {} (data_layer_params.skip_corrupt: true leaves "
+            "corrupt images out of their batch)",
             path, e.what()));
       }
       std::fill(out, out + 3 * plane, 0.0F);
       job.skipped[sample] = 1;
     }
+  }
+
+  // The slot's batch without the images that skip_corrupt dropped (a smaller
+  // batch, as a collate function that drops failed samples gives in PyTorch);
+  // nullopt when none is left.
+  static std::optional<rig::Batch> without_skipped(Slot& slot) {
+    const auto& skipped = slot.job.skipped;
+    const auto n = static_cast<std::int64_t>(skipped.size());
+    const auto kept = n - std::count(skipped.begin(), skipped.end(), 1);
+    if (kept == 0) return std::nullopt;
+    rig::Batch batch;
+    batch.num_objects = kept;
+    if (kept == n) {
+      batch.indices = std::move(slot.job.indices);
+      batch.tensors["images"] = std::move(slot.images);
+      batch.tensors["labels"] = std::move(slot.labels);
+      return batch;
+    }
+    const auto& shape = slot.images.shape();
+    const std::int64_t image_floats = shape[1] * shape[2] * shape[3];
+    Tensor images = Tensor::empty({kept, shape[1], shape[2], shape[3]});
+    Tensor labels = Tensor::empty({kept}, rig::DType::i64);
+    std::int64_t row = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (skipped[static_cast<std::size_t>(i)]) continue;
+      std::copy_n(slot.images.data<float>() + i * image_floats, image_floats,
+                  images.data<float>() + row * image_floats);
+      labels.data<std::int64_t>()[row] = slot.labels.data<std::int64_t>()[i];
+      batch.indices.push_back(slot.job.indices[static_cast<std::size_t>(i)]);
+      ++row;
+    }
+    batch.tensors["images"] = std::move(images);
+    batch.tensors["labels"] = std::move(labels);
+    return batch;
   }
 
   // Queues batches until prefetch_batches are in flight or the epoch ends.

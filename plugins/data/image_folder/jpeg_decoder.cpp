@@ -33,20 +33,27 @@ void JpegDecoder::check(int status) {
       message.find("Premature end") == std::string::npos) {
     return;
   }
+  fail(message);
+}
+
+void JpegDecoder::fail(const std::string& message) {
+  handle_.reset(tjInitDecompress());
+  if (!handle_) throw rig::RunError("image_folder: cannot create a TurboJPEG decompressor");
   throw CorruptJpeg(message);
 }
 
 JpegHeader JpegDecoder::header(const std::uint8_t* jpeg, std::size_t size) {
-  if (size == 0) throw CorruptJpeg("empty file");
-  if (size > ULONG_MAX) throw CorruptJpeg("file too large");
+  if (size == 0) fail("empty file");
+  if (size > ULONG_MAX) fail("file too large");
   int width = 0;
   int height = 0;
   int subsampling = 0;
   check(tjDecompressHeader3(handle_.get(), jpeg, static_cast<unsigned long>(size), &width, &height,
                             &subsampling, &colorspace_));
-  if (width <= 0 || height <= 0 || static_cast<std::int64_t>(width) * height > kMaxPixels) {
-    throw CorruptJpeg("implausible image size " + std::to_string(width) + "x" +
-                      std::to_string(height));
+  if (width == 0 || height == 0)
+    fail("the header holds no image size (a truncated or damaged file)");
+  if (width < 0 || height < 0 || static_cast<std::int64_t>(width) * height > kMaxPixels) {
+    fail("implausible image size " + std::to_string(width) + "x" + std::to_string(height));
   }
   return {width, height, colorspace_ == TJCS_GRAY};
 }

@@ -56,6 +56,9 @@ class JpegDecoder {
   // Throws CorruptJpeg for an error, and for a warning that means lost image
   // data (a truncated file); other warnings (e.g. extraneous bytes) pass.
   void check(int status);
+  // Throws CorruptJpeg after replacing the decompressor: one that failed
+  // mid-file can stay in a state that makes the next, good file fail too.
+  [[noreturn]] void fail(const std::string& message);
 
   std::unique_ptr<void, Destroy> handle_;
   int colorspace_ = 0;

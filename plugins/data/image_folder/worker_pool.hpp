@@ -23,7 +23,7 @@ struct BatchJob {
   std::int64_t epoch = 0;
   std::vector<std::int64_t> indices;  // data-set indices of the samples
   float* images = nullptr;            // [indices.size(), 3, size, size], owned by the caller
-  std::vector<std::uint8_t> skipped;  // 1 where a corrupt image was replaced
+  std::vector<std::uint8_t> skipped;  // 1 where an image was corrupt (left out of the batch)
   std::vector<std::exception_ptr> errors;
   std::size_t claimed = 0;  // guarded by the pool's mutex
   std::size_t done = 0;     // guarded by the pool's mutex
