@@ -11,7 +11,6 @@ rig="$(realpath "$1")"; make_tree="$(realpath "$2")"; work="$3"
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/testlib.sh"
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
 
-
 # 3 classes: 10 training images each (30: 7 full batches of 4 and one of 2),
 # 5 validation images each (15).
 "$make_tree" data/train 3 10 40 32
