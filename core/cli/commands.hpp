@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "config/overrides.hpp"
+#include "rig/bleu.hpp"
 
 namespace rig::cli {
 
@@ -19,5 +20,9 @@ int print_config(const std::string& experiment, const std::string& mode,
 int list_plugins(const std::vector<std::string>& plugin_paths);
 // Prints the schema of "experiment" or of a plugin given as KIND/NAME.
 int print_schema(const std::string& what, const std::vector<std::string>& plugin_paths);
+// Prints corpus BLEU (sacrebleu's score line) and its signature; hypotheses
+// come from standard input when hypothesis_file is empty (bleu_command.cpp).
+int bleu(const std::string& reference_file, const std::string& hypothesis_file,
+         const bleu::Options& options);
 
 }  // namespace rig::cli

@@ -122,6 +122,27 @@ int dispatch(int argc, char** argv) {
       ->required();
   report->add_option("-o,--output", report_output, "the HTML file (default LOGDIR/report.html)");
 
+  std::string bleu_reference;
+  std::string bleu_hypothesis;
+  std::string bleu_smooth = "exp";
+  double bleu_smooth_value = 0;
+  rig::bleu::Options bleu_options;
+  auto* bleu = app.add_subcommand(
+      "bleu", "corpus BLEU of hypotheses against references, exactly as SacreBLEU computes it");
+  bleu->add_option("reference", bleu_reference, "reference file, one sentence per line")
+      ->required();
+  bleu->add_option("hypothesis", bleu_hypothesis,
+                   "hypothesis file, line by line with the references (default: standard input)");
+  bleu->add_option("--tokenize", bleu_options.tokenize, "13a (default) | none")
+      ->check(CLI::IsMember({"13a", "none"}));
+  bleu->add_option("--smooth-method", bleu_smooth, "exp (default) | floor | add-k | none")
+      ->check(CLI::IsMember({"exp", "floor", "add-k", "none"}));
+  auto* smooth_value =
+      bleu->add_option("--smooth-value", bleu_smooth_value, "floor: default 0.1, add-k: default 1");
+  bleu->add_flag("--lowercase", bleu_options.lowercase, "compare lowercased text");
+  bleu->add_flag("--effective-order", bleu_options.effective_order,
+                 "average only the n-gram orders the hypotheses have");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -159,6 +180,11 @@ int dispatch(int argc, char** argv) {
     const auto path = rig::report::write_report(report_logdir, report_output);
     std::printf("*** Wrote report %s\n", path.string().c_str());
     return 0;
+  }
+  if (bleu->parsed()) {
+    bleu_options.smooth = rig::bleu::parse_smooth(bleu_smooth);
+    if (smooth_value->count() > 0) bleu_options.smooth_value = bleu_smooth_value;
+    return rig::cli::bleu(bleu_reference, bleu_hypothesis, bleu_options);
   }
   return rig::cli::print_schema(schema_what, plugin_paths);
 }

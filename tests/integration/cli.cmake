@@ -94,6 +94,16 @@ add_test(NAME cli.tensorboard_reads
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tensorboard_reads.sh $<TARGET_FILE:rig_cli>
           $<TARGET_FILE:rig_unit_tests> ${FIX}/tiny.yaml ${WORK}/tensorboard_reads)
 set_tests_properties(cli.tensorboard_reads PROPERTIES LABELS integration TIMEOUT 300 SKIP_RETURN_CODE 77)
+# `rig bleu`: its output and errors, then a live cross-check against the sacrebleu command.
+set(BLEU_FIX ${PROJECT_SOURCE_DIR}/tests/unit/fixtures/bleu)
+add_test(NAME cli.bleu
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/bleu.sh $<TARGET_FILE:rig_cli> ${BLEU_FIX} ${WORK}/bleu)
+set_tests_properties(cli.bleu PROPERTIES LABELS integration TIMEOUT 180)
+add_test(NAME cli.bleu_matches_sacrebleu
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/bleu.sh $<TARGET_FILE:rig_cli> ${BLEU_FIX}
+          ${WORK}/bleu_matches_sacrebleu --sacrebleu)
+set_tests_properties(cli.bleu_matches_sacrebleu PROPERTIES LABELS integration TIMEOUT 300
+  SKIP_RETURN_CODE 77)
 add_test(NAME cli.checkpoints
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/checkpoints.sh $<TARGET_FILE:rig_cli> ${FIX}/tiny.yaml ${WORK}/checkpoints)
 set_tests_properties(cli.checkpoints PROPERTIES LABELS integration TIMEOUT 300)
@@ -119,3 +129,14 @@ if(TARGET PkgConfig::RIG_TURBOJPEG AND TARGET rig-data_layer-image_folder AND TA
             $<TARGET_FILE:rig_make_jpeg_tree> ${WORK}/image_folder)
   set_tests_properties(cli.image_folder PROPERTIES LABELS integration TIMEOUT 300)
 endif()
+# The text2text data layers (parallel_text, synthetic_text) through the binary:
+# every bad input exits 2 with one line naming the file.
+add_test(NAME cli.text_data
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/text_data.sh $<TARGET_FILE:rig_cli> ${WORK}/text_data)
+set_tests_properties(cli.text_data PROPERTIES LABELS integration TIMEOUT 300)
+# tools/prepare-de-en's program on a small generated dictionary: the corpus
+# layout, the split, determinism, both directions, bad input, the baselines.
+add_test(NAME cli.prepare_de_en
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/prepare_de_en.sh $<TARGET_FILE:rig-prepare-text>
+          $<TARGET_FILE:rig_cli> ${WORK}/prepare_de_en)
+set_tests_properties(cli.prepare_de_en PROPERTIES LABELS integration TIMEOUT 300)

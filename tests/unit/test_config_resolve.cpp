@@ -338,6 +338,8 @@ num_checkpoints: 5
 save_summaries_steps: 100
 best_model_metric: loss
 best_model_mode: auto
+eval_bleu: true
+eval_bleu_samples: 3
 num_best_models: 1
 device: cpu
 model: mlp

@@ -1,48 +1,160 @@
 #include "engine/evaluator.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <map>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "rig/error.hpp"
 
 namespace rig::engine {
 
-EvalResult evaluate(Model& model, DataLayer& data, Communicator& comm) {
+namespace {
+
+// Sums `values` over the ranks (a no-op in one process). Every rank passes
+// the same number of values in the same order. f32 is exact for counts up
+// to 2^24, far above the tokens of an evaluation set.
+void sum_over_ranks(Communicator& comm, std::vector<double>& values) {
+  if (comm.size() == 1 || values.empty()) return;
+  std::vector<float> narrow(values.begin(), values.end());
+  Tensor buffer = Tensor::from_vector(narrow, {static_cast<std::int64_t>(narrow.size())});
+  comm.allreduce(buffer, ReduceOp::sum)->wait();
+  const float* reduced = buffer.data<float>();
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = reduced[i];
+}
+
+std::vector<double> flatten(const bleu::Stats& s) {
+  std::vector<double> v;
+  for (int n = 0; n < bleu::kMaxOrder; ++n) {
+    v.push_back(static_cast<double>(s.matches[n]));
+    v.push_back(static_cast<double>(s.totals[n]));
+  }
+  v.push_back(static_cast<double>(s.hyp_len));
+  v.push_back(static_cast<double>(s.ref_len));
+  return v;
+}
+
+bleu::Stats unflatten(const std::vector<double>& v) {
+  bleu::Stats s;
+  std::size_t i = 0;
+  for (int n = 0; n < bleu::kMaxOrder; ++n) {
+    s.matches[n] = static_cast<std::int64_t>(v[i++]);
+    s.totals[n] = static_cast<std::int64_t>(v[i++]);
+  }
+  s.hyp_len = static_cast<std::int64_t>(v[i++]);
+  s.ref_len = static_cast<std::int64_t>(v[i]);
+  return s;
+}
+
+void write_lines(const std::filesystem::path& path,
+                 const std::map<std::int64_t, std::string>& lines) {
+  std::ofstream out(path);
+  for (const auto& [index, line] : lines) out << line << '\n';
+  if (!out) throw UserError(fmt::format("cannot write {}", path.string()));
+}
+
+}  // namespace
+
+bool decodes_text(const DataLayer& data) {
+  const YAML::Node info = data.info();
+  return info["task"] && info["task"].as<std::string>() == "text2text";
+}
+
+EvalOptions eval_options(const DataLayer& data, bool eval_bleu, int print_samples,
+                         const std::filesystem::path& logdir) {
+  EvalOptions options;
+  options.bleu = eval_bleu && decodes_text(data);
+  options.print_samples = print_samples;
+  if (options.bleu) {
+    options.outputs_file = logdir / "eval_outputs.txt";
+    options.references_file = logdir / "eval_references.txt";
+  }
+  return options;
+}
+
+EvalResult evaluate(Model& model, DataLayer& data, Communicator& comm, const EvalOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   NoGradGuard no_grad;
   EvalResult result;
+  bleu::Stats bleu_stats;
+  std::map<std::int64_t, std::string> outputs;  // by sample index, for the files
+  std::map<std::int64_t, std::string> references;
+  const bool keep_lines = !options.outputs_file.empty() && comm.size() == 1;
   data.start_epoch(0);
   while (auto batch = data.next_batch()) {
     ModelOutput out = model.forward(*batch, Mode::eval);
+    const auto n = static_cast<double>(batch->indices.empty() ? 1 : batch->indices.size());
     if (out.metrics.find("loss") == out.metrics.end()) {
       // A model that reports no loss metric: weight its batch loss by batch size.
-      const auto n = static_cast<double>(batch->indices.empty() ? 1 : batch->indices.size());
       out.metrics["loss"] = Metric{static_cast<double>(out.loss.item()) * n, n};
     }
+    // Samples are counted by index; a data layer without indices counts by
+    // the model's loss weight (the batch size for classifiers).
+    result.samples += batch->indices.empty() ? static_cast<std::int64_t>(out.metrics["loss"].count)
+                                             : static_cast<std::int64_t>(batch->indices.size());
     for (const auto& [name, metric] : out.metrics) {
       result.metrics[name].sum += metric.sum;
       result.metrics[name].count += metric.count;
     }
+    if (options.bleu) {
+      const std::vector<std::string> predicted = data.decode(*batch, model.infer(*batch));
+      const std::vector<std::string> expected = data.decode_targets(*batch);
+      if (predicted.size() != expected.size()) {
+        throw RunError(fmt::format(
+            "BLEU: the data layer decoded {} predictions but {} references for one batch",
+            predicted.size(), expected.size()));
+      }
+      for (std::size_t i = 0; i < predicted.size(); ++i) {
+        bleu_stats += bleu::sentence_stats(predicted[i], expected[i], options.bleu_options);
+        if (static_cast<int>(result.shown.size()) < options.print_samples) {
+          result.shown.emplace_back(predicted[i], expected[i]);
+        }
+        if (keep_lines) {
+          const std::int64_t index = i < batch->indices.size()
+                                         ? batch->indices[i]
+                                         : static_cast<std::int64_t>(outputs.size());
+          outputs[index] = predicted[i];
+          references[index] = expected[i];
+        }
+      }
+    }
     ++result.batches;
   }
-  if (comm.size() > 1) {
-    // Every rank must agree on the metric names for the reduction to line up.
-    std::vector<float> values;
-    for (const auto& [name, metric] : result.metrics) {
-      values.push_back(static_cast<float>(metric.sum));
-      values.push_back(static_cast<float>(metric.count));
-    }
-    Tensor buffer = Tensor::from_vector(values, {static_cast<std::int64_t>(values.size())});
-    comm.allreduce(buffer, ReduceOp::sum)->wait();
-    const float* reduced = buffer.data<float>();
-    std::size_t i = 0;
-    for (auto& [name, metric] : result.metrics) {
-      metric.sum = reduced[i++];
-      metric.count = reduced[i++];
-    }
+  // Every rank must agree on the metric names for the reduction to line up.
+  std::vector<double> values;
+  for (const auto& [name, metric] : result.metrics) {
+    values.push_back(metric.sum);
+    values.push_back(metric.count);
   }
+  values.push_back(static_cast<double>(result.samples));
+  if (options.bleu) {
+    const auto stats = flatten(bleu_stats);
+    values.insert(values.end(), stats.begin(), stats.end());
+  }
+  sum_over_ranks(comm, values);
+  std::size_t i = 0;
+  for (auto& [name, metric] : result.metrics) {
+    metric.sum = values[i++];
+    metric.count = values[i++];
+  }
+  result.samples = static_cast<std::int64_t>(values[i++]);
   if (result.metrics["loss"].count == 0.0) {
     throw UserError("the evaluation data layer produced no samples");
+  }
+  if (options.bleu) {
+    const bleu::Score score =
+        bleu::score(unflatten({values.begin() + static_cast<std::ptrdiff_t>(i), values.end()}),
+                    options.bleu_options);
+    result.metrics["BLEU"] = Metric{score.score, 1.0};
+    result.bleu = score;
+    result.bleu_signature = bleu::signature(options.bleu_options);
+    if (keep_lines && comm.rank() == 0) {
+      write_lines(options.outputs_file, outputs);
+      write_lines(options.references_file, references);
+    }
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
@@ -52,11 +164,18 @@ void print_eval(const Console& console, const EvalResult& result, std::int64_t s
   console.print("*** Running evaluation on a validation set (step {}):", step);
   console.print("*** Validation loss: {:.4f}", result.metrics.at("loss").value());
   for (const auto& [name, metric] : result.metrics) {
-    if (name == "loss") continue;
+    if (name == "loss" || name == "BLEU") continue;
     console.print("*** Validation {}: {:.4f}", name, metric.value());
   }
-  console.print("*** Evaluated {:.0f} samples in {:.2f}s", result.metrics.at("loss").count,
-                result.seconds);
+  if (result.bleu) {
+    console.print("*** Eval BLEU score: {:.2f} ({})", result.bleu->score, result.bleu_signature);
+    console.print("*** {}", result.bleu->format());
+    for (std::size_t k = 0; k < result.shown.size(); ++k) {
+      console.print("*** Eval sample {}: prediction: {}", k, result.shown[k].first);
+      console.print("*** Eval sample {}: reference:  {}", k, result.shown[k].second);
+    }
+  }
+  console.print("*** Evaluated {} samples in {:.2f}s", result.samples, result.seconds);
 }
 
 }  // namespace rig::engine

@@ -219,7 +219,11 @@ int run(const RunOptions& options) {
           "end with Ctrl-D");
       interactive_infer(*model, *data, std::cin, std::cout, console);
     } else if (mode == "eval") {
-      print_eval(console, evaluate(*model, *data, *comm), ckpt.state.step);
+      print_eval(
+          console,
+          evaluate(*model, *data, *comm,
+                   eval_options(*data, settings.eval_bleu, settings.eval_bleu_samples, logdir)),
+          ckpt.state.step);
     } else {
       const fs::path output = options.infer_output_file.empty()
                                   ? logdir / "infer_output.txt"

@@ -61,6 +61,8 @@ EngineSettings read_settings(const config::ResolvedConfig& config) {
       resolve_best_mode(root["best_model_mode"].as<std::string>(), s.best_model_metric);
   s.num_best_models = root["num_best_models"].as<int>();
   s.load_model = optional_key<std::string>(root, "load_model");
+  s.eval_bleu = root["eval_bleu"].as<bool>();
+  s.eval_bleu_samples = root["eval_bleu_samples"].as<int>();
   s.logdir = root["logdir"].as<std::string>();
   s.random_seed = root["random_seed"].as<std::uint64_t>();
   s.iter_size = root["iter_size"].as<std::int64_t>();

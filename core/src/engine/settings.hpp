@@ -26,6 +26,8 @@ struct EngineSettings {
   std::string best_model_mode = "min";  // "auto" resolved to min / max
   int num_best_models = 1;
   std::optional<std::string> load_model;
+  bool eval_bleu = true;      // decode and score BLEU in eval (text2text data only)
+  int eval_bleu_samples = 3;  // decoded samples printed per evaluation
   std::string logdir;
   std::uint64_t random_seed = 0;
   std::int64_t iter_size = 1;

@@ -256,7 +256,9 @@ void TrainingLoop::save() {
 void TrainingLoop::evaluate_now() {
   if (p_.eval_data == nullptr || o_.benchmark) return;
   const auto t0 = Clock::now();
-  const EvalResult eval = evaluate(p_.model, *p_.eval_data, p_.comm);
+  const EvalResult eval =
+      evaluate(p_.model, *p_.eval_data, p_.comm,
+               eval_options(*p_.eval_data, s_.eval_bleu, s_.eval_bleu_samples, o_.logdir));
   p_.timeline.phase("eval", state_.step, t0, Clock::now());
   print_eval(console_, eval, state_.step);
   if (p_.summaries != nullptr) {

@@ -53,18 +53,34 @@ class Stream {
 // Stream purposes shared by the data layers (each layer may add its own above 100).
 enum Purpose : std::uint64_t { kShuffle = 4, kAugment = 5 };
 
+// The sample order of `epoch`: 0..n-1, shuffled (Fisher-Yates from a stream
+// keyed on (seed, epoch) only) unless `shuffle` is false.
+inline std::vector<std::int64_t> epoch_order(std::int64_t n, std::uint64_t seed, std::int64_t epoch,
+                                             bool shuffle) {
+  std::vector<std::int64_t> order(static_cast<std::size_t>(n));
+  std::iota(order.begin(), order.end(), std::int64_t{0});
+  if (!shuffle) return order;
+  const Stream stream(seed, kShuffle, static_cast<std::uint64_t>(epoch));
+  for (std::size_t i = order.size(); i > 1; --i) {
+    std::swap(order[i - 1], order[stream.below(i, i)]);
+  }
+  return order;
+}
+
 // The order of an epoch and this rank's share of every global batch of
 // batch_size x world_size samples: rank r takes the r-th slice. Train mode
 // shuffles and drops the last incomplete global batch; eval and infer keep
 // the file order and every sample (a rank whose slice is empty gets nothing).
+// A train sampler made with shuffle false keeps the file order too.
 class EpochSampler {
  public:
   EpochSampler(const std::string& plugin, std::int64_t num_samples, std::uint64_t seed, bool train,
-               std::int64_t batch_size, int rank, int world_size)
+               std::int64_t batch_size, int rank, int world_size, bool shuffle = true)
       : plugin_(plugin),
         num_samples_(num_samples),
         seed_(seed),
         train_(train),
+        shuffle_(train && shuffle),
         batch_size_(batch_size),
         rank_(rank),
         world_size_(world_size) {
@@ -86,14 +102,7 @@ class EpochSampler {
     if (epoch < 0) throw std::invalid_argument(fmt::format("{}: epoch {} < 0", plugin_, epoch));
     epoch_ = epoch;
     offset_ = 0;
-    order_.resize(static_cast<std::size_t>(num_samples_));
-    std::iota(order_.begin(), order_.end(), std::int64_t{0});
-    if (!train_) return;
-    // Fisher-Yates from a stream keyed on (seed, epoch) only.
-    const Stream stream(seed_, kShuffle, static_cast<std::uint64_t>(epoch));
-    for (std::size_t i = order_.size(); i > 1; --i) {
-      std::swap(order_[i - 1], order_[stream.below(i, i)]);
-    }
+    order_ = epoch_order(num_samples_, seed_, epoch, shuffle_);
   }
 
   // The data-set indices of this rank's next batch, or nullopt at the end of
@@ -133,6 +142,7 @@ class EpochSampler {
   std::int64_t num_samples_;
   std::uint64_t seed_;
   bool train_;
+  bool shuffle_;
   std::int64_t batch_size_;
   std::int64_t rank_;
   std::int64_t world_size_;

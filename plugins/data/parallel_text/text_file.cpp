@@ -1,0 +1,97 @@
+#include "text_file.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "rig/error.hpp"
+
+namespace parallel_text {
+
+namespace {
+
+std::string read_all(const std::string& plugin, const std::string& name, const std::string& path) {
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error)) {
+    throw rig::UserError(fmt::format("{}: {}: file not found", plugin, name));
+  }
+  const std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"),
+                                                             &std::fclose);
+  if (!file) throw rig::UserError(fmt::format("{}: {}: cannot open", plugin, name));
+  std::string text(static_cast<std::size_t>(std::filesystem::file_size(path, error)), '\0');
+  const std::size_t got = std::fread(text.data(), 1, text.size(), file.get());
+  if (got != text.size()) throw rig::UserError(fmt::format("{}: {}: cannot read", plugin, name));
+  return text;
+}
+
+}  // namespace
+
+std::size_t first_invalid_utf8(std::string_view text) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const std::size_t n = text.size();
+  std::size_t i = 0;
+  while (i < n) {
+    const unsigned c = s[i];
+    if (c < 0x80U) {
+      ++i;
+      continue;
+    }
+    std::size_t len = 0;
+    unsigned lo = 0x80U;  // the allowed range of the second byte (no overlongs, surrogates)
+    unsigned hi = 0xBFU;
+    if (c >= 0xC2U && c <= 0xDFU) {
+      len = 2;
+    } else if (c >= 0xE0U && c <= 0xEFU) {
+      len = 3;
+      if (c == 0xE0U) lo = 0xA0U;
+      if (c == 0xEDU) hi = 0x9FU;
+    } else if (c >= 0xF0U && c <= 0xF4U) {
+      len = 4;
+      if (c == 0xF0U) lo = 0x90U;
+      if (c == 0xF4U) hi = 0x8FU;
+    } else {
+      return i;
+    }
+    if (i + len > n || s[i + 1] < lo || s[i + 1] > hi) return i;
+    for (std::size_t k = 2; k < len; ++k) {
+      if ((s[i + k] & 0xC0U) != 0x80U) return i;
+    }
+    i += len;
+  }
+  return std::string_view::npos;
+}
+
+TextFile::TextFile(const std::string& plugin, const std::string& key, const std::string& path)
+    : key_(key), path_(path) {
+  text_ = read_all(plugin, name(), path);
+  if (text_.empty()) throw rig::UserError(fmt::format("{}: {}: the file is empty", plugin, name()));
+  const std::size_t bad = first_invalid_utf8(text_);
+  if (bad != std::string::npos) {
+    const auto line =
+        std::count(text_.begin(), text_.begin() + static_cast<std::ptrdiff_t>(bad), '\n') + 1;
+    throw rig::UserError(fmt::format("{}: {}: line {}: byte 0x{:02X} is not UTF-8", plugin, name(),
+                                     line, static_cast<unsigned char>(text_[bad])));
+  }
+  starts_.reserve(static_cast<std::size_t>(std::count(text_.begin(), text_.end(), '\n')) + 1);
+  lengths_.reserve(starts_.capacity());
+  std::size_t start = 0;
+  while (start < text_.size()) {
+    std::size_t end = text_.find('\n', start);
+    const std::size_t next = end == std::string::npos ? text_.size() : end + 1;
+    if (end == std::string::npos) end = text_.size();
+    if (end > start && text_[end - 1] == '\r') --end;
+    if (end - start > std::numeric_limits<std::uint32_t>::max()) {
+      throw rig::UserError(
+          fmt::format("{}: {}: line {} is longer than 4 GiB", plugin, name(), starts_.size() + 1));
+    }
+    starts_.push_back(start);
+    lengths_.push_back(static_cast<std::uint32_t>(end - start));
+    start = next;
+  }
+}
+
+}  // namespace parallel_text
