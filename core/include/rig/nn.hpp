@@ -94,20 +94,30 @@ struct KvCache {
 // Multi-head attention with separate query/key/value/output projections
 // (query, key, value, output). Self-attention: forward(x, x, ...); cross:
 // forward(decoder_x, encoder_out, ...). With a cache, the new keys/values are
-// appended to it and attention covers the whole cached prefix.
+// appended to it and attention covers the whole cached prefix. `init` is the
+// projections' weight initialiser (as Linear's: torch's default when unset).
 class RIG_API MultiHeadAttention : public Module {
  public:
   MultiHeadAttention(ParameterStore& store, std::string name, std::int64_t model_dim,
-                     std::int64_t num_heads, float attention_dropout = 0.0F, bool bias = true);
+                     std::int64_t num_heads, float attention_dropout = 0.0F, bool bias = true,
+                     std::optional<Initializer> init = std::nullopt);
   struct Options {
     Tensor mask;  // u8, broadcastable to [B, H, Tq, Tk]; 1 = may attend
     bool causal = false;
     bool training = false;
     RandomKey key;
     KvCache* cache = nullptr;  // not owned
+    // Keys and values of `memory` computed earlier by project_memory (not
+    // owned): cross-attention then skips the key/value projections, and
+    // `memory` may be undefined. For decoding, where every step attends to the
+    // same encoder output.
+    const KvCache* memory_kv = nullptr;
   };
   // query_input [B, Tq, model_dim], memory [B, Tk, model_dim] -> [B, Tq, model_dim].
   Tensor forward(const Tensor& query_input, const Tensor& memory, const Options& options) const;
+  // The key and value projections of memory [B, Tk, model_dim], split into
+  // heads ([B, H, Tk, D] each), for Options::memory_kv.
+  KvCache project_memory(const Tensor& memory) const;
 
  private:
   std::int64_t num_heads_;

@@ -34,15 +34,16 @@ Tensor merge_heads(const Tensor& x) {
 
 MultiHeadAttention::MultiHeadAttention(ParameterStore& store, std::string name,
                                        std::int64_t model_dim, std::int64_t num_heads,
-                                       float attention_dropout, bool bias)
+                                       float attention_dropout, bool bias,
+                                       std::optional<Initializer> init)
     : Module(store, std::move(name)),
       num_heads_(checked_heads(this->name(), model_dim, num_heads)),
       attention_dropout_(attention_dropout),
       dropout_name_(child("dropout")),
-      query_(store, child("query"), model_dim, model_dim, bias),
-      key_(store, child("key"), model_dim, model_dim, bias),
-      value_(store, child("value"), model_dim, model_dim, bias),
-      output_(store, child("output"), model_dim, model_dim, bias) {
+      query_(store, child("query"), model_dim, model_dim, bias, init),
+      key_(store, child("key"), model_dim, model_dim, bias, init),
+      value_(store, child("value"), model_dim, model_dim, bias, init),
+      output_(store, child("output"), model_dim, model_dim, bias, init) {
   if (!(attention_dropout >= 0.0F && attention_dropout < 1.0F)) {
     throw std::invalid_argument(
         fmt::format("MultiHeadAttention '{}': attention_dropout {} must be in [0, 1)", this->name(),
@@ -56,7 +57,10 @@ Tensor MultiHeadAttention::forward(const Tensor& query_input, const Tensor& memo
   const auto bad = [&](const Tensor& t) {
     return !t.defined() || t.dim() != 3 || t.size(2) != model_dim;
   };
-  if (bad(query_input) || bad(memory) || query_input.size(0) != memory.size(0)) {
+  const KvCache* memory_kv = options.memory_kv;
+  const bool bad_memory =
+      memory_kv == nullptr && (bad(memory) || query_input.size(0) != memory.size(0));
+  if (bad(query_input) || bad_memory) {
     throw std::invalid_argument(fmt::format(
         "MultiHeadAttention '{}': query {} and memory {} must be [batch, time, {}] with the same "
         "batch",
@@ -64,8 +68,23 @@ Tensor MultiHeadAttention::forward(const Tensor& query_input, const Tensor& memo
         memory.defined() ? to_string(memory.shape()) : "(undefined)", model_dim));
   }
   Tensor q = split_heads(query_.forward(query_input), num_heads_);
-  Tensor k = split_heads(key_.forward(memory), num_heads_);
-  Tensor v = split_heads(value_.forward(memory), num_heads_);
+  Tensor k;
+  Tensor v;
+  if (memory_kv != nullptr) {
+    const Tensor& keys = memory_kv->keys;
+    if (!keys.defined() || !memory_kv->values.defined() || keys.dim() != 4 ||
+        keys.size(0) != q.size(0) || keys.size(1) != q.size(1) || keys.size(3) != q.size(3) ||
+        memory_kv->values.shape() != keys.shape()) {
+      throw std::invalid_argument(fmt::format(
+          "MultiHeadAttention '{}': precomputed memory keys {} do not fit queries {}", name(),
+          keys.defined() ? to_string(keys.shape()) : "(undefined)", to_string(q.shape())));
+    }
+    k = keys;
+    v = memory_kv->values;
+  } else {
+    k = split_heads(key_.forward(memory), num_heads_);
+    v = split_heads(value_.forward(memory), num_heads_);
+  }
   if (KvCache* cache = options.cache) {
     if (cache->keys.defined()) {
       if (cache->keys.dim() != 4 || cache->keys.size(0) != k.size(0) ||
@@ -89,6 +108,17 @@ Tensor MultiHeadAttention::forward(const Tensor& query_input, const Tensor& memo
   }
   const Tensor context = ops::scaled_dot_product_attention(q, k, v, attention);
   return output_.forward(merge_heads(context));
+}
+
+KvCache MultiHeadAttention::project_memory(const Tensor& memory) const {
+  const std::int64_t model_dim = key_.weight().size(1);
+  if (!memory.defined() || memory.dim() != 3 || memory.size(2) != model_dim) {
+    throw std::invalid_argument(
+        fmt::format("MultiHeadAttention '{}': memory {} must be [batch, time, {}]", name(),
+                    memory.defined() ? to_string(memory.shape()) : "(undefined)", model_dim));
+  }
+  return {split_heads(key_.forward(memory), num_heads_),
+          split_heads(value_.forward(memory), num_heads_)};
 }
 
 }  // namespace rig::nn

@@ -1,0 +1,169 @@
+// transformer: OpenSeq2Seq's Text2Text model with TransformerEncoder and
+// TransformerDecoder (network.hpp), trained with PaddedCrossEntropyLossWithSmoothing
+// and decoded with beam search (beam_search.hpp). Batches follow the text2text
+// contract: source_ids / source_lengths / target_ids / target_lengths.
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "beam_search.hpp"
+#include "network.hpp"
+#include "params.hpp"
+#include "rig/autograd.hpp"
+#include "rig/error.hpp"
+#include "rig/ops.hpp"
+#include "rig/plugin.hpp"
+
+namespace {
+
+using rig::Tensor;
+namespace ops = rig::ops;
+using rig_transformer::Network;
+using rig_transformer::Params;
+
+// f32 [B, T]: 1 at positions t < lengths[b].
+Tensor length_mask(const Tensor& lengths, std::int64_t width) {
+  const std::vector<std::int64_t> l = lengths.to_int_vector();
+  const auto batch = static_cast<std::int64_t>(l.size());
+  std::vector<float> mask(static_cast<std::size_t>(batch * width), 0.0F);
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const std::int64_t n = std::min(l[static_cast<std::size_t>(b)], width);
+    std::fill_n(mask.begin() + b * width, n, 1.0F);
+  }
+  return Tensor::from_vector(mask, {batch, width});
+}
+
+class Transformer final : public rig::Model {
+ public:
+  Transformer(const YAML::Node& params, const rig::ModelContext& ctx)
+      : params_(rig_transformer::parse_params(params, ctx.data_info)),
+        dtype_(checked_dtype(ctx.run.dtype)),
+        net_(ctx.params, params_, dtype_) {}
+
+  rig::ModelOutput forward(const rig::Batch& batch, rig::Mode mode) override {
+    std::optional<rig::NoGradGuard> no_grad;
+    if (mode != rig::Mode::train) no_grad.emplace();
+    const bool training = mode == rig::Mode::train;
+    const Tensor& source = batch.at("source_ids");
+    const Tensor& source_lengths = batch.at("source_lengths");
+    const Tensor& target = batch.at("target_ids");
+    const Tensor& target_lengths = batch.at("target_lengths");
+    check_ids(batch, "source", source, source_lengths);
+    check_ids(batch, "target", target, target_lengths);
+    if (target.size(0) != source.size(0)) {
+      throw std::invalid_argument(
+          fmt::format("transformer: source_ids {} and target_ids {} have different batch sizes",
+                      rig::to_string(source.shape()), rig::to_string(target.shape())));
+    }
+    const rig_transformer::Encoded encoded =
+        net_.encode(source, source_lengths, training, batch.rng);
+    const Tensor logits = net_.decode(target, encoded, training, batch.rng).to(rig::DType::f32);
+    const Tensor weights = length_mask(target_lengths, target.size(1));
+    rig::ModelOutput out;
+    out.loss = ops::padded_cross_entropy(logits, target, weights, params_.label_smoothing);
+    const double tokens = ops::sum(weights).item();
+    out.metrics["loss"] = {static_cast<double>(out.loss.item()) * tokens, tokens};
+    out.metrics["teacher_forced_token_accuracy"] = {correct_tokens(logits, target, weights),
+                                                    tokens};
+    return out;
+  }
+
+  Tensor infer(const rig::Batch& batch) override {
+    rig::NoGradGuard no_grad;
+    const Tensor& source = batch.at("source_ids");
+    const Tensor& source_lengths = batch.at("source_lengths");
+    check_ids(batch, "source", source, source_lengths);
+    const rig_transformer::Encoded encoded = net_.encode(source, source_lengths, false, batch.rng);
+    rig_transformer::SearchParams search;
+    search.batch_size = source.size(0);
+    search.beam_size = params_.beam_size;
+    search.alpha = params_.alpha;
+    // As OpenSeq2Seq: the batch's source width plus extra_decode_length.
+    search.max_decode_length = source.size(1) + params_.extra_decode_length;
+    search.vocab_size = net_.vocab_size();
+    search.eos_id = params_.eos_id;
+    search.pad_id = params_.pad_id;
+    // Hypothesis b x beam + j decodes source row b.
+    std::vector<std::int64_t> rows;
+    for (std::int64_t b = 0; b < search.batch_size; ++b)
+      rows.insert(rows.end(), search.beam_size, b);
+    rig_transformer::DecodeState state = net_.start_decoding(
+        encoded, Tensor::from_vector(rows, {static_cast<std::int64_t>(rows.size())}));
+    const rig_transformer::SearchResult result = rig_transformer::search(
+        search, [&](const Tensor& ids) { return net_.decode_step(ids, state); },
+        [&](const Tensor& index) { Network::reorder(state, index); });
+    return rig_transformer::to_tensor(result, params_.pad_id);
+  }
+
+ private:
+  static rig::DType checked_dtype(rig::DType dtype) {
+    if (!rig::is_floating(dtype)) {
+      throw std::invalid_argument(
+          fmt::format("transformer: compute dtype {} is not floating", rig::dtype_name(dtype)));
+    }
+    return dtype;
+  }
+
+  // ids i64 [B, T] within the vocabulary, lengths i64 [B] in [1, T].
+  void check_ids(const rig::Batch& batch, const char* side, const Tensor& ids,
+                 const Tensor& lengths) const {
+    if (ids.dtype() != rig::DType::i64 || ids.dim() != 2 || ids.size(1) < 1 ||
+        lengths.dtype() != rig::DType::i64 || lengths.dim() != 1 ||
+        lengths.size(0) != ids.size(0)) {
+      throw std::invalid_argument(fmt::format(
+          "transformer: {0}_ids {1} {2} and {0}_lengths {3} {4}, expected i64 [batch,time] and "
+          "i64 [batch]",
+          side, rig::dtype_name(ids.dtype()), rig::to_string(ids.shape()),
+          rig::dtype_name(lengths.dtype()), rig::to_string(lengths.shape())));
+    }
+    const std::vector<std::int64_t> v = ids.to_int_vector();
+    const std::vector<std::int64_t> l = lengths.to_int_vector();
+    const std::int64_t width = ids.size(1);
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const auto row = static_cast<std::int64_t>(i) / width;
+      if (v[i] >= 0 && v[i] < params_.data_vocab_size) continue;
+      throw rig::UserError(fmt::format(
+          "model 'transformer': {} token id {} at batch position {}{} is outside the vocabulary "
+          "[0, {})",
+          side, v[i], row, index_note(batch, row), params_.data_vocab_size));
+    }
+    for (std::size_t b = 0; b < l.size(); ++b) {
+      if (l[b] >= 1 && l[b] <= width) continue;
+      throw rig::UserError(fmt::format(
+          "model 'transformer': {}_lengths {} at batch position {}{} is outside [1, {}]", side,
+          l[b], b, index_note(batch, static_cast<std::int64_t>(b)), width));
+    }
+  }
+
+  static std::string index_note(const rig::Batch& batch, std::int64_t row) {
+    const auto r = static_cast<std::size_t>(row);
+    return r < batch.indices.size() ? fmt::format(" (data-set index {})", batch.indices[r]) : "";
+  }
+
+  // Real target tokens whose argmax logit is the token.
+  static double correct_tokens(const Tensor& logits, const Tensor& target, const Tensor& weights) {
+    const std::vector<std::int64_t> predicted = ops::argmax(logits.detach(), -1).to_int_vector();
+    const std::vector<std::int64_t> expected = target.to_int_vector();
+    const std::vector<float> w = weights.to_vector();
+    double correct = 0.0;
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      if (w[i] > 0.0F && predicted[i] == expected[i]) correct += 1.0;
+    }
+    return correct;
+  }
+
+  Params params_;
+  rig::DType dtype_;
+  Network net_;
+};
+
+}  // namespace
+
+RIG_PLUGIN(model, "transformer", "0.1.0",
+           "OpenSeq2Seq's Transformer (Text2Text, TransformerEncoder/Decoder) for translation",
+           Transformer)
