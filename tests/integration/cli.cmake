@@ -134,6 +134,16 @@ endif()
 add_test(NAME cli.text_data
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/text_data.sh $<TARGET_FILE:rig_cli> ${WORK}/text_data)
 set_tests_properties(cli.text_data PROPERTIES LABELS integration TIMEOUT 300)
+# Translation end to end: a tiny transformer learns a generated dictionary
+# language from parallel_text files; BLEU and its files, infer,
+# interactive_infer, best checkpoint by BLEU, bit-exact mid-epoch resume, bad
+# files. Skipped (77) without spm_train.
+if(TARGET rig-data_layer-parallel_text AND TARGET rig-model-transformer)
+  add_test(NAME cli.translation
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/translation.sh $<TARGET_FILE:rig_cli> ${WORK}/translation)
+  set_tests_properties(cli.translation PROPERTIES LABELS integration TIMEOUT 300
+    SKIP_RETURN_CODE 77)
+endif()
 # tools/prepare-de-en's program on a small generated dictionary: the corpus
 # layout, the split, determinism, both directions, bad input, the baselines.
 add_test(NAME cli.prepare_de_en

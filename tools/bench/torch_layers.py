@@ -40,6 +40,8 @@ import time
 import torch
 from torch import nn
 
+import torch_transformer
+
 
 def max_rss_bytes():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
@@ -197,9 +199,77 @@ def bench_resnet20_train(args):
           f"last_loss={last['loss']:.4f} {omp_policy()}")
 
 
+# transformer_train / transformer_beam: the shapes of bench_transformer.cpp.
+TRANSFORMER = dict(vocab=8192, d=256, heads=4, filter_size=1024, layers=3, dropout=0.1)
+SENTENCES, LENGTH, BEAM = 32, 32, 4
+
+
+def random_sentences():
+    """SENTENCES rows of LENGTH - 1 tokens uniform in [4, V), then EOS (no PAD)."""
+    ids = torch.randint(4, TRANSFORMER["vocab"], (SENTENCES, LENGTH))
+    ids[:, -1] = torch_transformer.EOS
+    return ids, torch.full((SENTENCES,), LENGTH)
+
+
+def bench_transformer_train(args):
+    model = torch_transformer.Transformer(**TRANSFORMER)
+    model.train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.997), eps=1e-9,
+                                 foreach=True)
+    source, source_lengths = random_sentences()
+    target, target_lengths = random_sentences()
+    weights = (torch.arange(LENGTH)[None, :] < target_lengths[:, None]).float()
+    last = {}
+
+    def step(_):
+        optimizer.zero_grad(set_to_none=True)
+        memory, mask = model.encode(source, source_lengths)
+        logits = model.decode(target, memory, mask)
+        loss = torch_transformer.smoothed_cross_entropy(logits, target, weights, 0.1)
+        loss.backward()
+        optimizer.step()
+        with torch.no_grad():  # the metrics rig's transformer model reports every step
+            last["accuracy"] = ((logits.argmax(-1) == target) * weights).sum().item()
+        last["loss"] = loss.item()
+
+    rss_before = max_rss_bytes()
+    median, best = time_steps(step, args.warmup, args.iterations)
+    print(f"workload=transformer_train ms_median={median:.3f} ms_min={best:.3f} "
+          f"rss_delta_bytes={max_rss_bytes() - rss_before} "
+          f"tokens_per_s={1e3 * SENTENCES * LENGTH / median:.1f} "
+          f"rss_peak_bytes={max_rss_bytes()} "
+          f"parameters={sum(p.numel() for p in model.parameters())} "
+          f"last_loss={last['loss']:.4f} {omp_policy()}")
+
+
+def bench_transformer_beam(args):
+    model = torch_transformer.Transformer(**TRANSFORMER)
+    model.eval()
+    source, source_lengths = random_sentences()
+    last = {}
+
+    def step(_):
+        with torch.inference_mode():
+            memory, mask = model.encode(source, source_lengths)
+            decoding = torch_transformer.Decoding(model, memory, mask, BEAM)
+            # As rig: at most the source width plus extra_decode_length (0) steps.
+            out, last["steps"] = torch_transformer.beam_search(
+                decoding, SENTENCES, BEAM, 0.6, LENGTH, TRANSFORMER["vocab"])
+            last["width"] = out.size(1)
+
+    rss_before = max_rss_bytes()
+    median, best = time_steps(step, args.warmup, args.iterations)
+    print(f"workload=transformer_beam ms_median={median:.3f} ms_min={best:.3f} "
+          f"rss_delta_bytes={max_rss_bytes() - rss_before} "
+          f"sentences_per_s={1e3 * SENTENCES / median:.2f} rss_peak_bytes={max_rss_bytes()} "
+          f"parameters={sum(p.numel() for p in model.parameters())} "
+          f"decode_steps={last['steps']} output_length={last['width']} {omp_policy()}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("workload", choices=["transformer", "resnet", "resnet20_train", "info"])
+    parser.add_argument("workload", choices=["transformer", "resnet", "resnet20_train",
+                                             "transformer_train", "transformer_beam", "info"])
     parser.add_argument("--iterations", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
@@ -211,7 +281,8 @@ def main():
         print(torch.__config__.parallel_info().strip().splitlines()[0])
         return
     {"transformer": bench_transformer, "resnet": bench_resnet,
-     "resnet20_train": bench_resnet20_train}[args.workload](args)
+     "resnet20_train": bench_resnet20_train, "transformer_train": bench_transformer_train,
+     "transformer_beam": bench_transformer_beam}[args.workload](args)
 
 
 if __name__ == "__main__":
