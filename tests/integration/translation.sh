@@ -133,7 +133,9 @@ sig='nrefs:1\|case:mixed\|eff:no\|tok:13a\|smooth:exp\|version:rig-sacrebleu-2'
 [ "$(grep -c '^\*\*\* BLEU = ' train.log)" -eq 3 ] || fail "expected 3 '*** BLEU = ' lines"
 [ "$(grep -c '^\*\*\* Evaluated 40 samples' train.log)" -eq 3 ] ||
   fail "'Evaluated N samples' should count the 40 dev pairs, not tokens"
-grep -Eq '^\*\*\* Eval sample 0: prediction: [a-z]' train.log || fail "no eval sample prediction"
+# eval_bleu_samples (default 3) samples an eval.
+[ "$(grep -Ec '^\*\*\* Eval sample [0-2]: prediction: ' train.log)" -eq 9 ] ||
+  fail "expected 3 eval sample predictions at each of the 3 evals"
 grep -Fxq "*** Eval sample 0: reference:  $(head -n 1 dev.tgt)" train.log ||
   fail "eval sample 0's reference is not dev line 1"
 # The references are the dev targets detokenized, line for line in file order;
@@ -175,7 +177,7 @@ grep -q '^\*\*\* Evaluated 40 samples' eval_best.log || fail "eval should count 
 echo "== infer: one line per source line, the empty one included"
 check "$rig" run translation.yaml --mode infer --infer_output_file infer.txt > infer.log
 [ "$(wc -l < infer.txt)" -eq 41 ] || fail "infer.txt should have 41 lines, one per source line"
-# Around the empty line, the translations are the last eval's (the same checkpoint).
+# Apart from the empty line, the translations are the last eval's (the same checkpoint).
 check "$rig" run translation.yaml --mode eval > eval_latest.log
 awk 'NR != 3' infer.txt | cmp - runs/a/eval_outputs.txt ||
   fail "infer's lines differ from eval's outputs of the same checkpoint"

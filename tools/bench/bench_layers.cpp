@@ -11,6 +11,12 @@
 //                          plugin, cifar style) on 28x28x1 images, batch 128,
 //                          10 classes, with the sgd plugin (momentum 0.9):
 //                          bench_resnet_train.cpp
+//   rig_bench transformer_train  a whole training step of the transformer
+//                          plugin (3 + 3 layers, d 256, vocabulary 8192) with
+//                          the adam plugin, batch 32 x 32 tokens:
+//                          bench_transformer.cpp
+//   rig_bench transformer_beam  beam search (beam 4) of the same model on 32
+//                          source sentences of 32 tokens: bench_transformer.cpp
 //   rig_bench gemm         OpenBLAS sgemm GFLOP/s on large square matrices
 //
 // Each workload runs in its own process so that max RSS is its own. Output is
@@ -140,8 +146,8 @@ void bench_gemm(const Settings&) {
 int usage() {
   std::fprintf(
       stderr,
-      "usage: rig_bench transformer|resnet|resnet20_train|gemm [--iterations N] [--warmup N] "
-      "[--threads N]\n");
+      "usage: rig_bench transformer|resnet|resnet20_train|transformer_train|transformer_beam|gemm "
+      "[--iterations N] [--warmup N] [--threads N]\n");
   return 2;
 }
 
@@ -176,6 +182,10 @@ int main(int argc, char** argv) {
       bench_resnet(s);
     } else if (workload == "resnet20_train") {
       rig_bench::bench_resnet20_train(s);
+    } else if (workload == "transformer_train") {
+      rig_bench::bench_transformer_train(s);
+    } else if (workload == "transformer_beam") {
+      rig_bench::bench_transformer_beam(s);
     } else if (workload == "gemm") {
       bench_gemm(s);
     } else {

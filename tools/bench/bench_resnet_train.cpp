@@ -13,8 +13,8 @@
 #include <string>
 
 #include <yaml-cpp/yaml.h>
-#include <boost/dll/shared_library.hpp>
 
+#include "bench_plugin.hpp"
 #include "bench_util.hpp"
 #include "rig/plugin.hpp"
 
@@ -23,30 +23,6 @@ namespace rig_bench {
 namespace {
 
 constexpr std::int64_t kBatch = 128, kChannels = 1, kSize = 28, kClasses = 10;
-
-// A plugin of the build tree (RIG_BENCH_PLUGIN_DIR), as rig loads it.
-struct Plugin {
-  boost::dll::shared_library library;
-  const rig::PluginDescriptor* descriptor;
-
-  Plugin(const std::string& kind, const std::string& name)
-      : library(std::string(RIG_BENCH_PLUGIN_DIR) + "/rig-" + kind + "-" + name + ".so"),
-        descriptor(&library.get_alias<const rig::PluginDescriptor>("rig_plugin")) {}
-
-  // The schema's defaults with `overrides` on top, as rig hands them over.
-  YAML::Node params(const std::string& overrides) const {
-    YAML::Node params(YAML::NodeType::Map);
-    for (const auto& property : YAML::Load(descriptor->schema_text())["properties"]) {
-      if (property.second["default"]) {
-        params[property.first.as<std::string>()] = YAML::Clone(property.second["default"]);
-      }
-    }
-    for (const auto& entry : YAML::Load(overrides)) {
-      params[entry.first.as<std::string>()] = entry.second;
-    }
-    return params;
-  }
-};
 
 }  // namespace
 

@@ -1,4 +1,5 @@
-// Shared by rig_bench's workloads (bench_layers.cpp, bench_resnet_train.cpp):
+// Shared by rig_bench's workloads (bench_layers.cpp, bench_resnet_train.cpp,
+// bench_transformer.cpp):
 // settings, step timing, memory measures and the key=value report line.
 #pragma once
 
@@ -69,6 +70,8 @@ inline void report(const char* workload, const Timing& t, const rig::AllocatorSt
 }
 
 // Workloads defined in other files.
-void bench_resnet20_train(const Settings& s);  // bench_resnet_train.cpp
+void bench_resnet20_train(const Settings& s);     // bench_resnet_train.cpp
+void bench_transformer_train(const Settings& s);  // bench_transformer.cpp
+void bench_transformer_beam(const Settings& s);   // bench_transformer.cpp
 
 }  // namespace rig_bench
