@@ -150,3 +150,9 @@ add_test(NAME cli.prepare_de_en
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/prepare_de_en.sh $<TARGET_FILE:rig-prepare-text>
           $<TARGET_FILE:rig_cli> ${WORK}/prepare_de_en)
 set_tests_properties(cli.prepare_de_en PROPERTIES LABELS integration TIMEOUT 300)
+# Every committed experiment validates in every mode (schema, plugin parameters, engine rules).
+file(GLOB RIG_EXPERIMENTS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/experiments/*.yaml)
+foreach(experiment ${RIG_EXPERIMENTS})
+  get_filename_component(name ${experiment} NAME_WE)
+  rig_cli_test(validates_${name} 0 "infer mode: OK" ARGS validate ${experiment})
+endforeach()
