@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "metrics/utf8_text.hpp"
 #include "rig/error.hpp"
+#include "rig/utf8.hpp"
 
 namespace rig::cli {
 namespace {
@@ -24,7 +24,7 @@ std::vector<std::string> read_utf8_lines(std::istream& in, const std::string& na
     std::size_t end = text.find('\n', start);
     if (end == std::string::npos) end = text.size();
     lines.push_back(text.substr(start, end - start));
-    if (auto bad = bleu::text::invalid_utf8_offset(lines.back())) {
+    if (auto bad = first_invalid_utf8(lines.back())) {
       throw UserError(fmt::format("{}:{}: not valid UTF-8 (byte {} of the line is 0x{:02X})", name,
                                   lines.size(), *bad + 1,
                                   static_cast<unsigned char>(lines.back()[*bad])));

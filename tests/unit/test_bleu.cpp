@@ -12,6 +12,7 @@
 
 #include "metrics/utf8_text.hpp"
 #include "rig/bleu.hpp"
+#include "rig/utf8.hpp"
 #include "user_error_of.hpp"
 
 namespace {
@@ -203,11 +204,11 @@ TEST(Bleu, BadInputIsAUserError) {
 }
 
 TEST(Bleu, InvalidUtf8IsFoundAndNeverSplitFurther) {
-  EXPECT_EQ(rig::bleu::text::invalid_utf8_offset("Grüße"), std::nullopt);
-  EXPECT_EQ(rig::bleu::text::invalid_utf8_offset("ab\xC3("), 2u);           // truncated sequence
-  EXPECT_EQ(rig::bleu::text::invalid_utf8_offset("a\xC0\xAF"), 1u);         // overlong '/'
-  EXPECT_EQ(rig::bleu::text::invalid_utf8_offset("\xED\xA0\x80"), 0u);      // a surrogate
-  EXPECT_EQ(rig::bleu::text::invalid_utf8_offset("\xF4\x90\x80\x80"), 0u);  // > U+10FFFF
+  EXPECT_EQ(rig::first_invalid_utf8("Grüße"), std::nullopt);
+  EXPECT_EQ(rig::first_invalid_utf8("ab\xC3("), 2u);           // truncated sequence
+  EXPECT_EQ(rig::first_invalid_utf8("a\xC0\xAF"), 1u);         // overlong '/'
+  EXPECT_EQ(rig::first_invalid_utf8("\xED\xA0\x80"), 0u);      // a surrogate
+  EXPECT_EQ(rig::first_invalid_utf8("\xF4\x90\x80\x80"), 0u);  // > U+10FFFF
   // Invalid bytes stay as they are (no crash, no lost bytes).
   EXPECT_EQ(rig::bleu::tokenize_13a("a\xFF.b"), "a\xFF . b");
 }

@@ -101,15 +101,6 @@ char32_t lower_sigma(const std::vector<char32_t>& codes, std::size_t i) {
 
 }  // namespace
 
-std::optional<std::size_t> invalid_utf8_offset(std::string_view s) {
-  for (std::size_t i = 0; i < s.size();) {
-    const Unit u = decode_at(s, i);
-    if (is_escaped_byte(u.code)) return i;
-    i += u.size;
-  }
-  return std::nullopt;
-}
-
 bool is_space(char32_t c) {
   return in_ranges(unicode::kWhitespace, c);
 }

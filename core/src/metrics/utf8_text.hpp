@@ -11,10 +11,6 @@
 
 namespace rig::bleu::text {
 
-// Byte offset of the first byte that is not part of valid UTF-8 (as Python's
-// strict utf-8 decoder sees it: no overlongs, surrogates or > U+10FFFF).
-std::optional<std::size_t> invalid_utf8_offset(std::string_view s);
-
 // Python's str.isspace() for one code point.
 bool is_space(char32_t c);
 // str.lower(), full mapping, with Greek capital sigma's final-sigma rule.

@@ -33,8 +33,4 @@ class TextFile {
   std::vector<std::uint32_t> lengths_;
 };
 
-// The offset of the first byte of `text` that does not belong to a valid UTF-8
-// sequence, or npos.
-std::size_t first_invalid_utf8(std::string_view text);
-
 }  // namespace parallel_text
