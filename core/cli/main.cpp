@@ -84,6 +84,10 @@ int dispatch(int argc, char** argv) {
   run->add_flag("--benchmark", run_options.benchmark,
                 "time --bench_steps training steps; write no checkpoints");
   run->add_option("--bench_steps", run_options.bench_steps, "steps to time with --benchmark");
+  int nproc = 1;
+  run->add_option("--nproc", nproc,
+                  "start this many processes on this machine (through mpirun, communicator mpi)")
+      ->check(CLI::PositiveNumber);
   run->add_option("--infer_output_file", run_options.infer_output_file,
                   "where infer mode writes its lines (default LOGDIR/infer_output.txt)");
   run->add_option("--timeline", run_options.timeline_file,
@@ -159,6 +163,7 @@ int dispatch(int argc, char** argv) {
   }
 
   if (run->parsed()) {
+    if (nproc > 1) rig::cli::launch_local_processes(nproc, argc, argv);
     run_options.plugin_paths = plugin_paths;
     run_options.overrides = overrides_from(run->remaining(), set_args);
     if (!logdir.empty()) {

@@ -1,5 +1,7 @@
 #include "parallel.hpp"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -20,6 +22,11 @@ int default_threads() {
     const int n = std::atoi(env);
     if (n > 0) return n;
   }
+  // The cores this process may run on: an MPI launcher that binds each rank
+  // to its core(s) gets one thread per core it was given, not per machine core.
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
   return std::max(1U, std::thread::hardware_concurrency());
 }
 

@@ -8,7 +8,7 @@
 namespace rig::cpu {
 
 // Threads used by parallel_for (the calling thread included); defaults to the
-// number of cores, or RIG_NUM_THREADS when set.
+// cores this process may run on (its CPU affinity), or RIG_NUM_THREADS when set.
 int num_threads();
 void set_num_threads(int threads);
 

@@ -332,6 +332,8 @@ save_checkpoint_steps: 0
 logdir: runs/base
 random_seed: 0
 iter_size: 1
+bucket_cap_mb: 25
+gradient_compression: none
 dtype: float32
 mixed_dtype: float16
 num_checkpoints: 5

@@ -80,7 +80,7 @@ TEST(PluginLocal, OneRankCollectives) {
                                  "output f32 [2,3] must hold size() x input = 1 x 3 f32 elements"));
   EXPECT_THROW(comm->allgather(buffer, Tensor::zeros({3}, rig::DType::i32)), std::invalid_argument);
   EXPECT_THROW(comm->allreduce(Tensor(), rig::ReduceOp::sum), std::invalid_argument);
-  EXPECT_EQ(rig_test::error_of<rig::RunError>([&] { comm->abort("rank 0 ran out of data"); }),
+  EXPECT_EQ(rig_test::error_of<rig::RunError>([&] { comm->abort("rank 0 ran out of data", 2); }),
             "rank 0 ran out of data");
 }
 

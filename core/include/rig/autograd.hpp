@@ -85,6 +85,27 @@ RIG_API Tensor record(Tensor output, OpName op, TensorList inputs, BackwardFn ba
 // Runs backward from `root` (one element) with seed gradient 1.
 RIG_API void backward(const Tensor& root);
 
+// Told, on the thread that runs backward(), of each leaf as soon as its
+// gradient from that backward() is complete (just added into .grad):
+// data-parallel training starts reducing a gradient bucket while backward is
+// still running. At most one listener per thread, installed for a scope.
+class RIG_API LeafGradListener {
+ public:
+  virtual ~LeafGradListener() = default;
+  virtual void leaf_grad_ready(const TensorImpl& leaf) = 0;
+};
+
+class RIG_API ScopedLeafGradListener {
+ public:
+  explicit ScopedLeafGradListener(LeafGradListener& listener);
+  ~ScopedLeafGradListener();
+  ScopedLeafGradListener(const ScopedLeafGradListener&) = delete;
+  ScopedLeafGradListener& operator=(const ScopedLeafGradListener&) = delete;
+
+ private:
+  LeafGradListener* previous_;
+};
+
 // How many recorded backward closures did not fit BackwardFn's inline buffer
 // (each cost a heap allocation); for tests and tuning.
 RIG_API std::size_t backward_heap_fallbacks();

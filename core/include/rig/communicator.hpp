@@ -1,6 +1,7 @@
 // Communicator plugin interface: the collectives data-parallel training needs.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -12,12 +13,23 @@ namespace rig {
 
 enum class ReduceOp { sum, average };
 
+// When an operation really ran (on the communicator's own thread, say): the
+// engine uses it to tell communication hidden behind backward from
+// communication it waited for. `known` is false where a communicator cannot say.
+struct CommTiming {
+  std::chrono::steady_clock::time_point start;
+  std::chrono::steady_clock::time_point end;
+  bool known = false;
+};
+
 // An operation in flight. wait() returns when it is complete (or throws).
 class RIG_API CommRequest {
  public:
   virtual ~CommRequest() = default;
   virtual void wait() = 0;
   virtual bool done() = 0;
+  // Valid once wait() has returned.
+  virtual CommTiming timing() const { return {}; }
 };
 
 // A request that completed when it was issued (single-process communicators).
@@ -42,8 +54,9 @@ class RIG_API Communicator {
   // output holds size() x input.numel() elements, rank r's input at r x input.numel().
   virtual std::unique_ptr<CommRequest> allgather(Tensor input, Tensor output) = 0;
   virtual void barrier() = 0;
-  // Ends every rank's job; `reason` is shown to the user.
-  virtual void abort(const std::string& reason) = 0;
+  // Ends every rank's job with `exit_code` (the launcher's exit status where
+  // it passes it on); `reason` is shown to the user. Does not return.
+  [[noreturn]] virtual void abort(const std::string& reason, int exit_code) = 0;
 };
 
 }  // namespace rig

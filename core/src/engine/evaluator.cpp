@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/gather_lines.hpp"
 #include "rig/error.hpp"
 
 namespace rig::engine {
@@ -82,7 +83,7 @@ EvalResult evaluate(Model& model, DataLayer& data, Communicator& comm, const Eva
   bleu::Stats bleu_stats;
   std::map<std::int64_t, std::string> outputs;  // by sample index, for the files
   std::map<std::int64_t, std::string> references;
-  const bool keep_lines = !options.outputs_file.empty() && comm.size() == 1;
+  const bool keep_lines = !options.outputs_file.empty();
   data.start_epoch(0);
   while (auto batch = data.next_batch()) {
     ModelOutput out = model.forward(*batch, Mode::eval);
@@ -151,9 +152,13 @@ EvalResult evaluate(Model& model, DataLayer& data, Communicator& comm, const Eva
     result.metrics["BLEU"] = Metric{score.score, 1.0};
     result.bleu = score;
     result.bleu_signature = bleu::signature(options.bleu_options);
-    if (keep_lines && comm.rank() == 0) {
-      write_lines(options.outputs_file, outputs);
-      write_lines(options.references_file, references);
+    if (keep_lines) {
+      outputs = gather_lines(comm, std::move(outputs));
+      references = gather_lines(comm, std::move(references));
+      if (comm.rank() == 0) {
+        write_lines(options.outputs_file, outputs);
+        write_lines(options.references_file, references);
+      }
     }
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -8,13 +8,15 @@
 
 #include <fmt/format.h>
 
+#include "engine/gather_lines.hpp"
 #include "rig/error.hpp"
 
 namespace rig::engine {
 
-std::int64_t infer(Model& model, DataLayer& data, const std::filesystem::path& output) {
+std::int64_t infer(Model& model, DataLayer& data, Communicator& comm,
+                   const std::filesystem::path& output) {
   NoGradGuard no_grad;
-  std::vector<std::pair<std::int64_t, std::string>> lines;
+  IndexedLines lines;
   data.start_epoch(0);
   while (auto batch = data.next_batch()) {
     std::vector<std::string> decoded = data.decode(*batch, model.infer(*batch));
@@ -23,11 +25,12 @@ std::int64_t infer(Model& model, DataLayer& data, const std::filesystem::path& o
                                  decoded.size(), batch->indices.size()));
     }
     for (std::size_t i = 0; i < decoded.size(); ++i) {
-      lines.emplace_back(batch->indices[i], std::move(decoded[i]));
+      lines[batch->indices[i]] = std::move(decoded[i]);
     }
   }
-  std::stable_sort(lines.begin(), lines.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  // Each rank decoded its share; rank 0 writes them all, in input order.
+  lines = gather_lines(comm, std::move(lines));
+  if (comm.rank() != 0) return 0;
   if (output.has_parent_path()) std::filesystem::create_directories(output.parent_path());
   std::ofstream out(output);
   if (!out) throw UserError(fmt::format("cannot write infer output file {}", output.string()));

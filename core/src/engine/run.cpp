@@ -1,8 +1,11 @@
 #include "engine/run.hpp"
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <set>
@@ -16,6 +19,7 @@
 #include "engine/evaluator.hpp"
 #include "engine/inferencer.hpp"
 #include "engine/interactive.hpp"
+#include "engine/rank_agreement.hpp"
 #include "engine/resolve.hpp"
 #include "engine/settings.hpp"
 #include "engine/trainer.hpp"
@@ -143,6 +147,50 @@ void print_transfer(const Console& console, const TransferReport& report) {
     console.print("***   not in the checkpoint, kept initial: {}", name);
 }
 
+// Several processes: an error on one rank is printed by that rank, then the
+// whole job ends (the others may be waiting in a collective for it).
+int with_failure_handling(Communicator& comm, const Console& console,
+                          const std::function<int()>& body) {
+  if (comm.size() == 1) return body();
+  try {
+    return body();
+  } catch (const RanksDisagree& e) {
+    if (comm.rank() == 0) std::fprintf(stderr, "rig: error: %s\n", e.what());
+    return 2;
+  } catch (const UserError& e) {
+    console.clear_bar();
+    std::fprintf(stderr, "rig: error on rank %d: %s\n", comm.rank(), e.what());
+    std::fflush(stderr);
+    comm.abort(fmt::format("rank {}: {}", comm.rank(), e.what()), 2);
+  } catch (const std::exception& e) {
+    console.clear_bar();
+    std::fprintf(stderr, "rig: run failed on rank %d: %s\n", comm.rank(), e.what());
+    std::fflush(stderr);
+    comm.abort(fmt::format("rank {}: {}", comm.rank(), e.what()), 1);
+  }
+  return 1;  // not reached: abort() ends the process
+}
+
+// The number of processes a launcher (mpirun, mpiexec, srun) started, or 1.
+int launcher_world_size() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"}) {
+    if (const char* value = std::getenv(name)) {
+      const int n = std::atoi(value);
+      if (n > 1) return n;
+    }
+  }
+  return 1;
+}
+
+std::string plugin_versions(const ResolvedExperiment& exp) {
+  std::string text;
+  for (const auto& [kind, library] : exp.plugins) {
+    const PluginDescriptor& d = library->descriptor();
+    text += fmt::format("{} {} {};", static_cast<int>(kind), d.name, d.version);
+  }
+  return text;
+}
+
 }  // namespace
 
 int run(const RunOptions& options) {
@@ -193,173 +241,193 @@ int run(const RunOptions& options) {
   auto comm = primary.plugin(PluginKind::communicator)
                   .make_communicator(primary.params(PluginKind::communicator),
                                      CommunicatorContext{settings.logdir});
+  if (comm->size() == 1 && launcher_world_size() > 1) {
+    throw UserError(fmt::format(
+        "this process is one of {} started by an MPI launcher, but the experiment's communicator "
+        "is '{}': each process would train alone and write the same logdir; set communicator: "
+        "mpi in the experiment (or add --communicator=mpi)",
+        launcher_world_size(), primary.plugin(PluginKind::communicator).name()));
+  }
   // interactive_infer answers on stdout, so everything else goes to stderr.
   const Console console =
       interactive ? Console(comm->rank() == 0, false, stderr) : Console(comm->rank() == 0);
   const Mode primary_enum = trains ? Mode::train : (mode == "eval" ? Mode::eval : Mode::infer);
+  return with_failure_handling(*comm, console, [&]() -> int {
+    auto data = make_data(primary, primary_enum, settings, *comm);
+    ParameterStore params;
+    auto model = primary.plugin(PluginKind::model)
+                     .make_model(primary.params(PluginKind::model),
+                                 ModelContext{make_run_context(primary_enum, settings, *comm),
+                                              data->info(), params});
+    params.allocate(settings.random_seed, settings.compute_dtype);
+    check_ranks_agree(*comm, {primary.config.to_yaml(), plugin_versions(primary), params.numel()});
+    console.print("*** Experiment {} ({} mode): {} parameters, {} process(es)", options.experiment,
+                  mode, params.numel(), comm->size());
 
-  auto data = make_data(primary, primary_enum, settings, *comm);
-  ParameterStore params;
-  auto model = primary.plugin(PluginKind::model)
-                   .make_model(primary.params(PluginKind::model),
-                               ModelContext{make_run_context(primary_enum, settings, *comm),
-                                            data->info(), params});
-  params.allocate(settings.random_seed, settings.compute_dtype);
-  console.print("*** Experiment {} ({} mode): {} parameters, {} process(es)", options.experiment,
-                mode, params.numel(), comm->size());
-
-  if (!trains) {
-    Checkpoint ckpt = checkpoint_for_evaluation(logdir, mode, options.load_from);
-    restore_parameters(ckpt, params);
-    console.print("*** Restored {} (step {})", ckpt.dir.string(), ckpt.state.step);
-    if (interactive) {
-      if (comm->size() > 1) throw UserError("interactive_infer runs in one process");
-      console.print(
-          "*** Interactive infer: one sample per line on stdin, answers on stdout; "
-          "end with Ctrl-D");
-      interactive_infer(*model, *data, std::cin, std::cout, console);
-    } else if (mode == "eval") {
-      print_eval(
-          console,
-          evaluate(*model, *data, *comm,
-                   eval_options(*data, settings.eval_bleu, settings.eval_bleu_samples, logdir)),
-          ckpt.state.step);
-    } else {
-      const fs::path output = options.infer_output_file.empty()
-                                  ? logdir / "infer_output.txt"
-                                  : fs::path(options.infer_output_file);
-      if (comm->size() > 1) {
-        throw UserError("infer mode runs in one process for now (the distributed issue adds more)");
+    if (!trains) {
+      Checkpoint ckpt = checkpoint_for_evaluation(logdir, mode, options.load_from);
+      restore_parameters(ckpt, params);
+      console.print("*** Restored {} (step {})", ckpt.dir.string(), ckpt.state.step);
+      if (interactive) {
+        if (comm->size() > 1) throw UserError("interactive_infer runs in one process");
+        console.print(
+            "*** Interactive infer: one sample per line on stdin, answers on stdout; "
+            "end with Ctrl-D");
+        interactive_infer(*model, *data, std::cin, std::cout, console);
+      } else if (mode == "eval") {
+        print_eval(
+            console,
+            evaluate(*model, *data, *comm,
+                     eval_options(*data, settings.eval_bleu, settings.eval_bleu_samples, logdir)),
+            ckpt.state.step);
+      } else {
+        const fs::path output = options.infer_output_file.empty()
+                                    ? logdir / "infer_output.txt"
+                                    : fs::path(options.infer_output_file);
+        const auto count = infer(*model, *data, *comm, output);
+        console.print("*** Wrote {} predictions to {}", count, output.string());
       }
-      const auto count = infer(*model, *data, output);
-      console.print("*** Wrote {} predictions to {}", count, output.string());
+      return 0;
+    }
+
+    // Training.
+    const std::string identity = identity_yaml(primary.config);
+    TrainingState start;
+    std::optional<Checkpoint> resumed;
+    if (!options.benchmark) {
+      auto existing = latest_checkpoint(logdir);
+      if (options.continue_learning) {
+        if (!existing) {
+          throw UserError(
+              fmt::format("--continue_learning: {} holds no checkpoint to resume from; "
+                          "drop the flag to start a new run",
+                          (logdir / "checkpoints").string()));
+        }
+        Checkpoint ckpt = load_checkpoint(*existing);
+        if (ckpt.state.config_hash != config::fnv1a64_hex(identity)) {
+          YAML::Node saved = YAML::LoadFile((ckpt.dir / "state.yaml").string())["config"];
+          // Both sides are identity configs: the schedule keys are already gone.
+          std::vector<std::string> diffs;
+          diff_nodes(saved, YAML::Load(identity), "", diffs);
+          throw UserError(fmt::format(
+              "--continue_learning: checkpoint {} was written by a different experiment config "
+              "(only max_steps, num_epochs, logdir and logging intervals may change); differences "
+              "(checkpoint -> now): {}",
+              ckpt.dir.string(),
+              diffs.empty() ? "unknown" : fmt::format("{}", fmt::join(diffs, "; "))));
+        }
+        restore_parameters(ckpt, params);
+        start = ckpt.state;
+        console.print("*** Resuming from {} at step {}", ckpt.dir.string(), start.step);
+        resumed = std::move(ckpt);
+      } else if (existing) {
+        throw UserError(
+            fmt::format("logdir {} already holds checkpoints from an earlier run; resume it with "
+                        "--continue_learning, or start fresh with another --logdir (or delete {})",
+                        logdir.string(), logdir.string()));
+      }
+    }
+    if (!resumed && settings.load_model) {
+      print_transfer(console, load_matching_parameters(*settings.load_model, params));
+    }
+    // Every rank starts from rank 0's weights.
+    if (comm->size() > 1) comm->broadcast(params.values(), 0)->wait();
+    params.publish_values();
+
+    auto optimizer =
+        primary.plugin(PluginKind::optimizer)
+            .make_optimizer(
+                primary.params(PluginKind::optimizer),
+                OptimizerContext{make_run_context(Mode::train, settings, *comm), params});
+    if (resumed) optimizer->load_state(resumed->optimizer);
+
+    const std::int64_t epoch_size = data->epoch_size();
+    const std::int64_t global_batch =
+        settings.batch_size_per_gpu * comm->size() * settings.iter_size;
+    const std::int64_t steps_per_epoch = epoch_size > 0 ? epoch_size / global_batch : 0;
+    std::int64_t max_steps = 0;
+    if (options.benchmark) {
+      max_steps = options.bench_steps;
+    } else if (settings.max_steps) {
+      max_steps = *settings.max_steps;
+    } else {
+      if (steps_per_epoch <= 0) {
+        throw UserError(fmt::format(
+            "num_epochs needs the number of steps per epoch, but the data layer {} (set max_steps "
+            "instead)",
+            epoch_size < 0 ? "does not know its size" : "holds less than one global batch"));
+      }
+      max_steps = static_cast<std::int64_t>(
+          std::ceil(*settings.num_epochs * static_cast<double>(steps_per_epoch)));
+    }
+    auto lr_policy =
+        primary.plugin(PluginKind::lr_policy)
+            .make_lr_policy(
+                primary.params(PluginKind::lr_policy),
+                // OpenSeq2Seq fills steps_per_epoch only for num_epochs runs.
+                LrPolicyContext{max_steps,
+                                settings.num_epochs && !options.benchmark ? steps_per_epoch : 0});
+
+    std::shared_ptr<DataLayer> eval_data;
+    if (eval_exp) {
+      const EngineSettings eval_settings = read_settings(eval_exp->config);
+      eval_data = make_data(*eval_exp, Mode::eval, eval_settings, *comm);
+    }
+    if (!options.benchmark && comm->rank() == 0) write_logdir_config(logdir, primary, options);
+
+    auto loss_scaler = make_loss_scaler(settings.loss_scaling, settings.loss_scaling_params);
+    std::optional<LarcSettings> larc;
+    if (settings.larc_params && !settings.larc_params.IsNull()) {
+      larc = read_larc_settings(settings.larc_params);
+    }
+    std::unique_ptr<SummaryWriter> summaries;
+    if (!options.benchmark && comm->rank() == 0 && settings.save_summaries_steps > 0) {
+      summaries = std::make_unique<SummaryWriter>(logdir);
+      // TensorBoard drops earlier values at steps >= this one: the checkpoint's
+      // own step was logged before the checkpoint was written, so it stays.
+      if (resumed) summaries->session_start(start.step + 1);
+    }
+    std::unique_ptr<BestModels> best_models;
+    if (eval_data && !options.benchmark && settings.num_best_models > 0) {
+      best_models = std::make_unique<BestModels>(
+          logdir, settings.best_model_metric, settings.best_model_mode, settings.num_best_models);
+    }
+    Timeline timeline(options.timeline_file, comm->rank());
+    std::unique_ptr<GradientReducer> reducer;
+    if (comm->size() > 1) {
+      reducer = std::make_unique<GradientReducer>(
+          params, *comm,
+          BucketSettings{settings.bucket_cap_mb, settings.fp16_gradient_compression});
+      console.print(
+          "*** Data-parallel over {} processes: {:.2f} MB of gradients in {} bucket(s) of "
+          "at most {} MB{}",
+          comm->size(), static_cast<double>(reducer->bytes_per_step()) / 1e6,
+          reducer->buckets().size(), settings.bucket_cap_mb,
+          settings.fp16_gradient_compression ? ", reduced as float16" : "");
+    }
+
+    TrainerParts parts{*model,          *data,           *optimizer,        *lr_policy,
+                       *comm,           params,          *loss_scaler,      timeline,
+                       eval_data.get(), summaries.get(), best_models.get(), reducer.get()};
+    // state.yaml keeps the identity config, so a mismatch can be explained later.
+    TrainOptions train_options{settings, max_steps, options.benchmark,
+                               logdir,   identity,  config::fnv1a64_hex(identity),
+                               start,    larc};
+    const TrainResult result = train(parts, train_options, console);
+    if (result.stop_signal != 0) return 128 + result.stop_signal;
+
+    if (settings.target_loss && !options.benchmark) {
+      if (result.final_loss < *settings.target_loss) {
+        console.print("*** Final train loss {:.4f} is below target_loss {}", result.final_loss,
+                      *settings.target_loss);
+      } else {
+        console.print("*** FAILED: final train loss {:.4f} is not below target_loss {}",
+                      result.final_loss, *settings.target_loss);
+        return 1;
+      }
     }
     return 0;
-  }
-
-  // Training.
-  const std::string identity = identity_yaml(primary.config);
-  TrainingState start;
-  std::optional<Checkpoint> resumed;
-  if (!options.benchmark) {
-    auto existing = latest_checkpoint(logdir);
-    if (options.continue_learning) {
-      if (!existing) {
-        throw UserError(
-            fmt::format("--continue_learning: {} holds no checkpoint to resume from; "
-                        "drop the flag to start a new run",
-                        (logdir / "checkpoints").string()));
-      }
-      Checkpoint ckpt = load_checkpoint(*existing);
-      if (ckpt.state.config_hash != config::fnv1a64_hex(identity)) {
-        YAML::Node saved = YAML::LoadFile((ckpt.dir / "state.yaml").string())["config"];
-        // Both sides are identity configs: the schedule keys are already gone.
-        std::vector<std::string> diffs;
-        diff_nodes(saved, YAML::Load(identity), "", diffs);
-        throw UserError(fmt::format(
-            "--continue_learning: checkpoint {} was written by a different experiment config "
-            "(only max_steps, num_epochs, logdir and logging intervals may change); differences "
-            "(checkpoint -> now): {}",
-            ckpt.dir.string(),
-            diffs.empty() ? "unknown" : fmt::format("{}", fmt::join(diffs, "; "))));
-      }
-      restore_parameters(ckpt, params);
-      start = ckpt.state;
-      console.print("*** Resuming from {} at step {}", ckpt.dir.string(), start.step);
-      resumed = std::move(ckpt);
-    } else if (existing) {
-      throw UserError(
-          fmt::format("logdir {} already holds checkpoints from an earlier run; resume it with "
-                      "--continue_learning, or start fresh with another --logdir (or delete {})",
-                      logdir.string(), logdir.string()));
-    }
-  }
-  if (!resumed && settings.load_model) {
-    print_transfer(console, load_matching_parameters(*settings.load_model, params));
-  }
-  // Every rank starts from rank 0's weights.
-  if (comm->size() > 1) comm->broadcast(params.values(), 0)->wait();
-  params.publish_values();
-
-  auto optimizer =
-      primary.plugin(PluginKind::optimizer)
-          .make_optimizer(primary.params(PluginKind::optimizer),
-                          OptimizerContext{make_run_context(Mode::train, settings, *comm), params});
-  if (resumed) optimizer->load_state(resumed->optimizer);
-
-  const std::int64_t epoch_size = data->epoch_size();
-  const std::int64_t global_batch = settings.batch_size_per_gpu * comm->size() * settings.iter_size;
-  const std::int64_t steps_per_epoch = epoch_size > 0 ? epoch_size / global_batch : 0;
-  std::int64_t max_steps = 0;
-  if (options.benchmark) {
-    max_steps = options.bench_steps;
-  } else if (settings.max_steps) {
-    max_steps = *settings.max_steps;
-  } else {
-    if (steps_per_epoch <= 0) {
-      throw UserError(fmt::format(
-          "num_epochs needs the number of steps per epoch, but the data layer {} (set max_steps "
-          "instead)",
-          epoch_size < 0 ? "does not know its size" : "holds less than one global batch"));
-    }
-    max_steps = static_cast<std::int64_t>(
-        std::ceil(*settings.num_epochs * static_cast<double>(steps_per_epoch)));
-  }
-  auto lr_policy =
-      primary.plugin(PluginKind::lr_policy)
-          .make_lr_policy(
-              primary.params(PluginKind::lr_policy),
-              // OpenSeq2Seq fills steps_per_epoch only for num_epochs runs.
-              LrPolicyContext{max_steps,
-                              settings.num_epochs && !options.benchmark ? steps_per_epoch : 0});
-
-  std::shared_ptr<DataLayer> eval_data;
-  if (eval_exp) {
-    const EngineSettings eval_settings = read_settings(eval_exp->config);
-    eval_data = make_data(*eval_exp, Mode::eval, eval_settings, *comm);
-  }
-  if (!options.benchmark && comm->rank() == 0) write_logdir_config(logdir, primary, options);
-
-  auto loss_scaler = make_loss_scaler(settings.loss_scaling, settings.loss_scaling_params);
-  std::optional<LarcSettings> larc;
-  if (settings.larc_params && !settings.larc_params.IsNull()) {
-    larc = read_larc_settings(settings.larc_params);
-  }
-  std::unique_ptr<SummaryWriter> summaries;
-  if (!options.benchmark && comm->rank() == 0 && settings.save_summaries_steps > 0) {
-    summaries = std::make_unique<SummaryWriter>(logdir);
-    // TensorBoard drops earlier values at steps >= this one: the checkpoint's
-    // own step was logged before the checkpoint was written, so it stays.
-    if (resumed) summaries->session_start(start.step + 1);
-  }
-  std::unique_ptr<BestModels> best_models;
-  if (eval_data && !options.benchmark && settings.num_best_models > 0) {
-    best_models = std::make_unique<BestModels>(logdir, settings.best_model_metric,
-                                               settings.best_model_mode, settings.num_best_models);
-  }
-  Timeline timeline(options.timeline_file, comm->rank());
-
-  TrainerParts parts{*model,          *data,           *optimizer,       *lr_policy,
-                     *comm,           params,          *loss_scaler,     timeline,
-                     eval_data.get(), summaries.get(), best_models.get()};
-  // state.yaml keeps the identity config, so a mismatch can be explained later.
-  TrainOptions train_options{settings, max_steps, options.benchmark,
-                             logdir,   identity,  config::fnv1a64_hex(identity),
-                             start,    larc};
-  const TrainResult result = train(parts, train_options, console);
-  if (result.stop_signal != 0) return 128 + result.stop_signal;
-
-  if (settings.target_loss && !options.benchmark) {
-    if (result.final_loss < *settings.target_loss) {
-      console.print("*** Final train loss {:.4f} is below target_loss {}", result.final_loss,
-                    *settings.target_loss);
-    } else {
-      console.print("*** FAILED: final train loss {:.4f} is not below target_loss {}",
-                    result.final_loss, *settings.target_loss);
-      return 1;
-    }
-  }
-  return 0;
+  });
 }
 
 }  // namespace rig::engine

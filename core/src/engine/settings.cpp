@@ -66,6 +66,8 @@ EngineSettings read_settings(const config::ResolvedConfig& config) {
   s.logdir = root["logdir"].as<std::string>();
   s.random_seed = root["random_seed"].as<std::uint64_t>();
   s.iter_size = root["iter_size"].as<std::int64_t>();
+  s.bucket_cap_mb = root["bucket_cap_mb"].as<double>();
+  s.fp16_gradient_compression = root["gradient_compression"].as<std::string>() == "fp16";
   s.max_grad_norm = optional_key<double>(root, "max_grad_norm");
   s.target_loss = optional_key<double>(root, "target_loss");
   s.dtype = root["dtype"].as<std::string>();

@@ -31,6 +31,8 @@ struct EngineSettings {
   std::string logdir;
   std::uint64_t random_seed = 0;
   std::int64_t iter_size = 1;
+  double bucket_cap_mb = 25.0;             // several processes: gradient bucket size
+  bool fp16_gradient_compression = false;  // gradient_compression: fp16
   std::optional<double> max_grad_norm;
   std::optional<double> target_loss;
   std::string dtype = "float32";  // float32 | float16 | bfloat16 | mixed

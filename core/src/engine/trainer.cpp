@@ -2,10 +2,12 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <limits>
 
 #include <fmt/format.h>
 
+#include "engine/bottleneck.hpp"
 #include "engine/evaluator.hpp"
 #include "engine/gradient_norm.hpp"
 #include "engine/stop_signals.hpp"
@@ -30,7 +32,10 @@ struct PhaseTimes {
   double data = 0.0;
   double forward = 0.0;
   double backward = 0.0;
-  double communication = 0.0;
+  double communication = 0.0;  // after backward: waiting for the reduction, agreeing
+  double comm_busy = 0.0;      // the communicator ran this step's gradient reduction
+  double comm_exposed = 0.0;   // ... of which the training thread waited for after backward
+  double comm_bytes = 0.0;     // gradient bytes reduced per rank
   double optimizer = 0.0;
   double step = 0.0;
   double objects = 0.0;  // over all ranks
@@ -43,6 +48,9 @@ struct PhaseTimes {
     forward += o.forward;
     backward += o.backward;
     communication += o.communication;
+    comm_busy += o.comm_busy;
+    comm_exposed += o.comm_exposed;
+    comm_bytes += o.comm_bytes;
     optimizer += o.optimizer;
     step += o.step;
     objects += o.objects;
@@ -50,6 +58,13 @@ struct PhaseTimes {
     loss += o.loss;
     gradient_norm += o.gradient_norm;
   }
+};
+
+// What all ranks agreed on after a step's backward.
+struct StepAgreement {
+  bool overflow = false;
+  int stop_signal = 0;  // a signal any rank received, or 0
+  double mean_loss = 0.0;
 };
 
 class TrainingLoop {
@@ -62,12 +77,18 @@ class TrainingLoop {
  private:
   // One attempted step; false when an overflow skipped the update.
   bool step(PhaseTimes& times);
+  StepAgreement agree(bool overflow, double loss);
+  int stop_signal() const {
+    return p_.comm.size() > 1 ? agreed_stop_signal_ : StopSignals::received();
+  }
+  void print_bottleneck();
   Batch next_batch();
   void after_step(const PhaseTimes& times);
   void print_sample(const Batch& batch);
   void write_summaries();
   void refresh_state();  // the fields a checkpoint needs beyond the step
   void save();
+  void sync_buffers();
   void evaluate_now();
   bool due(std::int64_t every) const { return every > 0 && state_.step % every == 0; }
   bool last_step() const { return state_.step == o_.max_steps; }
@@ -86,7 +107,23 @@ class TrainingLoop {
   double last_learning_rate_ = 0.0;
   Clock::time_point run_start_ = Clock::now();
   std::optional<Batch> sample_batch_;  // kept when samples are due this step
+  int agreed_stop_signal_ = 0;         // several ranks stop together, at the same step
 };
+
+StepAgreement TrainingLoop::agree(bool overflow, double loss) {
+  const int signal = StopSignals::received();
+  Tensor flags =
+      Tensor::from_vector(std::vector<float>{overflow ? 1.0F : 0.0F, signal != 0 ? 1.0F : 0.0F,
+                                             static_cast<float>(loss)},
+                          {3});
+  p_.comm.allreduce(flags, ReduceOp::sum)->wait();
+  const float* f = flags.data<float>();
+  StepAgreement agreed;
+  agreed.overflow = f[0] > 0.0F;
+  if (f[1] > 0.0F) agreed.stop_signal = signal != 0 ? signal : SIGTERM;
+  agreed.mean_loss = static_cast<double>(f[2]) / p_.comm.size();
+  return agreed;
+}
 
 Batch TrainingLoop::next_batch() {
   if (auto batch = p_.data.next_batch()) return std::move(*batch);
@@ -105,14 +142,20 @@ bool TrainingLoop::step(PhaseTimes& times) {
   const double loss_scale = p_.loss_scaler.scale();
   const bool samples_due =
       s_.print_samples_steps && console_.enabled() && (step + 1) % *s_.print_samples_steps == 0;
+  const auto world = static_cast<std::uint32_t>(p_.comm.size());
+  const auto rank = static_cast<std::uint32_t>(p_.comm.rank());
+  GradientReducer* const reducer = p_.reducer;
+  const bool overlap = reducer != nullptr && reducer->overlaps();
+  if (overlap) reducer->arm();
   p_.params.zero_grad();
   bool loss_overflow = false;
   for (std::int64_t micro = 0; micro < s_.iter_size; ++micro) {
     const auto t0 = Clock::now();
     Batch batch = next_batch();
-    batch.rng =
-        RandomKey{s_.random_seed, static_cast<std::uint64_t>(step),
-                  static_cast<std::uint32_t>(p_.comm.rank()), static_cast<std::uint32_t>(micro)};
+    // Keyed on the micro-batch's place in the global batch, not on the rank:
+    // N processes and one process with iter_size N draw the same dropout.
+    batch.rng = RandomKey{s_.random_seed, static_cast<std::uint64_t>(step), 0,
+                          static_cast<std::uint32_t>(micro) * world + rank};
     const auto t1 = Clock::now();
     ModelOutput out = p_.model.forward(batch, Mode::train);
     const float loss = out.loss.item();
@@ -120,9 +163,9 @@ bool TrainingLoop::step(PhaseTimes& times) {
     if (!std::isfinite(loss)) {
       if (!p_.loss_scaler.automatic()) {
         throw UserError(fmt::format(
-            "train loss is {} at step {}: training diverged. Lower the learning rate, set "
+            "train loss is {} at step {}{}: training diverged. Lower the learning rate, set "
             "max_grad_norm, check the data, or (float16 / mixed) use loss_scaling: Backoff",
-            loss, step));
+            loss, step, world > 1 ? fmt::format(" on rank {}", rank) : ""));
       }
       loss_overflow = true;
     } else {
@@ -131,11 +174,14 @@ bool TrainingLoop::step(PhaseTimes& times) {
       const double factor = loss_scale / static_cast<double>(s_.iter_size);
       Tensor scaled =
           factor != 1.0 ? ops::mul_scalar(out.loss, static_cast<float>(factor)) : out.loss;
+      // The last micro-batch completes the gradients: buckets leave as they fill.
+      std::optional<autograd::ScopedLeafGradListener> listening;
+      if (overlap && micro + 1 == s_.iter_size) listening.emplace(*reducer);
       scaled.backward();
       times.loss += loss / static_cast<double>(s_.iter_size);
     }
     const auto t3 = Clock::now();
-    times.objects += static_cast<double>(batch.num_objects) * p_.comm.size();
+    times.objects += static_cast<double>(batch.num_objects) * world;
     times.data += seconds_between(t0, t1);
     times.forward += seconds_between(t1, t2);
     times.backward += seconds_between(t2, t3);
@@ -146,18 +192,31 @@ bool TrainingLoop::step(PhaseTimes& times) {
   }
 
   const auto c0 = Clock::now();
+  ReductionStats reduction;
+  if (overlap) reduction = reducer->finish();
   // Unscaling moves 16-bit gradients into the f32 masters and divides them by
   // the loss scale: with f32 gradients and scale 1 it has nothing to do.
   if (p_.params.compute_dtype() != DType::f32 || loss_scale != 1.0) {
     p_.params.unscale_grads(1.0 / loss_scale);
   }
-  if (p_.comm.size() > 1) p_.comm.allreduce(p_.params.grads(), ReduceOp::average)->wait();
+  if (reducer != nullptr && !overlap) reduction = reducer->reduce_all();
+  if (world > 1) {
+    // Every rank must take the same branch below: skip on anyone's overflow,
+    // stop when anyone got a signal. The loss printed is the global mean.
+    const StepAgreement agreed = agree(loss_overflow, times.loss);
+    loss_overflow = agreed.overflow;
+    times.loss = agreed.mean_loss;
+    if (agreed.stop_signal != 0) agreed_stop_signal_ = agreed.stop_signal;
+  }
   // One pass after the reduction, so every rank agrees on the norm, the
   // largest gradient (LogMax's statistic) and an overflow any rank saw.
   const GradientStats grads = gradient_stats(p_.params);
   const double norm = grads.norm;
   const auto c1 = Clock::now();
   times.communication += seconds_between(c0, c1);
+  times.comm_busy += reduction.busy_seconds;
+  times.comm_exposed += reduction.exposed_seconds;
+  times.comm_bytes += reduction.bytes;
   p_.timeline.phase("communication", step, c0, c1);
 
   const bool overflow = loss_overflow || !std::isfinite(norm);
@@ -201,6 +260,18 @@ bool TrainingLoop::step(PhaseTimes& times) {
   return true;
 }
 
+StepCosts costs_per_step(const PhaseTimes& t, int world_size) {
+  const auto n = static_cast<double>(std::max<std::int64_t>(t.steps, 1));
+  return {t.step / n,      t.data / n,       t.communication / n,
+          t.comm_busy / n, t.comm_bytes / n, world_size};
+}
+
+void TrainingLoop::print_bottleneck() {
+  const StepCosts costs = costs_per_step(timed_, p_.comm.size());
+  result_.bottleneck = bottleneck_of(costs);
+  console_.print("*** Bottleneck: {}", describe_bottleneck(costs));
+}
+
 void TrainingLoop::print_sample(const Batch& batch) {
   NoGradGuard no_grad;
   const Tensor predictions = p_.model.infer(batch);
@@ -230,6 +301,14 @@ void TrainingLoop::write_summaries() {
       {"time/optimizer", t.optimizer / n},
       {"time/step", t.step / n},
   };
+  if (p_.comm.size() > 1) {
+    const StepCosts costs = costs_per_step(t, p_.comm.size());
+    scalars.emplace_back("comm/busy_seconds", costs.comm_busy);
+    scalars.emplace_back("comm/megabytes_per_step", costs.comm_bytes / 1e6);
+    scalars.emplace_back("comm/bus_bandwidth_MBps", bus_bandwidth(costs) / 1e6);
+    scalars.emplace_back("comm/hidden_percent", 100.0 * hidden_fraction(costs));
+    scalars.emplace_back("comm/world_size", static_cast<double>(p_.comm.size()));
+  }
   p_.summaries->write(state_.step, scalars);
   p_.summaries->flush();
 }
@@ -242,8 +321,18 @@ void TrainingLoop::refresh_state() {
   state_.loss_scale = p_.loss_scaler.scale();
 }
 
+// Batch-norm statistics are updated from each rank's own batches; before they
+// are saved or used, every rank takes their mean (Horovod's advice; DDP
+// instead copies rank 0's), so a checkpoint does not depend on one rank's data.
+void TrainingLoop::sync_buffers() {
+  if (p_.comm.size() == 1 || p_.params.buffer_numel() == 0) return;
+  p_.comm.allreduce(p_.params.buffers(), ReduceOp::average)->wait();
+}
+
 void TrainingLoop::save() {
-  if (o_.benchmark || p_.comm.rank() != 0) return;
+  if (o_.benchmark) return;
+  sync_buffers();
+  if (p_.comm.rank() != 0) return;
   const auto t0 = Clock::now();
   refresh_state();
   const auto root = o_.logdir / "checkpoints";
@@ -255,6 +344,7 @@ void TrainingLoop::save() {
 
 void TrainingLoop::evaluate_now() {
   if (p_.eval_data == nullptr || o_.benchmark) return;
+  sync_buffers();
   const auto t0 = Clock::now();
   const EvalResult eval =
       evaluate(p_.model, *p_.eval_data, p_.comm,
@@ -298,9 +388,15 @@ void TrainingLoop::after_step(const PhaseTimes& times) {
     result_.final_loss = t.loss / static_cast<double>(t.steps);
     console_.print("*** Global step {}: *** Train loss: {:.4f}", state_.step, result_.final_loss);
     // The data share says at a glance whether the input pipeline keeps up.
-    console_.print("time per step = {} (data {:.1f}%)",
-                   format_duration(t.step / static_cast<double>(t.steps)),
-                   t.step > 0.0 ? 100.0 * t.data / t.step : 0.0);
+    const double per_step = t.step / static_cast<double>(t.steps);
+    if (p_.comm.size() > 1) {
+      console_.print("time per step = {} (data {:.1f}%, communication {:.1f}%)",
+                     format_duration(per_step), t.step > 0.0 ? 100.0 * t.data / t.step : 0.0,
+                     t.step > 0.0 ? 100.0 * t.communication / t.step : 0.0);
+    } else {
+      console_.print("time per step = {} (data {:.1f}%)", format_duration(per_step),
+                     t.step > 0.0 ? 100.0 * t.data / t.step : 0.0);
+    }
     print_interval_ = {};
   }
   if (sample_batch_) {
@@ -333,8 +429,8 @@ TrainResult TrainingLoop::run() {
     console_.progress(state_.step - first_step_, o_.max_steps - first_step_,
                       seconds_between(loop_start, Clock::now()),
                       fmt::format("loss {:.4f}", times.loss));
-    if (StopSignals::received() != 0) {
-      result_.stop_signal = StopSignals::received();
+    if (stop_signal() != 0) {
+      result_.stop_signal = stop_signal();
       break;
     }
   }
@@ -355,6 +451,7 @@ TrainResult TrainingLoop::run() {
     console_.print("*** Avg data time per step: {:.6f}s ({:.1f}% of the step)",
                    timed_.data / static_cast<double>(timed_.steps),
                    100.0 * timed_.data / timed_.step);
+    print_bottleneck();
   }
   if (result_.skipped_steps > 0) {
     console_.print("*** Skipped {} step(s) on loss-scale overflow", result_.skipped_steps);

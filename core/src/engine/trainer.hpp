@@ -10,6 +10,7 @@
 
 #include "engine/checkpoint.hpp"
 #include "engine/console.hpp"
+#include "engine/gradient_reducer.hpp"
 #include "engine/larc.hpp"
 #include "engine/loss_scaler.hpp"
 #include "engine/settings.hpp"
@@ -35,6 +36,7 @@ struct TrainerParts {
   DataLayer* eval_data = nullptr;      // train_eval: evaluated every eval_steps and at the end
   SummaryWriter* summaries = nullptr;  // rank 0, unless benchmarking or save_summaries_steps 0
   BestModels* best_models = nullptr;   // train_eval with num_best_models > 0
+  GradientReducer* reducer = nullptr;  // more than one process
 };
 
 struct TrainOptions {
@@ -55,6 +57,7 @@ struct TrainResult {
   double objects_per_second = 0.0;
   std::int64_t skipped_steps = 0;  // loss-scale overflows
   int stop_signal = 0;             // SIGINT / SIGTERM that ended the run early, or 0
+  std::string bottleneck;          // "compute", "data" or "network"
 };
 
 TrainResult train(const TrainerParts& parts, const TrainOptions& options, const Console& console);

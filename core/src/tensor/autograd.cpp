@@ -167,6 +167,8 @@ void collect_graph(Scratch& s, Vertex root) {
   }
 }
 
+thread_local LeafGradListener* t_leaf_grad_listener = nullptr;
+
 // A leaf's gradient arrives: the first becomes .grad (a contiguous copy we
 // own, in the leaf's dtype), later ones are added into it.
 void accumulate_into_leaf(TensorImpl& leaf, const Tensor& grad) {
@@ -207,6 +209,15 @@ Tensor record(Tensor output, OpName op, TensorList inputs, BackwardFn backward) 
   return output;
 }
 
+ScopedLeafGradListener::ScopedLeafGradListener(LeafGradListener& listener)
+    : previous_(t_leaf_grad_listener) {
+  t_leaf_grad_listener = &listener;
+}
+
+ScopedLeafGradListener::~ScopedLeafGradListener() {
+  t_leaf_grad_listener = previous_;
+}
+
 std::size_t backward_heap_fallbacks() {
   return g_heap_fallbacks.load(std::memory_order_relaxed);
 }
@@ -236,6 +247,8 @@ void backward(const Tensor& root) {
     const Tensor grad = std::move(s.grads[pos].value);
     if (vertex.leaf != nullptr) {
       accumulate_into_leaf(*vertex.leaf, grad);
+      // Each vertex comes once in `order`, after everything that feeds it.
+      if (t_leaf_grad_listener != nullptr) t_leaf_grad_listener->leaf_grad_ready(*vertex.leaf);
       continue;
     }
     const Node& node = *vertex.node;

@@ -56,7 +56,9 @@ class Local final : public rig::Communicator {
 
   void barrier() override {}
 
-  void abort(const std::string& reason) override { throw rig::RunError(reason); }
+  [[noreturn]] void abort(const std::string& reason, int /*exit_code*/) override {
+    throw rig::RunError(reason);
+  }
 
  private:
   static std::unique_ptr<rig::CommRequest> done() {
