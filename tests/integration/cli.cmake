@@ -156,3 +156,12 @@ foreach(experiment ${RIG_EXPERIMENTS})
   get_filename_component(name ${experiment} NAME_WE)
   rig_cli_test(validates_${name} 0 "infer mode: OK" ARGS validate ${experiment})
 endforeach()
+# Data-parallel training on the mpi communicator: 2 ranks against iter_size 2,
+# resume, eval / infer across ranks, disagreeing ranks, a killed rank.
+if(TARGET rig-communicator-mpi)
+  add_test(NAME cli.data_parallel
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/data_parallel.sh $<TARGET_FILE:rig_cli> ${FIX}/tiny.yaml
+            ${WORK}/data_parallel)
+  set_tests_properties(cli.data_parallel PROPERTIES LABELS "integration;mpi;no_sanitize"
+    TIMEOUT 300 SKIP_RETURN_CODE 77)
+endif()

@@ -8,7 +8,13 @@ namespace rig::engine {
 namespace {
 
 std::string milliseconds(double seconds) {
+  if (seconds < 1e-3) return fmt::format("{:.1f} us", seconds * 1e6);
   return fmt::format("{:.1f} ms", seconds * 1e3);
+}
+
+std::string megabytes(double bytes) {
+  if (bytes < 1e4) return fmt::format("{:.0f} bytes", bytes);
+  return fmt::format("{:.2f} MB", bytes / 1e6);
 }
 
 double share(double part, double whole) {
@@ -44,10 +50,11 @@ std::string describe_bottleneck(const StepCosts& c) {
       milliseconds(c.data), 100.0 * share(c.data, c.step));
   if (c.world_size < 2) return text + " (one process: no gradient reduction)";
   text += fmt::format(
-      ", waiting for the gradient reduction {} ({:.1f}%). Reduction: {:.2f} MB per step over {} "
+      ", waiting for the gradient reduction {} ({:.1f}%). Reduction: {} per step over {} "
       "ranks, {} busy, bus bandwidth {:.1f} MB/s, {:.0f}% of it hidden behind backward",
-      milliseconds(c.communication), 100.0 * share(c.communication, c.step), c.comm_bytes / 1e6,
-      c.world_size, milliseconds(c.comm_busy), bus_bandwidth(c) / 1e6, 100.0 * hidden_fraction(c));
+      milliseconds(c.communication), 100.0 * share(c.communication, c.step),
+      megabytes(c.comm_bytes), c.world_size, milliseconds(c.comm_busy), bus_bandwidth(c) / 1e6,
+      100.0 * hidden_fraction(c));
   return text;
 }
 

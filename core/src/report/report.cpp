@@ -1,10 +1,12 @@
 #include "report/report.hpp"
 
 #include <fstream>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
 
+#include "engine/bottleneck.hpp"
 #include "report/html_text.hpp"
 #include "report/metrics_file.hpp"
 #include "report/run_config.hpp"
@@ -101,6 +103,40 @@ std::string charts(const Metrics& metrics) {
   return html;
 }
 
+// The mean of a tag over the run, leaving out the first record (its interval
+// holds the warm-up step) when there are more; nullopt when never written.
+std::optional<double> run_mean(const Metrics& metrics, std::string_view tag) {
+  const auto it = metrics.series.find(std::string(tag));
+  if (it == metrics.series.end() || it->second.empty()) return std::nullopt;
+  double sum = 0.0;
+  int n = 0;
+  bool first = it->second.size() > 1;
+  for (const auto& [step, value] : it->second) {
+    if (first) {
+      first = false;
+      continue;
+    }
+    sum += value;
+    ++n;
+  }
+  return sum / n;
+}
+
+// "Where did the time go?": the engine's own verdict, from the step-time split.
+std::string bottleneck_section(const Metrics& metrics) {
+  const auto step = run_mean(metrics, tags::kStepTime);
+  if (!step) return "";
+  engine::StepCosts costs;
+  costs.step = *step;
+  costs.data = run_mean(metrics, "time/data").value_or(0.0);
+  costs.communication = run_mean(metrics, "time/communication").value_or(0.0);
+  costs.comm_busy = run_mean(metrics, "comm/busy_seconds").value_or(0.0);
+  costs.comm_bytes = run_mean(metrics, "comm/megabytes_per_step").value_or(0.0) * 1e6;
+  costs.world_size = static_cast<int>(run_mean(metrics, "comm/world_size").value_or(1.0));
+  return "<section>\n<h2>Bottleneck</h2>\n<p>" + escape_html(engine::describe_bottleneck(costs)) +
+         "</p>\n</section>\n";
+}
+
 }  // namespace
 
 fs::path write_report(const fs::path& logdir, const fs::path& output) {
@@ -127,6 +163,7 @@ fs::path write_report(const fs::path& logdir, const fs::path& output) {
       escape_html(title), kStyle, escape_html(fs::absolute(logdir).lexically_normal().string()),
       metrics.records, RIG_VERSION);
   html += "<section>\n<h2>Summary</h2>\n" + summary_table(metrics) + "</section>\n";
+  html += bottleneck_section(metrics);
   html += charts(metrics);
   if (!config.text.empty()) {
     html += "<section>\n<h2>Config</h2>\n<pre>" + escape_html(config.text) + "</pre>\n</section>\n";

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Data-parallel training through the real binary on the mpi communicator:
+# 2 ranks x batch B == 1 rank x iter_size 2 x batch B (bit for bit), a 2-rank
+# resume continues bit-exactly, eval and infer over 2 ranks cover every
+# sample once (infer in input order), ranks that run different configs are
+# caught, an error on one rank ends the job, a rank killed with SIGKILL ends
+# the job, and launching `local` under mpirun is refused.
+# Usage: data_parallel.sh RIG EXPERIMENT WORKDIR   (EXPERIMENT: fixtures/tiny.yaml)
+set -euo pipefail
+export LC_ALL=C
+rig="$(realpath "$1")"; exp="$(realpath "$2")"; work="$3"
+source "$(dirname "$0")/testlib.sh"
+rm -rf "$work"; mkdir -p "$work"; cd "$work"
+command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Each rank one compute thread, the two ranks free to share the CI's 2 cores.
+mpi=(mpirun --oversubscribe --bind-to none -x RIG_NUM_THREADS=1 -x RIG_PROGRESS=0)
+same() { cmp "$1" "$2" || fail "$1 and $2 differ"; }
+
+echo "== 2 ranks x 16 == 1 rank x iter_size 2 x 16, bit for bit (and with 1-MB buckets)"
+check "$rig" run "$exp" --logdir one --max_steps=20 --iter_size=2 > one.log
+check "${mpi[@]}" -n 2 "$rig" run "$exp" --logdir two --max_steps=20 --communicator=mpi > two.log
+cat two.log
+for f in model optimizer; do
+  same one/checkpoints/ckpt-20/$f.safetensors two/checkpoints/ckpt-20/$f.safetensors
+done
+grep -q "Data-parallel over 2 processes" two.log || fail "no data-parallel line"
+grep -Eq "^\*\*\* Bottleneck: (compute|data|network)-bound" two.log || fail "no bottleneck verdict"
+grep -q "bus bandwidth" two.log || fail "no bus bandwidth"
+[ "$(grep -c 'Global step 20:' two.log)" -eq 1 ] || fail "only rank 0 prints"
+grep -q '"comm/bus_bandwidth_MBps"' two/metrics.jsonl || fail "no communication metrics"
+check "$rig" report two > /dev/null
+grep -q "Bottleneck" two/report.html || fail "the report has no bottleneck section"
+# rig run --nproc does the same launch; the tiny model fits one bucket, a
+# 0.0001-MB cap gives one per parameter: same numbers.
+check env RIG_NUM_THREADS=1 "$rig" run --nproc 2 "$exp" --logdir nproc --max_steps=20 \
+  --bucket_cap_mb=0.0001 > nproc.log
+grep -Eq "in [4-9] bucket" nproc.log || fail "--bucket_cap_mb did not split the gradients"
+same one/checkpoints/ckpt-20/model.safetensors nproc/checkpoints/ckpt-20/model.safetensors
+# fp16 compression: not bit-identical, but it trains.
+check "${mpi[@]}" -n 2 "$rig" run "$exp" --logdir fp16 --max_steps=20 --communicator=mpi \
+  --gradient_compression=fp16 > fp16.log
+grep -q "reduced as float16" fp16.log || fail "fp16 compression not announced"
+
+echo "== a 2-rank run resumed at step 10 ends where a straight one does"
+check "${mpi[@]}" -n 2 "$rig" run "$exp" --logdir resumed --max_steps=10 --communicator=mpi > /dev/null
+check "${mpi[@]}" -n 2 "$rig" run "$exp" --logdir resumed --max_steps=20 --communicator=mpi \
+  --continue_learning > resumed.log
+grep -q "Resuming from .*ckpt-10" resumed.log || fail "did not resume"
+for f in model optimizer; do
+  same two/checkpoints/ckpt-20/$f.safetensors resumed/checkpoints/ckpt-20/$f.safetensors
+done
+
+echo "== eval and infer over 2 ranks: every sample once, infer in input order"
+check "$rig" run "$exp" --logdir two --mode eval > eval1.log
+check "${mpi[@]}" -n 2 "$rig" run "$exp" --logdir two --mode eval --communicator=mpi > eval2.log
+grep -q "Evaluated 100 samples" eval2.log || fail "eval over 2 ranks did not count 100 samples"
+[ "$(grep 'Validation loss' eval1.log)" = "$(grep 'Validation loss' eval2.log)" ] ||
+  fail "eval loss differs between 1 and 2 ranks"
+check "$rig" run "$exp" --logdir two --mode infer --infer_output_file infer1.txt > /dev/null
+check "${mpi[@]}" -n 2 "$rig" run "$exp" --logdir two --mode infer --communicator=mpi \
+  --infer_output_file infer2.txt > /dev/null
+same infer1.txt infer2.txt
+
+echo "== ranks that disagree"
+expect_code 2 mpirun --oversubscribe -x RIG_NUM_THREADS=1 \
+  -n 1 "$rig" run "$exp" --logdir diff --communicator=mpi : \
+  -n 1 "$rig" run "$exp" --logdir diff --communicator=mpi --lr_policy_params/learning_rate=0.2
+grep -q "rank 1 resolved a different config" err.txt || fail "the differing rank is not named"
+[ "$(grep -c 'do not run the same experiment' err.txt)" -eq 1 ] || fail "printed more than once"
+# An error on one rank only (nothing to resume from): that rank says so, the job ends with 2.
+expect_code 2 timeout 60 mpirun --oversubscribe -x RIG_NUM_THREADS=1 \
+  -n 1 "$rig" run "$exp" --logdir bad --communicator=mpi : \
+  -n 1 "$rig" run "$exp" --logdir bad --communicator=mpi --continue_learning
+grep -q "error on rank 1: --continue_learning" err.txt || fail "rank 1's error is not named"
+# `local` under a launcher of 2 would train twice into one logdir.
+expect_code 2 "${mpi[@]}" -n 2 "$rig" run "$exp" --logdir local_under_mpi
+grep -q "one of 2 started by an MPI launcher" err.txt || fail "local under mpirun not refused"
+
+echo "== a rank killed with SIGKILL ends the job"
+set +e
+start=$(date +%s)
+"${mpi[@]}" -n 2 "$rig" run "$exp" --logdir killed --max_steps=1000000 --communicator=mpi \
+  --communicator_params/timeout_s=20 --print_loss_steps=1000 > killed.log 2>&1 &
+job=$!
+victim=""
+for _ in $(seq 1 100); do
+  for p in $(pgrep -f -- "--logdir killed" || true); do
+    if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1"; then
+      victim=$p
+    fi
+  done
+  [ -n "$victim" ] && grep -q "Data-parallel over 2" killed.log && break
+  sleep 0.2
+done
+[ -n "$victim" ] || { kill $job; fail "rank 1 never started"; }
+sleep 1
+kill -9 "$victim"
+wait $job; code=$?
+set -e
+elapsed=$(( $(date +%s) - start ))
+cat killed.log
+[ "$code" -ne 0 ] || fail "the job exited 0 after a rank was killed"
+[ "$elapsed" -lt 40 ] || fail "the job took ${elapsed}s to end after a rank was killed"
+grep -Eiq "rank 1.*(killed|signal 9)|signal 9.*rank 1|rank 1 .*gone" killed.log ||
+  fail "the killed rank is not named"
+echo "PASS"
