@@ -156,6 +156,16 @@ foreach(experiment ${RIG_EXPERIMENTS})
   get_filename_component(name ${experiment} NAME_WE)
   rig_cli_test(validates_${name} 0 "infer mode: OK" ARGS validate ${experiment})
 endforeach()
+# Data-parallel training across two "hosts": network namespaces joined by a
+# veth link capped with tc (tools/two-hosts), mpirun across them. Needs root
+# (skips, 77, otherwise); Open MPI's leaks at exit fail ASan runs (no_sanitize).
+if(TARGET rig-communicator-mpi)
+  add_test(NAME cli.two_hosts
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/two_hosts.sh $<TARGET_FILE:rig_cli>
+            ${PROJECT_SOURCE_DIR}/tools/two-hosts ${WORK}/two_hosts)
+  set_tests_properties(cli.two_hosts PROPERTIES LABELS "integration;mpi;root;no_sanitize"
+    TIMEOUT 180 SKIP_RETURN_CODE 77)
+endif()
 # Data-parallel training on the mpi communicator: 2 ranks against iter_size 2,
 # resume, eval / infer across ranks, disagreeing ranks, a killed rank.
 if(TARGET rig-communicator-mpi)
