@@ -177,6 +177,12 @@ TEST(Bottleneck, NamesWhatTheStepWaitsFor) {
   EXPECT_NE(text.find("network-bound"), std::string::npos) << text;
   EXPECT_NE(text.find("5.7 MB/s"), std::string::npos) << text;
   EXPECT_NE(text.find("14% of it hidden"), std::string::npos) << text;
+  EXPECT_EQ(text.find("latency"), std::string::npos) << text;
+  // A tiny model waits on per-collective latency; the verdict says so.
+  StepCosts tiny{0.005, 0.0, 0.0046, 0.0046, 1680, 2};
+  const std::string tiny_text = rig::engine::describe_bottleneck(tiny);
+  EXPECT_NE(tiny_text.find("1680 bytes per step"), std::string::npos) << tiny_text;
+  EXPECT_NE(tiny_text.find("latency of each collective"), std::string::npos) << tiny_text;
 }
 
 }  // namespace

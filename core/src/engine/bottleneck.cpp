@@ -55,6 +55,14 @@ std::string describe_bottleneck(const StepCosts& c) {
       milliseconds(c.communication), 100.0 * share(c.communication, c.step),
       megabytes(c.comm_bytes), c.world_size, milliseconds(c.comm_busy), bus_bandwidth(c) / 1e6,
       100.0 * hidden_fraction(c));
+  // A few kilobytes per step cannot fill any link: the wait is per-operation
+  // latency (and rank skew), which more bandwidth would not fix.
+  if (bottleneck_of(c) == "network" && c.comm_bytes < kLatencyBytes) {
+    text += fmt::format(
+        "; with under {} per step this is the latency of each collective, not the link's "
+        "bandwidth",
+        megabytes(kLatencyBytes));
+  }
   return text;
 }
 

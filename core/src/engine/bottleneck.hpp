@@ -19,6 +19,8 @@ struct StepCosts {
 };
 
 inline constexpr double kWaitShare = 0.2;
+// Below this many bytes per step a network wait is latency, not bandwidth.
+inline constexpr double kLatencyBytes = 256.0 * 1024.0;
 
 // "compute", "data" or "network".
 std::string bottleneck_of(const StepCosts& costs);
