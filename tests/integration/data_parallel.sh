@@ -72,7 +72,7 @@ grep -q "rank 1 resolved a different config" err.txt || fail "the differing rank
 expect_code 2 timeout 60 mpirun --oversubscribe -x RIG_NUM_THREADS=1 \
   -n 1 "$rig" run "$exp" --logdir bad --communicator=mpi : \
   -n 1 "$rig" run "$exp" --logdir bad --communicator=mpi --continue_learning
-grep -q "error on rank 1: --continue_learning" err.txt || fail "rank 1's error is not named"
+grep -Eq "rank 1 .*: error: --continue_learning" err.txt || fail "rank 1's error is not named"
 # `local` under a launcher of 2 would train twice into one logdir.
 expect_code 2 "${mpi[@]}" -n 2 "$rig" run "$exp" --logdir local_under_mpi
 grep -q "one of 2 started by an MPI launcher" err.txt || fail "local under mpirun not refused"

@@ -158,15 +158,12 @@ int with_failure_handling(Communicator& comm, const Console& console,
     if (comm.rank() == 0) std::fprintf(stderr, "rig: error: %s\n", e.what());
     return 2;
   } catch (const UserError& e) {
+    // abort() prints the reason with this rank's name, pid and host.
     console.clear_bar();
-    std::fprintf(stderr, "rig: error on rank %d: %s\n", comm.rank(), e.what());
-    std::fflush(stderr);
-    comm.abort(fmt::format("rank {}: {}", comm.rank(), e.what()), 2);
+    comm.abort(fmt::format("error: {}", e.what()), 2);
   } catch (const std::exception& e) {
     console.clear_bar();
-    std::fprintf(stderr, "rig: run failed on rank %d: %s\n", comm.rank(), e.what());
-    std::fflush(stderr);
-    comm.abort(fmt::format("rank {}: {}", comm.rank(), e.what()), 1);
+    comm.abort(fmt::format("failed: {}", e.what()), 1);
   }
   return 1;  // not reached: abort() ends the process
 }

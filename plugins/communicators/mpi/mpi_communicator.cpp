@@ -1,0 +1,182 @@
+// mpi: the communicator of a job launched by mpirun / mpiexec / srun. Checks
+// each collective's arguments on the calling thread, then hands it to the
+// communication thread (comm_thread.hpp), which runs them in issue order.
+#include <atomic>
+#include <climits>
+#include <memory>
+#include <stdexcept>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "comm_thread.hpp"
+#include "rig/error.hpp"
+#include "rig/plugin.hpp"
+
+namespace {
+
+using rig::Tensor;
+using rig_mpi::Collective;
+using rig_mpi::CollectiveKind;
+using rig_mpi::RequestState;
+
+// Keeps the tensors alive until the collective has run. Destroying a request
+// waits for its collective: the communication thread may still be using the
+// buffers, and it never releases a tensor itself.
+class MpiRequest final : public rig::CommRequest {
+ public:
+  MpiRequest(std::shared_ptr<RequestState> state, Tensor buffer, Tensor input)
+      : state_(std::move(state)), buffer_(std::move(buffer)), input_(std::move(input)) {}
+  MpiRequest(const MpiRequest&) = delete;
+  MpiRequest& operator=(const MpiRequest&) = delete;
+  ~MpiRequest() override { block(); }
+
+  void wait() override {
+    if (block() == RequestState::failed) throw rig::RunError(state_->error);
+  }
+  bool done() override {
+    return state_->status.load(std::memory_order_acquire) != RequestState::pending;
+  }
+  rig::CommTiming timing() const override { return state_->timing; }
+
+ private:
+  int block() {
+    // A short spin first: a small collective is often done by now, and a
+    // futex wake-up costs more than it takes.
+    for (int i = 0; i < 2000; ++i) {
+      const int status = state_->status.load(std::memory_order_acquire);
+      if (status != RequestState::pending) return status;
+    }
+    int status = state_->status.load(std::memory_order_acquire);
+    while (status == RequestState::pending) {
+      state_->status.wait(RequestState::pending, std::memory_order_acquire);
+      status = state_->status.load(std::memory_order_acquire);
+    }
+    return status;
+  }
+
+  std::shared_ptr<RequestState> state_;
+  Tensor buffer_;
+  Tensor input_;
+};
+
+void check_buffer(const char* op, const Tensor& t, const char* what) {
+  if (!t.defined()) throw std::invalid_argument(fmt::format("mpi {}: {} is undefined", op, what));
+  if (!t.device().is_cpu()) {
+    throw std::invalid_argument(
+        fmt::format("mpi {}: {} is on {}: the mpi communicator works on "
+                    "host (cpu) buffers",
+                    op, what, rig::to_string(t.device())));
+  }
+  if (!t.is_contiguous()) {
+    throw std::invalid_argument(
+        fmt::format("mpi {}: {} {} is not contiguous", op, what, rig::to_string(t.shape())));
+  }
+}
+
+// One mpi communicator per process: the first one's thread starts and
+// finalizes MPI, which cannot start again.
+std::atomic<bool> g_instance_alive{false};
+
+class Mpi final : public rig::Communicator {
+ public:
+  Mpi(const YAML::Node& params, const rig::CommunicatorContext& /*ctx*/)
+      : guard_(), thread_(params["timeout_s"].as<double>()) {}
+
+  int rank() const override { return thread_.rank(); }
+  int size() const override { return thread_.size(); }
+  int local_rank() const override { return thread_.local_rank(); }
+
+  std::unique_ptr<rig::CommRequest> allreduce(Tensor buffer, rig::ReduceOp op) override {
+    check_buffer("allreduce", buffer, "the buffer");
+    Collective c;
+    c.kind = CollectiveKind::allreduce;
+    c.dtype = buffer.dtype();
+    c.reduce = op;
+    c.buffer = buffer.raw_data();
+    c.count = buffer.numel();
+    return issue(std::move(c), std::move(buffer), {});
+  }
+
+  std::unique_ptr<rig::CommRequest> broadcast(Tensor buffer, int root) override {
+    check_buffer("broadcast", buffer, "the buffer");
+    if (root < 0 || root >= size()) {
+      throw std::invalid_argument(fmt::format(
+          "mpi broadcast: root {} is not a rank (ranks are 0 to {})", root, size() - 1));
+    }
+    Collective c;
+    c.kind = CollectiveKind::broadcast;
+    c.dtype = buffer.dtype();
+    c.root = root;
+    c.buffer = buffer.raw_data();
+    c.count = buffer.numel();
+    return issue(std::move(c), std::move(buffer), {});
+  }
+
+  std::unique_ptr<rig::CommRequest> allgather(Tensor input, Tensor output) override {
+    check_buffer("allgather", input, "the input");
+    check_buffer("allgather", output, "the output");
+    if (output.dtype() != input.dtype() || output.numel() != size() * input.numel()) {
+      throw std::invalid_argument(
+          fmt::format("mpi allgather: output {} {} must hold size() x input = {} x {} {} elements",
+                      rig::dtype_name(output.dtype()), rig::to_string(output.shape()), size(),
+                      input.numel(), rig::dtype_name(input.dtype())));
+    }
+    if (input.numel() > INT_MAX) {
+      throw std::invalid_argument(
+          fmt::format("mpi allgather: {} elements per rank is more than MPI's count limit of {}",
+                      input.numel(), INT_MAX));
+    }
+    Collective c;
+    c.kind = CollectiveKind::allgather;
+    c.dtype = input.dtype();
+    c.buffer = output.raw_data();
+    c.count = input.numel();
+    const std::byte* my_slot = output.raw_data() + rank() * input.nbytes();
+    if (input.raw_data() != my_slot) {
+      if (input.nbytes() > 0 && input.shares_storage(output)) {
+        throw std::invalid_argument(
+            "mpi allgather: the input shares storage with the output but is not this rank's "
+            "slot of it (output[rank x n, (rank + 1) x n))");
+      }
+      c.input = input.raw_data();
+    }
+    return issue(std::move(c), std::move(output), std::move(input));
+  }
+
+  void barrier() override {
+    Collective c;
+    c.kind = CollectiveKind::barrier;
+    issue(std::move(c), {}, {})->wait();
+  }
+
+  [[noreturn]] void abort(const std::string& reason, int exit_code) override {
+    thread_.abort(reason, exit_code);
+  }
+
+ private:
+  struct InstanceGuard {
+    InstanceGuard() {
+      if (g_instance_alive.exchange(true)) {
+        throw rig::RunError(
+            "mpi communicator: one already exists in this process; make one per process");
+      }
+    }
+    InstanceGuard(const InstanceGuard&) = delete;
+    InstanceGuard& operator=(const InstanceGuard&) = delete;
+    ~InstanceGuard() { g_instance_alive.store(false); }
+  };
+
+  std::unique_ptr<rig::CommRequest> issue(Collective c, Tensor buffer, Tensor input) {
+    auto state = thread_.submit(std::move(c));
+    return std::make_unique<MpiRequest>(std::move(state), std::move(buffer), std::move(input));
+  }
+
+  InstanceGuard guard_;
+  rig_mpi::CommThread thread_;
+};
+
+}  // namespace
+
+RIG_PLUGIN(communicator, "mpi", "0.1.0",
+           "MPI collectives (Open MPI, MPICH) on one communication thread, with a timeout", Mpi)
