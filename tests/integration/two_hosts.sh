@@ -17,13 +17,9 @@ skip() {
   exit 77
 }
 
-[ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces, veth, tc)"
-command -v mpirun >/dev/null || skip "no mpirun"
-command -v tc >/dev/null || skip "no tc (iproute2)"
+why=$("$two_hosts" preflight) || skip "$why"
 # Unique per run: ctest -j runs tests side by side.
 name="rig-test-$$"
-ip netns add "$name-probe" 2>/dev/null || skip "ip netns add is not permitted here"
-ip netns del "$name-probe"
 
 # Pairs left by runs killed outright (SIGKILL: no trap runs), by any test pid that is gone.
 for stale in $(ip netns list | grep -Eo '^rig-test-[0-9]+-a' || true); do

@@ -11,12 +11,8 @@ skip() {
   echo "SKIP: $*"
   exit 77
 }
-[ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces, veth, tc)"
-command -v mpirun >/dev/null || skip "no mpirun"
-command -v tc >/dev/null || skip "no tc (iproute2)"
+why=$("$two_hosts" preflight) || skip "$why"
 name="rig-mpi-$$"  # unique: ctest -j runs tests side by side
-ip netns add "$name-probe" 2>/dev/null || skip "ip netns add is not permitted here"
-ip netns del "$name-probe"
 trap '"$two_hosts" --name "$name" down >/dev/null 2>&1' EXIT
 "$two_hosts" --name "$name" up || exit 1
 here="$(dirname "$0")"
