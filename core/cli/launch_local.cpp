@@ -1,7 +1,6 @@
 // `rig run --nproc N EXP`: N processes on this machine through mpirun, with
 // the communicator switched to mpi. One process per core, each bound to its
 // core; with more processes than cores, unbound, one compute thread each.
-#include <sched.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,17 +12,11 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "cpu/parallel.hpp"
 #include "rig/error.hpp"
 
 namespace rig::cli {
 namespace {
-
-int usable_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
-  return CPU_COUNT(&set);
-}
 
 bool is_nproc_flag(const std::string& arg) {
   return arg == "--nproc" || arg.starts_with("--nproc=");
@@ -35,7 +28,7 @@ int launch_local_processes(int nproc, int argc, char** argv) {
   std::vector<std::string> args = {"mpirun", "-n", std::to_string(nproc)};
   // mpirun refuses root unless told; whoever typed --nproc as root asked for it.
   if (geteuid() == 0) args.emplace_back("--allow-run-as-root");
-  if (nproc <= usable_cpus()) {
+  if (nproc <= rig::cpu::affinity_cores()) {
     args.insert(args.end(), {"--map-by", "core", "--bind-to", "core"});
   } else {
     args.insert(args.end(), {"--oversubscribe", "--bind-to", "none", "-x", "RIG_NUM_THREADS=1"});

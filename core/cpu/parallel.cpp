@@ -22,12 +22,9 @@ int default_threads() {
     const int n = std::atoi(env);
     if (n > 0) return n;
   }
-  // The cores this process may run on: an MPI launcher that binds each rank
-  // to its core(s) gets one thread per core it was given, not per machine core.
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
-  return std::max(1U, std::thread::hardware_concurrency());
+  // An MPI launcher that binds each rank to its core(s) gets one thread per
+  // core it was given, not per machine core.
+  return affinity_cores();
 }
 
 // Workers wait for a job; a job is one range split into `chunks` pieces that
@@ -172,4 +169,12 @@ void parallel_for_impl(std::int64_t n, std::int64_t grain, RangeFn fn, void* con
 }
 
 }  // namespace detail
+
+int affinity_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return std::max(1U, std::thread::hardware_concurrency());
+}
+
 }  // namespace rig::cpu

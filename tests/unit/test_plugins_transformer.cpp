@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "beam_search.hpp"
+#include "config/defaults.hpp"
 #include "golden.hpp"
 #include "network.hpp"
 #include "params.hpp"
@@ -51,28 +52,16 @@ YAML::Node text_info(std::int64_t src_vocab, std::int64_t tgt_vocab) {
   return info;
 }
 
-// The schema's defaults, nested maps included (as the host fills them), with
-// `overrides` merged in key by key.
+// `overrides` with the schema's defaults filled in by the host's own
+// config::fill_defaults (nested maps included).
 YAML::Node with_defaults(const YAML::Node& schema, const YAML::Node& overrides) {
-  YAML::Node out(YAML::NodeType::Map);
-  if (overrides.IsMap()) {
-    for (const auto& entry : overrides) {
-      const auto key = entry.first.as<std::string>();
-      EXPECT_TRUE(schema["properties"][key].IsDefined()) << "unknown parameter " << key;
-    }
+  YAML::Node out = overrides.IsMap() ? YAML::Clone(overrides) : YAML::Node(YAML::NodeType::Map);
+  for (const auto& entry : out) {
+    const auto key = entry.first.as<std::string>();
+    EXPECT_TRUE(schema["properties"][key].IsDefined()) << "unknown parameter " << key;
   }
-  for (const auto& property : schema["properties"]) {
-    const auto key = property.first.as<std::string>();
-    const bool has = overrides.IsMap() && overrides[key].IsDefined();
-    const YAML::Node given = has ? overrides[key] : YAML::Node(YAML::NodeType::Map);
-    if (property.second["properties"]) {
-      out[key] = with_defaults(property.second, given);
-    } else if (has) {
-      out[key] = YAML::Clone(given);
-    } else if (property.second["default"]) {
-      out[key] = YAML::Clone(property.second["default"]);
-    }
-  }
+  rig::config::fill_defaults(rig::config::SchemaDoc(schema, "model 'transformer'"), schema, out, "",
+                             nullptr);
   return out;
 }
 

@@ -93,13 +93,17 @@ std::string ResolvedConfig::hash() const {
   return fnv1a64_hex(to_yaml());
 }
 
-std::string fnv1a64_hex(const std::string& text) {
+std::uint64_t fnv1a64(const std::string& text) {
   std::uint64_t h = 14695981039346656037ULL;
   for (unsigned char c : text) {
     h ^= c;
     h *= 1099511628211ULL;
   }
-  return fmt::format("{:016x}", h);
+  return h;
+}
+
+std::string fnv1a64_hex(const std::string& text) {
+  return fmt::format("{:016x}", fnv1a64(text));
 }
 
 }  // namespace rig::config

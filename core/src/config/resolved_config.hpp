@@ -25,7 +25,8 @@ struct ResolvedConfig {
   std::string hash() const;
 };
 
-// FNV-1a 64 of `text`, as 16 lowercase hex digits.
+// FNV-1a 64 of `text`, and the same as 16 lowercase hex digits.
+std::uint64_t fnv1a64(const std::string& text);
 std::string fnv1a64_hex(const std::string& text);
 
 }  // namespace rig::config

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include <fmt/format.h>
-
 namespace rig::engine {
 namespace {
 
@@ -129,8 +127,7 @@ ReductionStats GradientReducer::wait_all(Clock::time_point backward_end) {
     const CommTiming t = op.request->timing();
     stats.timing_known = stats.timing_known && t.known;
     if (t.known) stats.busy_seconds += seconds_between(t.start, t.end);
-    stats.bytes += static_cast<double>(
-        op.request ? (op.scratch.defined() ? op.scratch.nbytes() : op.slice.nbytes()) : 0);
+    stats.bytes += static_cast<double>((op.scratch.defined() ? op.scratch : op.slice).nbytes());
   }
   stats.exposed_seconds = seconds_between(backward_end, Clock::now());
   // A communicator that cannot say when its operations ran: count what we waited for.

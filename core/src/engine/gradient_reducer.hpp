@@ -31,10 +31,6 @@ struct ReductionStats {
   double bytes = 0.0;            // bytes reduced (per rank)
   int buckets = 0;
   bool timing_known = false;  // the communicator reported when its operations ran
-  // The share of the communication that ran while backward still did.
-  double hidden_fraction() const {
-    return busy_seconds > 0.0 ? std::max(0.0, busy_seconds - exposed_seconds) / busy_seconds : 0.0;
-  }
 };
 
 struct Bucket {

@@ -10,9 +10,9 @@
 namespace rig::engine {
 namespace {
 
-// FNV-1a hashes fit an i64 bit for bit.
+// FNV-1a hashes travel as i64, bit for bit.
 std::int64_t hash_of(const std::string& text) {
-  return static_cast<std::int64_t>(std::stoull(config::fnv1a64_hex(text), nullptr, 16));
+  return static_cast<std::int64_t>(config::fnv1a64(text));
 }
 
 }  // namespace

@@ -238,12 +238,12 @@ int run(const RunOptions& options) {
   auto comm = primary.plugin(PluginKind::communicator)
                   .make_communicator(primary.params(PluginKind::communicator),
                                      CommunicatorContext{settings.logdir});
-  if (comm->size() == 1 && launcher_world_size() > 1) {
+  if (const int launched = launcher_world_size(); comm->size() == 1 && launched > 1) {
     throw UserError(fmt::format(
         "this process is one of {} started by an MPI launcher, but the experiment's communicator "
         "is '{}': each process would train alone and write the same logdir; set communicator: "
         "mpi in the experiment (or add --communicator=mpi)",
-        launcher_world_size(), primary.plugin(PluginKind::communicator).name()));
+        launched, primary.plugin(PluginKind::communicator).name()));
   }
   // interactive_infer answers on stdout, so everything else goes to stderr.
   const Console console =

@@ -34,7 +34,6 @@ struct PhaseTimes {
   double backward = 0.0;
   double communication = 0.0;  // after backward: waiting for the reduction, agreeing
   double comm_busy = 0.0;      // the communicator ran this step's gradient reduction
-  double comm_exposed = 0.0;   // ... of which the training thread waited for after backward
   double comm_bytes = 0.0;     // gradient bytes reduced per rank
   double optimizer = 0.0;
   double step = 0.0;
@@ -49,7 +48,6 @@ struct PhaseTimes {
     backward += o.backward;
     communication += o.communication;
     comm_busy += o.comm_busy;
-    comm_exposed += o.comm_exposed;
     comm_bytes += o.comm_bytes;
     optimizer += o.optimizer;
     step += o.step;
@@ -215,7 +213,6 @@ bool TrainingLoop::step(PhaseTimes& times) {
   const auto c1 = Clock::now();
   times.communication += seconds_between(c0, c1);
   times.comm_busy += reduction.busy_seconds;
-  times.comm_exposed += reduction.exposed_seconds;
   times.comm_bytes += reduction.bytes;
   p_.timeline.phase("communication", step, c0, c1);
 
@@ -267,9 +264,7 @@ StepCosts costs_per_step(const PhaseTimes& t, int world_size) {
 }
 
 void TrainingLoop::print_bottleneck() {
-  const StepCosts costs = costs_per_step(timed_, p_.comm.size());
-  result_.bottleneck = bottleneck_of(costs);
-  console_.print("*** Bottleneck: {}", describe_bottleneck(costs));
+  console_.print("*** Bottleneck: {}", describe_bottleneck(costs_per_step(timed_, p_.comm.size())));
 }
 
 void TrainingLoop::print_sample(const Batch& batch) {

@@ -57,7 +57,6 @@ struct TrainResult {
   double objects_per_second = 0.0;
   std::int64_t skipped_steps = 0;  // loss-scale overflows
   int stop_signal = 0;             // SIGINT / SIGTERM that ended the run early, or 0
-  std::string bottleneck;          // "compute", "data" or "network"
 };
 
 TrainResult train(const TrainerParts& parts, const TrainOptions& options, const Console& console);
