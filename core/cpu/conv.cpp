@@ -228,27 +228,6 @@ Chunks chunks_of(std::int64_t n) {
   return c;
 }
 
-// The first exception thrown by any chunk, rethrown after parallel_for.
-class Errors {
- public:
-  template <class F>
-  void run(F&& f) noexcept {
-    try {
-      f();
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (!first_) first_ = std::current_exception();
-    }
-  }
-  void rethrow() const {
-    if (first_) std::rethrow_exception(first_);
-  }
-
- private:
-  std::mutex mutex_;
-  std::exception_ptr first_;
-};
-
 // Runs `r` into a new buffer when needed; returns the data to use.
 const void* converted(const Reorder& r, const void* data, Tensor& holder) {
   if (!r.needed()) return data;
@@ -310,7 +289,7 @@ void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const 
   const Weights weights = convert_weights(plans, w, &Plan::w_to_fwd);
   const std::int64_t x_image = s.c_in * s.h * s.w;
   const std::int64_t y_image = s.c_out * s.out_h * s.out_w;
-  Errors errors;
+  FirstError errors;
   parallel_for(plans.chunks.count, 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t c = begin; c < end; ++c) {
       errors.run([&] {
@@ -364,7 +343,7 @@ void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const
   const std::int64_t partial_numel = w_numel + (s.bias ? s.c_out : 0);
   Tensor partials;
   if (want_weights) partials = Tensor::empty({plans.chunks.count, partial_numel});
-  Errors errors;
+  FirstError errors;
   parallel_for(plans.chunks.count, 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t c = begin; c < end; ++c) {
       errors.run([&] {

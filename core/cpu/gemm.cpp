@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <mutex>
 
+#include "cpu/gemm_dnnl.hpp"
 #include "cpu/parallel.hpp"
 
 namespace rig::cpu {
@@ -35,6 +36,7 @@ void blas(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const flo
     }
     return;
   }
+  if (gemm_dnnl(m, n, k, alpha, a, lda, ta, b, ldb, tb, beta, c, ldc)) return;
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
               static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
               static_cast<blasint>(std::max<std::int64_t>(1, lda)), b,
@@ -74,19 +76,23 @@ void gemm(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const Gem
   std::int64_t panel = (extent + threads - 1) / threads;
   panel = (panel + 15) / 16 * 16;
   const std::int64_t panels = (extent + panel - 1) / panel;
+  FirstError errors;
   parallel_for(panels, 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t p = begin; p < end; ++p) {
       const std::int64_t lo = p * panel;
       const std::int64_t len = std::min(extent, lo + panel) - lo;
-      if (split_rows) {
-        const float* ap = a.data + (a.trans ? lo : lo * a.ld);
-        blas(len, n, k, alpha, ap, a.ld, a.trans, b.data, b.ld, b.trans, beta, c + lo * ldc, ldc);
-      } else {
-        const float* bp = b.data + (b.trans ? lo * b.ld : lo);
-        blas(m, len, k, alpha, a.data, a.ld, a.trans, bp, b.ld, b.trans, beta, c + lo, ldc);
-      }
+      errors.run([&] {
+        if (split_rows) {
+          const float* ap = a.data + (a.trans ? lo : lo * a.ld);
+          blas(len, n, k, alpha, ap, a.ld, a.trans, b.data, b.ld, b.trans, beta, c + lo * ldc, ldc);
+        } else {
+          const float* bp = b.data + (b.trans ? lo * b.ld : lo);
+          blas(m, len, k, alpha, a.data, a.ld, a.trans, bp, b.ld, b.trans, beta, c + lo, ldc);
+        }
+      });
     }
   });
+  errors.rethrow();
 }
 
 void gemm_batched(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
@@ -105,12 +111,16 @@ void gemm_batched(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64
   }
   const std::int64_t grain =
       std::max<std::int64_t>(1, kSplitWork / std::max<std::int64_t>(1, work) / 4);
+  FirstError errors;
   parallel_for(batch, grain, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t i = begin; i < end; ++i) {
-      blas(m, n, k, alpha, a.data + offsets.offset_a(i), a.ld, a.trans,
-           b.data + offsets.offset_b(i), b.ld, b.trans, beta, c + i * c_stride, ldc);
-    }
+    errors.run([&] {
+      for (std::int64_t i = begin; i < end; ++i) {
+        blas(m, n, k, alpha, a.data + offsets.offset_a(i), a.ld, a.trans,
+             b.data + offsets.offset_b(i), b.ld, b.trans, beta, c + i * c_stride, ldc);
+      }
+    });
   });
+  errors.rethrow();
 }
 
 }  // namespace rig::cpu

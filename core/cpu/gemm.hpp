@@ -1,4 +1,5 @@
-// Row-major single-precision GEMM on OpenBLAS, threaded by rig's own pool.
+// Row-major single-precision GEMM on oneDNN (large panels, gemm_dnnl.hpp) or
+// OpenBLAS (small products), threaded by rig's own pool.
 // OpenBLAS is put in single-thread mode on first use: its busy-waiting
 // workers would otherwise compete with rig's pool for the same cores. Large
 // products are split into row (or column) panels across the pool; batches of

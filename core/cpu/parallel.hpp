@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
+#include <mutex>
 #include <utility>
 
 namespace rig::cpu {
@@ -31,5 +33,27 @@ void parallel_for(std::int64_t n, std::int64_t grain, Fn&& fn) {
   };
   detail::parallel_for_impl(n, grain, trampoline, const_cast<void*>(static_cast<const void*>(&fn)));
 }
+
+// Keeps the first exception thrown by any chunk of a parallel_for (whose fn
+// must not throw) and rethrows it afterwards on the calling thread.
+class FirstError {
+ public:
+  template <class F>
+  void run(F&& f) noexcept {
+    try {
+      f();
+    } catch (...) {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      if (!first_) first_ = std::current_exception();
+    }
+  }
+  void rethrow() const {
+    if (first_) std::rethrow_exception(first_);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::exception_ptr first_;
+};
 
 }  // namespace rig::cpu

@@ -128,6 +128,15 @@ struct Vec {
     return x != x ? x : y;
   }
 
+  // Correctly rounded square root, lane by lane. GCC turns the loop into one
+  // vsqrtps only where errno need not be set: compile the kernel's file with
+  // -fno-math-errno (core/CMakeLists.txt), otherwise this is scalar code.
+  static RIG_SIMD_INLINE F sqrt(const F& x) {
+    F r;
+    for (int l = 0; l < W; ++l) r[l] = __builtin_sqrtf(x[l]);
+    return r;
+  }
+
   static RIG_SIMD_INLINE F abs(const F& x) { return (F)((I)x & 0x7fffffff); }
   static RIG_SIMD_INLINE F copysign(const F& magnitude, const F& sign) {
     return (F)(((I)magnitude & 0x7fffffff) | ((I)sign & static_cast<std::int32_t>(0x80000000U)));

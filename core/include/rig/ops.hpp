@@ -145,4 +145,21 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smo
 Tensor padded_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& weights,
                             float label_smoothing = 0.0F);
 
+// ---- Optimizer updates (in place, never recorded) ------------------------------
+// One fused Adam / AdamW / AMSGrad step over flat f32 buffers of equal size
+// (the parameter store's values and grads, the optimizer's moments):
+//   p *= shrink;  g = grad + coupled_decay * p;
+//   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2;
+//   d = v, or with max_exp_avg_sq defined (AMSGrad) d = max_exp_avg_sq = max(max_exp_avg_sq, v);
+//   p -= step_size * m / (sqrt(d) * inv_bc2_sqrt + epsilon)
+// with step_size = lr / (1 - beta1^t) and inv_bc2_sqrt = 1 / sqrt(1 - beta2^t).
+struct AdamUpdate {
+  float beta1 = 0.9F, beta2 = 0.999F, epsilon = 1e-8F;
+  float step_size = 0.0F, inv_bc2_sqrt = 1.0F;
+  float coupled_decay = 0.0F;  // torch.optim.Adam's weight_decay (L2 added to the gradient)
+  float shrink = 1.0F;         // AdamW's 1 - lr * weight_decay
+};
+void adam_update(Tensor& values, const Tensor& grads, Tensor& exp_avg, Tensor& exp_avg_sq,
+                 Tensor& max_exp_avg_sq, const AdamUpdate& update);
+
 }  // namespace rig::ops

@@ -1,7 +1,8 @@
 // adam: Adam with torch.optim.Adam's semantics (weight_decay is an L2 penalty
 // added to the gradient), or torch.optim.AdamW's with decoupled_weight_decay
 // (the weights shrink by lr * weight_decay before the Adam update); optional
-// AMSGrad. One fused pass over the flat parameter buffer:
+// AMSGrad. One fused, threaded pass over the flat parameter buffer
+// (rig::ops::adam_update):
 //   g = grad (+ wd * p);  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
 //   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 // (v replaced by max(v_max, v) with AMSGrad).
@@ -21,6 +22,7 @@
 #include <fmt/ranges.h>
 
 #include "rig/error.hpp"
+#include "rig/ops.hpp"
 #include "rig/plugin.hpp"
 
 #ifndef RIG_ADAM_PLUGIN_NAME
@@ -36,30 +38,6 @@ constexpr const char* kExpAvg = "exp_avg";
 constexpr const char* kExpAvgSq = "exp_avg_sq";
 constexpr const char* kMaxExpAvgSq = "max_exp_avg_sq";
 constexpr const char* kStep = "step";
-
-// The update of elements [0, n); kCoupled: add wd * p to the gradient;
-// kAmsgrad: normalise by the running maximum of v.
-template <bool kCoupled, bool kAmsgrad>
-void adam_pass(std::int64_t n, float* __restrict p, const float* __restrict grad,
-               float* __restrict m, float* __restrict v, float* __restrict vmax, float wd, float b1,
-               float b2, float step_size, float inv_bc2_sqrt, float eps) {
-  const float c1 = 1.0F - b1;
-  const float c2 = 1.0F - b2;
-  for (std::int64_t i = 0; i < n; ++i) {
-    float g = grad[i];
-    if constexpr (kCoupled) g += wd * p[i];
-    const float mi = b1 * m[i] + c1 * g;
-    const float vi = b2 * v[i] + c2 * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    float denom_sq = vi;
-    if constexpr (kAmsgrad) {
-      denom_sq = std::max(vmax[i], vi);
-      vmax[i] = denom_sq;
-    }
-    p[i] -= step_size * mi / (std::sqrt(denom_sq) * inv_bc2_sqrt + eps);
-  }
-}
 
 class Adam final : public rig::Optimizer {
  public:
@@ -91,35 +69,19 @@ class Adam final : public rig::Optimizer {
 
   void step(double learning_rate) override {
     ++step_;
-    const auto n = values_.numel();
-    float* p = values_.data<float>();
-    const float* grad = grads_.data<float>();
-    float* m = exp_avg_.data<float>();
-    float* v = exp_avg_sq_.data<float>();
-    float* vmax = amsgrad_ ? max_exp_avg_sq_.data<float>() : nullptr;
     const auto t = static_cast<double>(step_);
-    const double bc1 = 1.0 - std::pow(beta1_, t);
-    const double bc2 = 1.0 - std::pow(beta2_, t);
-    const auto step_size = static_cast<float>(learning_rate / bc1);
-    const auto inv_bc2_sqrt = static_cast<float>(1.0 / std::sqrt(bc2));
-    const auto wd = static_cast<float>(weight_decay_);
-    const auto b1 = static_cast<float>(beta1_);
-    const auto b2 = static_cast<float>(beta2_);
-    const auto eps = static_cast<float>(epsilon_);
-    if (decoupled_ && weight_decay_ != 0.0) {
-      const auto shrink = static_cast<float>(1.0 - learning_rate * weight_decay_);
-      for (std::int64_t i = 0; i < n; ++i) p[i] *= shrink;
-    }
-    const bool coupled = !decoupled_ && weight_decay_ != 0.0;
-    if (coupled && amsgrad_) {
-      adam_pass<true, true>(n, p, grad, m, v, vmax, wd, b1, b2, step_size, inv_bc2_sqrt, eps);
-    } else if (coupled) {
-      adam_pass<true, false>(n, p, grad, m, v, vmax, wd, b1, b2, step_size, inv_bc2_sqrt, eps);
-    } else if (amsgrad_) {
-      adam_pass<false, true>(n, p, grad, m, v, vmax, wd, b1, b2, step_size, inv_bc2_sqrt, eps);
+    rig::ops::AdamUpdate update;
+    update.beta1 = static_cast<float>(beta1_);
+    update.beta2 = static_cast<float>(beta2_);
+    update.epsilon = static_cast<float>(epsilon_);
+    update.step_size = static_cast<float>(learning_rate / (1.0 - std::pow(beta1_, t)));
+    update.inv_bc2_sqrt = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(beta2_, t)));
+    if (decoupled_) {
+      update.shrink = static_cast<float>(1.0 - learning_rate * weight_decay_);
     } else {
-      adam_pass<false, false>(n, p, grad, m, v, vmax, wd, b1, b2, step_size, inv_bc2_sqrt, eps);
+      update.coupled_decay = static_cast<float>(weight_decay_);
     }
+    rig::ops::adam_update(values_, grads_, exp_avg_, exp_avg_sq_, max_exp_avg_sq_, update);
   }
 
   std::map<std::string, Tensor> state() const override {

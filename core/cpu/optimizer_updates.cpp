@@ -1,0 +1,74 @@
+#include "cpu/optimizer_updates.hpp"
+
+#include <algorithm>
+
+#include "cpu/parallel.hpp"
+#include "cpu/simd.hpp"
+
+namespace rig::cpu {
+
+namespace {
+
+// Elements per task: large enough that a wake-up is noise, a multiple of 16.
+constexpr std::int64_t kChunk = std::int64_t{1} << 15;
+
+template <int W>
+struct AdamKernel {
+  using V = simd::Vec<W>;
+  using F = typename V::F;
+
+  static RIG_SIMD_INLINE F update(F& pv, const F& gv, F& mv, F& vv, F* vmaxv,
+                                  const ops::AdamUpdate& a) {
+    pv = pv * a.shrink;
+    const F g = gv + pv * a.coupled_decay;
+    mv = mv * a.beta1 + g * (1.0F - a.beta1);
+    vv = vv * a.beta2 + g * g * (1.0F - a.beta2);
+    F d = vv;
+    if (vmaxv != nullptr) {
+      d = V::max(*vmaxv, vv);
+      *vmaxv = d;
+    }
+    return pv - a.step_size * mv / (V::sqrt(d) * a.inv_bc2_sqrt + a.epsilon);
+  }
+
+  static RIG_SIMD_INLINE void run(std::int64_t begin, std::int64_t end, float* p, const float* grad,
+                                  float* m, float* v, float* vmax, ops::AdamUpdate a) {
+    std::int64_t i = begin;
+    for (; i + W <= end; i += W) {
+      F pv = V::load(p + i);
+      F mv = V::load(m + i);
+      F vv = V::load(v + i);
+      F xv = vmax != nullptr ? V::load(vmax + i) : F{};
+      pv = update(pv, V::load(grad + i), mv, vv, vmax != nullptr ? &xv : nullptr, a);
+      V::store(p + i, pv);
+      V::store(m + i, mv);
+      V::store(v + i, vv);
+      if (vmax != nullptr) V::store(vmax + i, xv);
+    }
+    const std::int64_t rest = end - i;
+    if (rest == 0) return;
+    F pv = V::load_partial(p + i, rest, 0.0F);
+    F mv = V::load_partial(m + i, rest, 0.0F);
+    F vv = V::load_partial(v + i, rest, 0.0F);
+    F xv = vmax != nullptr ? V::load_partial(vmax + i, rest, 0.0F) : F{};
+    pv = update(pv, V::load_partial(grad + i, rest, 0.0F), mv, vv, vmax != nullptr ? &xv : nullptr,
+                a);
+    V::store_partial(p + i, pv, rest);
+    V::store_partial(m + i, mv, rest);
+    V::store_partial(v + i, vv, rest);
+    if (vmax != nullptr) V::store_partial(vmax + i, xv, rest);
+  }
+};
+
+}  // namespace
+
+void adam_update(std::int64_t n, float* p, const float* grad, float* m, float* v, float* vmax,
+                 const ops::AdamUpdate& args) {
+  const std::int64_t chunks = (n + kChunk - 1) / kChunk;
+  parallel_for(chunks, 1, [&](std::int64_t first, std::int64_t last) {
+    simd::dispatch<AdamKernel>(first * kChunk, std::min(n, last * kChunk), p, grad, m, v, vmax,
+                               args);
+  });
+}
+
+}  // namespace rig::cpu

@@ -1,0 +1,17 @@
+// Fused optimizer updates over flat f32 buffers: one pass, SIMD over the
+// elements, threaded over the pool. Every element goes through the same
+// vector instructions (the tail as a partial vector), so the result does not
+// depend on the thread count.
+#pragma once
+
+#include <cstdint>
+
+#include "rig/ops.hpp"
+
+namespace rig::cpu {
+
+// ops::adam_update's formula over n elements; vmax null without AMSGrad.
+void adam_update(std::int64_t n, float* p, const float* grad, float* m, float* v, float* vmax,
+                 const ops::AdamUpdate& args);
+
+}  // namespace rig::cpu
