@@ -68,6 +68,9 @@ rig_cli_test(not_a_shared_object 2 "rig-model-not_elf\\.so is not a shared objec
   ONE_LINE ARGS validate ${FIX}/tiny.yaml ${BAD_PLUGINS} --model=not_elf)
 rig_cli_test(no_descriptor 2 "rig-model-no_descriptor\\.so is a shared object but not a rig plugin"
   ONE_LINE ARGS validate ${FIX}/tiny.yaml ${BAD_PLUGINS} --model=no_descriptor)
+rig_cli_test(plugin_missing_library 2
+  "cannot load plugin .*rig-model-missing_dependency\\.so: librig_test_unreachable\\.so: cannot open shared object file"
+  ONE_LINE ARGS validate ${FIX}/tiny.yaml ${BAD_PLUGINS} --model=missing_dependency)
 rig_cli_test(plugin_by_path 2 "is not a shared object"
   ONE_LINE ARGS validate ${FIX}/tiny.yaml --model=${CMAKE_BINARY_DIR}/test-plugins/rig-model-not_elf.so)
 rig_cli_test(factory_throws 2 "model 'throws' failed to start: vocabulary file /nonexistent/vocab\\.txt not found"
@@ -175,3 +178,10 @@ if(TARGET rig-communicator-mpi)
   set_tests_properties(cli.data_parallel PROPERTIES LABELS "integration;mpi;no_sanitize"
     TIMEOUT 300 SKIP_RETURN_CODE 77)
 endif()
+# tools/pack: the relocatable bundle, extracted into a fresh folder and moved,
+# trains the smoke experiment with an empty environment; ldd resolves inside
+# it; rig-bundle-check; bad input (docs/bundle.md). pack refuses sanitizer builds.
+add_test(NAME cli.bundle
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/bundle.sh ${PROJECT_SOURCE_DIR}/tools/pack ${CMAKE_BINARY_DIR}
+          ${WORK}/bundle)
+set_tests_properties(cli.bundle PROPERTIES LABELS "integration;no_sanitize" TIMEOUT 300)
