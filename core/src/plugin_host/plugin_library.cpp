@@ -1,5 +1,7 @@
 #include "plugin_host/plugin_library.hpp"
 
+#include <dlfcn.h>
+
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -20,6 +22,19 @@ bool looks_like_elf(const std::filesystem::path& file) {
   in.read(magic, 4);
   return in.gcount() == 4 && magic[0] == 0x7f && magic[1] == 'E' && magic[2] == 'L' &&
          magic[3] == 'F';
+}
+
+// The dynamic loader's reason for refusing `file` (e.g. "libmpi.so.40: cannot
+// open shared object file"): Boost.DLL reports only errno ("Bad file
+// descriptor"), so ask dlopen once more and read dlerror().
+std::string loader_reason(const std::filesystem::path& file, const std::string& fallback) {
+  void* handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle != nullptr) {
+    dlclose(handle);
+    return fallback;
+  }
+  const char* reason = dlerror();
+  return reason != nullptr ? reason : fallback;
 }
 
 }  // namespace
@@ -54,7 +69,8 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::load(const std::filesystem::
   boost::dll::fs::error_code load_error;
   lib->library_.load(lib->file_, boost::dll::load_mode::default_mode, load_error);
   if (load_error) {
-    throw UserError(fmt::format("cannot load plugin {}: {}", file.string(), load_error.message()));
+    throw UserError(fmt::format("cannot load plugin {}: {}", file.string(),
+                                loader_reason(lib->file_, load_error.message())));
   }
   if (!lib->library_.has(kDescriptorAlias)) {
     throw UserError(
