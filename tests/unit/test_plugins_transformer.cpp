@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <memory>
@@ -521,6 +522,51 @@ TEST_F(TransformerNetwork, CachedStepsMatchTheFullDecoder) {
     }
   }
   EXPECT_EQ(state.steps, steps);
+}
+
+// Decoding takes its memory once: start_decoding sizes the self-attention
+// caches for max_length steps and beam reordering swaps buffers, so a step
+// after the first few asks the system for nothing and holds no more than the
+// step before. (Caches that grew a position a step made a pair of a new size
+// every step, and the caching allocator kept each size: 368 MiB of RSS in
+// rig_bench transformer_beam.) Steps 3..12 and 13..24 must look the same.
+TEST_F(TransformerNetwork, DecodeStepsTakeNoNewMemory) {
+  if (const char* allocator = std::getenv("RIG_ALLOCATOR");
+      allocator != nullptr && std::string(allocator) == "system") {
+    GTEST_SKIP() << "RIG_ALLOCATOR=system: no caching allocator to measure";
+  }
+  rig::NoGradGuard no_grad;
+  const rig::Batch batch = text_batch(
+      {with_eos(random_tokens(41, 5, kVocab)), with_eos(random_tokens(42, 3, kVocab))}, {});
+  const rig_transformer::Encoded encoded =
+      net_->encode(batch.at("source_ids"), batch.at("source_lengths"), false, {});
+  const std::vector<std::int64_t> rows{0, 0, 0, 1, 1, 1};
+  const auto n = static_cast<std::int64_t>(rows.size());
+  // Reordered within each row's beams, as beam search does.
+  const Tensor perm = Tensor::from_vector(std::vector<std::int64_t>{1, 0, 0, 5, 3, 4}, {n});
+  constexpr std::int64_t kHalf = 12, kSteps = 2 * kHalf, kWarmup = 2;
+  // Freed blocks of earlier tests must not serve the sizes a regression would ask for.
+  rig::empty_allocator_cache();
+  rig_transformer::DecodeState state =
+      net_->start_decoding(encoded, Tensor::from_vector(rows, {n}), kSteps);
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(n), kPad);
+  rig::AllocatorStats half, end;
+  for (std::int64_t t = 1; t <= kSteps; ++t) {
+    const Tensor logits = net_->decode_step(Tensor::from_vector(ids, {n}), state);
+    ids = ops::argmax(logits, -1).to_int_vector();
+    rig_transformer::Network::reorder(state, perm);
+    if (t == kWarmup) rig::reset_peak_bytes();
+    if (t == kHalf) {
+      half = rig::allocator_stats();
+      rig::reset_peak_bytes();
+    }
+    if (t == kSteps) end = rig::allocator_stats();
+  }
+  EXPECT_EQ(end.system_allocations, half.system_allocations);
+  EXPECT_EQ(end.current_bytes, half.current_bytes);
+  EXPECT_EQ(end.peak_bytes, half.peak_bytes);
+  EXPECT_EQ(state.self_attention[0].capacity(), kSteps);
+  EXPECT_EQ(state.self_attention[0].length(), kSteps);
 }
 
 // MultiHeadAttention's precomputed memory keys/values (what cached

@@ -22,6 +22,14 @@ using Metrics = std::map<std::string, Metric>;
 struct ModelOutput {
   Tensor loss;      // scalar; in train mode, recorded on the autograd tape
   Metrics metrics;  // eval metrics for this batch (e.g. "accuracy"), summed by the engine
+  // Eval, optional, for sequence-to-sequence models: the most probable token
+  // at each position given the reference prefix (teacher forcing), in
+  // infer()'s format (i64 [B, L], each row ending at its first EOS). When the
+  // engine scores BLEU, it decodes these like infer()'s output and reports
+  // their BLEU as the metric "teacher_forced_bleu": not a translation score,
+  // since every position saw the reference before it. (The "{}" keeps
+  // `return {loss, metrics};` free of -Wmissing-field-initializers.)
+  Tensor teacher_forced_predictions{};
 };
 
 // Constructed as Model(const YAML::Node& params, const ModelContext& ctx); the

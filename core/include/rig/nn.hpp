@@ -84,18 +84,61 @@ class RIG_API Dropout {
   float p_;
 };
 
-// Keys and values of earlier decode steps, per attention layer.
-struct KvCache {
+// Keys and values of earlier decode steps, per attention layer. `keys` and
+// `values` ([B, H, T, D]) are the T positions so far: read them freely, and
+// change them through append() and reorder() (or assign a fixed pair, as
+// project_memory's, which append() extends by copying).
+//
+// append() writes the new positions into the next slots of buffers with room
+// for capacity() positions, and keys / values are views of the filled prefix.
+// reserve() sizes the buffers for a whole decode, so they are allocated once
+// (else capacity doubles as needed): growing by one position a step would
+// allocate a larger pair every step, each of another size that a caching
+// allocator keeps. A later append() or reorder() may overwrite what an
+// earlier view of keys / values showed.
+class RIG_API KvCache {
+ public:
   Tensor keys;    // [B, H, T, D]
   Tensor values;  // [B, H, T, D]
+
+  KvCache() = default;
+  KvCache(Tensor keys, Tensor values);
+
   std::int64_t length() const { return keys.defined() ? keys.size(2) : 0; }
+  // Positions the buffers hold before append() must reallocate them.
+  std::int64_t capacity() const;
+  // Room for `positions` positions in all, allocated by the next append()
+  // (whose keys give B, H, D and the dtype) unless there already is as much.
+  void reserve(std::int64_t positions);
+  // Appends k and v [B, H, t, D] (B, H, D and the dtype of the positions so
+  // far). With grad mode on and k or v requiring a gradient it concatenates
+  // instead (new tensors, differentiable), as training through a cache needs.
+  void append(const Tensor& k, const Tensor& v);
+  // Makes row index[j] the new row j (index i64 [B], entries in [0, B)), as
+  // beam search does after choosing its hypotheses, without allocating: the
+  // filled positions are gathered into `spare`, a buffer shaped like this
+  // cache's (allocated when undefined or shaped otherwise), which becomes
+  // this cache's; `spare` gets the old buffer back. One spare thus serves
+  // every cache of a decoder in turn.
+  void reorder(const Tensor& index, Tensor& spare);
+
+ private:
+  // Whether keys / values are views of the buffers (not a pair set directly).
+  bool buffered() const;
+  // New buffers for `positions`, holding the positions so far.
+  void grow(std::int64_t positions, const Tensor& like);
+
+  Tensor key_buffer_;    // [B, H, capacity, D]; keys is its prefix
+  Tensor value_buffer_;  // [B, H, capacity, D]; values is its prefix
+  std::int64_t reserved_ = 0;
 };
 
 // Multi-head attention with separate query/key/value/output projections
 // (query, key, value, output). Self-attention: forward(x, x, ...); cross:
 // forward(decoder_x, encoder_out, ...). With a cache, the new keys/values are
-// appended to it and attention covers the whole cached prefix. `init` is the
-// projections' weight initialiser (as Linear's: torch's default when unset).
+// appended to it (KvCache::append) and attention covers the whole cached
+// prefix. `init` is the projections' weight initialiser (as Linear's: torch's
+// default when unset).
 class RIG_API MultiHeadAttention : public Module {
  public:
   MultiHeadAttention(ParameterStore& store, std::string name, std::int64_t model_dim,

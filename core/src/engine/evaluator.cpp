@@ -81,6 +81,8 @@ EvalResult evaluate(Model& model, DataLayer& data, Communicator& comm, const Eva
   NoGradGuard no_grad;
   EvalResult result;
   bleu::Stats bleu_stats;
+  bleu::Stats teacher_forced_stats;
+  double teacher_forced_sentences = 0.0;
   std::map<std::int64_t, std::string> outputs;  // by sample index, for the files
   std::map<std::int64_t, std::string> references;
   const bool keep_lines = !options.outputs_file.empty();
@@ -108,6 +110,21 @@ EvalResult evaluate(Model& model, DataLayer& data, Communicator& comm, const Eva
             "BLEU: the data layer decoded {} predictions but {} references for one batch",
             predicted.size(), expected.size()));
       }
+      if (out.teacher_forced_predictions.defined()) {
+        // Scored exactly as the decoded output: the data layer's decoding, the same references.
+        const std::vector<std::string> forced = data.decode(*batch, out.teacher_forced_predictions);
+        if (forced.size() != expected.size()) {
+          throw RunError(fmt::format(
+              "teacher-forced BLEU: the data layer decoded {} teacher-forced predictions but {} "
+              "references for one batch",
+              forced.size(), expected.size()));
+        }
+        for (std::size_t i = 0; i < forced.size(); ++i) {
+          teacher_forced_stats +=
+              bleu::sentence_stats(forced[i], expected[i], options.bleu_options);
+        }
+        teacher_forced_sentences += static_cast<double>(forced.size());
+      }
       for (std::size_t i = 0; i < predicted.size(); ++i) {
         bleu_stats += bleu::sentence_stats(predicted[i], expected[i], options.bleu_options);
         if (static_cast<int>(result.shown.size()) < options.print_samples) {
@@ -131,9 +148,16 @@ EvalResult evaluate(Model& model, DataLayer& data, Communicator& comm, const Eva
     values.push_back(metric.count);
   }
   values.push_back(static_cast<double>(result.samples));
+  std::size_t bleu_values = 0;
   if (options.bleu) {
+    // Every rank sends the teacher-forced statistics (zeros when its model
+    // gives none), so the reduction lines up.
     const auto stats = flatten(bleu_stats);
+    const auto forced = flatten(teacher_forced_stats);
+    bleu_values = stats.size();
     values.insert(values.end(), stats.begin(), stats.end());
+    values.insert(values.end(), forced.begin(), forced.end());
+    values.push_back(teacher_forced_sentences);
   }
   sum_over_ranks(comm, values);
   std::size_t i = 0;
@@ -146,12 +170,18 @@ EvalResult evaluate(Model& model, DataLayer& data, Communicator& comm, const Eva
     throw UserError("the evaluation data layer produced no samples");
   }
   if (options.bleu) {
-    const bleu::Score score =
-        bleu::score(unflatten({values.begin() + static_cast<std::ptrdiff_t>(i), values.end()}),
-                    options.bleu_options);
+    const auto part = [&](std::size_t begin) {
+      const auto first = values.begin() + static_cast<std::ptrdiff_t>(begin);
+      return unflatten({first, first + static_cast<std::ptrdiff_t>(bleu_values)});
+    };
+    const bleu::Score score = bleu::score(part(i), options.bleu_options);
     result.metrics["BLEU"] = Metric{score.score, 1.0};
     result.bleu = score;
     result.bleu_signature = bleu::signature(options.bleu_options);
+    if (values.back() > 0.0) {
+      result.teacher_forced_bleu = bleu::score(part(i + bleu_values), options.bleu_options);
+      result.metrics["teacher_forced_bleu"] = Metric{result.teacher_forced_bleu->score, 1.0};
+    }
     if (keep_lines) {
       outputs = gather_lines(comm, std::move(outputs));
       references = gather_lines(comm, std::move(references));
@@ -169,12 +199,17 @@ void print_eval(const Console& console, const EvalResult& result, std::int64_t s
   console.print("*** Running evaluation on a validation set (step {}):", step);
   console.print("*** Validation loss: {:.4f}", result.metrics.at("loss").value());
   for (const auto& [name, metric] : result.metrics) {
-    if (name == "loss" || name == "BLEU") continue;
+    if (name == "loss" || name == "BLEU" || name == "teacher_forced_bleu") continue;
     console.print("*** Validation {}: {:.4f}", name, metric.value());
   }
   if (result.bleu) {
     console.print("*** Eval BLEU score: {:.2f} ({})", result.bleu->score, result.bleu_signature);
     console.print("*** {}", result.bleu->format());
+    if (result.teacher_forced_bleu) {
+      console.print(
+          "*** Eval teacher-forced BLEU (reference prefix fed in; not a translation score): {:.2f}",
+          result.teacher_forced_bleu->score);
+    }
     for (std::size_t k = 0; k < result.shown.size(); ++k) {
       console.print("*** Eval sample {}: prediction: {}", k, result.shown[k].first);
       console.print("*** Eval sample {}: reference:  {}", k, result.shown[k].second);

@@ -21,7 +21,9 @@ namespace rig::engine {
 
 struct EvalOptions {
   // Decode every sample (model.infer + data.decode), compare with
-  // data.decode_targets and report corpus BLEU as the metric "BLEU".
+  // data.decode_targets and report corpus BLEU as the metric "BLEU". A model
+  // that returns teacher_forced_predictions also gets their BLEU, scored the
+  // same way, as the metric "teacher_forced_bleu".
   bool bleu = false;
   bleu::Options bleu_options;
   // How many (prediction, reference) pairs of the first batch to print.
@@ -33,11 +35,12 @@ struct EvalOptions {
 };
 
 struct EvalResult {
-  Metrics metrics;           // always has "loss"; "BLEU" when decoded
+  Metrics metrics;           // always has "loss"; "BLEU" (and "teacher_forced_bleu") when decoded
   std::int64_t samples = 0;  // over all ranks
   std::int64_t batches = 0;  // on this rank
   double seconds = 0.0;
   std::optional<bleu::Score> bleu;
+  std::optional<bleu::Score> teacher_forced_bleu;  // of ModelOutput::teacher_forced_predictions
   std::string bleu_signature;
   std::vector<std::pair<std::string, std::string>> shown;  // (prediction, reference)
 };
@@ -55,7 +58,8 @@ EvalResult evaluate(Model& model, DataLayer& data, Communicator& comm,
                     const EvalOptions& options = {});
 
 // "*** Validation loss: 0.1234", one line per other metric, the BLEU line
-// with its signature and the printed samples.
+// with its signature, the teacher-forced BLEU line (labelled as not a
+// translation score) and the printed samples.
 void print_eval(const Console& console, const EvalResult& result, std::int64_t step);
 
 }  // namespace rig::engine

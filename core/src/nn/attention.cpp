@@ -93,11 +93,10 @@ Tensor MultiHeadAttention::forward(const Tensor& query_input, const Tensor& memo
             fmt::format("MultiHeadAttention '{}': cached keys {} do not fit new keys {}", name(),
                         to_string(cache->keys.shape()), to_string(k.shape())));
       }
-      k = ops::concat({cache->keys, k}, 2);
-      v = ops::concat({cache->values, v}, 2);
     }
-    cache->keys = k;
-    cache->values = v;
+    cache->append(k, v);
+    k = cache->keys;
+    v = cache->values;
   }
   ops::AttentionOptions attention;
   attention.mask = options.mask;

@@ -223,9 +223,12 @@ Tensor Network::decode(const Tensor& target_ids, const Encoded& encoded, bool tr
   return logits(decoder_norm_.forward(x));
 }
 
-DecodeState Network::start_decoding(const Encoded& encoded, const Tensor& rows) const {
+DecodeState Network::start_decoding(const Encoded& encoded, const Tensor& rows,
+                                    std::int64_t max_length) const {
   DecodeState state;
   state.self_attention.resize(decoder_layers_.size());
+  for (rig::nn::KvCache& cache : state.self_attention) cache.reserve(max_length);
+  state.positions = position_encoding(max_length, hidden_size_).to(dtype_);
   for (const DecoderLayer& layer : decoder_layers_) {
     const rig::nn::KvCache kv = layer.project_encoder_output(encoded.output);  // once per source
     state.encdec_attention.push_back(
@@ -238,10 +241,11 @@ DecodeState Network::start_decoding(const Encoded& encoded, const Tensor& rows) 
 Tensor Network::decode_step(const Tensor& ids, DecodeState& state) const {
   const std::int64_t n = ids.size(0);
   Tensor x = embed(ids.reshape({n, 1}));
-  const Tensor position = position_encoding(state.steps + 1, hidden_size_)
-                              .slice(0, state.steps, state.steps + 1)
-                              .to(dtype_);
-  x = ops::add(x, position);
+  // Past max_length: the encodings up to this step, computed again (the same values).
+  const Tensor positions = state.steps < state.positions.size(0)
+                               ? state.positions
+                               : position_encoding(state.steps + 1, hidden_size_).to(dtype_);
+  x = ops::add(x, positions.slice(0, state.steps, state.steps + 1));
   for (std::size_t l = 0; l < decoder_layers_.size(); ++l) {
     x = decoder_layers_[l].step(x, state.self_attention[l], state.encdec_attention[l],
                                 state.key_mask);
@@ -257,9 +261,7 @@ void Network::reorder(DecodeState& state, const Tensor& index) {
         to_string(index.shape()), state.key_mask.defined() ? state.key_mask.size(0) : 0));
   }
   for (rig::nn::KvCache& cache : state.self_attention) {
-    if (!cache.keys.defined()) continue;
-    cache.keys = ops::index_select(cache.keys, 0, index);
-    cache.values = ops::index_select(cache.values, 0, index);
+    if (cache.keys.defined()) cache.reorder(index, state.reorder_buffer);
   }
 }
 

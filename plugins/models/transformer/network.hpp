@@ -42,8 +42,10 @@ struct Encoded {
 struct DecodeState {
   std::vector<rig::nn::KvCache> self_attention;
   std::vector<rig::nn::KvCache> encdec_attention;
-  rig::Tensor key_mask;    // u8 [N, 1, 1, S]
-  std::int64_t steps = 0;  // positions decoded so far
+  rig::Tensor key_mask;        // u8 [N, 1, 1, S]
+  rig::Tensor positions;       // [max_length, d] position encodings, compute dtype
+  rig::Tensor reorder_buffer;  // the self-attention caches' spare (KvCache::reorder)
+  std::int64_t steps = 0;      // positions decoded so far
 };
 
 // LayerNorm -> sublayer -> dropout -> residual (OpenSeq2Seq's
@@ -113,16 +115,19 @@ class Network {
                      const rig::RandomKey& key) const;
 
   // Incremental decoding for N = B x copies hypotheses: hypothesis i decodes
-  // source row rows[i] (i64 [N]).
-  DecodeState start_decoding(const Encoded& encoded, const rig::Tensor& rows) const;
+  // source row rows[i] (i64 [N]). The self-attention caches are allocated
+  // once for max_length steps, so a decode takes no new memory per step
+  // (more steps still work: the caches then double as needed, as with 0).
+  DecodeState start_decoding(const Encoded& encoded, const rig::Tensor& rows,
+                             std::int64_t max_length = 0) const;
   // The logits [N, V] (f32) of the next token after `ids` (i64 [N], the tokens
   // at position state.steps; the pad id at position 0, whose embedding is the
   // zero vector the teacher-forced pass starts with). Appends to the caches.
   rig::Tensor decode_step(const rig::Tensor& ids, DecodeState& state) const;
   // Makes hypothesis index[j] the new hypothesis j (i64 [N]) in the
-  // self-attention caches. Every index[j] must decode the same source row as
-  // j (beam search reorders within a sentence's beams), so the
-  // encoder-decoder keys/values stay as they are.
+  // self-attention caches, in place (no allocation once warm). Every index[j]
+  // must decode the same source row as j (beam search reorders within a
+  // sentence's beams), so the encoder-decoder keys/values stay as they are.
   static void reorder(DecodeState& state, const rig::Tensor& index);
 
   std::int64_t vocab_size() const { return vocab_size_; }

@@ -18,6 +18,7 @@
 #include "rig/error.hpp"
 #include "rig/ops.hpp"
 #include "rig/plugin.hpp"
+#include "teacher_forcing.hpp"
 
 namespace {
 
@@ -68,8 +69,13 @@ class Transformer final : public rig::Model {
     out.loss = ops::padded_cross_entropy(logits, target, weights, params_.label_smoothing);
     const double tokens = ops::sum(weights).item();
     out.metrics["loss"] = {static_cast<double>(out.loss.item()) * tokens, tokens};
-    out.metrics["teacher_forced_token_accuracy"] = {correct_tokens(logits, target, weights),
+    const Tensor predicted = ops::argmax(logits.detach(), -1);
+    out.metrics["teacher_forced_token_accuracy"] = {correct_tokens(predicted, target, weights),
                                                     tokens};
+    if (mode == rig::Mode::eval) {
+      out.teacher_forced_predictions = rig_transformer::teacher_forced_predictions(
+          predicted, target_lengths, params_.eos_id, params_.pad_id);
+    }
     return out;
   }
 
@@ -93,7 +99,8 @@ class Transformer final : public rig::Model {
     for (std::int64_t b = 0; b < search.batch_size; ++b)
       rows.insert(rows.end(), search.beam_size, b);
     rig_transformer::DecodeState state = net_.start_decoding(
-        encoded, Tensor::from_vector(rows, {static_cast<std::int64_t>(rows.size())}));
+        encoded, Tensor::from_vector(rows, {static_cast<std::int64_t>(rows.size())}),
+        search.max_decode_length);
     const rig_transformer::SearchResult result = rig_transformer::search(
         search, [&](const Tensor& ids) { return net_.decode_step(ids, state); },
         [&](const Tensor& index) { Network::reorder(state, index); });
@@ -145,9 +152,9 @@ class Transformer final : public rig::Model {
     return r < batch.indices.size() ? fmt::format(" (data-set index {})", batch.indices[r]) : "";
   }
 
-  // Real target tokens whose argmax logit is the token.
-  static double correct_tokens(const Tensor& logits, const Tensor& target, const Tensor& weights) {
-    const std::vector<std::int64_t> predicted = ops::argmax(logits.detach(), -1).to_int_vector();
+  // Real target tokens whose argmax logit (`argmax`, i64 [B, T]) is the token.
+  static double correct_tokens(const Tensor& argmax, const Tensor& target, const Tensor& weights) {
+    const std::vector<std::int64_t> predicted = argmax.to_int_vector();
     const std::vector<std::int64_t> expected = target.to_int_vector();
     const std::vector<float> w = weights.to_vector();
     double correct = 0.0;
