@@ -104,7 +104,7 @@ TEST(ConfigResolve, DefaultsFillWhatIsAbsent) {
   EXPECT_EQ(cfg.root["random_seed"].as<int>(), 0);
   EXPECT_EQ(cfg.root["iter_size"].as<int>(), 1);
   EXPECT_EQ(cfg.root["dtype"].as<std::string>(), "float32");
-  EXPECT_EQ(cfg.root["device"].as<std::string>(), "cpu");
+  EXPECT_EQ(cfg.root["device"].as<std::string>(), "auto");
   EXPECT_EQ(cfg.root["communicator"].as<std::string>(), "local");
   EXPECT_EQ(cfg.root["logdir"].as<std::string>(), "runs/base");
   EXPECT_FALSE(cfg.root["max_grad_norm"]);
@@ -343,7 +343,7 @@ best_model_mode: auto
 eval_bleu: true
 eval_bleu_samples: 3
 num_best_models: 1
-device: cpu
+device: auto
 model: mlp
 model_params:
   activation: relu

@@ -16,6 +16,7 @@
 #include "config/resolved_config.hpp"
 #include "engine/checkpoint.hpp"
 #include "engine/console.hpp"
+#include "engine/device_choice.hpp"
 #include "engine/evaluator.hpp"
 #include "engine/inferencer.hpp"
 #include "engine/interactive.hpp"
@@ -33,20 +34,14 @@ namespace {
 
 // Keys that may change between a run and its resumption without making the
 // checkpoint belong to a different experiment.
-constexpr const char* kScheduleKeys[] = {"max_steps",
-                                         "num_epochs",
-                                         "logdir",
-                                         "print_loss_steps",
-                                         "eval_steps",
-                                         "save_checkpoint_steps",
-                                         "target_loss",
-                                         "save_summaries_steps",
-                                         "print_samples_steps",
-                                         "num_checkpoints",
-                                         "best_model_metric",
-                                         "best_model_mode",
-                                         "num_best_models",
-                                         "load_model"};
+constexpr const char* kScheduleKeys[] = {
+    "max_steps",        "num_epochs",           "logdir",
+    "print_loss_steps", "eval_steps",           "save_checkpoint_steps",
+    "target_loss",      "save_summaries_steps", "print_samples_steps",
+    "num_checkpoints",  "best_model_metric",    "best_model_mode",
+    "num_best_models",  "load_model",
+    "device",  // a run may resume on another device
+};
 
 std::string identity_yaml(const config::ResolvedConfig& cfg) {
   YAML::Node copy = YAML::Clone(cfg.root);
@@ -84,6 +79,7 @@ RunContext make_run_context(Mode mode, const EngineSettings& s, const Communicat
   run.rank = comm.rank();
   run.world_size = comm.size();
   run.seed = s.random_seed;
+  run.device = s.device;
   run.logdir = s.logdir;
   return run;
 }
@@ -233,7 +229,10 @@ int run(const RunOptions& options) {
     }
   }
 
-  const EngineSettings settings = read_settings(primary.config);
+  EngineSettings settings = read_settings(primary.config);
+  // Before the communicator: a CUDA-aware one needs the device chosen first.
+  const DeviceChoice device = choose_run_device(primary.config, settings.device_request);
+  settings.device = device.device;
   const fs::path logdir = settings.logdir;
   auto comm = primary.plugin(PluginKind::communicator)
                   .make_communicator(primary.params(PluginKind::communicator),
@@ -258,6 +257,7 @@ int run(const RunOptions& options) {
                                               data->info(), params});
     params.allocate(settings.random_seed, settings.compute_dtype);
     check_ranks_agree(*comm, {primary.config.to_yaml(), plugin_versions(primary), params.numel()});
+    if (!device.note.empty()) console.print("*** {}", device.note);
     console.print("*** Experiment {} ({} mode): {} parameters, {} process(es)", options.experiment,
                   mode, params.numel(), comm->size());
 
@@ -367,7 +367,8 @@ int run(const RunOptions& options) {
 
     std::shared_ptr<DataLayer> eval_data;
     if (eval_exp) {
-      const EngineSettings eval_settings = read_settings(eval_exp->config);
+      EngineSettings eval_settings = read_settings(eval_exp->config);
+      eval_settings.device = settings.device;  // one model, one device
       eval_data = make_data(*eval_exp, Mode::eval, eval_settings, *comm);
     }
     if (!options.benchmark && comm->rank() == 0) write_logdir_config(logdir, primary, options);

@@ -70,6 +70,7 @@ EngineSettings read_settings(const config::ResolvedConfig& config) {
   s.fp16_gradient_compression = root["gradient_compression"].as<std::string>() == "fp16";
   s.max_grad_norm = optional_key<double>(root, "max_grad_norm");
   s.target_loss = optional_key<double>(root, "target_loss");
+  s.device_request = root["device"].as<std::string>();
   s.dtype = root["dtype"].as<std::string>();
   s.compute_dtype = compute_dtype_of(s.dtype, root["mixed_dtype"].as<std::string>());
   s.round_masters = s.dtype == "float16" || s.dtype == "bfloat16";

@@ -35,7 +35,9 @@ struct EngineSettings {
   bool fp16_gradient_compression = false;  // gradient_compression: fp16
   std::optional<double> max_grad_norm;
   std::optional<double> target_loss;
-  std::string dtype = "float32";  // float32 | float16 | bfloat16 | mixed
+  std::string device_request = "auto";  // device: auto | cpu | cuda
+  Device device = Device::cpu();        // what the run uses (engine/device_choice.hpp)
+  std::string dtype = "float32";        // float32 | float16 | bfloat16 | mixed
   DType compute_dtype = DType::f32;
   bool round_masters = false;      // float16 / bfloat16: weights stay representable in that type
   YAML::Node loss_scaling;         // null, a number, Backoff or LogMax

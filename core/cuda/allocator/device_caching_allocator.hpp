@@ -1,0 +1,111 @@
+// The bookkeeping of the CUDA caching allocator, with no CUDA in it: size
+// classes, per-stream free lists, stream-ordered reuse and byte counters. The
+// memory and the stream markers come from a DeviceMemorySource: cudaMalloc and
+// CUDA events in librig_cuda (runtime/device_memory.cu), a fake in the unit
+// tests, so that all of this is tested on machines without a GPU.
+//
+// Reuse is stream-ordered, as in PyTorch: a freed block goes back to the free
+// list of the stream it was allocated on, and the next allocation of its size
+// class on that stream takes it at once, without waiting for the GPU: work on
+// one stream runs in order, so the new user's kernels start after the old
+// user's have finished. A block that was also used on other streams is held
+// back until the work queued on those streams at the time of the free has
+// completed (a marker recorded on each).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <span>
+#include <vector>
+
+namespace rig::cuda {
+
+// A CUDA stream (cudaStream_t) as a number; 0 is the default stream.
+using StreamId = std::uintptr_t;
+
+class DeviceMemorySource {
+ public:
+  // A point in a stream's work (a CUDA event), as a number.
+  using Marker = std::uintptr_t;
+
+  virtual ~DeviceMemorySource() = default;
+  // At least `bytes` of device memory; throws std::bad_alloc when out of memory.
+  virtual std::byte* allocate(std::size_t bytes) = 0;
+  // Gives memory back. Work queued on it may still be running: the source
+  // makes that safe (cudaFree waits for the device).
+  virtual void release(std::byte* data) noexcept = 0;
+  // A marker that completes once the work queued on `stream` so far has finished.
+  virtual Marker record(StreamId stream) = 0;
+  virtual bool completed(Marker marker) = 0;
+  virtual void wait(Marker marker) = 0;  // blocks the calling thread until it completes
+  virtual void release_marker(Marker marker) noexcept = 0;
+};
+
+// One allocation: the caller keeps it and hands it back to deallocate.
+struct DeviceBlock {
+  std::byte* data = nullptr;
+  std::size_t capacity = 0;  // the block's size class, at least the bytes asked for
+  StreamId stream = 0;       // the stream it was allocated on
+};
+
+struct DeviceAllocatorStats {
+  std::size_t current_bytes = 0;  // handed out, by block capacity
+  std::size_t peak_bytes = 0;     // highest current_bytes since construction or reset_peak
+  std::size_t cached_bytes = 0;   // freed and kept for reuse
+  std::uint64_t requests = 0;
+  std::uint64_t system_allocations = 0;  // requests the source served (not reused)
+};
+
+class DeviceCachingAllocator {
+ public:
+  // caching = false gives every block back at once (RIG_ALLOCATOR=system, for
+  // compute-sanitizer); the counters are kept either way.
+  DeviceCachingAllocator(DeviceMemorySource& source, bool caching);
+  ~DeviceCachingAllocator();  // waits for pending blocks and releases every cached one
+  DeviceCachingAllocator(const DeviceCachingAllocator&) = delete;
+  DeviceCachingAllocator& operator=(const DeviceCachingAllocator&) = delete;
+
+  // A block of at least `bytes` for work on `stream`. Out of memory, it gives
+  // the cached blocks back to the source and tries again before throwing
+  // std::bad_alloc.
+  DeviceBlock allocate(std::size_t bytes, StreamId stream);
+  // Frees `block`. `also_used_on`: streams other than block.stream that read or
+  // wrote it; the block is reused only after their work queued so far is done.
+  void deallocate(const DeviceBlock& block, std::span<const StreamId> also_used_on = {}) noexcept;
+
+  DeviceAllocatorStats stats() const;
+  void reset_peak();
+  // Gives every cached block back to the source (waiting for pending ones).
+  void empty_cache();
+
+  // The block size a request of `bytes` gets: multiples of 512 B up to 4 KiB,
+  // then 8 steps per power of two (at most 12.5% waste). 512 B keeps every
+  // block aligned for vectorised loads wherever cudaMalloc placed it.
+  static std::size_t round_size(std::size_t bytes);
+
+ private:
+  struct CachedBlock {
+    std::byte* data = nullptr;
+    StreamId stream = 0;
+    std::vector<DeviceMemorySource::Marker> pending;  // other streams' work still using it
+  };
+  static constexpr std::size_t kClasses = 8 + 52 * 8;
+  static std::size_t class_index(std::size_t rounded);
+  static std::size_t class_capacity(std::size_t index);  // class_index's inverse
+
+  // Whether `block` may be handed out now; releases its completed markers.
+  bool ready_locked(CachedBlock& block);
+  void count_handed_out_locked(std::size_t capacity);
+  // Gives cached blocks back to the source: the ready ones, or all (waiting).
+  void release_cached_locked(bool wait_for_pending);
+
+  DeviceMemorySource& source_;
+  const bool caching_;
+  mutable std::mutex mutex_;
+  std::array<std::vector<CachedBlock>, kClasses> free_;
+  DeviceAllocatorStats stats_;
+};
+
+}  // namespace rig::cuda

@@ -1,0 +1,135 @@
+#include "engine/device_choice.hpp"
+
+#include <charconv>
+#include <cstdlib>
+#include <optional>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "rig/error.hpp"
+
+namespace rig::engine {
+namespace {
+
+// One entry of CMAKE_CUDA_ARCHITECTURES: "90", "80-real", "90a-virtual", "100f".
+struct Architecture {
+  int major = 0;
+  int minor = 0;
+  bool machine_code = true;  // SASS: runs on the same major, minor at least this one
+  bool ptx = true;           // PTX: compiled by the driver for this or any newer GPU
+  bool exact = false;        // "a" (architecture-specific) features: only this GPU
+};
+
+std::optional<Architecture> parse_architecture(std::string_view text) {
+  Architecture arch;
+  if (text.ends_with("-real")) {
+    arch.ptx = false;
+    text.remove_suffix(5);
+  } else if (text.ends_with("-virtual")) {
+    arch.machine_code = false;
+    text.remove_suffix(8);
+  }
+  if (text.ends_with('a')) {
+    arch.exact = true;
+    text.remove_suffix(1);
+  } else if (text.ends_with('f')) {  // family-specific: same major, as plain machine code
+    text.remove_suffix(1);
+  }
+  int number = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), number);
+  if (error != std::errc() || end != text.data() + text.size() || number < 10) return std::nullopt;
+  arch.major = number / 10;
+  arch.minor = number % 10;
+  return arch;
+}
+
+bool runs_on(const Architecture& arch, int major, int minor) {
+  if (arch.exact) return arch.major == major && arch.minor == minor;
+  const bool sass = arch.machine_code && arch.major == major && arch.minor <= minor;
+  const bool jit = arch.ptx && (arch.major < major || (arch.major == major && arch.minor <= minor));
+  return sass || jit;
+}
+
+std::string describe(const cuda::GpuInfo& gpu) {
+  return fmt::format("cuda:{} ({}, compute capability {}.{}, {:.0f} GiB)", gpu.index, gpu.name,
+                     gpu.compute_major, gpu.compute_minor,
+                     static_cast<double>(gpu.total_bytes) / (1024.0 * 1024.0 * 1024.0));
+}
+
+// Why this process cannot run on a GPU, or nullopt when it can (then `gpu` is set).
+std::optional<std::string> why_no_gpu(const cuda::CudaProbe& probe, int local_rank,
+                                      const cuda::GpuInfo*& gpu) {
+  if (probe.status != cuda::CudaProbe::Status::ok) return probe.reason;
+  const int visible = static_cast<int>(probe.devices.size());
+  if (local_rank >= visible) {
+    const char* env = std::getenv("CUDA_VISIBLE_DEVICES");
+    return fmt::format(
+        "this process has local rank {} but only {} GPU(s) are visible{}: one process per GPU",
+        local_rank, visible, env ? fmt::format(" (CUDA_VISIBLE_DEVICES='{}')", env) : "");
+  }
+  gpu = &probe.devices[static_cast<std::size_t>(local_rank)];
+  if (!has_code_for(probe.architectures, gpu->compute_major, gpu->compute_minor)) {
+    return fmt::format(
+        "found {}, but this rig has GPU code only for CUDA architectures {} (rebuild with "
+        "-DCMAKE_CUDA_ARCHITECTURES={}{})",
+        describe(*gpu), probe.architectures, gpu->compute_major, gpu->compute_minor);
+  }
+  if (!probe.runs_ops) {
+    return fmt::format(
+        "found {}, but this rig's CUDA back end has only its device runtime, no tensor-op "
+        "kernels yet",
+        describe(*gpu));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+bool has_code_for(const std::string& architectures, int major, int minor) {
+  std::string_view rest = architectures;
+  while (!rest.empty()) {
+    const auto cut = rest.find_first_of(";,");
+    const std::string_view entry = rest.substr(0, cut);
+    rest = cut == std::string_view::npos ? std::string_view() : rest.substr(cut + 1);
+    // CMake's "all", "all-major" and "native" cover every GPU they are built on.
+    if (entry == "all" || entry == "all-major" || entry == "native") return true;
+    const auto arch = parse_architecture(entry);
+    if (arch && runs_on(*arch, major, minor)) return true;
+  }
+  return false;
+}
+
+DeviceChoice choose_device(const std::string& request, const cuda::CudaProbe& probe, int local_rank,
+                           const std::string& where) {
+  if (request == "cpu") return {};
+  const cuda::GpuInfo* gpu = nullptr;
+  const auto problem = why_no_gpu(probe, local_rank, gpu);
+  if (!problem) return {Device::cuda(gpu->index), fmt::format("Device: {}", describe(*gpu))};
+  if (request == "auto") return {Device::cpu(), fmt::format("Device: cpu (auto: {})", *problem)};
+  throw UserError(fmt::format(
+      "{}: {} requested, but no GPU can be used: {}; set device: cpu or auto to run on the CPU",
+      where, request, *problem));
+}
+
+DeviceChoice choose_run_device(const config::ResolvedConfig& config, const std::string& request) {
+  if (request == "cpu") return {};
+  const auto where = config.where("device");
+  const std::string key = where.key_path.empty() ? "device" : where.key_path;
+  return choose_device(request, cuda::probe_cuda(), launcher_local_rank(),
+                       fmt::format("{}: {}", where.describe(), key));
+}
+
+int launcher_local_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
+    if (const char* value = std::getenv(name)) {
+      int rank = 0;
+      const std::string_view text(value);
+      const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), rank);
+      if (error == std::errc() && end == text.data() + text.size() && rank >= 0) return rank;
+    }
+  }
+  return 0;
+}
+
+}  // namespace rig::engine

@@ -1,0 +1,55 @@
+// The GPU tests' main: asks the CUDA back end (the probe rig itself uses)
+// whether a device can be used, so that without one every test skips with the
+// reason instead of failing.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "cuda/backend_abi.hpp"
+#include "gpu_test.hpp"
+
+namespace rig_gpu_test {
+namespace {
+
+// 13000 -> "13.0".
+std::string version_text(int version) {
+  return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
+}
+
+std::string& reason() {
+  static std::string text;
+  return text;
+}
+
+std::string find_skip_reason() {
+  using rig::cuda::ProbeStatus;
+  rig::cuda::ProbeResult probe;
+  rig_cuda_backend()->probe(&probe);
+  switch (probe.status) {
+    case ProbeStatus::ok:
+      return "";
+    case ProbeStatus::no_driver:
+      return "no GPU: no CUDA driver is installed (libcuda.so.1 not found)";
+    case ProbeStatus::old_driver:
+      return "no GPU: the CUDA driver supports CUDA " + version_text(probe.driver_version) +
+             ", older than the tests' runtime " + version_text(probe.runtime_version);
+    case ProbeStatus::no_device:
+      return "no GPU: the CUDA driver found no device";
+    default:
+      return std::string("no GPU: ") + probe.message;
+  }
+}
+
+}  // namespace
+
+const std::string& skip_reason() {
+  return reason();
+}
+
+}  // namespace rig_gpu_test
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  rig_gpu_test::reason() = rig_gpu_test::find_skip_reason();
+  return RUN_ALL_TESTS();
+}
