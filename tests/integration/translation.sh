@@ -3,7 +3,8 @@
 # generated "language" (each source word mapped through a fixed 10-word
 # dictionary, 2 to 6 words a sentence) from parallel_text files tokenized by a
 # tiny SentencePiece word model, then
-# - train_eval prints BLEU with its signature, the score line and samples, and
+# - train_eval prints BLEU with its signature, the score line and samples (and
+#   the teacher-forced BLEU under its own label), and
 #   writes eval_outputs.txt / eval_references.txt (one line per dev pair, in
 #   file order) that `rig bleu` scores the same; the model really translates;
 # - "Evaluated N samples" counts sentence pairs;
@@ -133,6 +134,9 @@ sig='nrefs:1\|case:mixed\|eff:no\|tok:13a\|smooth:exp\|version:rig-sacrebleu-2'
 [ "$(grep -c '^\*\*\* BLEU = ' train.log)" -eq 3 ] || fail "expected 3 '*** BLEU = ' lines"
 [ "$(grep -c '^\*\*\* Evaluated 40 samples' train.log)" -eq 3 ] ||
   fail "'Evaluated N samples' should count the 40 dev pairs, not tokens"
+# OpenSeq2Seq's teacher-forced BLEU, once per eval, only under its own label.
+[ "$(grep -Ec '^\*\*\* Eval teacher-forced BLEU \(reference prefix fed in; not a translation score\): [0-9]+\.[0-9]{2}$' train.log)" -eq 3 ] ||
+  fail "expected 3 teacher-forced BLEU lines, labelled as not a translation score"
 # eval_bleu_samples (default 3) samples an eval.
 [ "$(grep -Ec '^\*\*\* Eval sample [0-2]: prediction: ' train.log)" -eq 9 ] ||
   fail "expected 3 eval sample predictions at each of the 3 evals"
