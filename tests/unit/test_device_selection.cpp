@@ -10,6 +10,7 @@
 
 #include "cuda/host/cuda_backend.hpp"
 #include "engine/device_choice.hpp"
+#include "engine/launcher_env.hpp"
 #include "rig/version.hpp"
 #include "user_error_of.hpp"
 

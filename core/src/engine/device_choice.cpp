@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/launcher_env.hpp"
 #include "rig/error.hpp"
 
 namespace rig::engine {
@@ -118,18 +119,6 @@ DeviceChoice choose_run_device(const config::ResolvedConfig& config, const std::
   const std::string key = where.key_path.empty() ? "device" : where.key_path;
   return choose_device(request, cuda::probe_cuda(), launcher_local_rank(),
                        fmt::format("{}: {}", where.describe(), key));
-}
-
-int launcher_local_rank() {
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
-    if (const char* value = std::getenv(name)) {
-      int rank = 0;
-      const std::string_view text(value);
-      const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), rank);
-      if (error == std::errc() && end == text.data() + text.size() && rank >= 0) return rank;
-    }
-  }
-  return 0;
 }
 
 }  // namespace rig::engine

@@ -31,8 +31,4 @@ DeviceChoice choose_run_device(const config::ResolvedConfig& config, const std::
 // "80-real;90", "all", ...) runs on a GPU of compute capability major.minor.
 bool has_code_for(const std::string& architectures, int major, int minor);
 
-// This process's rank among those on its host, from the launcher's environment
-// (Open MPI, MPICH / Hydra, Slurm); 0 when not started by one.
-int launcher_local_rank();
-
 }  // namespace rig::engine

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <fstream>
 #include <map>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -103,22 +105,23 @@ EvalResult evaluate(Model& model, DataLayer& data, Communicator& comm, const Eva
       result.metrics[name].count += metric.count;
     }
     if (options.bleu) {
-      const std::vector<std::string> predicted = data.decode(*batch, model.infer(*batch));
       const std::vector<std::string> expected = data.decode_targets(*batch);
-      if (predicted.size() != expected.size()) {
-        throw RunError(fmt::format(
-            "BLEU: the data layer decoded {} predictions but {} references for one batch",
-            predicted.size(), expected.size()));
-      }
+      // Token ids to text, one line per reference (else the data layer is broken).
+      const auto decode = [&](const Tensor& tokens, std::string_view what) {
+        std::vector<std::string> lines = data.decode(*batch, tokens);
+        if (lines.size() != expected.size()) {
+          throw RunError(
+              fmt::format("BLEU: the data layer decoded {} {} but {} references for "
+                          "one batch",
+                          lines.size(), what, expected.size()));
+        }
+        return lines;
+      };
+      const std::vector<std::string> predicted = decode(model.infer(*batch), "predictions");
       if (out.teacher_forced_predictions.defined()) {
         // Scored exactly as the decoded output: the data layer's decoding, the same references.
-        const std::vector<std::string> forced = data.decode(*batch, out.teacher_forced_predictions);
-        if (forced.size() != expected.size()) {
-          throw RunError(fmt::format(
-              "teacher-forced BLEU: the data layer decoded {} teacher-forced predictions but {} "
-              "references for one batch",
-              forced.size(), expected.size()));
-        }
+        const std::vector<std::string> forced =
+            decode(out.teacher_forced_predictions, "teacher-forced predictions");
         for (std::size_t i = 0; i < forced.size(); ++i) {
           teacher_forced_stats +=
               bleu::sentence_stats(forced[i], expected[i], options.bleu_options);

@@ -20,6 +20,7 @@
 #include "engine/evaluator.hpp"
 #include "engine/inferencer.hpp"
 #include "engine/interactive.hpp"
+#include "engine/launcher_env.hpp"
 #include "engine/rank_agreement.hpp"
 #include "engine/resolve.hpp"
 #include "engine/settings.hpp"
@@ -162,17 +163,6 @@ int with_failure_handling(Communicator& comm, const Console& console,
     comm.abort(fmt::format("failed: {}", e.what()), 1);
   }
   return 1;  // not reached: abort() ends the process
-}
-
-// The number of processes a launcher (mpirun, mpiexec, srun) started, or 1.
-int launcher_world_size() {
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"}) {
-    if (const char* value = std::getenv(name)) {
-      const int n = std::atoi(value);
-      if (n > 1) return n;
-    }
-  }
-  return 1;
 }
 
 std::string plugin_versions(const ResolvedExperiment& exp) {
