@@ -29,9 +29,11 @@ std::vector<float> random_floats(std::size_t n, std::mt19937& rng, float low = -
 // C = alpha op(A) op(B) + beta C over leading dimensions lda / ldb / ldc.
 TEST(CpuFusedKernels, GemmAlphaBetaAndLeadingDimensions) {
   std::mt19937 rng(3);
-  // 96 x 200 x 150 takes the oneDNN panels; 9 x 7 x 5 stays on OpenBLAS.
+  // 96 x 200 x 150 takes the oneDNN panels; 9 x 7 x 5 stays on OpenBLAS;
+  // 576 x 64 x 456 with A transposed and beta 0 or 1 is computed as its
+  // transpose and copied (or added) back.
   for (const auto& [m, n, k] :
-       std::vector<std::array<std::int64_t, 3>>{{96, 200, 150}, {9, 7, 5}}) {
+       std::vector<std::array<std::int64_t, 3>>{{96, 200, 150}, {9, 7, 5}, {576, 64, 456}}) {
     for (bool ta : {false, true}) {
       for (bool tb : {false, true}) {
         for (const auto& [alpha, beta] :
