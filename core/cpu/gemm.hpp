@@ -23,6 +23,29 @@ struct GemmOperand {
 void gemm(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const GemmOperand& a,
           const GemmOperand& b, float beta, float* c, std::int64_t ldc);
 
+// One product C = alpha op(A) op(B) + beta C, as gemm() takes it.
+struct GemmProduct {
+  std::int64_t m = 0, n = 0, k = 0;
+  float alpha = 1.0F;
+  GemmOperand a, b;
+  float beta = 0.0F;
+  float* c = nullptr;
+  std::int64_t ldc = 0;
+};
+
+inline void gemm(const GemmProduct& p) {
+  gemm(p.m, p.n, p.k, p.alpha, p.a, p.b, p.beta, p.c, p.ldc);
+}
+
+// Two independent products at once, such as a layer's dX and dW: with two
+// threads each runs whole on its own thread, with more each gets half the
+// pool. Measured in the Transformer's training step with calls alternating
+// between this and two split products: the feed-forward inner layer's pair
+// (1024 x 256 x 1024 twice) 7 % faster, the 256-wide projections 2 % slower,
+// about 1.3 ms a step gained. Small or tall-transposed products run one
+// after the other.
+void gemm_pair(const GemmProduct& first, const GemmProduct& second);
+
 // Element offsets of each product's A and B in a batch with (broadcast)
 // batch axes: batch index -> offset, row-major over `shape`, at most 8 axes
 // (stride 0 where an operand broadcasts).

@@ -1,6 +1,6 @@
 // CPU kernels behind the fused paths: the oneDNN GEMM panels (alpha, beta,
-// transposes, leading dimensions wider than the matrix) against a double
-// loop, and ops::adam_update against a scalar double-precision Adam, the same
+// transposes, leading dimensions wider than the matrix) and gemm_pair
+// against a double loop, and ops::adam_update against a scalar double-precision Adam, the same
 // at every thread count and SIMD width.
 #include <gtest/gtest.h>
 
@@ -65,6 +65,55 @@ TEST(CpuFusedKernels, GemmAlphaBetaAndLeadingDimensions) {
       }
     }
   }
+}
+
+// C = op(A) op(B) in double, for gemm_pair's products (alpha 1, beta 0).
+std::vector<double> reference_product(const rig::cpu::GemmProduct& p) {
+  std::vector<double> c(static_cast<std::size_t>(p.m * p.n));
+  for (std::int64_t i = 0; i < p.m; ++i) {
+    for (std::int64_t j = 0; j < p.n; ++j) {
+      double s = 0.0;
+      for (std::int64_t q = 0; q < p.k; ++q) {
+        s += static_cast<double>(p.a.trans ? p.a.data[q * p.a.ld + i] : p.a.data[i * p.a.ld + q]) *
+             (p.b.trans ? p.b.data[j * p.b.ld + q] : p.b.data[q * p.b.ld + j]);
+      }
+      c[static_cast<std::size_t>(i * p.n + j)] = s;
+    }
+  }
+  return c;
+}
+
+// A linear layer's dX and dW computed together, at 1, 2 and 3 threads (each
+// product whole on its own thread, split over half the pool, or one after
+// the other), equal the double loop.
+TEST(CpuFusedKernels, GemmPairComputesBothProducts) {
+  std::mt19937 rng(5);
+  const std::int64_t rows = 160, in = 96, out = 272;
+  const auto dz = random_floats(static_cast<std::size_t>(rows * out), rng);
+  const auto w = random_floats(static_cast<std::size_t>(out * in), rng);
+  const auto x = random_floats(static_cast<std::size_t>(rows * in), rng);
+  std::vector<float> dx(static_cast<std::size_t>(rows * in)),
+      dw(static_cast<std::size_t>(out * in));
+  const rig::cpu::GemmProduct dx_product{
+      rows, in, out, 1.0F, {dz.data(), out, false}, {w.data(), in, false}, 0.0F, dx.data(), in};
+  const rig::cpu::GemmProduct dw_product{
+      out, in, rows, 1.0F, {dz.data(), out, true}, {x.data(), in, false}, 0.0F, dw.data(), in};
+  const auto expected_dx = reference_product(dx_product);
+  const auto expected_dw = reference_product(dw_product);
+  const int threads = rig::cpu::num_threads();
+  for (int t : {1, 2, 3}) {
+    rig::cpu::set_num_threads(t);
+    std::fill(dx.begin(), dx.end(), 7.0F);
+    std::fill(dw.begin(), dw.end(), 7.0F);
+    rig::cpu::gemm_pair(dx_product, dw_product);
+    double worst = 0.0;
+    for (std::size_t i = 0; i < dx.size(); ++i)
+      worst = std::max(worst, std::abs(dx[i] - expected_dx[i]));
+    for (std::size_t i = 0; i < dw.size(); ++i)
+      worst = std::max(worst, std::abs(dw[i] - expected_dw[i]));
+    EXPECT_LT(worst, 1e-4) << t << " threads";
+  }
+  rig::cpu::set_num_threads(threads);
 }
 
 struct AdamCase {

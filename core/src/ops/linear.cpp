@@ -65,33 +65,54 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
   const Tensor saved = activation == Activation::gelu   ? pre
                        : activation == Activation::none ? Tensor()
                                                         : y.detach();
-  return autograd::record(
-      std::move(y), "linear", {x, weight, bias},
-      [xc, w, saved, activation, n_rows, in, out_features, need_x = x.requires_grad(),
-       need_w = weight.requires_grad(),
-       need_b = bias.defined() && bias.requires_grad()](const Tensor& g) {
-        const Tensor gc = g.contiguous();
-        Tensor db = need_b ? Tensor::empty({out_features}) : Tensor();
-        Tensor dz = gc;
-        if (activation != Activation::none) dz = Tensor::empty(gc.shape());
-        cpu::activation_backward(activation, gc.data<float>(),
-                                 saved.defined() ? saved.data<float>() : nullptr,
-                                 activation == Activation::none ? nullptr : dz.data<float>(),
-                                 need_b ? db.data<float>() : nullptr, n_rows, out_features);
-        Tensor dx;
-        Tensor dw;
-        if (need_x) {  // dx [rows, in] = dz [rows, out] W [out, in]
-          dx = Tensor::empty(xc.shape());
-          cpu::gemm(n_rows, in, out_features, 1.0F, {dz.data<float>(), out_features, false},
-                    {w.data<float>(), in, false}, 0.0F, dx.data<float>(), in);
-        }
-        if (need_w) {  // dW [out, in] = dz^T [out, rows] x [rows, in]
-          dw = Tensor::empty({out_features, in});
-          cpu::gemm(out_features, in, n_rows, 1.0F, {dz.data<float>(), out_features, true},
-                    {xc.data<float>(), in, false}, 0.0F, dw.data<float>(), in);
-        }
-        return autograd::TensorList{dx, dw, db};
-      });
+  return autograd::record(std::move(y), "linear", {x, weight, bias},
+                          [xc, w, saved, activation, n_rows, in, out_features,
+                           need_x = x.requires_grad(), need_w = weight.requires_grad(),
+                           need_b = bias.defined() && bias.requires_grad()](const Tensor& g) {
+                            const Tensor gc = g.contiguous();
+                            Tensor db = need_b ? Tensor::empty({out_features}) : Tensor();
+                            Tensor dz = gc;
+                            if (activation != Activation::none) dz = Tensor::empty(gc.shape());
+                            cpu::activation_backward(
+                                activation, gc.data<float>(),
+                                saved.defined() ? saved.data<float>() : nullptr,
+                                activation == Activation::none ? nullptr : dz.data<float>(),
+                                need_b ? db.data<float>() : nullptr, n_rows, out_features);
+                            Tensor dx = need_x ? Tensor::empty(xc.shape()) : Tensor();
+                            Tensor dw = need_w ? Tensor::empty({out_features, in}) : Tensor();
+                            // dx [rows, in] = dz [rows, out] W [out, in]
+                            const auto dx_product = [&] {
+                              return cpu::GemmProduct{n_rows,
+                                                      in,
+                                                      out_features,
+                                                      1.0F,
+                                                      {dz.data<float>(), out_features, false},
+                                                      {w.data<float>(), in, false},
+                                                      0.0F,
+                                                      dx.data<float>(),
+                                                      in};
+                            };
+                            // dW [out, in] = dz^T [out, rows] x [rows, in]
+                            const auto dw_product = [&] {
+                              return cpu::GemmProduct{out_features,
+                                                      in,
+                                                      n_rows,
+                                                      1.0F,
+                                                      {dz.data<float>(), out_features, true},
+                                                      {xc.data<float>(), in, false},
+                                                      0.0F,
+                                                      dw.data<float>(),
+                                                      in};
+                            };
+                            if (need_x && need_w) {
+                              cpu::gemm_pair(dx_product(), dw_product());
+                            } else if (need_x) {
+                              cpu::gemm(dx_product());
+                            } else if (need_w) {
+                              cpu::gemm(dw_product());
+                            }
+                            return autograd::TensorList{dx, dw, db};
+                          });
 }
 
 }  // namespace rig::ops
