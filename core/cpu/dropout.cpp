@@ -201,6 +201,21 @@ RIG_CPU_KERNEL void backward_bf16(const std::uint32_t* m, float s, const void* g
   backward_words<BF16>(m, s, g, d, n, b, e);
 }
 
+// Bytes of the mask of stream elements [first, first + n).
+RIG_CPU_KERNEL void mask_bytes(const Stream& s, std::uint8_t* m, std::int64_t n,
+                               std::uint64_t first) {
+  // Element first + i lives in block (first + i) / 4: start from the block
+  // holding `first` and skip the words before it.
+  const auto skip = static_cast<std::int64_t>(first % 4);
+  std::uint32_t bits[kGroup];
+  for (std::int64_t g = -skip; g < n; g += kGroup) {
+    philox_group(s, (first + static_cast<std::uint64_t>(g + skip)) / 4, bits);
+    for (std::int64_t i = std::max<std::int64_t>(0, -g); i < kGroup && g + i < n; ++i) {
+      m[g + i] = (bits[i] >> 8U) >= s.threshold ? 1 : 0;
+    }
+  }
+}
+
 }  // namespace
 
 void dropout_forward(const RandomKey& key, float p, float scale, const Tensor& src, Tensor& dst,
@@ -255,17 +270,7 @@ void dropout_mask(const RandomKey& key, float p, Tensor& mask, std::uint64_t fir
 
 void dropout_mask(const RandomKey& key, float p, std::uint8_t* m, std::int64_t n,
                   std::uint64_t first) {
-  const Stream s(key, p);
-  // Element first + i lives in block (first + i) / 4: start from the block
-  // holding `first` and skip the words before it.
-  const auto skip = static_cast<std::int64_t>(first % 4);
-  std::uint32_t bits[kGroup];
-  for (std::int64_t g = -skip; g < n; g += kGroup) {
-    philox_group(s, (first + static_cast<std::uint64_t>(g + skip)) / 4, bits);
-    for (std::int64_t i = std::max<std::int64_t>(0, -g); i < kGroup && g + i < n; ++i) {
-      m[g + i] = (bits[i] >> 8U) >= s.threshold ? 1 : 0;
-    }
-  }
+  mask_bytes(Stream(key, p), m, n, first);
 }
 
 }  // namespace rig::cpu
