@@ -53,27 +53,13 @@ using rig_bench::report;
 using rig_bench::Settings;
 using rig_bench::time_steps;
 using rig_bench::Timing;
+using rig_bench::transformer_forward_gemm_flops;
 
 // A leaf that requires a gradient, sharing x's data (no copy).
 Tensor leaf(const Tensor& x) {
   Tensor t = x.detach();
   t.set_requires_grad(true);
   return t;
-}
-
-// FLOPs of the GEMMs in one forward of the encoder + decoder layer pair
-// (attention scores and context counted dense, as both frameworks compute them).
-double transformer_forward_gemm_flops(double batch, double src, double tgt, double model,
-                                      double hidden) {
-  const double ns = batch * src;
-  const double nt = batch * tgt;
-  const double projection = 2.0 * model * model;  // per token, per projection
-  const double encoder =
-      4 * ns * projection + 2 * (2.0 * batch * src * src * model) + 2 * (2.0 * ns * model * hidden);
-  const double decoder = 4 * nt * projection + 2 * (2.0 * batch * tgt * tgt * model) +
-                         2 * nt * projection + 2 * ns * projection +
-                         2 * (2.0 * batch * tgt * src * model) + 2 * (2.0 * nt * model * hidden);
-  return encoder + decoder;
 }
 
 void bench_transformer(const Settings& s) {

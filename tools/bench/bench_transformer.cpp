@@ -33,7 +33,8 @@ namespace rig_bench {
 
 namespace {
 
-constexpr std::int64_t kVocab = 8192, kSentences = 32, kLength = 32;
+// kModel and kFilter repeat kModelParams' hidden_size and filter_size (for the FLOP count).
+constexpr std::int64_t kVocab = 8192, kSentences = 32, kLength = 32, kModel = 256, kFilter = 1024;
 
 constexpr const char* kModelParams = R"({
   encoder_params: {encoder_layers: 3, hidden_size: 256, num_heads: 4, filter_size: 1024,
@@ -108,11 +109,18 @@ void bench_transformer_train(const Settings& s) {
     optimizer->step(1e-4);
     loss = out.loss.item();
   });
-  char extra[192];
+  // GEMM FLOPs of the step: three encoder + decoder layer pairs and the
+  // output projection forward, twice that backward (the embedding is
+  // trained, so even the first layer's input gradient is computed).
+  const double forward_flops =
+      3 * transformer_forward_gemm_flops(kSentences, kLength, kLength, kModel, kFilter) +
+      2.0 * kSentences * kLength * kModel * kVocab;
+  char extra[256];
   std::snprintf(extra, sizeof extra,
-                " tokens_per_s=%.1f rss_peak_bytes=%ld parameters=%lld last_loss=%.4f",
+                " tokens_per_s=%.1f rss_peak_bytes=%ld parameters=%lld last_loss=%.4f"
+                " gemm_flops=%.0f",
                 1e3 * static_cast<double>(batch.num_objects) / t.median_ms, max_rss_bytes(),
-                static_cast<long long>(store.numel()), loss);
+                static_cast<long long>(store.numel()), loss, 3 * forward_flops);
   report("transformer_train", t, rig::allocator_stats(), baseline, rss_before, extra);
 }
 

@@ -70,6 +70,21 @@ inline void report(const char* workload, const Timing& t, const rig::AllocatorSt
 }
 
 // Workloads defined in other files.
+// FLOPs of the GEMMs in one forward of the encoder + decoder layer pair
+// (attention scores and context counted dense, as both frameworks compute them).
+inline double transformer_forward_gemm_flops(double batch, double src, double tgt, double model,
+                                             double hidden) {
+  const double ns = batch * src;
+  const double nt = batch * tgt;
+  const double projection = 2.0 * model * model;  // per token, per projection
+  const double encoder =
+      4 * ns * projection + 2 * (2.0 * batch * src * src * model) + 2 * (2.0 * ns * model * hidden);
+  const double decoder = 4 * nt * projection + 2 * (2.0 * batch * tgt * tgt * model) +
+                         2 * nt * projection + 2 * ns * projection +
+                         2 * (2.0 * batch * tgt * src * model) + 2 * (2.0 * nt * model * hidden);
+  return encoder + decoder;
+}
+
 void bench_resnet20_train(const Settings& s);     // bench_resnet_train.cpp
 void bench_transformer_train(const Settings& s);  // bench_transformer.cpp
 void bench_transformer_beam(const Settings& s);   // bench_transformer.cpp
