@@ -113,6 +113,7 @@ void run_tall_transposed_a(const GemmProduct& p) {
     add_strided(shape, p.c, c_strides, DType::f32, t, t_strides, DType::f32);
   }
 }
+
 }  // namespace
 
 std::int64_t GemmBatchOffsets::offset_a(std::int64_t index) const {
