@@ -3,8 +3,12 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <mutex>
+#include <type_traits>
 
+#include "cpu/bf16_round.hpp"
 #include "cpu/dnnl_util.hpp"
 #include "cpu/gemm_dnnl.hpp"
 #include "cpu/parallel.hpp"
@@ -23,27 +27,133 @@ void single_threaded_blas() {
   std::call_once(once, [] { openblas_set_num_threads(1); });
 }
 
-void blas(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
-          std::int64_t lda, bool ta, const float* b, std::int64_t ldb, bool tb, float beta,
-          float* c, std::int64_t ldc) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    for (std::int64_t i = 0; i < m; ++i) {
-      float* row = c + i * ldc;
-      if (beta == 0.0F) {
-        std::fill(row, row + n, 0.0F);
-      } else {
-        for (std::int64_t j = 0; j < n; ++j) row[j] *= beta;
-      }
+std::atomic<GemmPrecision> precision{GemmPrecision::f32};
+
+using Bf16 = std::uint16_t;  // bfloat16 bits
+
+// A product as the kernels take it, its operands f32 or bfloat16.
+template <class T>
+struct Operand {
+  const T* data = nullptr;
+  std::int64_t ld = 0;
+  bool trans = false;
+};
+template <class T>
+struct Product {
+  std::int64_t m = 0, n = 0, k = 0;
+  float alpha = 1.0F;
+  Operand<T> a, b;
+  float beta = 0.0F;
+  float* c = nullptr;
+  std::int64_t ldc = 0;
+};
+
+Product<float> as_is(const GemmProduct& p) {
+  return {p.m,    p.n, p.k,  p.alpha, {p.a.data, p.a.ld, p.a.trans}, {p.b.data, p.b.ld, p.b.trans},
+          p.beta, p.c, p.ldc};
+}
+
+// C = beta C, for k == 0.
+void scale_only(std::int64_t m, std::int64_t n, float beta, float* c, std::int64_t ldc) {
+  for (std::int64_t i = 0; i < m; ++i) {
+    float* row = c + i * ldc;
+    if (beta == 0.0F) {
+      std::fill(row, row + n, 0.0F);
+    } else {
+      for (std::int64_t j = 0; j < n; ++j) row[j] *= beta;
     }
+  }
+}
+
+void blas(const Product<float>& p) {
+  if (p.m == 0 || p.n == 0) return;
+  if (p.k == 0) return scale_only(p.m, p.n, p.beta, p.c, p.ldc);
+  if (gemm_dnnl(p.m, p.n, p.k, p.alpha, p.a.data, p.a.ld, p.a.trans, p.b.data, p.b.ld, p.b.trans,
+                p.beta, p.c, p.ldc)) {
     return;
   }
-  if (gemm_dnnl(m, n, k, alpha, a, lda, ta, b, ldb, tb, beta, c, ldc)) return;
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
-              static_cast<blasint>(std::max<std::int64_t>(1, lda)), b,
-              static_cast<blasint>(std::max<std::int64_t>(1, ldb)), beta, c,
-              static_cast<blasint>(std::max<std::int64_t>(1, ldc)));
+  cblas_sgemm(CblasRowMajor, p.a.trans ? CblasTrans : CblasNoTrans,
+              p.b.trans ? CblasTrans : CblasNoTrans, static_cast<blasint>(p.m),
+              static_cast<blasint>(p.n), static_cast<blasint>(p.k), p.alpha, p.a.data,
+              static_cast<blasint>(std::max<std::int64_t>(1, p.a.ld)), p.b.data,
+              static_cast<blasint>(std::max<std::int64_t>(1, p.b.ld)), p.beta, p.c,
+              static_cast<blasint>(std::max<std::int64_t>(1, p.ldc)));
+}
+
+void blas(const Product<Bf16>& p) {
+  if (p.m == 0 || p.n == 0) return;
+  if (p.k == 0) return scale_only(p.m, p.n, p.beta, p.c, p.ldc);
+  gemm_dnnl_bf16(p.m, p.n, p.k, p.alpha, p.a.data, p.a.ld, p.a.trans, p.b.data, p.b.ld, p.b.trans,
+                 p.beta, p.c, p.ldc);
+}
+
+// bfloat16 precision: the operands of one call rounded to bf16 (as bits for
+// the bf16 kernels, T = Bf16, or as f32 values, T = float), each distinct
+// operand once: a layer's dX = dY W and dW = dY^T X share dY.
+template <class T>
+class RoundedOperands {
+ public:
+  // op(x) is [rows, cols]; the copy keeps x's orientation, densely packed.
+  Operand<T> get(const GemmOperand& x, std::int64_t rows, std::int64_t cols) {
+    const std::int64_t stored_rows = x.trans ? cols : rows;
+    const std::int64_t stored_cols = x.trans ? rows : cols;
+    for (std::size_t i = 0; i < count_; ++i) {
+      const Entry& e = entries_[i];
+      if (e.source == x.data && e.ld == x.ld && e.rows == stored_rows && e.cols == stored_cols) {
+        return {e.rounded, stored_cols, x.trans};
+      }
+    }
+    Entry& e = entries_.at(count_++);
+    e = {x.data,
+         x.ld,
+         stored_rows,
+         stored_cols,
+         dnnl_util::buffer(static_cast<std::size_t>(stored_rows * stored_cols) * sizeof(T)),
+         nullptr};
+    auto* out = reinterpret_cast<T*>(e.storage.raw_data());
+    if constexpr (std::is_same_v<T, Bf16>) {
+      pack_bf16(stored_rows, stored_cols, x.data, x.ld, out);
+    } else {
+      round_bf16(stored_rows, stored_cols, x.data, x.ld, out);
+    }
+    e.rounded = out;
+    return {out, stored_cols, x.trans};
+  }
+
+  Product<T> of(const GemmProduct& p) {
+    return {p.m, p.n, p.k, p.alpha, get(p.a, p.m, p.k), get(p.b, p.k, p.n), p.beta, p.c, p.ldc};
+  }
+
+ private:
+  struct Entry {
+    const float* source = nullptr;
+    std::int64_t ld = 0, rows = 0, cols = 0;
+    Tensor storage;
+    const T* rounded = nullptr;
+  };
+  std::array<Entry, 4> entries_;  // two products' operands
+  std::size_t count_ = 0;
+};
+
+// Whether a product at bfloat16 precision runs on the bf16 kernels (else its
+// rounded operands go through the f32 GEMM: the same products, no faster).
+bool native_bf16(const GemmProduct& p) {
+  return gemm_dnnl_bf16_available() && p.m * p.n * p.k >= kGemmDnnlMinWork;
+}
+
+// Calls run(products...) at the current precision: as they are, or with
+// their operands rounded to bfloat16.
+template <class Run, class... Products>
+void at_precision(Run&& run, const Products&... products) {
+  if (precision.load(std::memory_order_relaxed) == GemmPrecision::f32) {
+    run(as_is(products)...);
+  } else if ((native_bf16(products) && ...)) {
+    RoundedOperands<Bf16> operands;
+    run(operands.of(products)...);
+  } else {
+    RoundedOperands<float> operands;
+    run(operands.of(products)...);
+  }
 }
 
 std::int64_t offset(const GemmBatchOffsets& o, const std::int64_t* strides, std::int64_t index) {
@@ -55,11 +165,6 @@ std::int64_t offset(const GemmBatchOffsets& o, const std::int64_t* strides, std:
   return result;
 }
 
-void run_whole(const GemmProduct& p) {
-  blas(p.m, p.n, p.k, p.alpha, p.a.data, p.a.ld, p.a.trans, p.b.data, p.b.ld, p.b.trans, p.beta,
-       p.c, p.ldc);
-}
-
 // A product's C cut into `count` panels along its longer side, each a
 // multiple of 16 rows or columns (the kernels' tiles).
 struct Panels {
@@ -67,7 +172,8 @@ struct Panels {
   std::int64_t extent = 0, size = 0, count = 0;
 };
 
-Panels panels_of(const GemmProduct& p, int parts) {
+template <class T>
+Panels panels_of(const Product<T>& p, int parts) {
   Panels panels;
   panels.rows = p.m >= p.n;
   panels.extent = panels.rows ? p.m : p.n;
@@ -76,18 +182,59 @@ Panels panels_of(const GemmProduct& p, int parts) {
   return panels;
 }
 
-void run_panel(const GemmProduct& p, const Panels& panels, std::int64_t index) {
+template <class T>
+void run_panel(const Product<T>& p, const Panels& panels, std::int64_t index) {
   const std::int64_t lo = index * panels.size;
   const std::int64_t len = std::min(panels.extent, lo + panels.size) - lo;
+  Product<T> panel = p;
   if (panels.rows) {
-    const float* a = p.a.data + (p.a.trans ? lo : lo * p.a.ld);
-    blas(len, p.n, p.k, p.alpha, a, p.a.ld, p.a.trans, p.b.data, p.b.ld, p.b.trans, p.beta,
-         p.c + lo * p.ldc, p.ldc);
+    panel.m = len;
+    panel.a.data = p.a.data + (p.a.trans ? lo : lo * p.a.ld);
+    panel.c = p.c + lo * p.ldc;
   } else {
-    const float* b = p.b.data + (p.b.trans ? lo * p.b.ld : lo);
-    blas(p.m, len, p.k, p.alpha, p.a.data, p.a.ld, p.a.trans, b, p.b.ld, p.b.trans, p.beta,
-         p.c + lo, p.ldc);
+    panel.n = len;
+    panel.b.data = p.b.data + (p.b.trans ? lo * p.b.ld : lo);
+    panel.c = p.c + lo;
   }
+  blas(panel);
+}
+
+// One product, split into panels across the pool when it is large enough.
+template <class T>
+void run_split(const Product<T>& p) {
+  const int threads = num_threads();
+  if (threads == 1 || p.m * p.n * p.k < kSplitWork) {
+    blas(p);
+    return;
+  }
+  const Panels panels = panels_of(p, threads);
+  FirstError errors;
+  parallel_for(panels.count, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) errors.run([&] { run_panel(p, panels, i); });
+  });
+  errors.rethrow();
+}
+
+// Two products at once, each cut into panels for half the pool.
+template <class T>
+void run_pair(const Product<T>& first, const Product<T>& second) {
+  const int parts = (num_threads() + 1) / 2;
+  const Panels first_panels = panels_of(first, parts);
+  const Panels second_panels = panels_of(second, parts);
+  FirstError errors;
+  parallel_for(first_panels.count + second_panels.count, 1,
+               [&](std::int64_t begin, std::int64_t end) {
+                 for (std::int64_t i = begin; i < end; ++i) {
+                   errors.run([&] {
+                     if (i < first_panels.count) {
+                       run_panel(first, first_panels, i);
+                     } else {
+                       run_panel(second, second_panels, i - first_panels.count);
+                     }
+                   });
+                 }
+               });
+  errors.rethrow();
 }
 
 // A tall product with A transposed, like a weight gradient dY^T X with many
@@ -123,54 +270,34 @@ std::int64_t GemmBatchOffsets::offset_b(std::int64_t index) const {
   return offset(*this, b_strides, index);
 }
 
+void set_gemm_precision(GemmPrecision value) {
+  precision.store(value);
+}
+GemmPrecision gemm_precision() {
+  return precision.load();
+}
+
 void gemm(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const GemmOperand& a,
           const GemmOperand& b, float beta, float* c, std::int64_t ldc) {
   single_threaded_blas();
   const GemmProduct product{m, n, k, alpha, a, b, beta, c, ldc};
   if (tall_transposed_a(product)) {
-    run_tall_transposed_a(product);
+    run_tall_transposed_a(product);  // rounds in the product it computes
     return;
   }
-  const int threads = num_threads();
-  if (threads == 1 || m * n * k < kSplitWork) {
-    run_whole(product);
-    return;
-  }
-  const Panels panels = panels_of(product, threads);
-  FirstError errors;
-  parallel_for(panels.count, 1, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t p = begin; p < end; ++p) errors.run([&] { run_panel(product, panels, p); });
-  });
-  errors.rethrow();
+  at_precision([](const auto& p) { run_split(p); }, product);
 }
 
 void gemm_pair(const GemmProduct& first, const GemmProduct& second) {
   single_threaded_blas();
-  const int threads = num_threads();
   const auto small = [](const GemmProduct& p) { return p.m * p.n * p.k < kSplitWork; };
-  if (threads == 1 || small(first) || small(second) || tall_transposed_a(first) ||
+  if (num_threads() == 1 || small(first) || small(second) || tall_transposed_a(first) ||
       tall_transposed_a(second)) {
     gemm(first);
     gemm(second);
     return;
   }
-  const int parts = (threads + 1) / 2;
-  const Panels first_panels = panels_of(first, parts);
-  const Panels second_panels = panels_of(second, parts);
-  FirstError errors;
-  parallel_for(first_panels.count + second_panels.count, 1,
-               [&](std::int64_t begin, std::int64_t end) {
-                 for (std::int64_t p = begin; p < end; ++p) {
-                   errors.run([&] {
-                     if (p < first_panels.count) {
-                       run_panel(first, first_panels, p);
-                     } else {
-                       run_panel(second, second_panels, p - first_panels.count);
-                     }
-                   });
-                 }
-               });
-  errors.rethrow();
+  at_precision([](const auto& p, const auto& q) { run_pair(p, q); }, first, second);
 }
 
 void gemm_batched(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
@@ -179,12 +306,20 @@ void gemm_batched(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64
   single_threaded_blas();
   const int threads = num_threads();
   const std::int64_t work = m * n * k;
+  const auto product = [&](std::int64_t i) {
+    return GemmProduct{m,
+                       n,
+                       k,
+                       alpha,
+                       {a.data + offsets.offset_a(i), a.ld, a.trans},
+                       {b.data + offsets.offset_b(i), b.ld, b.trans},
+                       beta,
+                       c + i * c_stride,
+                       ldc};
+  };
   if (batch < 2 * threads && work >= kSplitWork) {
     // Few large products: split each one across the pool.
-    for (std::int64_t i = 0; i < batch; ++i) {
-      gemm(m, n, k, alpha, {a.data + offsets.offset_a(i), a.ld, a.trans},
-           {b.data + offsets.offset_b(i), b.ld, b.trans}, beta, c + i * c_stride, ldc);
-    }
+    for (std::int64_t i = 0; i < batch; ++i) gemm(product(i));
     return;
   }
   const std::int64_t grain =
@@ -193,8 +328,7 @@ void gemm_batched(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64
   parallel_for(batch, grain, [&](std::int64_t begin, std::int64_t end) {
     errors.run([&] {
       for (std::int64_t i = begin; i < end; ++i) {
-        blas(m, n, k, alpha, a.data + offsets.offset_a(i), a.ld, a.trans,
-             b.data + offsets.offset_b(i), b.ld, b.trans, beta, c + i * c_stride, ldc);
+        at_precision([](const auto& p) { blas(p); }, product(i));
       }
     });
   });

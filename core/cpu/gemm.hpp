@@ -10,6 +10,18 @@
 
 namespace rig::cpu {
 
+// How gemm, gemm_pair and gemm_batched compute, for the whole process (the
+// engine sets it from the experiment's `matmul_precision`). f32: as given.
+// bf16: both operands are rounded to bfloat16 (nearest even) and the products
+// accumulated in f32 into the f32 C, as PyTorch's CPU autocast computes a
+// linear layer, and on CPUs with bfloat16 dot products (AVX512_BF16, AMX) at
+// about twice the f32 speed (2-core Zen 4, oneDNN 2.6, the Transformer's
+// shapes: 405-447 GFLOP/s against 191-219). Elsewhere the rounded operands go
+// through the f32 GEMM: the same numbers, no faster.
+enum class GemmPrecision { f32, bf16 };
+void set_gemm_precision(GemmPrecision precision);
+GemmPrecision gemm_precision();
+
 // One operand: element (i, j) of op(X) is data[i * ld + j], or data[j * ld + i]
 // when `trans`.
 struct GemmOperand {

@@ -16,9 +16,6 @@ namespace {
 using dnnl::memory;
 namespace du = dnnl_util;
 
-// Below this many multiply-adds a oneDNN call's fixed cost (argument
-// setup, the cache lookup) is a visible share of the product.
-constexpr std::int64_t kMinWork = std::int64_t{1} << 16;
 // Distinct shapes kept; a model with variable batch shapes sees a bounded set
 // (batch buckets), and past this the cache starts over.
 constexpr std::size_t kMaxPlans = 1024;
@@ -27,6 +24,7 @@ struct Key {
   std::int64_t m, n, k, lda, ldb, ldc;
   bool ta, tb;
   float alpha, beta;
+  bool bf16;  // A and B are bfloat16 (C stays f32)
   auto operator<=>(const Key&) const = default;
 };
 
@@ -36,17 +34,19 @@ struct Plan {
 };
 
 // Row-major [rows, cols] with leading dimension ld, or its transpose as stored.
-memory::desc operand(std::int64_t rows, std::int64_t cols, std::int64_t ld, bool trans) {
+memory::desc operand(std::int64_t rows, std::int64_t cols, std::int64_t ld, bool trans,
+                     memory::data_type type) {
   const memory::dims strides = trans ? memory::dims{1, ld} : memory::dims{ld, 1};
-  return {{rows, cols}, memory::data_type::f32, strides};
+  return {{rows, cols}, type, strides};
 }
 
 std::shared_ptr<const Plan> build(const Key& key) {
   const du::SingleThreaded one_thread;  // oneDNN sizes its work split at creation
   auto plan = std::make_shared<Plan>();
-  plan->a = operand(key.m, key.k, key.lda, key.ta);
-  plan->b = operand(key.k, key.n, key.ldb, key.tb);
-  plan->c = operand(key.m, key.n, key.ldc, false);
+  const auto in = key.bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+  plan->a = operand(key.m, key.k, key.lda, key.ta, in);
+  plan->b = operand(key.k, key.n, key.ldb, key.tb, in);
+  plan->c = operand(key.m, key.n, key.ldc, false, memory::data_type::f32);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (key.alpha != 1.0F) attr.set_output_scales(0, {key.alpha});
@@ -88,13 +88,8 @@ bool enabled() {
   return on;
 }
 
-}  // namespace
-
-bool gemm_dnnl(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
-               std::int64_t lda, bool ta, const float* b, std::int64_t ldb, bool tb, float beta,
-               float* c, std::int64_t ldc) {
-  if (m * n * k < kMinWork || !enabled()) return false;
-  const std::shared_ptr<const Plan> plan = plan_for({m, n, k, lda, ldb, ldc, ta, tb, alpha, beta});
+void run(const Key& key, const void* a, const void* b, float* c) {
+  const std::shared_ptr<const Plan> plan = plan_for(key);
   const du::SingleThreaded one_thread;
   const Tensor scratch = du::buffer(plan->scratch.get_size());
   const du::Memory ma = du::wrap(plan->a, a);
@@ -106,7 +101,31 @@ bool gemm_dnnl(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, cons
                                           {DNNL_ARG_DST, mc.get()},
                                           {DNNL_ARG_SCRATCHPAD, ms.get()}}),
             "oneDNN matmul");
+}
+
+}  // namespace
+
+bool gemm_dnnl(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
+               std::int64_t lda, bool ta, const float* b, std::int64_t ldb, bool tb, float beta,
+               float* c, std::int64_t ldc) {
+  if (m * n * k < kGemmDnnlMinWork || !enabled()) return false;
+  run({m, n, k, lda, ldb, ldc, ta, tb, alpha, beta, false}, a, b, c);
   return true;
+}
+
+bool gemm_dnnl_bf16_available() {
+  static const bool available = [] {
+    const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+    return enabled() &&
+           (isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx);
+  }();
+  return available;
+}
+
+void gemm_dnnl_bf16(std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                    const std::uint16_t* a, std::int64_t lda, bool ta, const std::uint16_t* b,
+                    std::int64_t ldb, bool tb, float beta, float* c, std::int64_t ldc) {
+  run({m, n, k, lda, ldb, ldc, ta, tb, alpha, beta, true}, a, b, c);
 }
 
 }  // namespace rig::cpu

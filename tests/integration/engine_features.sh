@@ -90,6 +90,27 @@ grep -q "Global step 40" f16.log
 expect_code 2 "$rig" run "$exp" --logdir f16_overflow --dtype=float16 --loss_scaling=1e9
 grep -q "gradients are not finite (inf or NaN) at step 0" err.txt
 
+echo "== matmul_precision bfloat16: the same training, GEMM operands rounded to bfloat16"
+check "$rig" run "$exp" --logdir mm_f32 > mm_f32.log
+check "$rig" run "$exp" --logdir mm_bf16 --matmul_precision=bfloat16 > mm_bf16.log
+grep -q "^\*\*\* Matrix products round their operands to bfloat16 and accumulate in float32" \
+  mm_bf16.log || fail "no line saying the products are rounded"
+grep -q "Matrix products round" mm_f32.log && fail "the float32 run claims bfloat16 products"
+python3 - mm_f32.log mm_bf16.log <<'EOF'
+import re, sys
+f32, bf16 = ([float(x) for x in re.findall(r"Train loss: ([0-9.]+)", open(p).read())]
+             for p in sys.argv[1:])
+assert len(f32) == len(bf16) == 4, (f32, bf16)
+assert f32 != bf16, "bfloat16 products gave float32's losses to the last digit: not rounded?"
+assert all(abs(a - b) <= 0.01 * a for a, b in zip(f32, bf16)), (f32, bf16)
+EOF
+# The precision is not part of the checkpoint's identity: a float32 run resumes at bfloat16.
+check "$rig" run "$exp" --logdir mm_f32 --matmul_precision=bfloat16 --max_steps=50 \
+  --continue_learning > mm_resume.log
+grep -q "Resuming from .*ckpt-40 at step 40" mm_resume.log || fail "no resume across precisions"
+expect_error "^rig: error: command line \(--matmul_precision=float8\): matmul_precision: expected one of \[float32, bfloat16\], found 'float8'\$" \
+  run "$exp" --logdir mm_bad --matmul_precision=float8
+
 echo "== LARC"
 check "$rig" run "$exp" --logdir larc --set larc_params.larc_eta=0.002 > larc.log
 grep -q "Global step 40" larc.log

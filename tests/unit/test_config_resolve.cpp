@@ -336,6 +336,7 @@ bucket_cap_mb: 25
 gradient_compression: none
 dtype: float32
 mixed_dtype: float16
+matmul_precision: float32
 num_checkpoints: 5
 save_summaries_steps: 100
 best_model_metric: loss

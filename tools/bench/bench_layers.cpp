@@ -19,6 +19,9 @@
 //                          source sentences of 32 tokens: bench_transformer.cpp
 //   rig_bench gemm         OpenBLAS sgemm GFLOP/s on large square matrices
 //
+// --matmul-precision bfloat16 runs every workload's GEMMs as an experiment's
+// `matmul_precision: bfloat16` does (cpu/gemm.hpp); default float32.
+//
 // Each workload runs in its own process so that max RSS is its own. Output is
 // one line of key=value pairs. A step is: zero the gradients, forward, loss =
 // sum(y * upstream), backward. Inputs are leaves that require a gradient (as
@@ -35,6 +38,7 @@
 #include <vector>
 
 #include "bench_util.hpp"
+#include "cpu/gemm.hpp"
 #include "rig/nn.hpp"
 #include "rig/ops.hpp"
 #include "rig/random.hpp"
@@ -133,7 +137,7 @@ int usage() {
   std::fprintf(
       stderr,
       "usage: rig_bench transformer|resnet|resnet20_train|transformer_train|transformer_beam|gemm "
-      "[--iterations N] [--warmup N] [--threads N]\n");
+      "[--iterations N] [--warmup N] [--threads N] [--matmul-precision float32|bfloat16]\n");
   return 2;
 }
 
@@ -146,7 +150,12 @@ int main(int argc, char** argv) {
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const int value = std::atoi(argv[i + 1]);
-    if (flag == "--iterations") {
+    if (flag == "--matmul-precision") {
+      const std::string precision = argv[i + 1];
+      if (precision != "float32" && precision != "bfloat16") return usage();
+      rig::cpu::set_gemm_precision(precision == "bfloat16" ? rig::cpu::GemmPrecision::bf16
+                                                           : rig::cpu::GemmPrecision::f32);
+    } else if (flag == "--iterations") {
       s.iterations = value;
     } else if (flag == "--warmup") {
       s.warmup = value;

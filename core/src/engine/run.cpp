@@ -14,6 +14,8 @@
 #include <fmt/ranges.h>
 
 #include "config/resolved_config.hpp"
+#include "cpu/gemm.hpp"
+#include "cpu/gemm_dnnl.hpp"
 #include "engine/checkpoint.hpp"
 #include "engine/console.hpp"
 #include "engine/device_choice.hpp"
@@ -41,7 +43,8 @@ constexpr const char* kScheduleKeys[] = {
     "target_loss",      "save_summaries_steps", "print_samples_steps",
     "num_checkpoints",  "best_model_metric",    "best_model_mode",
     "num_best_models",  "load_model",
-    "device",  // a run may resume on another device
+    "device",            // a run may resume on another device
+    "matmul_precision",  // or at another matmul precision
 };
 
 std::string identity_yaml(const config::ResolvedConfig& cfg) {
@@ -220,6 +223,8 @@ int run(const RunOptions& options) {
   }
 
   EngineSettings settings = read_settings(primary.config);
+  cpu::set_gemm_precision(settings.bf16_matmuls ? cpu::GemmPrecision::bf16
+                                                : cpu::GemmPrecision::f32);
   // Before the communicator: a CUDA-aware one needs the device chosen first.
   const DeviceChoice device = choose_run_device(primary.config, settings.device_request);
   settings.device = device.device;
@@ -250,6 +255,14 @@ int run(const RunOptions& options) {
     if (!device.note.empty()) console.print("*** {}", device.note);
     console.print("*** Experiment {} ({} mode): {} parameters, {} process(es)", options.experiment,
                   mode, params.numel(), comm->size());
+    if (settings.bf16_matmuls) {
+      console.print(
+          "*** Matrix products round their operands to bfloat16 and accumulate in "
+          "float32 ({})",
+          cpu::gemm_dnnl_bf16_available()
+              ? "oneDNN's bfloat16 kernels"
+              : "this CPU has no bfloat16 dot products: the same numbers, no faster");
+    }
 
     if (!trains) {
       Checkpoint ckpt = checkpoint_for_evaluation(logdir, mode, options.load_from);

@@ -40,6 +40,7 @@ struct EngineSettings {
   std::string dtype = "float32";        // float32 | float16 | bfloat16 | mixed
   DType compute_dtype = DType::f32;
   bool round_masters = false;      // float16 / bfloat16: weights stay representable in that type
+  bool bf16_matmuls = false;       // matmul_precision bfloat16, or a bfloat16 compute dtype
   YAML::Node loss_scaling;         // null, a number, Backoff or LogMax
   YAML::Node loss_scaling_params;  // may be null
   YAML::Node larc_params;          // null when LARC is off
