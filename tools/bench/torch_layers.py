@@ -42,6 +42,12 @@ process's peak resident set size (getrusage ru_maxrss) from just before the
 first step to the end: "rss_delta_bytes". rig_bench reports the same measure
 (and its allocator's peak besides). Each workload runs in its own process.
 
+--autocast bf16 runs transformer_train's forward and loss, and
+transformer_beam's whole search, under torch.autocast("cpu", bfloat16):
+PyTorch's fastest CPU bf16 mode, the peer of rig's matmul_precision bfloat16
+(rig_bench --matmul-precision bfloat16). Autocast rounds more than rig does
+(linear outputs are stored in bf16 too), which favours PyTorch's speed.
+
 Output: one line of key=value pairs, like rig_bench, with the OMP_WAIT_POLICY
 it ran under (run-cpu-bench tries torch's default and PASSIVE).
 """
@@ -218,6 +224,10 @@ TRANSFORMER = dict(vocab=8192, d=256, heads=4, filter_size=1024, layers=3, dropo
 SENTENCES, LENGTH, BEAM = 32, 32, 4
 
 
+def autocast(args):
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast == "bf16")
+
+
 def random_sentences():
     """SENTENCES rows of LENGTH - 1 tokens uniform in [4, V), then EOS (no PAD)."""
     ids = torch.randint(4, TRANSFORMER["vocab"], (SENTENCES, LENGTH))
@@ -238,9 +248,10 @@ def bench_transformer_train(args):
 
     def step(_):
         optimizer.zero_grad(set_to_none=True)
-        memory, mask = model.encode(source, source_lengths)
-        logits = model.decode(target, memory, mask)
-        loss = torch_transformer.smoothed_cross_entropy(logits, target, weights, 0.1)
+        with autocast(args):
+            memory, mask = model.encode(source, source_lengths)
+            logits = model.decode(target, memory, mask)
+            loss = torch_transformer.smoothed_cross_entropy(logits, target, weights, 0.1)
         loss.backward()
         optimizer.step()
         with torch.no_grad():  # the metrics rig's transformer model reports every step
@@ -254,7 +265,7 @@ def bench_transformer_train(args):
           f"tokens_per_s={1e3 * SENTENCES * LENGTH / median:.1f} "
           f"rss_peak_bytes={max_rss_bytes()} "
           f"parameters={sum(p.numel() for p in model.parameters())} "
-          f"last_loss={last['loss']:.4f} {omp_policy()}")
+          f"last_loss={last['loss']:.4f} autocast={args.autocast} {omp_policy()}")
 
 
 def bench_transformer_beam(args):
@@ -264,7 +275,7 @@ def bench_transformer_beam(args):
     last = {}
 
     def step(_):
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast(args):
             memory, mask = model.encode(source, source_lengths)
             decoding = torch_transformer.Decoding(model, memory, mask, BEAM)
             # As rig: at most the source width plus extra_decode_length (0) steps.
@@ -278,7 +289,8 @@ def bench_transformer_beam(args):
           f"rss_delta_bytes={max_rss_bytes() - rss_before} "
           f"sentences_per_s={1e3 * SENTENCES / median:.2f} rss_peak_bytes={max_rss_bytes()} "
           f"parameters={sum(p.numel() for p in model.parameters())} "
-          f"decode_steps={last['steps']} output_length={last['width']} {omp_policy()}")
+          f"decode_steps={last['steps']} output_length={last['width']} "
+          f"autocast={args.autocast} {omp_policy()}")
 
 
 def main():
@@ -288,6 +300,8 @@ def main():
     parser.add_argument("--iterations", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--autocast", choices=["none", "bf16"], default="none",
+                        help="transformer_train / transformer_beam under CPU autocast (bfloat16)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
