@@ -33,6 +33,11 @@ RIG_CPU_KERNEL void round_rows(std::int64_t begin, std::int64_t end, std::int64_
   }
 }
 
+RIG_CPU_KERNEL void widen_range(std::int64_t begin, std::int64_t end, const std::uint16_t* src,
+                                float* dst) {
+  for (std::int64_t i = begin; i < end; ++i) dst[i] = bfloat16_bits_to_float(src[i]);
+}
+
 template <class Rows>
 void over_rows(std::int64_t rows, std::int64_t cols, Rows&& rows_fn) {
   if (rows * cols < kParallelElements) {
@@ -57,6 +62,10 @@ void round_bf16(std::int64_t rows, std::int64_t cols, const float* src, std::int
   over_rows(rows, cols, [&](std::int64_t begin, std::int64_t end) {
     round_rows(begin, end, cols, src, ld, dst);
   });
+}
+
+void widen_bf16(std::int64_t n, const std::uint16_t* src, float* dst) {
+  over_rows(n, 1, [&](std::int64_t begin, std::int64_t end) { widen_range(begin, end, src, dst); });
 }
 
 }  // namespace rig::cpu

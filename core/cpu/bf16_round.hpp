@@ -17,4 +17,7 @@ void pack_bf16(std::int64_t rows, std::int64_t cols, const float* src, std::int6
 void round_bf16(std::int64_t rows, std::int64_t cols, const float* src, std::int64_t ld,
                 float* dst);
 
+// dst[i] = the f32 value of bf16 bits src[i] (exact).
+void widen_bf16(std::int64_t n, const std::uint16_t* src, float* dst);
+
 }  // namespace rig::cpu

@@ -6,6 +6,7 @@
 #include <array>
 #include <atomic>
 #include <mutex>
+#include <stdexcept>
 #include <type_traits>
 
 #include "cpu/bf16_round.hpp"
@@ -49,6 +50,10 @@ struct Product {
 };
 
 Product<float> as_is(const GemmProduct& p) {
+  if (p.a.data == nullptr || p.b.data == nullptr) {
+    throw std::logic_error(
+        "cpu::gemm: an operand given only rounded to bfloat16 at float32 precision");
+  }
   return {p.m,    p.n, p.k,  p.alpha, {p.a.data, p.a.ld, p.a.trans}, {p.b.data, p.b.ld, p.b.trans},
           p.beta, p.c, p.ldc};
 }
@@ -97,14 +102,19 @@ class RoundedOperands {
   Operand<T> get(const GemmOperand& x, std::int64_t rows, std::int64_t cols) {
     const std::int64_t stored_rows = x.trans ? cols : rows;
     const std::int64_t stored_cols = x.trans ? rows : cols;
+    if constexpr (std::is_same_v<T, Bf16>) {
+      if (x.bf16 != nullptr) return {x.bf16, stored_cols, x.trans};
+    }
     for (std::size_t i = 0; i < count_; ++i) {
       const Entry& e = entries_[i];
-      if (e.source == x.data && e.ld == x.ld && e.rows == stored_rows && e.cols == stored_cols) {
+      if (e.source == x.data && e.bf16 == x.bf16 && e.ld == x.ld && e.rows == stored_rows &&
+          e.cols == stored_cols) {
         return {e.rounded, stored_cols, x.trans};
       }
     }
     Entry& e = entries_.at(count_++);
     e = {x.data,
+         x.bf16,
          x.ld,
          stored_rows,
          stored_cols,
@@ -113,6 +123,8 @@ class RoundedOperands {
     auto* out = reinterpret_cast<T*>(e.storage.raw_data());
     if constexpr (std::is_same_v<T, Bf16>) {
       pack_bf16(stored_rows, stored_cols, x.data, x.ld, out);
+    } else if (x.bf16 != nullptr) {
+      widen_bf16(stored_rows * stored_cols, x.bf16, out);
     } else {
       round_bf16(stored_rows, stored_cols, x.data, x.ld, out);
     }
@@ -127,6 +139,7 @@ class RoundedOperands {
  private:
   struct Entry {
     const float* source = nullptr;
+    const Bf16* bf16 = nullptr;
     std::int64_t ld = 0, rows = 0, cols = 0;
     Tensor storage;
     const T* rounded = nullptr;
@@ -243,21 +256,34 @@ void run_pair(const Product<T>& first, const Product<T>& second) {
 // C^T = X^T dY (measured single- and two-threaded on the Transformer's
 // shapes), so that is computed into scratch and copied back transposed, a
 // tiled pass that costs a few percent of the product.
-bool tall_transposed_a(const GemmProduct& p) {
+template <class T>
+bool tall_transposed_a(const Product<T>& p) {
   return p.a.trans && !p.b.trans && p.m >= 8 * p.n && p.m * p.n * p.k >= (std::int64_t{1} << 24) &&
          (p.beta == 0.0F || p.beta == 1.0F);
 }
 
-void run_tall_transposed_a(const GemmProduct& p) {
+template <class T>
+void run_tall_transposed_a(const Product<T>& p) {
   Tensor scratch = dnnl_util::buffer(static_cast<std::size_t>(p.n * p.m) * sizeof(float));
   auto* t = reinterpret_cast<float*>(scratch.raw_data());
-  gemm({p.n, p.m, p.k, p.alpha, {p.b.data, p.b.ld, true}, {p.a.data, p.a.ld, false}, 0.0F, t, p.m});
+  run_split(Product<T>{
+      p.n, p.m, p.k, p.alpha, {p.b.data, p.b.ld, true}, {p.a.data, p.a.ld, false}, 0.0F, t, p.m});
   const Shape shape{p.m, p.n};
   const Strides c_strides{p.ldc, 1}, t_strides{1, p.m};
   if (p.beta == 0.0F) {
     copy_strided(shape, p.c, c_strides, DType::f32, t, t_strides, DType::f32);
   } else {
     add_strided(shape, p.c, c_strides, DType::f32, t, t_strides, DType::f32);
+  }
+}
+
+// One product: split across the pool, or the tall transposed way.
+template <class T>
+void run_one(const Product<T>& p) {
+  if (tall_transposed_a(p)) {
+    run_tall_transposed_a(p);
+  } else {
+    run_split(p);
   }
 }
 
@@ -280,24 +306,34 @@ GemmPrecision gemm_precision() {
 void gemm(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const GemmOperand& a,
           const GemmOperand& b, float beta, float* c, std::int64_t ldc) {
   single_threaded_blas();
-  const GemmProduct product{m, n, k, alpha, a, b, beta, c, ldc};
-  if (tall_transposed_a(product)) {
-    run_tall_transposed_a(product);  // rounds in the product it computes
-    return;
-  }
-  at_precision([](const auto& p) { run_split(p); }, product);
+  at_precision([](const auto& p) { run_one(p); }, GemmProduct{m, n, k, alpha, a, b, beta, c, ldc});
 }
 
 void gemm_pair(const GemmProduct& first, const GemmProduct& second) {
   single_threaded_blas();
-  const auto small = [](const GemmProduct& p) { return p.m * p.n * p.k < kSplitWork; };
-  if (num_threads() == 1 || small(first) || small(second) || tall_transposed_a(first) ||
-      tall_transposed_a(second)) {
-    gemm(first);
-    gemm(second);
-    return;
-  }
-  at_precision([](const auto& p, const auto& q) { run_pair(p, q); }, first, second);
+  // Both products' operands are rounded first (a shared one once), then run
+  // together, or one after the other when small or tall.
+  at_precision(
+      [](const auto& p, const auto& q) {
+        const auto small = [](const auto& x) { return x.m * x.n * x.k < kSplitWork; };
+        if (num_threads() == 1 || small(p) || small(q) || tall_transposed_a(p) ||
+            tall_transposed_a(q)) {
+          run_one(p);
+          run_one(q);
+        } else {
+          run_pair(p, q);
+        }
+      },
+      first, second);
+}
+
+Tensor round_operand(const GemmOperand& x, std::int64_t rows, std::int64_t cols) {
+  if (gemm_precision() != GemmPrecision::bf16) return {};
+  const std::int64_t stored_rows = x.trans ? cols : rows;
+  const std::int64_t stored_cols = x.trans ? rows : cols;
+  Tensor rounded = Tensor::empty({stored_rows, stored_cols}, DType::bf16);
+  pack_bf16(stored_rows, stored_cols, x.data, x.ld, reinterpret_cast<Bf16*>(rounded.raw_data()));
+  return rounded;
 }
 
 void gemm_batched(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "rig/tensor.hpp"
+
 namespace rig::cpu {
 
 // How gemm, gemm_pair and gemm_batched compute, for the whole process (the
@@ -24,16 +26,26 @@ GemmPrecision gemm_precision();
 
 // One operand: element (i, j) of op(X) is data[i * ld + j], or data[j * ld + i]
 // when `trans`.
+// At bf16 precision `bf16` may give the same matrix already rounded
+// (round_operand), so that products sharing it round it once; `data` may
+// then be null.
 struct GemmOperand {
   const float* data = nullptr;
   std::int64_t ld = 0;
   bool trans = false;
+  const std::uint16_t* bf16 = nullptr;
 };
 
 // C[m, n] = alpha op(A)[m, k] op(B)[k, n] + beta C, C row-major with leading
 // dimension ldc. k == 0 gives beta C (zeros when beta == 0).
 void gemm(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const GemmOperand& a,
           const GemmOperand& b, float beta, float* c, std::int64_t ldc);
+
+// At bf16 precision: the stored matrix of operand x (op(x) is [rows, cols])
+// rounded to bfloat16 and densely packed, a [stored rows, stored cols] bf16
+// tensor for GemmOperand::bf16 in the products that share x (a layer's
+// forward and backward); undefined at f32 precision.
+Tensor round_operand(const GemmOperand& x, std::int64_t rows, std::int64_t cols);
 
 // One product C = alpha op(A) op(B) + beta C, as gemm() takes it.
 struct GemmProduct {

@@ -18,12 +18,15 @@
 #include "cpu/gemm.hpp"
 #include "cpu/gemm_dnnl.hpp"
 #include "cpu/parallel.hpp"
+#include "golden.hpp"
+#include "rig/ops.hpp"
 
 namespace {
 
 using rig::cpu::GemmOperand;
 using rig::cpu::GemmPrecision;
 using rig::cpu::GemmProduct;
+using rig_test::tensors_close;
 
 // Round to nearest even, written independently of cpu/half.hpp.
 float to_bf16(float x) {
@@ -213,6 +216,75 @@ TEST(CpuGemmBf16, BatchedProductsAreRoundedToo) {
           "batch item " + std::to_string(i) + ", threads " + std::to_string(threads));
     }
   }
+}
+
+TEST(CpuGemmBf16, PreRoundedOperandsAreUsedAsGiven) {
+  // round_operand's copy stands in for the f32 data (which may then be null),
+  // in large products (the bf16 kernels) and small ones (widened to f32).
+  const PrecisionScope bf16(GemmPrecision::bf16);
+  std::mt19937 rng(4);
+  for (const auto& [m, n, k] :
+       std::vector<std::array<std::int64_t, 3>>{{96, 200, 150}, {9, 7, 5}}) {
+    for (bool ta : {false, true}) {
+      const Case t(m, n, k, ta, true, 1.0F, 0.5F, rng);
+      const rig::Tensor a = rig::cpu::round_operand({t.a.data(), t.lda, ta}, m, k);
+      const rig::Tensor b = rig::cpu::round_operand({t.b.data(), t.ldb, true}, k, n);
+      ASSERT_EQ(a.shape(), (rig::Shape{ta ? k : m, ta ? m : k}));
+      ASSERT_EQ(a.dtype(), rig::DType::bf16);
+      std::vector<float> c = t.c0;
+      rig::cpu::gemm(m, n, k, t.alpha,
+                     {nullptr, t.lda, ta, reinterpret_cast<const std::uint16_t*>(a.raw_data())},
+                     {nullptr, t.ldb, true, reinterpret_cast<const std::uint16_t*>(b.raw_data())},
+                     t.beta, c.data(), t.ldc);
+      expect_bf16_product(t, c, describe(t, rig::cpu::num_threads()) + ", pre-rounded");
+    }
+  }
+  const PrecisionScope f32(GemmPrecision::f32);
+  EXPECT_FALSE(rig::cpu::round_operand({nullptr, 1, false}, 4, 4).defined());
+}
+
+TEST(CpuGemmBf16, LinearComputesWithRoundedInputAndWeightBothWays) {
+  // y = x W^T + b, dx = dy W, dW = dy^T x with x, W and dy rounded to bf16:
+  // the same as a float32-precision linear layer given the rounded tensors.
+  // dy is rounded beforehand (the upstream of sum(y * up) is up), so both
+  // sides see the same numbers.
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<float> dist(-1.0F, 1.0F);
+  const auto random = [&](rig::Shape shape, bool round) {
+    std::vector<float> v(static_cast<std::size_t>(rig::shape_numel(shape)));
+    for (float& x : v) x = round ? to_bf16(dist(rng)) : dist(rng);
+    return rig::Tensor::from_vector(v, shape);
+  };
+  const rig::Tensor x = random({2, 48, 200}, false), w = random({150, 200}, false);
+  const rig::Tensor b = random({150}, false), up = random({2, 48, 150}, true);
+  struct Result {
+    rig::Tensor y, dx, dw, db;
+  };
+  const auto run = [&](const rig::Tensor& x0, const rig::Tensor& w0) {
+    rig::Tensor xl = x0.clone(), wl = w0.clone(), bl = b.clone();
+    for (rig::Tensor* t : {&xl, &wl, &bl}) t->set_requires_grad(true);
+    const rig::Tensor y = rig::ops::linear(xl, wl, bl, rig::ops::Activation::none);
+    rig::ops::sum(rig::ops::mul(y, up)).backward();
+    return Result{y.detach(), xl.grad(), wl.grad(), bl.grad()};
+  };
+  const auto rounded = [](const rig::Tensor& t) {
+    std::vector<float> v = t.to_vector();
+    for (float& x : v) x = to_bf16(x);
+    return rig::Tensor::from_vector(v, t.shape());
+  };
+  Result at_bf16;
+  {
+    const PrecisionScope bf16(GemmPrecision::bf16);
+    at_bf16 = run(x, w);
+  }
+  const Result expected = run(rounded(x), rounded(w));
+  const Result unrounded = run(x, w);
+  EXPECT_TRUE(tensors_close(at_bf16.y, expected.y, 1e-5, 1e-4));
+  EXPECT_TRUE(tensors_close(at_bf16.dx, expected.dx, 1e-5, 1e-4));
+  EXPECT_TRUE(tensors_close(at_bf16.dw, expected.dw, 1e-5, 1e-4));
+  EXPECT_TRUE(tensors_close(at_bf16.db, expected.db, 1e-6, 1e-6));
+  EXPECT_FALSE(tensors_close(at_bf16.y, unrounded.y, 1e-5, 1e-4)) << "x and W were not rounded";
+  EXPECT_FALSE(tensors_close(at_bf16.dw, unrounded.dw, 1e-5, 1e-4)) << "x was not rounded";
 }
 
 TEST(CpuGemmBf16, Float32PrecisionLeavesOperandsAlone) {

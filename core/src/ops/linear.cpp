@@ -2,6 +2,8 @@
 // BLAS, no copy) and one fused bias + activation pass. Backward fuses the
 // activation derivative with the bias gradient, then two GEMMs give dx and dW.
 // f16/bf16 inputs are computed in f32 and the result cast back to x's dtype.
+// At bf16 GEMM precision (cpu/gemm.hpp) x and W are rounded once, used by the
+// forward product and kept for backward (x in bf16: half its f32 size).
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -55,8 +57,15 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
   // Rows of x (and y): every axis but the last; counted from the shape, as
   // in or out_features may be 0.
   const std::int64_t n_rows = shape_numel(Shape(x.shape().begin(), x.shape().end() - 1));
-  cpu::gemm(n_rows, out_features, in, 1.0F, {xc.data<float>(), in, false},
-            {w.data<float>(), in, true}, 0.0F, y.data<float>(), out_features);
+  const cpu::GemmOperand x_operand{xc.data<float>(), in, false};
+  const cpu::GemmOperand w_operand{w.data<float>(), in, true};
+  const Tensor x_bf16 = cpu::round_operand(x_operand, n_rows, in);
+  const Tensor w_bf16 = cpu::round_operand(w_operand, in, out_features);
+  const auto bits = [](const Tensor& t) {
+    return t.defined() ? reinterpret_cast<const std::uint16_t*>(t.raw_data()) : nullptr;
+  };
+  cpu::gemm(n_rows, out_features, in, 1.0F, {x_operand.data, in, false, bits(x_bf16)},
+            {w_operand.data, in, true, bits(w_bf16)}, 0.0F, y.data<float>(), out_features);
   cpu::bias_activation(y.data<float>(), pre.defined() ? pre.data<float>() : nullptr,
                        b.defined() ? b.data<float>() : nullptr, n_rows, out_features, activation);
   if (!needs_grad) return y;
@@ -65,54 +74,57 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
   const Tensor saved = activation == Activation::gelu   ? pre
                        : activation == Activation::none ? Tensor()
                                                         : y.detach();
-  return autograd::record(std::move(y), "linear", {x, weight, bias},
-                          [xc, w, saved, activation, n_rows, in, out_features,
-                           need_x = x.requires_grad(), need_w = weight.requires_grad(),
-                           need_b = bias.defined() && bias.requires_grad()](const Tensor& g) {
-                            const Tensor gc = g.contiguous();
-                            Tensor db = need_b ? Tensor::empty({out_features}) : Tensor();
-                            Tensor dz = gc;
-                            if (activation != Activation::none) dz = Tensor::empty(gc.shape());
-                            cpu::activation_backward(
-                                activation, gc.data<float>(),
-                                saved.defined() ? saved.data<float>() : nullptr,
-                                activation == Activation::none ? nullptr : dz.data<float>(),
-                                need_b ? db.data<float>() : nullptr, n_rows, out_features);
-                            Tensor dx = need_x ? Tensor::empty(xc.shape()) : Tensor();
-                            Tensor dw = need_w ? Tensor::empty({out_features, in}) : Tensor();
-                            // dx [rows, in] = dz [rows, out] W [out, in]
-                            const auto dx_product = [&] {
-                              return cpu::GemmProduct{n_rows,
-                                                      in,
-                                                      out_features,
-                                                      1.0F,
-                                                      {dz.data<float>(), out_features, false},
-                                                      {w.data<float>(), in, false},
-                                                      0.0F,
-                                                      dx.data<float>(),
-                                                      in};
-                            };
-                            // dW [out, in] = dz^T [out, rows] x [rows, in]
-                            const auto dw_product = [&] {
-                              return cpu::GemmProduct{out_features,
-                                                      in,
-                                                      n_rows,
-                                                      1.0F,
-                                                      {dz.data<float>(), out_features, true},
-                                                      {xc.data<float>(), in, false},
-                                                      0.0F,
-                                                      dw.data<float>(),
-                                                      in};
-                            };
-                            if (need_x && need_w) {
-                              cpu::gemm_pair(dx_product(), dw_product());
-                            } else if (need_x) {
-                              cpu::gemm(dx_product());
-                            } else if (need_w) {
-                              cpu::gemm(dw_product());
-                            }
-                            return autograd::TensorList{dx, dw, db};
-                          });
+  // dW needs x, rounded when the products are; dx needs W.
+  const Tensor x_kept = x_bf16.defined() ? Tensor() : xc;
+  return autograd::record(
+      std::move(y), "linear", {x, weight, bias},
+      [x_kept, x_bf16, x_shape = xc.shape(), w, w_bf16, bits, saved, activation, n_rows, in,
+       out_features, need_x = x.requires_grad(), need_w = weight.requires_grad(),
+       need_b = bias.defined() && bias.requires_grad()](const Tensor& g) {
+        const Tensor gc = g.contiguous();
+        Tensor db = need_b ? Tensor::empty({out_features}) : Tensor();
+        Tensor dz = gc;
+        if (activation != Activation::none) dz = Tensor::empty(gc.shape());
+        cpu::activation_backward(activation, gc.data<float>(),
+                                 saved.defined() ? saved.data<float>() : nullptr,
+                                 activation == Activation::none ? nullptr : dz.data<float>(),
+                                 need_b ? db.data<float>() : nullptr, n_rows, out_features);
+        Tensor dx = need_x ? Tensor::empty(x_shape) : Tensor();
+        Tensor dw = need_w ? Tensor::empty({out_features, in}) : Tensor();
+        // dx [rows, in] = dz [rows, out] W [out, in]
+        const auto dx_product = [&] {
+          return cpu::GemmProduct{n_rows,
+                                  in,
+                                  out_features,
+                                  1.0F,
+                                  {dz.data<float>(), out_features, false},
+                                  {w.data<float>(), in, false, bits(w_bf16)},
+                                  0.0F,
+                                  dx.data<float>(),
+                                  in};
+        };
+        // dW [out, in] = dz^T [out, rows] x [rows, in]
+        const auto dw_product = [&] {
+          return cpu::GemmProduct{
+              out_features,
+              in,
+              n_rows,
+              1.0F,
+              {dz.data<float>(), out_features, true},
+              {x_kept.defined() ? x_kept.data<float>() : nullptr, in, false, bits(x_bf16)},
+              0.0F,
+              dw.data<float>(),
+              in};
+        };
+        if (need_x && need_w) {
+          cpu::gemm_pair(dx_product(), dw_product());
+        } else if (need_x) {
+          cpu::gemm(dx_product());
+        } else if (need_w) {
+          cpu::gemm(dw_product());
+        }
+        return autograd::TensorList{dx, dw, db};
+      });
 }
 
 }  // namespace rig::ops
