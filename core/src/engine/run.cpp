@@ -260,7 +260,7 @@ int run(const RunOptions& options) {
           "*** Matrix products round their operands to bfloat16 and accumulate in "
           "float32 ({})",
           cpu::gemm_dnnl_bf16_available()
-              ? "oneDNN's bfloat16 kernels"
+              ? "oneDNN's bfloat16 kernels for all but the smallest products"
               : "this CPU has no bfloat16 dot products: the same numbers, no faster");
     }
 
