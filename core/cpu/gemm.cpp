@@ -9,7 +9,6 @@
 #include <stdexcept>
 #include <type_traits>
 
-#include "cpu/bf16_round.hpp"
 #include "cpu/dnnl_util.hpp"
 #include "cpu/gemm_dnnl.hpp"
 #include "cpu/parallel.hpp"
@@ -70,9 +69,7 @@ void scale_only(std::int64_t m, std::int64_t n, float beta, float* c, std::int64
   }
 }
 
-void blas(const Product<float>& p) {
-  if (p.m == 0 || p.n == 0) return;
-  if (p.k == 0) return scale_only(p.m, p.n, p.beta, p.c, p.ldc);
+void kernel(const Product<float>& p) {
   if (gemm_dnnl(p.m, p.n, p.k, p.alpha, p.a.data, p.a.ld, p.a.trans, p.b.data, p.b.ld, p.b.trans,
                 p.beta, p.c, p.ldc)) {
     return;
@@ -85,11 +82,31 @@ void blas(const Product<float>& p) {
               static_cast<blasint>(std::max<std::int64_t>(1, p.ldc)));
 }
 
-void blas(const Product<Bf16>& p) {
-  if (p.m == 0 || p.n == 0) return;
-  if (p.k == 0) return scale_only(p.m, p.n, p.beta, p.c, p.ldc);
+void kernel(const Product<Bf16>& p) {
   gemm_dnnl_bf16(p.m, p.n, p.k, p.alpha, p.a.data, p.a.ld, p.a.trans, p.b.data, p.b.ld, p.b.trans,
                  p.beta, p.c, p.ldc);
+}
+
+// One product on the calling thread.
+template <class T>
+void blas(const Product<T>& p) {
+  if (p.m == 0 || p.n == 0) return;
+  if (p.k == 0) return scale_only(p.m, p.n, p.beta, p.c, p.ldc);
+  kernel(p);
+}
+
+// The matrix an operand stores: op(x) is [rows, cols], so x holds [cols, rows] when transposed.
+struct Stored {
+  std::int64_t rows = 0, cols = 0;
+};
+Stored stored_shape(const GemmOperand& x, std::int64_t rows, std::int64_t cols) {
+  return x.trans ? Stored{cols, rows} : Stored{rows, cols};
+}
+
+// The stored matrix at `src` (leading dimension ld) converted into a dense
+// [rows, cols] `dst` (bf16 rounded to nearest even, or widened back to f32).
+void convert(Stored s, const void* src, std::int64_t ld, DType from, void* dst, DType to) {
+  copy_strided({s.rows, s.cols}, dst, {s.cols, 1}, to, src, {ld, 1}, from);
 }
 
 // bfloat16 precision: the operands of one call rounded to bf16 (as bits for
@@ -98,38 +115,34 @@ void blas(const Product<Bf16>& p) {
 template <class T>
 class RoundedOperands {
  public:
-  // op(x) is [rows, cols]; the copy keeps x's orientation, densely packed.
+  // The copy keeps x's orientation, densely packed.
   Operand<T> get(const GemmOperand& x, std::int64_t rows, std::int64_t cols) {
-    const std::int64_t stored_rows = x.trans ? cols : rows;
-    const std::int64_t stored_cols = x.trans ? rows : cols;
+    const Stored s = stored_shape(x, rows, cols);
     if constexpr (std::is_same_v<T, Bf16>) {
-      if (x.bf16 != nullptr) return {x.bf16, stored_cols, x.trans};
+      if (x.bf16 != nullptr) return {x.bf16, s.cols, x.trans};
     }
     for (std::size_t i = 0; i < count_; ++i) {
       const Entry& e = entries_[i];
-      if (e.source == x.data && e.bf16 == x.bf16 && e.ld == x.ld && e.rows == stored_rows &&
-          e.cols == stored_cols) {
-        return {e.rounded, stored_cols, x.trans};
+      if (e.source == x.data && e.bf16 == x.bf16 && e.ld == x.ld && e.shape.rows == s.rows &&
+          e.shape.cols == s.cols) {
+        return {reinterpret_cast<const T*>(e.storage.raw_data()), s.cols, x.trans};
       }
     }
     Entry& e = entries_.at(count_++);
-    e = {x.data,
-         x.bf16,
-         x.ld,
-         stored_rows,
-         stored_cols,
-         dnnl_util::buffer(static_cast<std::size_t>(stored_rows * stored_cols) * sizeof(T)),
-         nullptr};
-    auto* out = reinterpret_cast<T*>(e.storage.raw_data());
+    e = {x.data, x.bf16, x.ld, s,
+         dnnl_util::buffer(static_cast<std::size_t>(s.rows * s.cols) * sizeof(T))};
+    void* out = e.storage.raw_data();
     if constexpr (std::is_same_v<T, Bf16>) {
-      pack_bf16(stored_rows, stored_cols, x.data, x.ld, out);
+      convert(s, x.data, x.ld, DType::f32, out, DType::bf16);
     } else if (x.bf16 != nullptr) {
-      widen_bf16(stored_rows * stored_cols, x.bf16, out);
+      convert(s, x.bf16, s.cols, DType::bf16, out, DType::f32);
     } else {
-      round_bf16(stored_rows, stored_cols, x.data, x.ld, out);
+      // Without bf16 kernels: rounded to bf16, then widened back (exactly) for the f32 GEMM.
+      Tensor bits = dnnl_util::buffer(static_cast<std::size_t>(s.rows * s.cols) * 2);
+      convert(s, x.data, x.ld, DType::f32, bits.raw_data(), DType::bf16);
+      convert(s, bits.raw_data(), s.cols, DType::bf16, out, DType::f32);
     }
-    e.rounded = out;
-    return {out, stored_cols, x.trans};
+    return {reinterpret_cast<const T*>(out), s.cols, x.trans};
   }
 
   Product<T> of(const GemmProduct& p) {
@@ -140,9 +153,9 @@ class RoundedOperands {
   struct Entry {
     const float* source = nullptr;
     const Bf16* bf16 = nullptr;
-    std::int64_t ld = 0, rows = 0, cols = 0;
-    Tensor storage;
-    const T* rounded = nullptr;
+    std::int64_t ld = 0;
+    Stored shape;
+    Tensor storage;  // the rounded copy
   };
   std::array<Entry, 4> entries_;  // two products' operands
   std::size_t count_ = 0;
@@ -329,10 +342,9 @@ void gemm_pair(const GemmProduct& first, const GemmProduct& second) {
 
 Tensor round_operand(const GemmOperand& x, std::int64_t rows, std::int64_t cols) {
   if (gemm_precision() != GemmPrecision::bf16) return {};
-  const std::int64_t stored_rows = x.trans ? cols : rows;
-  const std::int64_t stored_cols = x.trans ? rows : cols;
-  Tensor rounded = Tensor::empty({stored_rows, stored_cols}, DType::bf16);
-  pack_bf16(stored_rows, stored_cols, x.data, x.ld, reinterpret_cast<Bf16*>(rounded.raw_data()));
+  const Stored s = stored_shape(x, rows, cols);
+  Tensor rounded = Tensor::empty({s.rows, s.cols}, DType::bf16);
+  convert(s, x.data, x.ld, DType::f32, rounded.raw_data(), DType::bf16);
   return rounded;
 }
 

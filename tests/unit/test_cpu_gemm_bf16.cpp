@@ -35,31 +35,21 @@ float to_bf16(float x) {
   return std::bit_cast<float>((bits + 0x7FFFU + lsb) & 0xFFFF0000U);
 }
 
-class PrecisionScope {
+// Sets a process-wide CPU setting for a scope and restores it afterwards.
+template <class T, T (*Get)(), void (*Set)(T)>
+class SettingScope {
  public:
-  explicit PrecisionScope(GemmPrecision p) : saved_(rig::cpu::gemm_precision()) {
-    rig::cpu::set_gemm_precision(p);
-  }
-  ~PrecisionScope() { rig::cpu::set_gemm_precision(saved_); }
-  PrecisionScope(const PrecisionScope&) = delete;
-  PrecisionScope& operator=(const PrecisionScope&) = delete;
+  explicit SettingScope(T value) : saved_(Get()) { Set(value); }
+  ~SettingScope() { Set(saved_); }
+  SettingScope(const SettingScope&) = delete;
+  SettingScope& operator=(const SettingScope&) = delete;
 
  private:
-  GemmPrecision saved_;
+  T saved_;
 };
-
-class ThreadsScope {
- public:
-  explicit ThreadsScope(int threads) : saved_(rig::cpu::num_threads()) {
-    rig::cpu::set_num_threads(threads);
-  }
-  ~ThreadsScope() { rig::cpu::set_num_threads(saved_); }
-  ThreadsScope(const ThreadsScope&) = delete;
-  ThreadsScope& operator=(const ThreadsScope&) = delete;
-
- private:
-  int saved_;
-};
+using PrecisionScope =
+    SettingScope<GemmPrecision, rig::cpu::gemm_precision, rig::cpu::set_gemm_precision>;
+using ThreadsScope = SettingScope<int, rig::cpu::num_threads, rig::cpu::set_num_threads>;
 
 // A product's data with padded leading dimensions, and its reference results.
 struct Case {

@@ -57,15 +57,17 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
   // Rows of x (and y): every axis but the last; counted from the shape, as
   // in or out_features may be 0.
   const std::int64_t n_rows = shape_numel(Shape(x.shape().begin(), x.shape().end() - 1));
-  const cpu::GemmOperand x_operand{xc.data<float>(), in, false};
-  const cpu::GemmOperand w_operand{w.data<float>(), in, true};
+  cpu::GemmOperand x_operand{xc.data<float>(), in, false};
+  cpu::GemmOperand w_operand{w.data<float>(), in, true};
   const Tensor x_bf16 = cpu::round_operand(x_operand, n_rows, in);
   const Tensor w_bf16 = cpu::round_operand(w_operand, in, out_features);
   const auto bits = [](const Tensor& t) {
     return t.defined() ? reinterpret_cast<const std::uint16_t*>(t.raw_data()) : nullptr;
   };
-  cpu::gemm(n_rows, out_features, in, 1.0F, {x_operand.data, in, false, bits(x_bf16)},
-            {w_operand.data, in, true, bits(w_bf16)}, 0.0F, y.data<float>(), out_features);
+  x_operand.bf16 = bits(x_bf16);
+  w_operand.bf16 = bits(w_bf16);
+  cpu::gemm(n_rows, out_features, in, 1.0F, x_operand, w_operand, 0.0F, y.data<float>(),
+            out_features);
   cpu::bias_activation(y.data<float>(), pre.defined() ? pre.data<float>() : nullptr,
                        b.defined() ? b.data<float>() : nullptr, n_rows, out_features, activation);
   if (!needs_grad) return y;
