@@ -10,10 +10,13 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "cpu/kernel_attributes.hpp"
 #include "cpu/parallel.hpp"
+#include "cpu/small_gemm_bf16.hpp"
+#include "cpu/transpose_block.hpp"
 #include "cpu/vec_math.hpp"
 
 namespace rig::cpu {
@@ -78,74 +81,6 @@ template <int R>
   for (; i + 6 <= m; i += 6) row_block<6>(n, k, alpha, a + i * lda, lda, b, ldb, c + i * ldc, ldc);
   for (; i + 2 <= m; i += 2) row_block<2>(n, k, alpha, a + i * lda, lda, b, ldb, c + i * ldc, ldc);
   for (; i < m; ++i) row_block<1>(n, k, alpha, a + i * lda, lda, b, ldb, c + i * ldc, ldc);
-}
-
-// Two-input lane shuffles (GCC and Clang spell them differently). Macros, as
-// a function taking 64-byte vectors would change the ABI of the non-AVX-512
-// clones (-Wpsabi).
-#if defined(__clang__)
-#define RIG_SHUFFLE16(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
-#else
-using v16i = int __attribute__((vector_size(64)));
-#define RIG_SHUFFLE16(a, b, ...) __builtin_shuffle(a, b, v16i{__VA_ARGS__})
-#endif
-#define RIG_LO32 0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29
-#define RIG_HI32 2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31
-#define RIG_LO64 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29
-#define RIG_HI64 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
-#define RIG_EVEN_LANES 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27
-#define RIG_ODD_LANES 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31
-
-// dst (rows `ldd` apart) = the transpose of a 16 x 16 block of src (rows `ld`
-// apart): AVX-512's unpack / unpack / 128-bit-lane shuffle sequence.
-[[gnu::always_inline]] inline void transpose16(const float* src, std::int64_t ld, float* dst,
-                                               std::int64_t ldd) {
-  v16 r[16], t[16];
-#pragma GCC unroll 16
-  for (int i = 0; i < 16; ++i) std::memcpy(&r[i], src + i * ld, sizeof(v16));
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = RIG_SHUFFLE16(r[2 * i], r[2 * i + 1], RIG_LO32);
-    t[2 * i + 1] = RIG_SHUFFLE16(r[2 * i], r[2 * i + 1], RIG_HI32);
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {
-    r[4 * i] = RIG_SHUFFLE16(t[4 * i], t[4 * i + 2], RIG_LO64);
-    r[4 * i + 1] = RIG_SHUFFLE16(t[4 * i], t[4 * i + 2], RIG_HI64);
-    r[4 * i + 2] = RIG_SHUFFLE16(t[4 * i + 1], t[4 * i + 3], RIG_LO64);
-    r[4 * i + 3] = RIG_SHUFFLE16(t[4 * i + 1], t[4 * i + 3], RIG_HI64);
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {
-    t[i] = RIG_SHUFFLE16(r[i], r[i + 4], RIG_EVEN_LANES);
-    t[i + 4] = RIG_SHUFFLE16(r[i], r[i + 4], RIG_ODD_LANES);
-    t[i + 8] = RIG_SHUFFLE16(r[i + 8], r[i + 12], RIG_EVEN_LANES);
-    t[i + 12] = RIG_SHUFFLE16(r[i + 8], r[i + 12], RIG_ODD_LANES);
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) {
-    r[i] = RIG_SHUFFLE16(t[i], t[i + 8], RIG_EVEN_LANES);
-    r[i + 8] = RIG_SHUFFLE16(t[i], t[i + 8], RIG_ODD_LANES);
-  }
-#pragma GCC unroll 16
-  for (int i = 0; i < 16; ++i) std::memcpy(dst + i * ldd, &r[i], sizeof(v16));
-}
-
-// dst[c][r] = src[r][c] for a rows x cols block (src rows `ld` apart).
-[[gnu::always_inline]] inline void transpose(const float* src, std::int64_t ld, std::int64_t rows,
-                                             std::int64_t cols, float* dst) {
-  std::int64_t r0 = 0;
-  for (; r0 + 16 <= rows; r0 += 16) {
-    std::int64_t c0 = 0;
-    for (; c0 + 16 <= cols; c0 += 16)
-      transpose16(src + r0 * ld + c0, ld, dst + c0 * rows + r0, rows);
-    for (std::int64_t c = c0; c < cols; ++c) {
-      for (std::int64_t r = r0; r < r0 + 16; ++r) dst[c * rows + r] = src[r * ld + c];
-    }
-  }
-  for (std::int64_t r = r0; r < rows; ++r) {
-    for (std::int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * ld + c];
-  }
 }
 
 constexpr int kLanes = 16;
@@ -213,6 +148,65 @@ inline std::int64_t at(const HeadStrides& st, std::int64_t b, std::int64_t h) {
   return b * st.batch + h * st.head;
 }
 
+// Per-thread working memory of the head kernels, kept between calls.
+struct Scratch {
+  std::vector<float> p, pd, dp;       // [tq x tk] each
+  std::vector<float> a_t, b_t;        // transposed f32 operands
+  std::vector<std::uint32_t> packed;  // bf16 pairs (small_gemm_bf16)
+
+  static Scratch& of_this_thread(const AttentionShape& s) {
+    thread_local Scratch scratch;
+    const auto size = [](std::vector<float>& v, std::int64_t n) {
+      if (v.size() < static_cast<std::size_t>(n)) v.resize(static_cast<std::size_t>(n));
+    };
+    const std::int64_t scores = s.tq * s.tk;
+    size(scratch.p, scores);
+    size(scratch.pd, scores);
+    size(scratch.dp, scores);
+    // The transposed operands: K or V [tk x d] and the weights [tq x tk].
+    const std::int64_t operand = std::max(s.tk * s.d, scores);
+    size(scratch.a_t, operand);
+    size(scratch.b_t, operand);
+    if (s.bf16_products) {
+      const std::int64_t packed = std::max({small_gemm_bf16_scratch(s.tq, s.tk, s.d),
+                                            small_gemm_bf16_scratch(s.tq, s.d, s.tk),
+                                            small_gemm_bf16_scratch(s.tk, s.d, s.tq)});
+      if (scratch.packed.size() < static_cast<std::size_t>(packed)) {
+        scratch.packed.resize(static_cast<std::size_t>(packed));
+      }
+    }
+    return scratch;
+  }
+};
+
+// op(X) [rows x cols] as a dense f32 matrix and its leading dimension: X
+// itself, or X (stored [cols x rows]) transposed into `scratch`.
+[[gnu::always_inline]] inline std::pair<const float*, std::int64_t> dense(const SmallOperand& x,
+                                                                          std::int64_t rows,
+                                                                          std::int64_t cols,
+                                                                          float* scratch) {
+  if (!x.trans) return {x.data, x.ld};
+  transpose(x.data, x.ld, cols, rows, scratch);
+  return {scratch, cols};
+}
+
+// One per-head product C[m x n] = alpha op(A)[m x k] op(B)[k x n]. At bf16
+// precision both operands are rounded (small_gemm_bf16 reads transposed
+// operands in place); in f32 a transposed operand is transposed into scratch
+// first, for the register-tiled kernel above.
+[[gnu::always_inline]] inline void product(const AttentionShape& s, Scratch& scratch,
+                                           std::int64_t m, std::int64_t n, std::int64_t k,
+                                           float alpha, const SmallOperand& a,
+                                           const SmallOperand& b, float* c, std::int64_t ldc) {
+  if (s.bf16_products) {
+    small_gemm_bf16(m, n, k, alpha, a, b, c, ldc, scratch.packed.data());
+    return;
+  }
+  const auto [a_data, lda] = dense(a, m, k, scratch.a_t.data());
+  const auto [b_data, ldb] = dense(b, k, n, scratch.b_t.data());
+  gemm(m, n, k, alpha, a_data, lda, b_data, ldb, c, ldc);
+}
+
 struct ForwardArgs {
   Operands in;
   float* out;
@@ -220,22 +214,18 @@ struct ForwardArgs {
   float* probs;
 };
 
-// Scratch per task: kt [d x tk], p [tq x tk], pd [tq x tk].
-RIG_CPU_KERNEL void forward_heads(const ForwardArgs& a, float* scratch, std::int64_t begin,
-                                  std::int64_t end) {
+RIG_CPU_KERNEL void forward_heads(const ForwardArgs& a, std::int64_t begin, std::int64_t end) {
   const AttentionShape& s = *a.in.s;
   const std::int64_t tq = s.tq, tk = s.tk, d = s.d;
-  float* kt = scratch;
-  float* own_p = kt + d * tk;
-  float* pd = own_p + tq * tk;
+  Scratch& scratch = Scratch::of_this_thread(s);
   for (std::int64_t bh = begin; bh < end; ++bh) {
     const std::int64_t b = bh / s.h, h = bh % s.h;
     const float* q = a.in.q + at(a.in.qs, b, h);
     const float* k = a.in.k + at(a.in.ks, b, h);
     const float* v = a.in.v + at(a.in.vs, b, h);
-    float* p = a.probs != nullptr ? a.probs + bh * tq * tk : own_p;
-    transpose(k, a.in.ks.time, tk, d, kt);
-    gemm(tq, tk, d, s.scale, q, a.in.qs.time, kt, tk, p, tk);
+    float* p = a.probs != nullptr ? a.probs + bh * tq * tk : scratch.p.data();
+    // scores = scale q k^T
+    product(s, scratch, tq, tk, d, s.scale, {q, a.in.qs.time}, {k, a.in.ks.time, true}, p, tk);
     for (std::int64_t i = 0; i < tq; ++i) {
       const std::uint8_t* mask =
           s.mask == nullptr
@@ -245,10 +235,11 @@ RIG_CPU_KERNEL void forward_heads(const ForwardArgs& a, float* scratch, std::int
     }
     const float* weights = p;
     if (s.keep != nullptr) {
-      apply_keep(p, s.keep + bh * tq * tk, s.keep_scale, pd, tq * tk);
-      weights = pd;
+      apply_keep(p, s.keep + bh * tq * tk, s.keep_scale, scratch.pd.data(), tq * tk);
+      weights = scratch.pd.data();
     }
-    gemm(tq, d, tk, 1.0F, weights, tk, v, a.in.vs.time, a.out + at(a.os, b, h), a.os.time);
+    product(s, scratch, tq, d, tk, 1.0F, {weights, tk}, {v, a.in.vs.time}, a.out + at(a.os, b, h),
+            a.os.time);
   }
 }
 
@@ -261,15 +252,11 @@ struct BackwardArgs {
   HeadStrides dqs, dks, dvs;
 };
 
-// Scratch per task: vt [d x tk], pd [tq x tk], tr [tk x tq], dp [tq x tk].
-RIG_CPU_KERNEL void backward_heads(const BackwardArgs& a, float* scratch, std::int64_t begin,
-                                   std::int64_t end) {
+RIG_CPU_KERNEL void backward_heads(const BackwardArgs& a, std::int64_t begin, std::int64_t end) {
   const AttentionShape& s = *a.in.s;
   const std::int64_t tq = s.tq, tk = s.tk, d = s.d;
-  float* vt = scratch;
-  float* pd = vt + d * tk;
-  float* tr = pd + tq * tk;
-  float* dp = tr + tk * tq;
+  Scratch& scratch = Scratch::of_this_thread(s);
+  float* dp = scratch.dp.data();
   for (std::int64_t bh = begin; bh < end; ++bh) {
     const std::int64_t b = bh / s.h, h = bh % s.h;
     const float* q = a.in.q + at(a.in.qs, b, h);
@@ -281,17 +268,16 @@ RIG_CPU_KERNEL void backward_heads(const BackwardArgs& a, float* scratch, std::i
     if (a.dv != nullptr) {  // dv = pd^T g
       const float* weights = p;
       if (keep != nullptr) {
-        apply_keep(p, keep, s.keep_scale, pd, tq * tk);
-        weights = pd;
+        apply_keep(p, keep, s.keep_scale, scratch.pd.data(), tq * tk);
+        weights = scratch.pd.data();
       }
-      transpose(weights, tk, tq, tk, tr);
-      gemm(tk, d, tq, 1.0F, tr, tq, g, a.dos.time, a.dv + at(a.dvs, b, h), a.dvs.time);
+      product(s, scratch, tk, d, tq, 1.0F, {weights, tk, true}, {g, a.dos.time},
+              a.dv + at(a.dvs, b, h), a.dvs.time);
     }
     if (a.dq == nullptr && a.dk == nullptr) continue;
     // dp = g v^T (through dropout), then the softmax backward in place:
     // ds = p (dp - <p, dp>) per row.
-    transpose(v, a.in.vs.time, tk, d, vt);
-    gemm(tq, tk, d, 1.0F, g, a.dos.time, vt, tk, dp, tk);
+    product(s, scratch, tq, tk, d, 1.0F, {g, a.dos.time}, {v, a.in.vs.time, true}, dp, tk);
     if (keep != nullptr) apply_keep(dp, keep, s.keep_scale, dp, tq * tk);
     for (std::int64_t i = 0; i < tq; ++i) {
       float* row = dp + i * tk;
@@ -301,20 +287,14 @@ RIG_CPU_KERNEL void backward_heads(const BackwardArgs& a, float* scratch, std::i
       for (std::int64_t j = 0; j < tk; ++j) row[j] = pr[j] * (row[j] - dot);
     }
     if (a.dq != nullptr) {  // dq = scale ds k
-      gemm(tq, d, tk, s.scale, dp, tk, k, a.in.ks.time, a.dq + at(a.dqs, b, h), a.dqs.time);
+      product(s, scratch, tq, d, tk, s.scale, {dp, tk}, {k, a.in.ks.time}, a.dq + at(a.dqs, b, h),
+              a.dqs.time);
     }
     if (a.dk != nullptr) {  // dk = scale ds^T q
-      transpose(dp, tk, tq, tk, tr);
-      gemm(tk, d, tq, s.scale, tr, tq, q, a.in.qs.time, a.dk + at(a.dks, b, h), a.dks.time);
+      product(s, scratch, tk, d, tq, s.scale, {dp, tk, true}, {q, a.in.qs.time},
+              a.dk + at(a.dks, b, h), a.dks.time);
     }
   }
-}
-
-// This thread's scratch of at least n floats (kept between calls).
-float* thread_scratch(std::int64_t n) {
-  thread_local std::vector<float> buffer;
-  if (buffer.size() < static_cast<std::size_t>(n)) buffer.resize(static_cast<std::size_t>(n));
-  return buffer.data();
 }
 
 // (batch, head) pairs per task: about 64 K multiply-adds at least.
@@ -329,10 +309,8 @@ void attention_forward(const AttentionShape& s, const float* q, const HeadStride
                        const float* k, const HeadStrides& ks, const float* v, const HeadStrides& vs,
                        float* out, const HeadStrides& os, float* probs) {
   const ForwardArgs args{{&s, q, k, v, qs, ks, vs}, out, os, probs};
-  const std::int64_t scratch = s.d * s.tk + 2 * s.tq * s.tk;
-  parallel_for(s.b * s.h, head_grain(s), [&](std::int64_t begin, std::int64_t end) {
-    forward_heads(args, thread_scratch(scratch), begin, end);
-  });
+  parallel_for(s.b * s.h, head_grain(s),
+               [&](std::int64_t begin, std::int64_t end) { forward_heads(args, begin, end); });
 }
 
 void attention_backward(const AttentionShape& s, const float* q, const HeadStrides& qs,
@@ -341,10 +319,8 @@ void attention_backward(const AttentionShape& s, const float* q, const HeadStrid
                         const HeadStrides& dos, float* dq, const HeadStrides& dqs, float* dk,
                         const HeadStrides& dks, float* dv, const HeadStrides& dvs) {
   const BackwardArgs args{{&s, q, k, v, qs, ks, vs}, probs, dout, dos, dq, dk, dv, dqs, dks, dvs};
-  const std::int64_t scratch = s.d * s.tk + 3 * s.tq * s.tk;
-  parallel_for(s.b * s.h, head_grain(s), [&](std::int64_t begin, std::int64_t end) {
-    backward_heads(args, thread_scratch(scratch), begin, end);
-  });
+  parallel_for(s.b * s.h, head_grain(s),
+               [&](std::int64_t begin, std::int64_t end) { backward_heads(args, begin, end); });
 }
 
 }  // namespace rig::cpu

@@ -25,6 +25,10 @@ struct AttentionShape {
   // the factor for kept weights; null for no dropout.
   const std::uint8_t* keep = nullptr;
   float keep_scale = 1.0F;
+  // Round the operands of every per-head product (q k^T, weights v and the
+  // backward's four) to bfloat16 and accumulate in f32, as cpu::gemm does at
+  // GemmPrecision::bf16; softmax, dropout and the outputs stay f32.
+  bool bf16_products = false;
 };
 
 // out = dropout(softmax(q k^T * scale, masked)) v; a query with no allowed

@@ -3,7 +3,9 @@
 // up to f32 summation error, and differ from the unrounded product by the
 // rounding's own error, on every path: oneDNN's bf16 panels, the rounded-f32
 // fallback for small products, the tall transposed product, gemm_pair with a
-// shared operand, and batched products, at one and two threads.
+// shared operand, and batched products, at one and two threads; and the
+// attention's small in-cache products (cpu/small_gemm_bf16.hpp), whose
+// AVX512_BF16 kernel must give the portable kernel's bits.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -11,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <iostream>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -18,6 +21,7 @@
 #include "cpu/gemm.hpp"
 #include "cpu/gemm_dnnl.hpp"
 #include "cpu/parallel.hpp"
+#include "cpu/small_gemm_bf16.hpp"
 #include "golden.hpp"
 #include "rig/ops.hpp"
 
@@ -288,6 +292,92 @@ TEST(CpuGemmBf16, Float32PrecisionLeavesOperandsAlone) {
   double worst = 0.0;
   for (std::size_t i = 0; i < c.size(); ++i) worst = std::max(worst, std::abs(c[i] - exact[i]));
   EXPECT_LT(worst, 1e-4);
+}
+
+// ---- the attention's small products ----------------------------------------
+
+using rig::cpu::SmallGemmKernel;
+
+std::vector<float> small_product(const Case& t, SmallGemmKernel kernel) {
+  std::vector<float> c = t.c0;
+  std::vector<std::uint32_t> scratch(
+      static_cast<std::size_t>(rig::cpu::small_gemm_bf16_scratch(t.m, t.n, t.k)));
+  rig::cpu::small_gemm_bf16(t.m, t.n, t.k, t.alpha, {t.a.data(), t.lda, t.ta},
+                            {t.b.data(), t.ldb, t.tb}, c.data(), t.ldc, scratch.data(), kernel);
+  return c;
+}
+
+// The benchmark's per-head shapes (32 x 32 x 64, 32 x 64 x 32), odd sizes
+// (odd k leaves a half-empty pair), one row, and more than 64 columns.
+const std::vector<std::array<std::int64_t, 3>> kSmallShapes{{32, 32, 64}, {32, 64, 32}, {5, 7, 3},
+                                                            {1, 33, 17},  {13, 70, 9},  {6, 16, 1}};
+
+TEST(CpuSmallGemmBf16, PortableKernelIsTheProductOfTheRoundedOperands) {
+  std::mt19937 rng(17);
+  for (const auto& [m, n, k] : kSmallShapes) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        const Case t(m, n, k, ta, tb, 0.125F, 0.0F, rng);
+        const std::vector<float> c = small_product(t, SmallGemmKernel::portable);
+        if (k > 1) {
+          expect_bf16_product(t, c, "portable " + describe(t, 1));
+        } else {  // one product per element: exactly that of the rounded operands
+          const std::vector<double> rounded = t.reference(true);
+          for (std::size_t i = 0; i < c.size(); ++i) EXPECT_EQ(c[i], rounded[i]) << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuSmallGemmBf16, NativeKernelGivesThePortableBits) {
+  if (!rig::cpu::small_gemm_bf16_native_available()) {
+    GTEST_SKIP() << "this CPU has no AVX512_BF16; the portable kernel is the one in use";
+  }
+  std::mt19937 rng(23);
+  for (const auto& [m, n, k] : kSmallShapes) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        const Case t(m, n, k, ta, tb, -0.7F, 0.0F, rng);
+        const std::vector<float> native = small_product(t, SmallGemmKernel::native);
+        const std::vector<float> portable = small_product(t, SmallGemmKernel::portable);
+        EXPECT_EQ(native, portable) << describe(t, 1);
+        EXPECT_EQ(small_product(t, SmallGemmKernel::best), native) << describe(t, 1);
+      }
+    }
+  }
+}
+
+TEST(CpuSmallGemmBf16, RoundsToNearestEvenAndKeepsNaN) {
+  // 1 + 2^-8 lies halfway between bf16's 1 and 1 + 2^-7: it goes to 1 (even);
+  // 1 + 3 * 2^-8 halfway between 1 + 2^-7 and 1 + 2^-6: it goes to 1 + 2^-6.
+  const float tie_down = 1.0F + 0x1.0p-8F, tie_up = 1.0F + 3.0F * 0x1.0p-8F;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (SmallGemmKernel kernel : {SmallGemmKernel::portable, SmallGemmKernel::best}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        // C [1 x 3] = [x] [1 1 1] with k = 1, and the same through k = 2.
+        const float a[2] = {tie_down, tie_up};
+        const float ones[6] = {1.0F, 1.0F, 1.0F, 1.0F, 1.0F, 1.0F};
+        float c[3] = {};
+        std::uint32_t scratch[64];
+        rig::cpu::small_gemm_bf16(1, 3, 1, 1.0F, {a, 1, ta}, {ones, tb ? 1 : 3, tb}, c, 3, scratch,
+                                  kernel);
+        EXPECT_EQ(c[0], 1.0F);
+        rig::cpu::small_gemm_bf16(1, 3, 1, 1.0F, {a + 1, 1, ta}, {ones, tb ? 1 : 3, tb}, c, 3,
+                                  scratch, kernel);
+        EXPECT_EQ(c[2], 1.0F + 0x1.0p-6F);
+        // k = 2 (one full pair): 1 + (1 + 2^-6).
+        rig::cpu::small_gemm_bf16(1, 3, 2, 1.0F, {a, ta ? 1 : 2, ta}, {ones, tb ? 2 : 3, tb}, c, 3,
+                                  scratch, kernel);
+        EXPECT_EQ(c[1], 2.0F + 0x1.0p-6F);
+        const float with_nan[2] = {nan, 1.0F};
+        rig::cpu::small_gemm_bf16(1, 3, 2, 1.0F, {with_nan, ta ? 1 : 2, ta}, {ones, tb ? 2 : 3, tb},
+                                  c, 3, scratch, kernel);
+        EXPECT_TRUE(std::isnan(c[0]));
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -1,13 +1,15 @@
 // scaled_dot_product_attention: golden values (a float64 torch reference
 // written by hand), finite differences (masks, causal, Tq != Tk, dropout with
 // a fixed key, strided split-heads inputs), dropout statistics and its
-// agreement with ops::dropout's stream, fully masked rows, error messages.
+// agreement with ops::dropout's stream, fully masked rows, error messages;
+// at bfloat16 matmul precision, the same roundings as composed ops.
 #include <gtest/gtest.h>
 
 #include <array>
 #include <cmath>
 #include <vector>
 
+#include "cpu/gemm.hpp"
 #include "golden.hpp"
 #include "gradcheck.hpp"
 #include "rig/ops.hpp"
@@ -228,6 +230,73 @@ TEST_P(OpsAttentionComposed, MatchesComposedOps) {
 INSTANTIATE_TEST_SUITE_P(Shapes, OpsAttentionComposed,
                          ::testing::Values(std::array<std::int64_t, 5>{1, 2, 45, 70, 37},
                                            std::array<std::int64_t, 5>{2, 2, 32, 32, 64}));
+
+// Elementwise agreement of two tensors: the share of elements within
+// 1e-5 (relative to the larger magnitude, floored at 1) and the largest
+// difference.
+struct Agreement {
+  double close_share = 0.0, worst = 0.0, mean = 0.0;
+};
+Agreement agreement(const Tensor& x, const Tensor& y) {
+  const std::vector<float> a = x.to_vector(), b = y.to_vector();
+  Agreement r;
+  std::size_t close = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double diff = std::abs(static_cast<double>(a[i]) - b[i]);
+    const double scale =
+        std::max({1.0, std::abs(static_cast<double>(a[i])), std::abs(static_cast<double>(b[i]))});
+    close += diff <= 1e-5 * scale ? 1 : 0;
+    r.worst = std::max(r.worst, diff);
+    r.mean += diff / static_cast<double>(a.size());
+  }
+  r.close_share = static_cast<double>(close) / static_cast<double>(a.size());
+  return r;
+}
+
+TEST(OpsAttention, Bfloat16PrecisionRoundsEveryPerHeadProduct) {
+  // At matmul_precision bfloat16 ops::matmul rounds its operands, so the
+  // composed ops round q, k, the dropped weights and v (and, backward, the
+  // upstream gradient and ds) where the fused kernels' per-head products do.
+  // A power-of-two scale commutes with rounding. Both ways must agree to f32
+  // accuracy almost everywhere (a value 1 ulp apart may round to another
+  // bf16 neighbour), and be far from the f32 results.
+  const std::int64_t b = 2, h = 2, tq = 33, tk = 19, d = 24;
+  ops::AttentionOptions o;
+  o.scale = 0.25F;
+  o.mask = mask_tensor({b, 1, tq, tk}, 4, 0.9F);
+  o.dropout_p = 0.2F;
+  o.key = {5, 6, 7, 8};
+  const Tensor up = random_tensor({b, h, tq, d}, 5);
+  const auto run = [&](bool fused) {
+    std::vector<Tensor> x{random_tensor({b, h, tq, d}, 1), random_tensor({b, h, tk, d}, 2),
+                          random_tensor({b, h, tk, d}, 3)};
+    for (auto& t : x) t.set_requires_grad(true);
+    Tensor y;
+    if (fused) {
+      y = ops::scaled_dot_product_attention(x[0], x[1], x[2], o);
+    } else {
+      const Tensor weights = ops::softmax(
+          ops::mul_scalar(ops::matmul(x[0], x[1], false, true), o.scale.value()), -1, o.mask);
+      y = ops::matmul(ops::dropout(weights, o.dropout_p, o.key), x[2]);
+    }
+    grads_of(y, up, x);
+    return std::vector<Tensor>{y, x[0].grad(), x[1].grad(), x[2].grad()};
+  };
+  const std::vector<Tensor> f32 = run(true);
+  rig::cpu::set_gemm_precision(rig::cpu::GemmPrecision::bf16);
+  const std::vector<Tensor> fused = run(true), composed = run(false);
+  rig::cpu::set_gemm_precision(rig::cpu::GemmPrecision::f32);
+  const char* names[] = {"y", "dq", "dk", "dv"};
+  for (std::size_t i = 0; i < 4; ++i) {
+    SCOPED_TRACE(names[i]);
+    const Agreement same = agreement(fused[i], composed[i]);
+    const Agreement other = agreement(fused[i], f32[i]);
+    EXPECT_GE(same.close_share, 0.99);
+    EXPECT_LT(same.worst, 2e-3);
+    EXPECT_LT(other.close_share, 0.5);
+    EXPECT_GT(other.mean, 20.0 * same.mean);
+  }
+}
 
 TEST(OpsAttention, HalfPrecisionKeepsTheDtype) {
   const Tensor q = random_tensor({1, 2, 3, 4}, 1), k = random_tensor({1, 2, 5, 4}, 2),

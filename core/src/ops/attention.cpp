@@ -13,6 +13,7 @@
 
 #include "cpu/attention.hpp"
 #include "cpu/dropout.hpp"
+#include "cpu/gemm.hpp"
 #include "cpu/parallel.hpp"
 #include "ops/op_util.hpp"
 #include "rig/autograd.hpp"
@@ -127,6 +128,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   s.scale =
       options.scale.value_or(1.0F / std::sqrt(static_cast<float>(std::max<std::int64_t>(1, s.d))));
   s.causal = options.causal;
+  // matmul_precision: bfloat16 covers the per-head products too.
+  s.bf16_products = cpu::gemm_precision() == cpu::GemmPrecision::bf16;
   const Shape scores{s.b, s.h, s.tq, s.tk};
   Tensor mask;
   if (options.mask.defined()) {
