@@ -120,4 +120,31 @@ TEST(TensorAutograd, GradientsThroughViewsAccumulate) {
   EXPECT_EQ(b.grad().to_vector(), (std::vector<float>{2, 2}));
 }
 
+TEST(TensorAutograd, GradientsOthersHoldAreNotAddedIntoInPlace) {
+  // A pending gradient that nothing else holds (the residual stream's) is
+  // added into in place; one that a backward function returned while also
+  // keeping it, or that the caller holds, must stay as it is. `pass_on` is
+  // an identity op whose backward returns the caller's tensor `held`.
+  const Tensor held = Tensor::full({3}, 1.0F);
+  const auto pass_on = [&held](const Tensor& a) {
+    return rig::autograd::record(a.detach().clone(), "pass_on", {a},
+                                 [held](const Tensor&) { return rig::TensorList{held}; });
+  };
+  for (bool held_first : {true, false}) {
+    SCOPED_TRACE(held_first);
+    Tensor x = Tensor::from_vector(std::vector<float>{1, -2, 3}, {3}).set_requires_grad(true);
+    const Tensor a = ops::mul_scalar(x, 2.0F);
+    const Tensor other = ops::mul(a, a);  // gradient 2a
+    const Tensor y = held_first ? ops::add(pass_on(a), other) : ops::add(other, pass_on(a));
+    ops::sum(y).backward();
+    EXPECT_EQ(held.to_vector(), (std::vector<float>{1, 1, 1}));
+    EXPECT_EQ(x.grad().to_vector(), (std::vector<float>{10, -14, 26}));  // 2 (1 + 2a)
+  }
+  // The same tensor to both inputs of one add (a + a), then a third gradient.
+  Tensor z = Tensor::from_vector(std::vector<float>{1, 2}, {2}).set_requires_grad(true);
+  const Tensor c = ops::mul_scalar(z, 2.0F);
+  ops::sum(ops::add(ops::add(c, c), ops::mul(c, c))).backward();  // 2c + c^2
+  EXPECT_EQ(z.grad().to_vector(), (std::vector<float>{12, 20}));  // 2 (2 + 2c)
+}
+
 }  // namespace

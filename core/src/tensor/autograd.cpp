@@ -32,6 +32,15 @@ void add_into(Tensor& dst, const Tensor& src) {
                    src.strides(), src.dtype());
 }
 
+// Whether nothing but this handle reaches t's memory, so that a gradient may
+// be added into it in place. A backward function may return a tensor it also
+// keeps, or the same tensor for two inputs (add gives both its upstream
+// gradient); by the time a second gradient arrives, the other holders have
+// usually been consumed. Saves a copy per residual connection.
+bool sole_owner(const Tensor& t) {
+  return t.impl_ptr().use_count() == 1 && t.impl()->storage.use_count() == 1;
+}
+
 // A vertex of the backward graph: a node, or a leaf that accumulates into .grad.
 struct Vertex {
   Node* node = nullptr;
@@ -277,10 +286,8 @@ void backward(const Tensor& root) {
         slot = {std::move(g), false};
         continue;
       }
-      if (!slot.owned) {
-        slot.value = slot.value.clone();
-        slot.owned = true;
-      }
+      if (!slot.owned && !sole_owner(slot.value)) slot.value = slot.value.clone();
+      slot.owned = true;
       add_into(slot.value, g);
     }
   }
