@@ -274,9 +274,9 @@ template <int W>
 struct ActivationBackward {
   using V = simd::Vec<W>;
   using F = typename V::F;
-  static RIG_SIMD_INLINE void run(ops::Activation act, const float* g, const float* saved,
-                                  float* dz, float* db, std::int64_t rows, std::int64_t cols,
-                                  std::int64_t c0, std::int64_t c1) {
+  static RIG_SIMD_INLINE void run(ops::Activation act, float relu_scale, const float* g,
+                                  const float* saved, float* dz, float* db, std::int64_t rows,
+                                  std::int64_t cols, std::int64_t c0, std::int64_t c1) {
     const std::int64_t w = c1 - c0;
     if (db != nullptr) std::fill(db + c0, db + c1, 0.0F);
     for (std::int64_t r = 0; r < rows; ++r) {
@@ -287,9 +287,15 @@ struct ActivationBackward {
         case ops::Activation::none:
           break;
         case ops::Activation::relu:
-          UnaryKernel<W>::map2(gr, sr, dr, w, [](const F& gv, const F& yv) RIG_SIMD_LAMBDA {
-            return yv > 0.0F ? gv : F{};
-          });
+          if (relu_scale == 1.0F) {
+            UnaryKernel<W>::map2(gr, sr, dr, w, [](const F& gv, const F& yv) RIG_SIMD_LAMBDA {
+              return yv > 0.0F ? gv : F{};
+            });
+          } else {
+            UnaryKernel<W>::map2(gr, sr, dr, w,
+                                 [relu_scale](const F& gv, const F& yv)
+                                     RIG_SIMD_LAMBDA { return yv > 0.0F ? gv * relu_scale : F{}; });
+          }
           break;
         case ops::Activation::gelu:
           UnaryKernel<W>::map2(gr, sr, dr, w, [](const F& gv, const F& zv) RIG_SIMD_LAMBDA {
@@ -375,7 +381,7 @@ void bias_activation(float* y, float* pre, const float* bias, std::int64_t rows,
 }
 
 void activation_backward(ops::Activation activation, const float* g, const float* saved, float* dz,
-                         float* db, std::int64_t rows, std::int64_t cols) {
+                         float* db, std::int64_t rows, std::int64_t cols, float relu_scale) {
   if (activation == ops::Activation::none && db == nullptr) return;
   // Column blocks: each task owns its slice of db, so no reduction is needed.
   constexpr std::int64_t kBlock = 64;
@@ -386,7 +392,8 @@ void activation_backward(ops::Activation activation, const float* g, const float
     for (std::int64_t blk = begin; blk < end; ++blk) {
       const std::int64_t c0 = blk * kBlock;
       const std::int64_t c1 = std::min(cols, c0 + kBlock);
-      simd::dispatch<ActivationBackward>(activation, g, saved, dz, db, rows, cols, c0, c1);
+      simd::dispatch<ActivationBackward>(activation, relu_scale, g, saved, dz, db, rows, cols, c0,
+                                         c1);
     }
   });
 }

@@ -54,7 +54,9 @@ void bias_activation(float* y, float* pre, const float* bias, std::int64_t rows,
 // Linear's backward epilogue: dz = g * act'(.) from `saved` (the output y,
 // or the pre-activation for gelu) into dz (may alias g; unused for none), and
 // when db is non-null, db[c] = sum over rows of dz[r, c] (overwritten).
+// relu_scale (relu only): dz = saved > 0 ? g * relu_scale : 0, the backward
+// of relu followed by dropout when `saved` is the dropped output.
 void activation_backward(ops::Activation activation, const float* g, const float* saved, float* dz,
-                         float* db, std::int64_t rows, std::int64_t cols);
+                         float* db, std::int64_t rows, std::int64_t cols, float relu_scale = 1.0F);
 
 }  // namespace rig::cpu

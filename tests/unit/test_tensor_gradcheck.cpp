@@ -6,10 +6,14 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <string>
+#include <vector>
 
+#include "cpu/gemm.hpp"
 #include "gradcheck.hpp"
 #include "rig/autograd.hpp"
 #include "rig/ops.hpp"
+#include "test_tensor_util.hpp"
 
 namespace {
 
@@ -100,6 +104,60 @@ TEST_F(TensorGradCheck, LinearWithoutBiasAndStridedInput) {
   EXPECT_TRUE(check_gradients(
       [](const auto& in) { return ops::linear(in[0].transpose(0, 1), in[1], in[2]); },
       {rand({4, 3}), rand({2, 4}), rand({2})}));
+}
+
+TEST_F(TensorGradCheck, LinearWithOutputDropout) {
+  // A fixed key: the same mask at every evaluation. Inputs kept off relu's kink.
+  const ops::OutputDropout dropout{0.3F, {7, 1, 0, 5}};
+  EXPECT_TRUE(check_gradients(
+      [&](const auto& in) {
+        return ops::linear(in[0], in[1], in[2], ops::Activation::relu, dropout);
+      },
+      {rand({2, 5, 4}, 0.1F), rand({6, 4}), rand({6})}));
+}
+
+// The fused output dropout is dropout(linear(...)) bit for bit, forward and
+// backward, at both matmul precisions.
+TEST_F(TensorGradCheck, LinearOutputDropoutIsDropoutOfLinear) {
+  const ops::OutputDropout dropout{0.4F, {3, 9, 2, 11}};
+  for (auto precision : {rig::cpu::GemmPrecision::f32, rig::cpu::GemmPrecision::bf16}) {
+    rig::cpu::set_gemm_precision(precision);
+    const Tensor x0 = rand({4, 33, 40}), w0 = rand({96, 40}), b0 = rand({96}),
+                 up = rand({4, 33, 96});
+    const auto run = [&](bool fused) {
+      std::vector<Tensor> in{x0.detach().clone(), w0.detach().clone(), b0.detach().clone()};
+      for (auto& t : in) t.set_requires_grad(true);
+      const Tensor y = fused ? ops::linear(in[0], in[1], in[2], ops::Activation::relu, dropout)
+                             : ops::dropout(ops::linear(in[0], in[1], in[2], ops::Activation::relu),
+                                            dropout.p, dropout.key);
+      ops::sum(ops::mul(y, up)).backward();
+      return std::vector<Tensor>{y, in[0].grad(), in[1].grad(), in[2].grad()};
+    };
+    const std::vector<Tensor> fused = run(true), composed = run(false);
+    for (std::size_t i = 0; i < fused.size(); ++i) {
+      EXPECT_EQ(fused[i].to_vector(), composed[i].to_vector())
+          << "output " << i << ", precision " << static_cast<int>(precision);
+    }
+  }
+  rig::cpu::set_gemm_precision(rig::cpu::GemmPrecision::f32);
+  // p = 0: linear itself; p = 1: zeros, as dropout gives.
+  const Tensor x = rand({3, 4}), w = rand({5, 4}), b = rand({5});
+  EXPECT_EQ(ops::linear(x, w, b, ops::Activation::relu, {}).to_vector(),
+            ops::linear(x, w, b, ops::Activation::relu).to_vector());
+  EXPECT_EQ(ops::linear(x, w, b, ops::Activation::relu, {1.0F, {1, 2, 3, 4}}).to_vector(),
+            std::vector<float>(15, 0.0F));
+}
+
+TEST_F(TensorGradCheck, LinearOutputDropoutErrors) {
+  const Tensor x = rand({3, 4}), w = rand({5, 4});
+  EXPECT_TRUE(contains(error_of([&] {
+                         ops::linear(x, w, {}, ops::Activation::gelu, {0.1F, {}});
+                       }),
+                       "output dropout needs activation relu"));
+  EXPECT_TRUE(contains(error_of([&] {
+                         ops::linear(x, w, {}, ops::Activation::relu, {1.5F, {}});
+                       }),
+                       "p = 1.5 is not in [0, 1]"));
 }
 
 // ---- elementwise -------------------------------------------------------------------------

@@ -41,6 +41,9 @@ class RIG_API Linear : public Module {
          std::int64_t out_features, bool bias = true,
          std::optional<Initializer> init = std::nullopt);
   Tensor forward(const Tensor& x, ops::Activation activation = ops::Activation::none) const;
+  // relu, then dropout fused into the layer (ops::linear's OutputDropout).
+  Tensor forward(const Tensor& x, ops::Activation activation,
+                 const ops::OutputDropout& dropout) const;
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }
 
@@ -77,6 +80,9 @@ class RIG_API Dropout {
  public:
   Dropout(std::string name, float p);
   Tensor forward(const Tensor& x, bool training, const RandomKey& key) const;
+  // The same dropout as Linear's fused output dropout (after relu): the same
+  // stream, so the same mask; p 0 when not training.
+  ops::OutputDropout as_output_dropout(bool training, const RandomKey& key) const;
   float p() const { return p_; }
 
  private:

@@ -26,6 +26,17 @@ enum class Activation { none, relu, gelu, tanh, sigmoid };
 // bias [out] or undefined. One GEMM with the bias and activation fused.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
               Activation activation = Activation::none);
+// dropout(linear(x, weight, bias, relu), p, key), bit for bit in f32, fused: the
+// dropout runs in place on the output, and backward keeps only that output,
+// since relu's derivative times the kept mask is (output > 0) / (1 - p): no
+// separate relu output, no mask. activation must be relu (p > 0); p = 0 is
+// linear itself.
+struct OutputDropout {
+  float p = 0.0F;
+  RandomKey key;
+};
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation activation,
+              const OutputDropout& dropout);
 
 // ---- Elementwise (NumPy broadcasting) -------------------------------------
 Tensor add(const Tensor& a, const Tensor& b);

@@ -21,4 +21,9 @@ Tensor Dropout::forward(const Tensor& x, bool training, const RandomKey& key) co
   return ops::dropout(x, p_, key.derive(name_));
 }
 
+ops::OutputDropout Dropout::as_output_dropout(bool training, const RandomKey& key) const {
+  if (!training || p_ == 0.0F) return {};
+  return {p_, key.derive(name_)};
+}
+
 }  // namespace rig::nn

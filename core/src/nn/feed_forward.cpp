@@ -14,6 +14,10 @@ FeedForward::FeedForward(ParameterStore& store, std::string name, std::int64_t m
       outer_(store, child("outer"), hidden_dim, model_dim) {}
 
 Tensor FeedForward::forward(const Tensor& x, bool training, const RandomKey& key) const {
+  if (activation_ == ops::Activation::relu) {  // dropout fused into the inner layer
+    return outer_.forward(
+        inner_.forward(x, activation_, dropout_.as_output_dropout(training, key)));
+  }
   return outer_.forward(dropout_.forward(inner_.forward(x, activation_), training, key));
 }
 

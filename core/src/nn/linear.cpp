@@ -43,4 +43,9 @@ Tensor Linear::forward(const Tensor& x, ops::Activation activation) const {
   return ops::linear(x, weight_, bias_, activation);
 }
 
+Tensor Linear::forward(const Tensor& x, ops::Activation activation,
+                       const ops::OutputDropout& dropout) const {
+  return ops::linear(x, weight_, bias_, activation, dropout);
+}
+
 }  // namespace rig::nn

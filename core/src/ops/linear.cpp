@@ -2,12 +2,15 @@
 // BLAS, no copy) and one fused bias + activation pass. Backward fuses the
 // activation derivative with the bias gradient, then two GEMMs give dx and dW.
 // f16/bf16 inputs are computed in f32 and the result cast back to x's dtype.
+// With an output dropout (after relu) the dropout runs in place on y, and y
+// is all backward keeps: relu' times the mask is (y > 0) * scale.
 // At bf16 GEMM precision (cpu/gemm.hpp) x and W are rounded once, used by the
 // forward product and kept for backward (x in bf16: half its f32 size).
 #include <stdexcept>
 
 #include <fmt/format.h>
 
+#include "cpu/dropout.hpp"
 #include "cpu/elementwise.hpp"
 #include "cpu/gemm.hpp"
 #include "ops/op_util.hpp"
@@ -16,7 +19,10 @@
 
 namespace rig::ops {
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation activation) {
+namespace {
+
+Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation activation,
+                   const OutputDropout& dropout) {
   detail::require_floating("linear", x, "x");
   detail::require_floating("linear", weight, "weight");
   if (bias.defined()) detail::require_floating("linear", bias, "bias");
@@ -38,12 +44,25 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
                                             to_string(weight.shape()), to_string(bias.shape()),
                                             out_features));
   }
-  if (x.dtype() != DType::f32 || weight.dtype() != DType::f32 ||
-      (bias.defined() && bias.dtype() != DType::f32)) {
-    return linear(detail::as_f32(x), detail::as_f32(weight),
-                  bias.defined() ? detail::as_f32(bias) : bias, activation)
-        .to(x.dtype());
+  if (!(dropout.p >= 0.0F && dropout.p <= 1.0F)) {
+    throw std::invalid_argument(
+        fmt::format("linear: output dropout p = {} is not in [0, 1]", dropout.p));
   }
+  if (dropout.p > 0.0F && activation != Activation::relu) {
+    throw std::invalid_argument(
+        "linear: output dropout needs activation relu (its backward reads the dropped output); "
+        "apply ops::dropout after other activations");
+  }
+  if (x.dtype() != DType::f32 || weight.dtype() != DType::f32 ||
+      (bias.defined() && bias.dtype() != DType::f32) || dropout.p == 1.0F) {
+    // f16 / bf16: computed in f32, rounded once at the end. p = 1: as dropout has it.
+    const Tensor y = linear_impl(detail::as_f32(x), detail::as_f32(weight),
+                                 bias.defined() ? detail::as_f32(bias) : bias, activation,
+                                 dropout.p == 1.0F ? OutputDropout{} : dropout);
+    return (dropout.p == 1.0F ? ops::dropout(y, 1.0F, dropout.key) : y).to(x.dtype());
+  }
+  const bool dropped = dropout.p > 0.0F;
+  const float keep_scale = dropped ? 1.0F / (1.0F - dropout.p) : 1.0F;  // as ops::dropout
 
   const Tensor xc = x.detach().contiguous();
   const Tensor w = weight.detach().contiguous();
@@ -70,6 +89,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
             out_features);
   cpu::bias_activation(y.data<float>(), pre.defined() ? pre.data<float>() : nullptr,
                        b.defined() ? b.data<float>() : nullptr, n_rows, out_features, activation);
+  if (dropped) cpu::dropout_forward(dropout.key, dropout.p, keep_scale, y, y, nullptr);
   if (!needs_grad) return y;
 
   // The activation derivative reads the output (relu, tanh, sigmoid) or the pre-activation (gelu).
@@ -80,17 +100,17 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
   const Tensor x_kept = x_bf16.defined() ? Tensor() : xc;
   return autograd::record(
       std::move(y), "linear", {x, weight, bias},
-      [x_kept, x_bf16, x_shape = xc.shape(), w, w_bf16, bits, saved, activation, n_rows, in,
-       out_features, need_x = x.requires_grad(), need_w = weight.requires_grad(),
+      [x_kept, x_bf16, x_shape = xc.shape(), w, w_bf16, bits, saved, activation, keep_scale, n_rows,
+       in, out_features, need_x = x.requires_grad(), need_w = weight.requires_grad(),
        need_b = bias.defined() && bias.requires_grad()](const Tensor& g) {
         const Tensor gc = g.contiguous();
         Tensor db = need_b ? Tensor::empty({out_features}) : Tensor();
         Tensor dz = gc;
         if (activation != Activation::none) dz = Tensor::empty(gc.shape());
-        cpu::activation_backward(activation, gc.data<float>(),
-                                 saved.defined() ? saved.data<float>() : nullptr,
-                                 activation == Activation::none ? nullptr : dz.data<float>(),
-                                 need_b ? db.data<float>() : nullptr, n_rows, out_features);
+        cpu::activation_backward(
+            activation, gc.data<float>(), saved.defined() ? saved.data<float>() : nullptr,
+            activation == Activation::none ? nullptr : dz.data<float>(),
+            need_b ? db.data<float>() : nullptr, n_rows, out_features, keep_scale);
         Tensor dx = need_x ? Tensor::empty(x_shape) : Tensor();
         Tensor dw = need_w ? Tensor::empty({out_features, in}) : Tensor();
         // dx [rows, in] = dz [rows, out] W [out, in]
@@ -127,6 +147,17 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
         }
         return autograd::TensorList{dx, dw, db};
       });
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation activation) {
+  return linear_impl(x, weight, bias, activation, {});
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation activation,
+              const OutputDropout& dropout) {
+  return linear_impl(x, weight, bias, activation, dropout);
 }
 
 }  // namespace rig::ops

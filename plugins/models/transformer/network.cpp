@@ -71,8 +71,10 @@ FeedForward::FeedForward(rig::ParameterStore& store, const std::string& name, st
       relu_dropout_(name + ".relu_dropout", relu_dropout) {}
 
 Tensor FeedForward::forward(const Tensor& x, bool training, const rig::RandomKey& key) const {
-  const Tensor h = filter_layer_.forward(x, ops::Activation::relu);
-  return output_layer_.forward(relu_dropout_.forward(h, training, key));
+  // relu_dropout fused into the filter layer: the same mask, one kept tensor.
+  const Tensor h = filter_layer_.forward(x, ops::Activation::relu,
+                                         relu_dropout_.as_output_dropout(training, key));
+  return output_layer_.forward(h);
 }
 
 EncoderLayer::EncoderLayer(rig::ParameterStore& store, const std::string& name,
