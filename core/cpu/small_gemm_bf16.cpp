@@ -18,7 +18,7 @@
 #endif
 
 // The 64-byte vector helpers below are always inlined, so the ABI that
-// -Wpsabi warns about (passing them by value without AVX-512) never applies.
+// -Wpsabi warns about (returning them by value without AVX-512) never applies.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace rig::cpu {
@@ -44,7 +44,7 @@ using f32x16 = float __attribute__((vector_size(64)));
 #define RIG_INLINE inline __attribute__((always_inline))
 
 // float_to_bfloat16_bits on 16 lanes: the bf16 bits in each lane's low half.
-RIG_INLINE u32x16 bf16_bits(u32x16 w) {
+RIG_INLINE u32x16 bf16_bits(const u32x16& w) {
   const u32x16 rounded = (w + 0x7FFFU + ((w >> 16U) & 1U)) >> 16U;
   const u32x16 quiet = (w >> 16U) | 0x40U;
   return (w & 0x7FFFFFFFU) > 0x7F800000U ? quiet : rounded;
