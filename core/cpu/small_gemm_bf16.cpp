@@ -249,15 +249,6 @@ void run_tiles(const Packed& p, std::int64_t m, std::int64_t n, float alpha, flo
   }
 }
 
-bool cpu_has_bf16_dot() {
-#if RIG_HAVE_BF16_KERNEL
-  static const bool has = __builtin_cpu_supports("avx512bf16") != 0;
-  return has;
-#else
-  return false;
-#endif
-}
-
 std::int64_t padded_columns(std::int64_t n) {
   return (n + 15) / 16 * 16;
 }
@@ -265,7 +256,12 @@ std::int64_t padded_columns(std::int64_t n) {
 }  // namespace
 
 bool small_gemm_bf16_native_available() {
-  return cpu_has_bf16_dot();
+#if RIG_HAVE_BF16_KERNEL
+  static const bool has = __builtin_cpu_supports("avx512bf16") != 0;
+  return has;
+#else
+  return false;
+#endif
 }
 
 std::int64_t small_gemm_bf16_scratch(std::int64_t m, std::int64_t n, std::int64_t k) {
@@ -276,7 +272,7 @@ std::int64_t small_gemm_bf16_scratch(std::int64_t m, std::int64_t n, std::int64_
 void small_gemm_bf16(std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
                      const SmallOperand& a, const SmallOperand& b, float* c, std::int64_t ldc,
                      std::uint32_t* scratch, SmallGemmKernel kernel) {
-  if (kernel == SmallGemmKernel::native && !cpu_has_bf16_dot()) {
+  if (kernel == SmallGemmKernel::native && !small_gemm_bf16_native_available()) {
     throw std::logic_error("small_gemm_bf16: this CPU has no AVX512_BF16");
   }
   if (m <= 0 || n <= 0) return;
@@ -296,7 +292,7 @@ void small_gemm_bf16(std::int64_t m, std::int64_t n, std::int64_t k, float alpha
   pack_columns(b, k, n, p.b_ld, b_packed, b_packed + p.pairs * p.b_ld);
   p.b = b_packed;
 #if RIG_HAVE_BF16_KERNEL
-  if (kernel != SmallGemmKernel::portable && cpu_has_bf16_dot()) {
+  if (kernel != SmallGemmKernel::portable && small_gemm_bf16_native_available()) {
     run_tiles(p, m, n, alpha, c, ldc, TileTable<Native>::fns);
     return;
   }

@@ -193,37 +193,44 @@ TEST(OpsAttention, DropoutStatistics) {
   EXPECT_EQ(ops::scaled_dot_product_attention(zeros, zeros, v, o).to_vector(), y);
 }
 
+// y, dq, dk, dv of attention over [b, h, tq/tk, d] random q, k, v (seeds 1-3)
+// with a padding mask and dropout, backward from a random upstream gradient
+// (seed 5): by the fused op, or by composed ops (matmul, scale, softmax,
+// dropout, matmul).
+std::vector<Tensor> attention_and_grads(const std::array<std::int64_t, 5>& dims, float scale,
+                                        bool fused) {
+  const auto [b, h, tq, tk, d] = dims;
+  ops::AttentionOptions o;
+  o.scale = scale;
+  o.mask = mask_tensor({b, 1, tq, tk}, 4, 0.9F);
+  o.dropout_p = 0.2F;
+  o.key = {5, 6, 7, 8};
+  std::vector<Tensor> x{random_tensor({b, h, tq, d}, 1), random_tensor({b, h, tk, d}, 2),
+                        random_tensor({b, h, tk, d}, 3)};
+  for (auto& t : x) t.set_requires_grad(true);
+  Tensor y;
+  if (fused) {
+    y = ops::scaled_dot_product_attention(x[0], x[1], x[2], o);
+  } else {
+    const Tensor weights =
+        ops::softmax(ops::mul_scalar(ops::matmul(x[0], x[1], false, true), scale), -1, o.mask);
+    y = ops::matmul(ops::dropout(weights, o.dropout_p, o.key), x[2]);
+  }
+  grads_of(y, random_tensor({b, h, tq, d}, 5), x);
+  return {y, x[0].grad(), x[1].grad(), x[2].grad()};
+}
+
 class OpsAttentionComposed : public ::testing::TestWithParam<std::array<std::int64_t, 5>> {};
 
 TEST_P(OpsAttentionComposed, MatchesComposedOps) {
   // Sizes that exercise every GEMM tile width, row-block tail and the 16 x 16
   // transposes, forward and backward, with dropout.
-  const std::array<std::int64_t, 5> p = GetParam();
-  const std::int64_t b = p[0], h = p[1], tq = p[2], tk = p[3], d = p[4];
-  const auto leaves = [&] {
-    std::vector<Tensor> t{random_tensor({b, h, tq, d}, 1), random_tensor({b, h, tk, d}, 2),
-                          random_tensor({b, h, tk, d}, 3)};
-    for (auto& x : t) x.set_requires_grad(true);
-    return t;
-  };
-  ops::AttentionOptions o;
-  o.scale = 0.2F;
-  o.mask = mask_tensor({b, 1, tq, tk}, 4, 0.9F);
-  o.dropout_p = 0.2F;
-  o.key = {5, 6, 7, 8};
-  const Tensor up = random_tensor({b, h, tq, d}, 5);
-  const std::vector<Tensor> a = leaves();
-  const Tensor fused = ops::scaled_dot_product_attention(a[0], a[1], a[2], o);
-  grads_of(fused, up, a);
-  const std::vector<Tensor> c = leaves();
-  const Tensor weights =
-      ops::softmax(ops::mul_scalar(ops::matmul(c[0], c[1], false, true), 0.2F), -1, o.mask);
-  const Tensor composed = ops::matmul(ops::dropout(weights, o.dropout_p, o.key), c[2]);
-  grads_of(composed, up, c);
-  EXPECT_TRUE(tensors_close(fused, composed, 1e-4, 1e-5));
-  for (std::size_t i = 0; i < 3; ++i) {
+  const std::vector<Tensor> fused = attention_and_grads(GetParam(), 0.2F, true);
+  const std::vector<Tensor> composed = attention_and_grads(GetParam(), 0.2F, false);
+  EXPECT_TRUE(tensors_close(fused[0], composed[0], 1e-4, 1e-5));
+  for (std::size_t i = 1; i < 4; ++i) {
     SCOPED_TRACE(i);
-    EXPECT_TRUE(tensors_close(a[i].grad(), c[i].grad(), 1e-4, 1e-5));
+    EXPECT_TRUE(tensors_close(fused[i], composed[i], 1e-4, 1e-5));
   }
 }
 
@@ -260,31 +267,11 @@ TEST(OpsAttention, Bfloat16PrecisionRoundsEveryPerHeadProduct) {
   // A power-of-two scale commutes with rounding. Both ways must agree to f32
   // accuracy almost everywhere (a value 1 ulp apart may round to another
   // bf16 neighbour), and be far from the f32 results.
-  const std::int64_t b = 2, h = 2, tq = 33, tk = 19, d = 24;
-  ops::AttentionOptions o;
-  o.scale = 0.25F;
-  o.mask = mask_tensor({b, 1, tq, tk}, 4, 0.9F);
-  o.dropout_p = 0.2F;
-  o.key = {5, 6, 7, 8};
-  const Tensor up = random_tensor({b, h, tq, d}, 5);
-  const auto run = [&](bool fused) {
-    std::vector<Tensor> x{random_tensor({b, h, tq, d}, 1), random_tensor({b, h, tk, d}, 2),
-                          random_tensor({b, h, tk, d}, 3)};
-    for (auto& t : x) t.set_requires_grad(true);
-    Tensor y;
-    if (fused) {
-      y = ops::scaled_dot_product_attention(x[0], x[1], x[2], o);
-    } else {
-      const Tensor weights = ops::softmax(
-          ops::mul_scalar(ops::matmul(x[0], x[1], false, true), o.scale.value()), -1, o.mask);
-      y = ops::matmul(ops::dropout(weights, o.dropout_p, o.key), x[2]);
-    }
-    grads_of(y, up, x);
-    return std::vector<Tensor>{y, x[0].grad(), x[1].grad(), x[2].grad()};
-  };
-  const std::vector<Tensor> f32 = run(true);
+  const std::array<std::int64_t, 5> dims{2, 2, 33, 19, 24};
+  const std::vector<Tensor> f32 = attention_and_grads(dims, 0.25F, true);
   rig::cpu::set_gemm_precision(rig::cpu::GemmPrecision::bf16);
-  const std::vector<Tensor> fused = run(true), composed = run(false);
+  const std::vector<Tensor> fused = attention_and_grads(dims, 0.25F, true);
+  const std::vector<Tensor> composed = attention_and_grads(dims, 0.25F, false);
   rig::cpu::set_gemm_precision(rig::cpu::GemmPrecision::f32);
   const char* names[] = {"y", "dq", "dk", "dv"};
   for (std::size_t i = 0; i < 4; ++i) {

@@ -54,15 +54,14 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
         "apply ops::dropout after other activations");
   }
   if (x.dtype() != DType::f32 || weight.dtype() != DType::f32 ||
-      (bias.defined() && bias.dtype() != DType::f32) || dropout.p == 1.0F) {
-    // f16 / bf16: computed in f32, rounded once at the end. p = 1: as dropout has it.
-    const Tensor y = linear_impl(detail::as_f32(x), detail::as_f32(weight),
-                                 bias.defined() ? detail::as_f32(bias) : bias, activation,
-                                 dropout.p == 1.0F ? OutputDropout{} : dropout);
-    return (dropout.p == 1.0F ? ops::dropout(y, 1.0F, dropout.key) : y).to(x.dtype());
+      (bias.defined() && bias.dtype() != DType::f32)) {
+    return linear_impl(detail::as_f32(x), detail::as_f32(weight),
+                       bias.defined() ? detail::as_f32(bias) : bias, activation, dropout)
+        .to(x.dtype());
   }
   const bool dropped = dropout.p > 0.0F;
-  const float keep_scale = dropped ? 1.0F / (1.0F - dropout.p) : 1.0F;  // as ops::dropout
+  // As ops::dropout: p = 1 keeps nothing and scales by 0 (zeros, zero gradient).
+  const float keep_scale = !dropped ? 1.0F : dropout.p < 1.0F ? 1.0F / (1.0F - dropout.p) : 0.0F;
 
   const Tensor xc = x.detach().contiguous();
   const Tensor w = weight.detach().contiguous();
