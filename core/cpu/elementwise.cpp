@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
+#include "cpu/half.hpp"
 #include "cpu/kernel_attributes.hpp"
 #include "cpu/parallel.hpp"
 #include "cpu/simd.hpp"
@@ -269,45 +271,67 @@ struct BiasActivation {
   }
 };
 
-// Columns [c0, c1) of all rows: dz = g * act'(saved), db += dz.
+// ActivationBackward's column chunk (its scratch row).
+constexpr std::int64_t kActivationChunk = 64;
+
+// Rows [r0, r1) of dz = g * act'(saved), with db_rows[c] += dz[r, c]. dz is
+// written as f32 (dz) or only rounded to bf16 (dz_bf16), one of them or
+// neither (activation none, db only).
 template <int W>
 struct ActivationBackward {
   using V = simd::Vec<W>;
   using F = typename V::F;
+  // One row's dz into d (w columns).
+  static RIG_SIMD_INLINE void row(ops::Activation act, float relu_scale, const float* gr,
+                                  const float* sr, float* d, std::int64_t w) {
+    switch (act) {
+      case ops::Activation::none:
+        std::copy(gr, gr + w, d);
+        break;
+      case ops::Activation::relu:
+        // g * 1 is g exactly: the plain relu pays one multiply, not a second loop.
+        UnaryKernel<W>::map2(gr, sr, d, w, [relu_scale](const F& gv, const F& yv) RIG_SIMD_LAMBDA {
+          return yv > 0.0F ? gv * relu_scale : F{};
+        });
+        break;
+      case ops::Activation::gelu:
+        UnaryKernel<W>::map2(gr, sr, d, w, [](const F& gv, const F& zv) RIG_SIMD_LAMBDA {
+          return gv * V::gelu_grad(zv);
+        });
+        break;
+      case ops::Activation::tanh:
+        for (std::int64_t c = 0; c < w; ++c) d[c] = gr[c] * (1.0F - sr[c] * sr[c]);
+        break;
+      case ops::Activation::sigmoid:
+        for (std::int64_t c = 0; c < w; ++c) d[c] = gr[c] * sr[c] * (1.0F - sr[c]);
+        break;
+    }
+  }
+
   static RIG_SIMD_INLINE void run(ops::Activation act, float relu_scale, const float* g,
-                                  const float* saved, float* dz, float* db, std::int64_t rows,
-                                  std::int64_t cols, std::int64_t c0, std::int64_t c1) {
-    const std::int64_t w = c1 - c0;
-    if (db != nullptr) std::fill(db + c0, db + c1, 0.0F);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const float* gr = g + r * cols + c0;
-      const float* sr = saved == nullptr ? nullptr : saved + r * cols + c0;
-      float* dr = dz == nullptr ? nullptr : dz + r * cols + c0;
-      switch (act) {
-        case ops::Activation::none:
-          break;
-        case ops::Activation::relu:
-          // g * 1 is g exactly: the plain relu pays one multiply, not a second loop.
-          UnaryKernel<W>::map2(gr, sr, dr, w,
-                               [relu_scale](const F& gv, const F& yv)
-                                   RIG_SIMD_LAMBDA { return yv > 0.0F ? gv * relu_scale : F{}; });
-          break;
-        case ops::Activation::gelu:
-          UnaryKernel<W>::map2(gr, sr, dr, w, [](const F& gv, const F& zv) RIG_SIMD_LAMBDA {
-            return gv * V::gelu_grad(zv);
-          });
-          break;
-        case ops::Activation::tanh:
-          for (std::int64_t c = 0; c < w; ++c) dr[c] = gr[c] * (1.0F - sr[c] * sr[c]);
-          break;
-        case ops::Activation::sigmoid:
-          for (std::int64_t c = 0; c < w; ++c) dr[c] = gr[c] * sr[c] * (1.0F - sr[c]);
-          break;
-      }
-      if (db != nullptr) {
-        const float* src = act == ops::Activation::none ? gr : dr;
-        float* out = db + c0;
-        for (std::int64_t c = 0; c < w; ++c) out[c] += src[c];
+                                  const float* saved, float* dz, std::uint16_t* dz_bf16,
+                                  float* db_rows, std::int64_t r0, std::int64_t r1,
+                                  std::int64_t cols) {
+    alignas(64) float scratch[kActivationChunk];
+    for (std::int64_t r = r0; r < r1; ++r) {
+      for (std::int64_t c0 = 0; c0 < cols; c0 += kActivationChunk) {
+        const std::int64_t w = std::min(kActivationChunk, cols - c0);
+        const std::int64_t at = r * cols + c0;
+        // dz's values: g itself for none, else computed into dz's row or scratch.
+        const float* values = g + at;
+        if (act != ops::Activation::none) {
+          float* d = dz_bf16 != nullptr || dz == nullptr ? scratch : dz + at;
+          row(act, relu_scale, g + at, saved == nullptr ? nullptr : saved + at, d, w);
+          values = d;
+        }
+        if (dz_bf16 != nullptr) {
+          std::uint16_t* out = dz_bf16 + at;
+          for (std::int64_t c = 0; c < w; ++c) out[c] = float_to_bfloat16_bits(values[c]);
+        }
+        if (db_rows != nullptr) {
+          float* out = db_rows + c0;
+          for (std::int64_t c = 0; c < w; ++c) out[c] += values[c];
+        }
       }
     }
   }
@@ -375,22 +399,59 @@ void bias_activation(float* y, float* pre, const float* bias, std::int64_t rows,
   });
 }
 
+namespace {
+
+// Tasks of whole rows, read and written in order: the column-block split
+// this replaced strode through memory a row apart, and the FFN's relu
+// backward took 2.5 times as long (its share of the bf16 Transformer step in
+// perf: 2.7 % before, 1.1 % after). db sums each block of kRowBlock rows
+// into its own partial row, then the partials in block order: the same bits
+// whatever the thread count.
+void activation_backward_blocks(ops::Activation activation, const float* g, const float* saved,
+                                float* dz, std::uint16_t* dz_bf16, float* db, std::int64_t rows,
+                                std::int64_t cols, float relu_scale) {
+  constexpr std::int64_t kRowBlock = 64;
+  const std::int64_t blocks = (rows + kRowBlock - 1) / kRowBlock;
+  std::vector<float> partials;
+  if (db != nullptr && blocks > 1) partials.assign(static_cast<std::size_t>(blocks * cols), 0.0F);
+  if (db != nullptr && blocks <= 1) std::fill(db, db + cols, 0.0F);
+  const std::int64_t grain =
+      std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, kRowBlock * cols));
+  parallel_for(blocks, grain, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t blk = begin; blk < end; ++blk) {
+      float* db_rows = db == nullptr      ? nullptr
+                       : partials.empty() ? db
+                                          : &partials[static_cast<std::size_t>(blk * cols)];
+      simd::dispatch<ActivationBackward>(activation, relu_scale, g, saved, dz, dz_bf16, db_rows,
+                                         blk * kRowBlock, std::min(rows, (blk + 1) * kRowBlock),
+                                         cols);
+    }
+  });
+  if (partials.empty()) return;
+  parallel_for(cols, kGrain / blocks + 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t c = begin; c < end; ++c) {
+      float total = 0.0F;
+      for (std::int64_t blk = 0; blk < blocks; ++blk)
+        total += partials[static_cast<std::size_t>(blk * cols + c)];
+      db[c] = total;
+    }
+  });
+}
+
+}  // namespace
+
 void activation_backward(ops::Activation activation, const float* g, const float* saved, float* dz,
                          float* db, std::int64_t rows, std::int64_t cols, float relu_scale) {
   if (activation == ops::Activation::none && db == nullptr) return;
-  // Column blocks: each task owns its slice of db, so no reduction is needed.
-  constexpr std::int64_t kBlock = 64;
-  const std::int64_t blocks = (cols + kBlock - 1) / kBlock;
-  const std::int64_t grain =
-      std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, rows * kBlock));
-  parallel_for(blocks, grain, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t blk = begin; blk < end; ++blk) {
-      const std::int64_t c0 = blk * kBlock;
-      const std::int64_t c1 = std::min(cols, c0 + kBlock);
-      simd::dispatch<ActivationBackward>(activation, relu_scale, g, saved, dz, db, rows, cols, c0,
-                                         c1);
-    }
-  });
+  activation_backward_blocks(activation, g, saved,
+                             activation == ops::Activation::none ? nullptr : dz, nullptr, db, rows,
+                             cols, relu_scale);
+}
+
+void activation_backward_bf16(ops::Activation activation, const float* g, const float* saved,
+                              std::uint16_t* dz_bf16, float* db, std::int64_t rows,
+                              std::int64_t cols, float relu_scale) {
+  activation_backward_blocks(activation, g, saved, nullptr, dz_bf16, db, rows, cols, relu_scale);
 }
 
 }  // namespace rig::cpu

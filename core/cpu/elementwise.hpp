@@ -59,4 +59,12 @@ void bias_activation(float* y, float* pre, const float* bias, std::int64_t rows,
 void activation_backward(ops::Activation activation, const float* g, const float* saved, float* dz,
                          float* db, std::int64_t rows, std::int64_t cols, float relu_scale = 1.0F);
 
+// The same, but dz is written only rounded to bfloat16 bits (nearest even,
+// as round_operand), for products at bf16 precision: one pass instead of
+// writing f32 dz and rounding it again; db still sums the unrounded dz. For
+// activation none, dz_bf16 is g rounded.
+void activation_backward_bf16(ops::Activation activation, const float* g, const float* saved,
+                              std::uint16_t* dz_bf16, float* db, std::int64_t rows,
+                              std::int64_t cols, float relu_scale = 1.0F);
+
 }  // namespace rig::cpu

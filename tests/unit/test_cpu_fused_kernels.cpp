@@ -1,7 +1,8 @@
 // CPU kernels behind the fused paths: the oneDNN GEMM panels (alpha, beta,
 // transposes, leading dimensions wider than the matrix) and gemm_pair
-// against a double loop, and ops::adam_update against a scalar double-precision Adam, the same
-// at every thread count and SIMD width.
+// against a double loop, linear's backward epilogue (activation_backward)
+// against a scalar loop, and ops::adam_update against a scalar
+// double-precision Adam, the same at every thread count and SIMD width.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,7 +10,9 @@
 #include <random>
 #include <vector>
 
+#include "cpu/elementwise.hpp"
 #include "cpu/gemm.hpp"
+#include "cpu/half.hpp"
 #include "cpu/parallel.hpp"
 #include "cpu/simd.hpp"
 #include "rig/ops.hpp"
@@ -112,6 +115,79 @@ TEST(CpuFusedKernels, GemmPairComputesBothProducts) {
     for (std::size_t i = 0; i < dw.size(); ++i)
       worst = std::max(worst, std::abs(dw[i] - expected_dw[i]));
     EXPECT_LT(worst, 1e-4) << t << " threads";
+  }
+  rig::cpu::set_num_threads(threads);
+}
+
+TEST(CpuFusedKernels, ActivationBackwardMatchesAScalarLoopAtEveryThreadCount) {
+  // dz = g * act'(saved) and db = column sums of dz, written as f32 or only
+  // rounded to bf16; rows span several 64-row blocks plus a partial one, and
+  // columns a partial 64-column chunk. db must be the same bits at every
+  // thread count (fixed row blocks, reduced in order).
+  using rig::ops::Activation;
+  std::mt19937 rng(9);
+  const std::int64_t rows = 200, cols = 150;
+  const auto g = random_floats(static_cast<std::size_t>(rows * cols), rng);
+  const auto saved = random_floats(static_cast<std::size_t>(rows * cols), rng, -0.2F, 1.0F);
+  const float scale = 1.0F / 0.9F;
+  const auto derivative = [&](Activation act, float gv, float s) -> double {
+    switch (act) {
+      case Activation::none:
+        return gv;
+      case Activation::relu:
+        return s > 0.0F ? gv * scale : 0.0;
+      case Activation::tanh:
+        return gv * (1.0F - s * s);
+      case Activation::sigmoid:
+        return gv * s * (1.0F - s);
+      case Activation::gelu:
+        break;
+    }
+    return 0.0;
+  };
+  const int threads = rig::cpu::num_threads();
+  for (const Activation act :
+       {Activation::none, Activation::relu, Activation::tanh, Activation::sigmoid}) {
+    std::vector<double> dz(static_cast<std::size_t>(rows * cols)),
+        db(static_cast<std::size_t>(cols));
+    for (std::size_t i = 0; i < dz.size(); ++i) {
+      dz[i] = derivative(act, g[i], saved[i]);
+      db[i % static_cast<std::size_t>(cols)] += dz[i];
+    }
+    std::vector<float> first_db;
+    for (int t : {1, 2, 3}) {
+      rig::cpu::set_num_threads(t);
+      for (const bool bf16 : {false, true}) {
+        std::vector<float> out(dz.size(), 7.0F), bias(static_cast<std::size_t>(cols), 7.0F);
+        std::vector<std::uint16_t> out_bf16(dz.size(), 0);
+        if (bf16) {
+          rig::cpu::activation_backward_bf16(act, g.data(), saved.data(), out_bf16.data(),
+                                             bias.data(), rows, cols, scale);
+        } else {
+          rig::cpu::activation_backward(act, g.data(), saved.data(), out.data(), bias.data(), rows,
+                                        cols, scale);
+        }
+        double worst_dz = 0.0, worst_db = 0.0;
+        for (std::size_t i = 0; i < dz.size(); ++i) {
+          if (bf16) {
+            // Exactly the rounding of the f32 value.
+            const auto expected = rig::cpu::float_to_bfloat16_bits(static_cast<float>(dz[i]));
+            worst_dz = std::max(worst_dz, out_bf16[i] == expected ? 0.0 : 1.0);
+          } else if (act != Activation::none) {
+            worst_dz = std::max(worst_dz, std::abs(out[i] - dz[i]));
+          }
+        }
+        for (std::size_t c = 0; c < db.size(); ++c) {
+          worst_db = std::max(worst_db, std::abs(bias[c] - db[c]));
+        }
+        EXPECT_LT(worst_dz, 1e-6) << static_cast<int>(act) << ", " << t << " threads, bf16 "
+                                  << bf16;
+        EXPECT_LT(worst_db, 1e-4) << static_cast<int>(act) << ", " << t << " threads, bf16 "
+                                  << bf16;
+        if (first_db.empty()) first_db = bias;
+        EXPECT_EQ(bias, first_db) << "db differs with " << t << " threads";
+      }
+    }
   }
   rig::cpu::set_num_threads(threads);
 }

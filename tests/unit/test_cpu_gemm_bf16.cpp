@@ -281,6 +281,76 @@ TEST(CpuGemmBf16, LinearComputesWithRoundedInputAndWeightBothWays) {
   EXPECT_FALSE(tensors_close(at_bf16.dw, unrounded.dw, 1e-5, 1e-4)) << "x was not rounded";
 }
 
+TEST(CpuGemmBf16, LinearRoundsItsActivationGradientOnce) {
+  // With relu (and with a bias but no activation) linear's backward forms
+  // dz = g * act'(y) itself and, at bf16 precision, writes it only rounded:
+  // dx = round(dz) round(W), dW = round(dz)^T round(x), db = sum of the
+  // unrounded dz. The upstream g is not bf16-representable here, so an
+  // unrounded dz would move dx and dW by ~1e-3.
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-1.0F, 1.0F);
+  const std::int64_t rows = 70, in = 90, out = 130;  // the bf16 kernels' sizes, odd tails
+  const auto random = [&](std::int64_t n) {
+    std::vector<float> v(static_cast<std::size_t>(n));
+    for (float& x : v) x = dist(rng);
+    return v;
+  };
+  const std::vector<float> x = random(rows * in), w = random(out * in), b = random(out);
+  const std::vector<float> up = random(rows * out);
+  const auto at = [](const std::vector<float>& v, std::int64_t i) {
+    return v[static_cast<std::size_t>(i)];
+  };
+  for (const auto activation : {rig::ops::Activation::relu, rig::ops::Activation::none}) {
+    rig::Tensor xl = rig::Tensor::from_vector(x, {rows, in});
+    rig::Tensor wl = rig::Tensor::from_vector(w, {out, in});
+    rig::Tensor bl = rig::Tensor::from_vector(b, {out});
+    for (rig::Tensor* t : {&xl, &wl, &bl}) t->set_requires_grad(true);
+    {
+      const PrecisionScope bf16(GemmPrecision::bf16);
+      const rig::Tensor y = rig::ops::linear(xl, wl, bl, activation);
+      rig::ops::sum(rig::ops::mul(y, rig::Tensor::from_vector(up, {rows, out}))).backward();
+      const std::vector<float> yv = y.to_vector();
+      // The reference in double from the rounded operands and the y rig gave.
+      std::vector<double> dz(static_cast<std::size_t>(rows * out));
+      std::vector<double> db(static_cast<std::size_t>(out), 0.0);
+      for (std::int64_t i = 0; i < rows * out; ++i) {
+        const bool pass = activation == rig::ops::Activation::none || at(yv, i) > 0.0F;
+        const float d = pass ? at(up, i) : 0.0F;
+        db[static_cast<std::size_t>(i % out)] += d;
+        dz[static_cast<std::size_t>(i)] = to_bf16(d);
+      }
+      std::vector<float> dx(static_cast<std::size_t>(rows * in)),
+          dw(static_cast<std::size_t>(out * in));
+      for (std::int64_t r = 0; r < rows; ++r) {
+        for (std::int64_t c = 0; c < in; ++c) {
+          double sum = 0.0;
+          for (std::int64_t o = 0; o < out; ++o) {
+            sum += dz[static_cast<std::size_t>(r * out + o)] * to_bf16(at(w, o * in + c));
+          }
+          dx[static_cast<std::size_t>(r * in + c)] = static_cast<float>(sum);
+        }
+      }
+      for (std::int64_t o = 0; o < out; ++o) {
+        for (std::int64_t c = 0; c < in; ++c) {
+          double sum = 0.0;
+          for (std::int64_t r = 0; r < rows; ++r) {
+            sum += dz[static_cast<std::size_t>(r * out + o)] * to_bf16(at(x, r * in + c));
+          }
+          dw[static_cast<std::size_t>(o * in + c)] = static_cast<float>(sum);
+        }
+      }
+      const std::vector<float> dbf(db.begin(), db.end());
+      const std::string what = activation == rig::ops::Activation::relu ? "relu" : "none + bias";
+      EXPECT_TRUE(tensors_close(xl.grad(), rig::Tensor::from_vector(dx, {rows, in}), 1e-5, 1e-5))
+          << what << ": dx is not round(dz) round(W)";
+      EXPECT_TRUE(tensors_close(wl.grad(), rig::Tensor::from_vector(dw, {out, in}), 1e-5, 1e-5))
+          << what << ": dW is not round(dz)^T round(x)";
+      EXPECT_TRUE(tensors_close(bl.grad(), rig::Tensor::from_vector(dbf, {out}), 1e-5, 1e-5))
+          << what << ": db is not the sum of the unrounded dz";
+    }
+  }
+}
+
 TEST(CpuGemmBf16, Float32PrecisionLeavesOperandsAlone) {
   // The default: a product that bf16 rounding would visibly change is exact to f32.
   ASSERT_EQ(rig::cpu::gemm_precision(), GemmPrecision::f32);

@@ -104,12 +104,25 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
        need_b = bias.defined() && bias.requires_grad()](const Tensor& g) {
         const Tensor gc = g.contiguous();
         Tensor db = need_b ? Tensor::empty({out_features}) : Tensor();
+        const float* saved_data = saved.defined() ? saved.data<float>() : nullptr;
+        float* db_data = need_b ? db.data<float>() : nullptr;
+        // dz for the two products: g itself, f32 dz, or (at bf16 precision,
+        // when a pass over g runs anyway) dz written only rounded to bf16.
         Tensor dz = gc;
-        if (activation != Activation::none) dz = Tensor::empty(gc.shape());
-        cpu::activation_backward(
-            activation, gc.data<float>(), saved.defined() ? saved.data<float>() : nullptr,
-            activation == Activation::none ? nullptr : dz.data<float>(),
-            need_b ? db.data<float>() : nullptr, n_rows, out_features, keep_scale);
+        Tensor dz_bf16;
+        if (x_bf16.defined() && (activation != Activation::none || need_b)) {
+          dz_bf16 = Tensor::empty({n_rows, out_features}, DType::bf16);
+          cpu::activation_backward_bf16(activation, gc.data<float>(), saved_data,
+                                        reinterpret_cast<std::uint16_t*>(dz_bf16.raw_data()),
+                                        db_data, n_rows, out_features, keep_scale);
+        } else {
+          if (activation != Activation::none) dz = Tensor::empty(gc.shape());
+          cpu::activation_backward(activation, gc.data<float>(), saved_data,
+                                   activation == Activation::none ? nullptr : dz.data<float>(),
+                                   db_data, n_rows, out_features, keep_scale);
+        }
+        const cpu::GemmOperand dz_operand{dz_bf16.defined() ? nullptr : dz.data<float>(),
+                                          out_features, false, bits(dz_bf16)};
         Tensor dx = need_x ? Tensor::empty(x_shape) : Tensor();
         Tensor dw = need_w ? Tensor::empty({out_features, in}) : Tensor();
         // dx [rows, in] = dz [rows, out] W [out, in]
@@ -118,7 +131,7 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
                                   in,
                                   out_features,
                                   1.0F,
-                                  {dz.data<float>(), out_features, false},
+                                  dz_operand,
                                   {w.data<float>(), in, false, bits(w_bf16)},
                                   0.0F,
                                   dx.data<float>(),
@@ -131,7 +144,7 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
               in,
               n_rows,
               1.0F,
-              {dz.data<float>(), out_features, true},
+              {dz_operand.data, out_features, true, dz_operand.bf16},
               {x_kept.defined() ? x_kept.data<float>() : nullptr, in, false, bits(x_bf16)},
               0.0F,
               dw.data<float>(),
