@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "cpu/half.hpp"
 #include "cpu/kernel_attributes.hpp"
 #include "cpu/parallel.hpp"
 #include "cpu/simd.hpp"
+#include "rig/tensor.hpp"
 
 namespace rig::cpu {
 
@@ -281,12 +281,11 @@ template <int W>
 struct ActivationBackward {
   using V = simd::Vec<W>;
   using F = typename V::F;
-  // One row's dz into d (w columns).
+  // One row's dz into d (w columns); not called for none, whose dz is g.
   static RIG_SIMD_INLINE void row(ops::Activation act, float relu_scale, const float* gr,
                                   const float* sr, float* d, std::int64_t w) {
     switch (act) {
       case ops::Activation::none:
-        std::copy(gr, gr + w, d);
         break;
       case ops::Activation::relu:
         // g * 1 is g exactly: the plain relu pays one multiply, not a second loop.
@@ -412,27 +411,27 @@ void activation_backward_blocks(ops::Activation activation, const float* g, cons
                                 std::int64_t cols, float relu_scale) {
   constexpr std::int64_t kRowBlock = 64;
   const std::int64_t blocks = (rows + kRowBlock - 1) / kRowBlock;
-  std::vector<float> partials;
-  if (db != nullptr && blocks > 1) partials.assign(static_cast<std::size_t>(blocks * cols), 0.0F);
-  if (db != nullptr && blocks <= 1) std::fill(db, db + cols, 0.0F);
+  // The partials come from the caching allocator: a fresh heap block of this
+  // size would be mapped and page-faulted on every call.
+  const bool blocked_db = db != nullptr && blocks > 1;
+  Tensor partials = blocked_db ? Tensor::zeros({blocks, cols}) : Tensor();
+  float* partial = blocked_db ? partials.data<float>() : nullptr;
+  if (db != nullptr && !blocked_db) std::fill(db, db + cols, 0.0F);
   const std::int64_t grain =
       std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, kRowBlock * cols));
   parallel_for(blocks, grain, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t blk = begin; blk < end; ++blk) {
-      float* db_rows = db == nullptr      ? nullptr
-                       : partials.empty() ? db
-                                          : &partials[static_cast<std::size_t>(blk * cols)];
+      float* db_rows = !blocked_db ? db : partial + blk * cols;
       simd::dispatch<ActivationBackward>(activation, relu_scale, g, saved, dz, dz_bf16, db_rows,
                                          blk * kRowBlock, std::min(rows, (blk + 1) * kRowBlock),
                                          cols);
     }
   });
-  if (partials.empty()) return;
+  if (!blocked_db) return;
   parallel_for(cols, kGrain / blocks + 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t c = begin; c < end; ++c) {
       float total = 0.0F;
-      for (std::int64_t blk = 0; blk < blocks; ++blk)
-        total += partials[static_cast<std::size_t>(blk * cols + c)];
+      for (std::int64_t blk = 0; blk < blocks; ++blk) total += partial[blk * cols + c];
       db[c] = total;
     }
   });

@@ -319,26 +319,27 @@ TEST(CpuGemmBf16, LinearRoundsItsActivationGradientOnce) {
         db[static_cast<std::size_t>(i % out)] += d;
         dz[static_cast<std::size_t>(i)] = to_bf16(d);
       }
-      std::vector<float> dx(static_cast<std::size_t>(rows * in)),
-          dw(static_cast<std::size_t>(out * in));
-      for (std::int64_t r = 0; r < rows; ++r) {
-        for (std::int64_t c = 0; c < in; ++c) {
-          double sum = 0.0;
-          for (std::int64_t o = 0; o < out; ++o) {
-            sum += dz[static_cast<std::size_t>(r * out + o)] * to_bf16(at(w, o * in + c));
+      // out[i, c] = sum over t of dz(i, t) * rounded operand (t, c), c < in.
+      const auto reference = [&](std::int64_t out_rows, std::int64_t inner, auto dz_at,
+                                 const std::vector<float>& operand) {
+        std::vector<float> result(static_cast<std::size_t>(out_rows * in));
+        for (std::int64_t i = 0; i < out_rows; ++i) {
+          for (std::int64_t c = 0; c < in; ++c) {
+            double sum = 0.0;
+            for (std::int64_t t = 0; t < inner; ++t) {
+              sum += dz_at(i, t) * to_bf16(at(operand, t * in + c));
+            }
+            result[static_cast<std::size_t>(i * in + c)] = static_cast<float>(sum);
           }
-          dx[static_cast<std::size_t>(r * in + c)] = static_cast<float>(sum);
         }
-      }
-      for (std::int64_t o = 0; o < out; ++o) {
-        for (std::int64_t c = 0; c < in; ++c) {
-          double sum = 0.0;
-          for (std::int64_t r = 0; r < rows; ++r) {
-            sum += dz[static_cast<std::size_t>(r * out + o)] * to_bf16(at(x, r * in + c));
-          }
-          dw[static_cast<std::size_t>(o * in + c)] = static_cast<float>(sum);
-        }
-      }
+        return result;
+      };
+      const auto dz_at = [&](std::int64_t r, std::int64_t o) {
+        return dz[static_cast<std::size_t>(r * out + o)];
+      };
+      const std::vector<float> dx = reference(rows, out, dz_at, w);
+      const std::vector<float> dw = reference(
+          out, rows, [&](std::int64_t o, std::int64_t r) { return dz_at(r, o); }, x);
       const std::vector<float> dbf(db.begin(), db.end());
       const std::string what = activation == rig::ops::Activation::relu ? "relu" : "none + bias";
       EXPECT_TRUE(tensors_close(xl.grad(), rig::Tensor::from_vector(dx, {rows, in}), 1e-5, 1e-5))
