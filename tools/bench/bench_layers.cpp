@@ -17,7 +17,8 @@
 //                          bench_transformer.cpp
 //   rig_bench transformer_beam  beam search (beam 4) of the same model on 32
 //                          source sentences of 32 tokens: bench_transformer.cpp
-//   rig_bench gemm         OpenBLAS sgemm GFLOP/s on large square matrices
+//   rig_bench gemm         GFLOP/s of OpenBLAS sgemm and of rig's f32 GEMM on large
+//                          square matrices, and of an FMA loop on registers only
 //
 // --matmul-precision bfloat16 runs every workload's GEMMs as an experiment's
 // `matmul_precision: bfloat16` does (cpu/gemm.hpp); default float32.
@@ -35,7 +36,12 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 
 #include "bench_util.hpp"
 #include "cpu/gemm.hpp"
@@ -114,8 +120,10 @@ void bench_resnet(const Settings& s) {
   report("resnet", t, rig::allocator_stats(), baseline, rss_before, "");
 }
 
-// Best of several large square sgemms: the machine's practical GEMM peak.
-void bench_gemm(const Settings&) {
+// The best GFLOP/s of product(n, a, b, c) = c [n x n] = a b over a few
+// repetitions on each of several large squares.
+double best_square_gflops(
+    const std::function<void(int n, const float* a, const float* b, float* c)>& product) {
   double best = 0.0;
   for (const int n : {1024, 2048, 3072}) {
     std::vector<float> a(static_cast<std::size_t>(n) * n, 0.5F);
@@ -124,13 +132,102 @@ void bench_gemm(const Settings&) {
     const int reps = n <= 1024 ? 20 : n <= 2048 ? 5 : 3;
     for (int r = 0; r < reps + 1; ++r) {
       const auto start = Clock::now();
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0F, a.data(), n, b.data(),
-                  n, 0.0F, c.data(), n);
+      product(n, a.data(), b.data(), c.data());
       const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
       if (r > 0) best = std::max(best, 2.0 * n * n * static_cast<double>(n) / seconds / 1e9);
     }
   }
-  std::printf("workload=gemm sgemm_peak_gflops_per_s=%.2f\n", best);
+  return best;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// Independent FMA chains on registers only (no memory traffic): the cores'
+// arithmetic ceiling, which no GEMM can beat. 12 chains cover the FMA latency
+// times the pipes on current x86 cores.
+constexpr int kChains = 12;
+
+__attribute__((target("avx512f"))) float fma_chains_avx512(long iterations) {
+  __m512 acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(1.0F + 1e-3F * static_cast<float>(i));
+  const __m512 scale = _mm512_set1_ps(0.999999F);
+  const __m512 shift = _mm512_set1_ps(1e-7F);
+  for (long it = 0; it < iterations; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < kChains; ++i) acc[i] = _mm512_fmadd_ps(acc[i], scale, shift);
+  }
+  alignas(64) float lanes[16];  // not _mm512_reduce_add_ps: GCC 12 warns inside it
+  float sum = 0.0F;
+  for (int i = 0; i < kChains; ++i) {
+    _mm512_store_ps(lanes, acc[i]);
+    for (const float v : lanes) sum += v;
+  }
+  return sum;
+}
+
+__attribute__((target("avx2,fma"))) float fma_chains_avx2(long iterations) {
+  __m256 acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm256_set1_ps(1.0F + 1e-3F * static_cast<float>(i));
+  const __m256 scale = _mm256_set1_ps(0.999999F);
+  const __m256 shift = _mm256_set1_ps(1e-7F);
+  for (long it = 0; it < iterations; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < kChains; ++i) acc[i] = _mm256_fmadd_ps(acc[i], scale, shift);
+  }
+  alignas(32) float lanes[8];
+  float sum = 0.0F;
+  for (int i = 0; i < kChains; ++i) {
+    _mm256_store_ps(lanes, acc[i]);
+    for (const float v : lanes) sum += v;
+  }
+  return sum;
+}
+
+// GFLOP/s of `threads` threads each running the widest FMA loop this CPU has;
+// 0 when it has no FMA.
+double fma_peak_gflops(int threads) {
+  const bool avx512 = __builtin_cpu_supports("avx512f") != 0;
+  if (!avx512 && (__builtin_cpu_supports("avx2") == 0 || __builtin_cpu_supports("fma") == 0)) {
+    return 0.0;
+  }
+  const double flops_per_iteration = kChains * (avx512 ? 16 : 8) * 2.0;
+  constexpr long kIterations = 100'000'000;
+  double best = 0.0;
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<std::thread> workers;
+    const auto start = Clock::now();
+    for (int t = 0; t < threads; ++t) {
+      workers.emplace_back([avx512] {
+        // volatile: the result is stored, so the loop is not optimised away.
+        [[maybe_unused]] volatile float result =
+            avx512 ? fma_chains_avx512(kIterations) : fma_chains_avx2(kIterations);
+      });
+    }
+    for (auto& w : workers) w.join();
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    best = std::max(best, threads * kIterations * flops_per_iteration / seconds / 1e9);
+  }
+  return best;
+}
+#else
+double fma_peak_gflops(int) {
+  return 0.0;
+}
+#endif
+
+// The machine's GEMM ceilings: the best of several large square products by
+// OpenBLAS sgemm and by rig's own f32 GEMM (cpu::gemm), and the FMA peak.
+void bench_gemm(const Settings& s) {
+  const double openblas = best_square_gflops([](int n, const float* a, const float* b, float* c) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0F, a, n, b, n, 0.0F, c, n);
+  });
+  rig::cpu::set_gemm_precision(rig::cpu::GemmPrecision::f32);
+  const double own = best_square_gflops([](int n, const float* a, const float* b, float* c) {
+    rig::cpu::gemm(n, n, n, 1.0F, {a, n, false}, {b, n, false}, 0.0F, c, n);
+  });
+  std::printf(
+      "workload=gemm sgemm_peak_gflops_per_s=%.2f rig_gemm_peak_gflops_per_s=%.2f "
+      "fma_peak_gflops_per_s=%.2f\n",
+      openblas, own, fma_peak_gflops(s.threads));
 }
 
 int usage() {
