@@ -319,7 +319,7 @@ struct ActivationBackward {
         // dz's values: g itself for none, else computed into dz's row or scratch.
         const float* values = g + at;
         if (act != ops::Activation::none) {
-          float* d = dz_bf16 != nullptr || dz == nullptr ? scratch : dz + at;
+          float* d = dz == nullptr ? scratch : dz + at;
           row(act, relu_scale, g + at, saved == nullptr ? nullptr : saved + at, d, w);
           values = d;
         }

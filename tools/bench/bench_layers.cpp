@@ -39,10 +39,6 @@
 #include <thread>
 #include <vector>
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#endif
-
 #include "bench_util.hpp"
 #include "cpu/gemm.hpp"
 #include "rig/nn.hpp"
@@ -146,40 +142,33 @@ double best_square_gflops(
 // times the pipes on current x86 cores.
 constexpr int kChains = 12;
 
-__attribute__((target("avx512f"))) float fma_chains_avx512(long iterations) {
-  __m512 acc[kChains];
-  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(1.0F + 1e-3F * static_cast<float>(i));
-  const __m512 scale = _mm512_set1_ps(0.999999F);
-  const __m512 shift = _mm512_set1_ps(1e-7F);
+using f32x16 = float __attribute__((vector_size(64)));
+using f32x8 = float __attribute__((vector_size(32)));
+
+// One body for both widths: compiled inside each target below, acc * scale +
+// shift becomes one vfmadd (checked in the object code).
+template <class V>
+__attribute__((always_inline)) inline float fma_chains(long iterations) {
+  V acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = V{} + (1.0F + 1e-3F * static_cast<float>(i));
+  const V scale = V{} + 0.999999F;
+  const V shift = V{} + 1e-7F;
   for (long it = 0; it < iterations; ++it) {
 #pragma GCC unroll 12
-    for (int i = 0; i < kChains; ++i) acc[i] = _mm512_fmadd_ps(acc[i], scale, shift);
+    for (int i = 0; i < kChains; ++i) acc[i] = acc[i] * scale + shift;
   }
-  alignas(64) float lanes[16];  // not _mm512_reduce_add_ps: GCC 12 warns inside it
   float sum = 0.0F;
-  for (int i = 0; i < kChains; ++i) {
-    _mm512_store_ps(lanes, acc[i]);
-    for (const float v : lanes) sum += v;
+  for (const V& a : acc) {
+    for (std::size_t lane = 0; lane < sizeof(V) / sizeof(float); ++lane) sum += a[lane];
   }
   return sum;
 }
 
+__attribute__((target("avx512f"))) float fma_chains_avx512(long iterations) {
+  return fma_chains<f32x16>(iterations);
+}
 __attribute__((target("avx2,fma"))) float fma_chains_avx2(long iterations) {
-  __m256 acc[kChains];
-  for (int i = 0; i < kChains; ++i) acc[i] = _mm256_set1_ps(1.0F + 1e-3F * static_cast<float>(i));
-  const __m256 scale = _mm256_set1_ps(0.999999F);
-  const __m256 shift = _mm256_set1_ps(1e-7F);
-  for (long it = 0; it < iterations; ++it) {
-#pragma GCC unroll 12
-    for (int i = 0; i < kChains; ++i) acc[i] = _mm256_fmadd_ps(acc[i], scale, shift);
-  }
-  alignas(32) float lanes[8];
-  float sum = 0.0F;
-  for (int i = 0; i < kChains; ++i) {
-    _mm256_store_ps(lanes, acc[i]);
-    for (const float v : lanes) sum += v;
-  }
-  return sum;
+  return fma_chains<f32x8>(iterations);
 }
 
 // GFLOP/s of `threads` threads each running the widest FMA loop this CPU has;
