@@ -14,6 +14,13 @@ namespace rig_gpu_test {
 // by main (gpu_main.cpp) from the CUDA back end's own probe.
 const std::string& skip_reason();
 
+// Whether kernel launches may be taken to run asynchronously with the host.
+// False when RIG_GPU_TESTS_SERIAL_LAUNCHES is set: tools/gpu-check sets it for
+// the compute-sanitizer runs, some of whose tools (initcheck) finish every
+// launch before returning. The tests then still run, for the sanitizer, but do
+// not assert that work is still in flight.
+bool launches_run_asynchronously();
+
 // The device the tests use: visible device 0 (CUDA_VISIBLE_DEVICES picks it).
 constexpr int kDevice = 0;
 
