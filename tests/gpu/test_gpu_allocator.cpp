@@ -3,6 +3,8 @@
 // back until that stream is done, counters, and out of memory.
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include <new>
 
 #include "cuda/runtime/device_memory.hpp"
@@ -83,10 +85,11 @@ TEST_F(GpuAllocator, ABlockAnotherStreamUsesWaitsForThatStream) {
                                    user.native());
     data.record_use(user);
   }
+  std::optional<DeviceBuffer> while_busy;  // held, so that `after` cannot get its block
   if (rig_gpu_test::launches_run_asynchronously()) {
     ASSERT_FALSE(user.idle());  // the slow kernel still writes the freed block
-    DeviceBuffer while_busy(n * sizeof(float), owner);
-    EXPECT_NE(while_busy.data(), freed);
+    while_busy.emplace(n * sizeof(float), owner);
+    EXPECT_NE(while_busy->data(), freed);
   }
   user.synchronize();
   DeviceBuffer after(n * sizeof(float), owner);
