@@ -3,9 +3,8 @@
 // back until that stream is done, counters, and out of memory.
 #include <gtest/gtest.h>
 
-#include <optional>
-
 #include <new>
+#include <optional>
 
 #include "cuda/runtime/device_memory.hpp"
 #include "cuda/runtime/stream.hpp"
