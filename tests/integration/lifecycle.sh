@@ -25,6 +25,30 @@ check "$rig" run "$exp" --logdir b --max_steps=40 > straight.log
 cmp a/checkpoints/ckpt-40/model.safetensors b/checkpoints/ckpt-40/model.safetensors
 cmp a/checkpoints/ckpt-40/optimizer.safetensors b/checkpoints/ckpt-40/optimizer.safetensors
 echo "resume is bit-exact"
+# fixed_lr does not depend on max_steps: no note about the schedule.
+if grep -q "max_steps changed" resume.log; then fail "schedule note under fixed_lr"; fi
+
+# A resume with nothing left to train says so, saves nothing, and judges
+# target_loss by the loss the checkpoint recorded, never a made-up one.
+expect_code 1 "$rig" run "$exp" --logdir a --max_steps=40 --continue_learning --target_loss=0.0001
+grep -q "Nothing to train: the checkpoint is at step 40 and max_steps is 40" out.txt
+grep -q "FAILED: train loss [0-9.]* recorded by the checkpoint at step 40 (no step ran now) is not below target_loss 0.0001" out.txt
+if grep -q "Saved checkpoint\|Finished training" out.txt; then fail "a no-op resume trained or saved"; fi
+# train_eval evaluates what it resumed.
+check "$rig" run "$exp" --mode train_eval --logdir a --max_steps=40 --continue_learning --target_loss=100 > noop_eval.log
+grep -q "Validation loss: [0-9.]" noop_eval.log
+grep -q "Train loss [0-9.]* recorded by the checkpoint at step 40 (no step ran now) is below target_loss 100" noop_eval.log
+# A checkpoint from before train_loss was kept: the target cannot be checked, and that fails.
+cp -r a old
+sed -i '/^train_loss:/d' old/checkpoints/ckpt-40/state.yaml
+expect_code 1 "$rig" run "$exp" --logdir old --max_steps=40 --continue_learning --target_loss=100
+grep -q "FAILED: target_loss 100 cannot be checked: no step ran" out.txt
+
+# A policy that depends on max_steps: raising it on resume prints one line with both rates.
+check "$rig" run "$exp" --logdir cos --max_steps=20 --lr_policy=cosine_decay > cos.log
+check "$rig" run "$exp" --logdir cos --max_steps=40 --lr_policy=cosine_decay --continue_learning > cos_resume.log
+grep -q "max_steps changed from 20 (checkpoint) to 40 and lr policy cosine_decay depends on it: from step 20 on the rates are the 40-step schedule's (0.05 at step 20; the 20-step schedule gives 0 there)" cos_resume.log
+test "$(grep -c "max_steps changed" cos_resume.log)" -eq 1
 
 # Resuming with a changed model is refused and says what changed.
 expect_code 2 "$rig" run "$exp" --logdir a --max_steps=60 --continue_learning --set model_params.hidden_sizes=[8]

@@ -50,6 +50,15 @@ std::string state_yaml(const TrainingState& state, const files::FileDigest& mode
       << state.random_seed << YAML::Key << "step" << YAML::Value << state.step << YAML::EndMap;
   out << YAML::Key << "loss_scale" << YAML::Value << files::yaml_number(state.loss_scale);
   out << YAML::Key << "loss_scaler" << YAML::Value << or_null(state.loss_scaler);
+  out << YAML::Key << "max_steps" << YAML::Value << state.max_steps;
+  out << YAML::Key << "train_loss" << YAML::Value;
+  if (state.train_loss) {
+    out << YAML::Flow << YAML::BeginMap << YAML::Key << "value" << YAML::Value
+        << files::yaml_number(*state.train_loss) << YAML::Key << "step" << YAML::Value
+        << state.train_loss_step << YAML::EndMap;
+  } else {
+    out << YAML::Null;
+  }
   out << YAML::Key << "config_hash" << YAML::Value << state.config_hash;
   out << YAML::Key << "files" << YAML::Value << YAML::BeginMap;
   emit_digest(out, kModelFile, model);
@@ -156,6 +165,15 @@ TrainingState read_state(const YAML::Node& root, const fs::path& file) {
   }
   if (root["loss_scaler"] && !root["loss_scaler"].IsNull()) {
     state.loss_scaler = YAML::Clone(root["loss_scaler"]);
+  }
+  if (root["max_steps"]) {
+    state.max_steps = state_value<std::int64_t>(root, "max_steps", file, "an integer");
+  }
+  if (const YAML::Node loss = root["train_loss"]; loss && !loss.IsNull()) {
+    if (!loss.IsMap())
+      throw corrupt_state(file, "'train_loss' should be a map with value and step");
+    state.train_loss = state_value<double>(loss, "value", file, "a number");
+    state.train_loss_step = state_value<std::int64_t>(loss, "step", file, "an integer");
   }
   return state;
 }

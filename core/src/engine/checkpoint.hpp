@@ -28,6 +28,13 @@ struct TrainingState {
   std::uint64_t random_seed = 0;
   YAML::Node loss_scaler;   // LossScaler::state(); null without loss scaling
   double loss_scale = 1.0;  // for people reading state.yaml
+  // The max_steps of the run that wrote it, so that a resume can tell when the
+  // schedule changes; 0 in checkpoints written before it was kept.
+  std::int64_t max_steps = 0;
+  // The last train loss that run printed (the mean over its print interval)
+  // and the step it was printed at; empty when none was printed before it.
+  std::optional<double> train_loss;
+  std::int64_t train_loss_step = 0;
 };
 
 struct Checkpoint {

@@ -1,5 +1,7 @@
 #include "engine/run.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -166,6 +168,52 @@ int with_failure_handling(Communicator& comm, const Console& console,
     comm.abort(fmt::format("failed: {}", e.what()), 1);
   }
   return 1;  // not reached: abort() ends the process
+}
+
+// The verdict on target_loss: the exit code. A run that took no step (its
+// checkpoint was already at max_steps) is judged by the loss the checkpoint
+// recorded, said as such, and fails when it recorded none.
+int check_target_loss(const Console& console, const TrainResult& result, double target) {
+  if (!result.final_loss) {
+    console.print(
+        "*** FAILED: target_loss {} cannot be checked: no step ran, and the checkpoint holds no "
+        "train loss (written by an older rig)",
+        target);
+    return 1;
+  }
+  const std::string whose =
+      result.steps_run > 0
+          ? fmt::format("final train loss {:.4f}", *result.final_loss)
+          : fmt::format("train loss {:.4f} recorded by the checkpoint at step {} (no step ran now)",
+                        *result.final_loss, result.final_loss_step);
+  if (*result.final_loss < target) {
+    console.print("*** {}{} is below target_loss {}", static_cast<char>(std::toupper(whose[0])),
+                  whose.substr(1), target);
+    return 0;
+  }
+  console.print("*** FAILED: {} is not below target_loss {}", whose, target);
+  return 1;
+}
+
+// Resuming with another max_steps: one line when the lr policy's rates depend
+// on it (compared at the resume step and across both schedules), else "".
+std::string schedule_change_note(const LrPolicy& now, const LrPolicy& before,
+                                 const std::string& policy, std::int64_t step,
+                                 std::int64_t old_max_steps, std::int64_t new_max_steps) {
+  const std::int64_t span = std::max(old_max_steps, new_max_steps);
+  constexpr std::int64_t kSamples = 64;
+  bool depends = now.learning_rate(step) != before.learning_rate(step);
+  for (std::int64_t i = 0; i <= kSamples && !depends; ++i) {
+    const std::int64_t s = span * i / kSamples;
+    depends = now.learning_rate(s) != before.learning_rate(s);
+  }
+  if (!depends) return "";
+  return fmt::format(
+      "max_steps changed from {} (checkpoint) to {} and lr policy {} depends on it: from step {} "
+      "on the rates are the {}-step schedule's ({:.6g} at step {}; the {}-step schedule gives "
+      "{:.6g} there)",
+      old_max_steps, new_max_steps, policy, step, new_max_steps, now.learning_rate(step), step,
+      old_max_steps, before.learning_rate(step));
 }
 
 std::string plugin_versions(const ResolvedExperiment& exp) {
@@ -360,13 +408,21 @@ int run(const RunOptions& options) {
       max_steps = static_cast<std::int64_t>(
           std::ceil(*settings.num_epochs * static_cast<double>(steps_per_epoch)));
     }
-    auto lr_policy =
-        primary.plugin(PluginKind::lr_policy)
-            .make_lr_policy(
-                primary.params(PluginKind::lr_policy),
-                // OpenSeq2Seq fills steps_per_epoch only for num_epochs runs.
-                LrPolicyContext{max_steps,
-                                settings.num_epochs && !options.benchmark ? steps_per_epoch : 0});
+    // OpenSeq2Seq fills steps_per_epoch only for num_epochs runs.
+    const std::int64_t policy_steps_per_epoch =
+        settings.num_epochs && !options.benchmark ? steps_per_epoch : 0;
+    const auto make_lr_policy = [&](std::int64_t steps) {
+      return primary.plugin(PluginKind::lr_policy)
+          .make_lr_policy(primary.params(PluginKind::lr_policy),
+                          LrPolicyContext{steps, policy_steps_per_epoch});
+    };
+    auto lr_policy = make_lr_policy(max_steps);
+    if (resumed && resumed->state.max_steps > 0 && resumed->state.max_steps != max_steps) {
+      const auto note = schedule_change_note(*lr_policy, *make_lr_policy(resumed->state.max_steps),
+                                             primary.plugin(PluginKind::lr_policy).name(),
+                                             start.step, resumed->state.max_steps, max_steps);
+      if (!note.empty()) console.print("*** {}", note);
+    }
 
     std::shared_ptr<DataLayer> eval_data;
     if (eval_exp) {
@@ -418,14 +474,7 @@ int run(const RunOptions& options) {
     if (result.stop_signal != 0) return 128 + result.stop_signal;
 
     if (settings.target_loss && !options.benchmark) {
-      if (result.final_loss < *settings.target_loss) {
-        console.print("*** Final train loss {:.4f} is below target_loss {}", result.final_loss,
-                      *settings.target_loss);
-      } else {
-        console.print("*** FAILED: final train loss {:.4f} is not below target_loss {}",
-                      result.final_loss, *settings.target_loss);
-        return 1;
-      }
+      return check_target_loss(console, result, *settings.target_loss);
     }
     return 0;
   });

@@ -88,6 +88,9 @@ class TrainingLoop {
   void save();
   void sync_buffers();
   void evaluate_now();
+  void record_result();
+  // A resumed checkpoint already at (or past) max_steps: no step, no save.
+  TrainResult nothing_to_train();
   bool due(std::int64_t every) const { return every > 0 && state_.step % every == 0; }
   bool last_step() const { return state_.step == o_.max_steps; }
 
@@ -314,6 +317,7 @@ void TrainingLoop::refresh_state() {
   state_.random_seed = s_.random_seed;
   state_.loss_scaler = p_.loss_scaler.state();
   state_.loss_scale = p_.loss_scaler.scale();
+  state_.max_steps = o_.max_steps;
 }
 
 // Batch-norm statistics are updated from each rank's own batches; before they
@@ -380,8 +384,9 @@ void TrainingLoop::after_step(const PhaseTimes& times) {
 
   if (due(s_.print_loss_steps) || last_step()) {
     const PhaseTimes& t = print_interval_;
-    result_.final_loss = t.loss / static_cast<double>(t.steps);
-    console_.print("*** Global step {}: *** Train loss: {:.4f}", state_.step, result_.final_loss);
+    state_.train_loss = t.loss / static_cast<double>(t.steps);
+    state_.train_loss_step = state_.step;
+    console_.print("*** Global step {}: *** Train loss: {:.4f}", state_.step, *state_.train_loss);
     // The data share says at a glance whether the input pipeline keeps up.
     const double per_step = t.step / static_cast<double>(t.steps);
     if (p_.comm.size() > 1) {
@@ -406,6 +411,24 @@ void TrainingLoop::after_step(const PhaseTimes& times) {
   if (due(s_.eval_steps) && !last_step()) evaluate_now();
 }
 
+void TrainingLoop::record_result() {
+  result_.steps = state_.step;
+  result_.steps_run = state_.step - first_step_;
+  result_.final_loss = state_.train_loss;
+  result_.final_loss_step = state_.train_loss_step;
+}
+
+TrainResult TrainingLoop::nothing_to_train() {
+  console_.print(
+      "*** Nothing to train: the checkpoint is at step {} and max_steps is {}; raise max_steps "
+      "(--max_steps=N) to train further",
+      state_.step, o_.max_steps);
+  record_result();
+  // train_eval still evaluates what it resumed, as it would after training.
+  evaluate_now();
+  return result_;
+}
+
 TrainResult TrainingLoop::run() {
   if (state_.data_position && !state_.data_position.IsNull()) {
     p_.data.seek(state_.data_position);
@@ -416,6 +439,7 @@ TrainResult TrainingLoop::run() {
     p_.loss_scaler.load_state(state_.loss_scaler);
   }
   first_step_ = state_.step;
+  if (first_step_ >= o_.max_steps) return nothing_to_train();
   const StopSignals signals;
   const auto loop_start = Clock::now();
   while (state_.step < o_.max_steps) {
@@ -431,7 +455,7 @@ TrainResult TrainingLoop::run() {
   }
   console_.clear_bar();
 
-  result_.steps = state_.step;
+  record_result();
   if (result_.stop_signal != 0) {
     console_.print("*** Stopped by signal {} at step {}", result_.stop_signal, state_.step);
     if (state_.step > first_step_) save();

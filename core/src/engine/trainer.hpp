@@ -51,8 +51,13 @@ struct TrainOptions {
 };
 
 struct TrainResult {
-  std::int64_t steps = 0;   // global step at the end
-  double final_loss = 0.0;  // mean train loss over the last print interval
+  std::int64_t steps = 0;      // global step at the end
+  std::int64_t steps_run = 0;  // by this run: 0 when the checkpoint was already at max_steps
+  // The last train loss printed (the mean over its print interval) and its
+  // step: this run's, or, when it printed none, the resumed checkpoint's;
+  // empty when neither has one.
+  std::optional<double> final_loss;
+  std::int64_t final_loss_step = 0;
   double avg_step_seconds = 0.0;
   double objects_per_second = 0.0;
   std::int64_t skipped_steps = 0;  // loss-scale overflows
