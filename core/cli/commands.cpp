@@ -17,17 +17,6 @@ plugin_host::PluginHost make_host(const std::vector<std::string>& plugin_paths) 
 
 }  // namespace
 
-int validate(const std::string& experiment, const std::vector<config::Override>& overrides,
-             const std::vector<std::string>& plugin_paths) {
-  const auto file = config::ExperimentFile::load(experiment);
-  const auto host = make_host(plugin_paths);
-  for (const char* mode : {"train", "eval", "infer"}) {
-    engine::resolve_experiment(file, mode, overrides, host);
-    fmt::print("{}: {} mode: OK\n", experiment, mode);
-  }
-  return 0;
-}
-
 int print_config(const std::string& experiment, const std::string& mode,
                  const std::vector<config::Override>& overrides,
                  const std::vector<std::string>& plugin_paths) {

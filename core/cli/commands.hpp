@@ -9,9 +9,6 @@
 
 namespace rig::cli {
 
-// Resolves every mode of the experiment without running it.
-int validate(const std::string& experiment, const std::vector<config::Override>& overrides,
-             const std::vector<std::string>& plugin_paths);
 // Prints the fully resolved config of one mode (plugin defaults included).
 int print_config(const std::string& experiment, const std::string& mode,
                  const std::vector<config::Override>& overrides,

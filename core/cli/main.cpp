@@ -12,6 +12,7 @@
 #include "commands.hpp"
 #include "config/overrides.hpp"
 #include "engine/run.hpp"
+#include "engine/validate.hpp"
 #include "report/report.hpp"
 #include "rig/error.hpp"
 #include "rig/plugin.hpp"
@@ -98,8 +99,14 @@ int dispatch(int argc, char** argv) {
   add_common(run, true);
 
   std::string experiment;
-  auto* validate = app.add_subcommand("validate", "check an experiment in every mode, run nothing");
+  auto* validate = app.add_subcommand(
+      "validate",
+      "check an experiment in every mode: resolve it and build its plugins, run no step");
   validate->add_option("experiment", experiment, "experiment YAML file")->required();
+  bool validate_skip_data = false;
+  validate->add_flag("--skip-data", validate_skip_data,
+                     "build no data layer (and so no model or optimizer): for a machine "
+                     "without the experiment's data");
   add_common(validate, true);
 
   std::string config_mode = "train";
@@ -173,8 +180,9 @@ int dispatch(int argc, char** argv) {
     return rig::engine::run(run_options);
   }
   if (validate->parsed()) {
-    return rig::cli::validate(experiment, overrides_from(validate->remaining(), set_args),
-                              plugin_paths);
+    return rig::engine::validate({experiment, overrides_from(validate->remaining(), set_args),
+                                  plugin_paths, validate_skip_data},
+                                 stdout);
   }
   if (config->parsed()) {
     return rig::cli::print_config(experiment, config_mode,

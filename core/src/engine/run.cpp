@@ -27,6 +27,7 @@
 #include "engine/launcher_env.hpp"
 #include "engine/rank_agreement.hpp"
 #include "engine/resolve.hpp"
+#include "engine/run_parts.hpp"
 #include "engine/settings.hpp"
 #include "engine/trainer.hpp"
 #include "rig/error.hpp"
@@ -55,46 +56,6 @@ std::string identity_yaml(const config::ResolvedConfig& cfg) {
   YAML::Emitter out;
   out << copy;
   return out.c_str();
-}
-
-// Lists "key: old -> new" for every top-level and nested scalar that differs.
-void diff_nodes(const YAML::Node& a, const YAML::Node& b, const std::string& path,
-                std::vector<std::string>& out) {
-  if (a.IsMap() && b.IsMap()) {
-    std::set<std::string> keys;
-    for (const auto& kv : a) keys.insert(kv.first.as<std::string>());
-    for (const auto& kv : b) keys.insert(kv.first.as<std::string>());
-    for (const auto& k : keys) {
-      diff_nodes(a[k], b[k], path.empty() ? k : path + "." + k, out);
-    }
-    return;
-  }
-  auto text = [](const YAML::Node& n) {
-    if (!n) return std::string("(absent)");
-    YAML::Emitter e;
-    e << YAML::Flow << n;
-    return std::string(e.c_str());
-  };
-  if (text(a) != text(b)) out.push_back(fmt::format("{}: {} -> {}", path, text(a), text(b)));
-}
-
-RunContext make_run_context(Mode mode, const EngineSettings& s, const Communicator& comm) {
-  RunContext run;
-  run.mode = mode;
-  run.dtype = s.compute_dtype;
-  run.rank = comm.rank();
-  run.world_size = comm.size();
-  run.seed = s.random_seed;
-  run.device = s.device;
-  run.logdir = s.logdir;
-  return run;
-}
-
-std::shared_ptr<DataLayer> make_data(const ResolvedExperiment& exp, Mode mode,
-                                     const EngineSettings& s, const Communicator& comm) {
-  DataLayerContext ctx{make_run_context(mode, s, comm), s.batch_size_per_gpu};
-  return exp.plugin(PluginKind::data_layer)
-      .make_data_layer(exp.params(PluginKind::data_layer), ctx);
 }
 
 void write_logdir_config(const fs::path& logdir, const ResolvedExperiment& exp,
@@ -258,16 +219,7 @@ int run(const RunOptions& options) {
   std::optional<ResolvedExperiment> eval_exp;
   if (mode == "train_eval") {
     eval_exp = resolve_experiment(file, "eval", options.overrides, host);
-    // One model serves both phases (forward() is told which), so its config must agree.
-    std::vector<std::string> diffs;
-    for (const char* key : {"model", "model_params"}) {
-      diff_nodes(primary.config.root[key], eval_exp->config.root[key], key, diffs);
-    }
-    if (!diffs.empty()) {
-      throw UserError(fmt::format(
-          "train_eval trains and evaluates one model, so eval_params may not change it: {}",
-          fmt::join(diffs, "; ")));
-    }
+    check_train_eval_model(primary, *eval_exp);
   }
 
   EngineSettings settings = read_settings(primary.config);
@@ -292,12 +244,10 @@ int run(const RunOptions& options) {
       interactive ? Console(comm->rank() == 0, false, stderr) : Console(comm->rank() == 0);
   const Mode primary_enum = trains ? Mode::train : (mode == "eval" ? Mode::eval : Mode::infer);
   return with_failure_handling(*comm, console, [&]() -> int {
-    auto data = make_data(primary, primary_enum, settings, *comm);
+    const ProcessPlace place{comm->rank(), comm->size()};
+    auto data = make_data_layer(primary, primary_enum, settings, place);
     ParameterStore params;
-    auto model = primary.plugin(PluginKind::model)
-                     .make_model(primary.params(PluginKind::model),
-                                 ModelContext{make_run_context(primary_enum, settings, *comm),
-                                              data->info(), params});
+    auto model = make_model(primary, primary_enum, settings, place, *data, params);
     params.allocate(settings.random_seed, settings.compute_dtype);
     check_ranks_agree(*comm, {primary.config.to_yaml(), plugin_versions(primary), params.numel()});
     if (!device.note.empty()) console.print("*** {}", device.note);
@@ -355,8 +305,7 @@ int run(const RunOptions& options) {
         if (ckpt.state.config_hash != config::fnv1a64_hex(identity)) {
           YAML::Node saved = YAML::LoadFile((ckpt.dir / "state.yaml").string())["config"];
           // Both sides are identity configs: the schedule keys are already gone.
-          std::vector<std::string> diffs;
-          diff_nodes(saved, YAML::Load(identity), "", diffs);
+          const std::vector<std::string> diffs = config_differences(saved, YAML::Load(identity));
           throw UserError(fmt::format(
               "--continue_learning: checkpoint {} was written by a different experiment config "
               "(only max_steps, num_epochs, logdir and logging intervals may change); differences "
@@ -382,45 +331,19 @@ int run(const RunOptions& options) {
     if (comm->size() > 1) comm->broadcast(params.values(), 0)->wait();
     params.publish_values();
 
-    auto optimizer =
-        primary.plugin(PluginKind::optimizer)
-            .make_optimizer(
-                primary.params(PluginKind::optimizer),
-                OptimizerContext{make_run_context(Mode::train, settings, *comm), params});
+    auto optimizer = make_optimizer(primary, settings, place, params);
     if (resumed) optimizer->load_state(resumed->optimizer);
 
-    const std::int64_t epoch_size = data->epoch_size();
-    const std::int64_t global_batch =
-        settings.batch_size_per_gpu * comm->size() * settings.iter_size;
-    const std::int64_t steps_per_epoch = epoch_size > 0 ? epoch_size / global_batch : 0;
-    std::int64_t max_steps = 0;
-    if (options.benchmark) {
-      max_steps = options.bench_steps;
-    } else if (settings.max_steps) {
-      max_steps = *settings.max_steps;
-    } else {
-      if (steps_per_epoch <= 0) {
-        throw UserError(fmt::format(
-            "num_epochs needs the number of steps per epoch, but the data layer {} (set max_steps "
-            "instead)",
-            epoch_size < 0 ? "does not know its size" : "holds less than one global batch"));
-      }
-      max_steps = static_cast<std::int64_t>(
-          std::ceil(*settings.num_epochs * static_cast<double>(steps_per_epoch)));
-    }
-    // OpenSeq2Seq fills steps_per_epoch only for num_epochs runs.
-    const std::int64_t policy_steps_per_epoch =
-        settings.num_epochs && !options.benchmark ? steps_per_epoch : 0;
-    const auto make_lr_policy = [&](std::int64_t steps) {
-      return primary.plugin(PluginKind::lr_policy)
-          .make_lr_policy(primary.params(PluginKind::lr_policy),
-                          LrPolicyContext{steps, policy_steps_per_epoch});
-    };
-    auto lr_policy = make_lr_policy(max_steps);
+    const StepPlan plan =
+        plan_steps(settings, data->epoch_size(), place,
+                   options.benchmark ? std::optional(options.bench_steps) : std::nullopt);
+    const std::int64_t max_steps = plan.max_steps;
+    auto lr_policy = make_lr_policy(primary, plan, max_steps);
     if (resumed && resumed->state.max_steps > 0 && resumed->state.max_steps != max_steps) {
-      const auto note = schedule_change_note(*lr_policy, *make_lr_policy(resumed->state.max_steps),
-                                             primary.plugin(PluginKind::lr_policy).name(),
-                                             start.step, resumed->state.max_steps, max_steps);
+      const auto note =
+          schedule_change_note(*lr_policy, *make_lr_policy(primary, plan, resumed->state.max_steps),
+                               primary.plugin(PluginKind::lr_policy).name(), start.step,
+                               resumed->state.max_steps, max_steps);
       if (!note.empty()) console.print("*** {}", note);
     }
 
@@ -428,7 +351,7 @@ int run(const RunOptions& options) {
     if (eval_exp) {
       EngineSettings eval_settings = read_settings(eval_exp->config);
       eval_settings.device = settings.device;  // one model, one device
-      eval_data = make_data(*eval_exp, Mode::eval, eval_settings, *comm);
+      eval_data = make_data_layer(*eval_exp, Mode::eval, eval_settings, place);
     }
     if (!options.benchmark && comm->rank() == 0) write_logdir_config(logdir, primary, options);
 
