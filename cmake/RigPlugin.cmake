@@ -24,8 +24,10 @@ function(rig_add_plugin name kind)
     message(FATAL_ERROR "rig_add_plugin(${name} ${kind}): schema file ${_schema} not found")
   endif()
 
-  # Embed the schema text. configure_file re-runs when the schema changes.
+  # Embed the schema text; a changed schema makes the next build re-configure
+  # (file(READ) alone would keep the old text until CMake runs again).
   file(READ ${_schema} RIG_PLUGIN_SCHEMA_TEXT)
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${_schema})
   set(_target rig-${kind}-${name})
   set(_schema_cpp ${CMAKE_CURRENT_BINARY_DIR}/${_target}-schema.cpp)
   configure_file(${_RIG_PLUGIN_CMAKE_DIR}/rig-plugin-schema.cpp.in ${_schema_cpp} @ONLY)

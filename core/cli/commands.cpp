@@ -1,6 +1,9 @@
 #include "commands.hpp"
 
+#include <algorithm>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -38,18 +41,39 @@ int list_plugins(const std::vector<std::string>& plugin_paths) {
     for (const auto& dir : host.search_path()) fmt::print("  {}\n", dir.string());
     return 0;
   }
-  fmt::print("{:<13} {:<14} {:<9} {:<50} {}\n", "KIND", "NAME", "VERSION", "SUMMARY", "PATH");
+  struct Row {
+    std::string kind, name, version, summary, path;
+  };
+  std::vector<Row> rows;
   for (const auto& f : files) {
     try {
       auto lib = plugin_host::PluginLibrary::open(f.file);
       const auto& d = lib->descriptor();
-      fmt::print("{:<13} {:<14} {:<9} {:<50} {}\n", to_string(d.kind), d.name, d.version, d.summary,
-                 f.file.string());
+      rows.push_back(
+          {std::string(to_string(d.kind)), d.name, d.version, d.summary, f.file.string()});
     } catch (const std::exception& e) {
-      fmt::print("{:<13} {:<14} {:<9} {:<50} {}\n", to_string(f.kind), f.name, "-",
-                 fmt::format("BROKEN: {}", e.what()), f.file.string());
+      rows.push_back({std::string(to_string(f.kind)), f.name, "-",
+                      fmt::format("BROKEN: {}", e.what()), f.file.string()});
     }
   }
+  // Every column as wide as its longest entry; the free-text summary last.
+  Row widths{"KIND", "NAME", "VERSION", "SUMMARY", "PATH"};
+  std::size_t kind_width = widths.kind.size();
+  std::size_t name_width = widths.name.size();
+  std::size_t version_width = widths.version.size();
+  std::size_t path_width = widths.path.size();
+  for (const Row& r : rows) {
+    kind_width = std::max(kind_width, r.kind.size());
+    name_width = std::max(name_width, r.name.size());
+    version_width = std::max(version_width, r.version.size());
+    path_width = std::max(path_width, r.path.size());
+  }
+  auto print_row = [&](const Row& r) {
+    fmt::print("{:<{}}  {:<{}}  {:<{}}  {:<{}}  {}\n", r.kind, kind_width, r.name, name_width,
+               r.version, version_width, r.path, path_width, r.summary);
+  };
+  print_row(widths);
+  for (const Row& r : rows) print_row(r);
   return 0;
 }
 

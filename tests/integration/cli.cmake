@@ -27,7 +27,11 @@ rig_cli_test(help 0 "validate +check an experiment in every mode" ARGS --help)
 rig_cli_test(plugins_lists_all 0
   "model +mlp .*rig-model-mlp\\.so.*data_layer +synthetic.*optimizer +sgd.*lr_policy +fixed_lr.*communicator +local"
   ARGS plugins)
-rig_cli_test(plugins_shows_broken 0 "model +not_elf +- +BROKEN: .*not a shared object" ARGS plugins ${BAD_PLUGINS})
+rig_cli_test(plugins_shows_broken 0 "model +not_elf +- +[^ ]*rig-model-not_elf\\.so +BROKEN: .*not a shared object" ARGS plugins ${BAD_PLUGINS})
+add_test(NAME cli.plugins_columns
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/plugins_list.sh $<TARGET_FILE:rig_cli> ${BAD_PLUGINS})
+set_tests_properties(cli.plugins_columns PROPERTIES LABELS integration TIMEOUT 60
+  REQUIRED_FILES ${CMAKE_BINARY_DIR}/test-plugins/rig-model-throws.so)
 rig_cli_test(schema_plugin 0 "hidden_sizes" ARGS schema model/mlp)
 rig_cli_test(schema_experiment 0 "batch_size_per_gpu" ARGS schema experiment)
 rig_cli_test(validate_ok 0 "infer mode: OK" ARGS validate ${FIX}/tiny.yaml)

@@ -1,5 +1,7 @@
 #include "plugin_host/plugin_host.hpp"
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <set>
@@ -30,10 +32,20 @@ std::string with_article(PluginKind kind) {
   return (name.front() == 'o' ? "an " : "a ") + name;
 }
 
-fs::path executable_dir() {
+// The folder librig was loaded from: the build tree's, an install's lib/, or a bundle's.
+fs::path librig_dir() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&librig_dir), &info) == 0 || info.dli_fname == nullptr) {
+    return {};
+  }
   std::error_code ec;
-  fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? fs::path() : self.parent_path();
+  fs::path file = fs::weakly_canonical(info.dli_fname, ec);
+  return ec ? fs::path(info.dli_fname).parent_path() : file.parent_path();
+}
+
+bool same_folder(const fs::path& a, const fs::path& b) {
+  std::error_code ec;
+  return fs::equivalent(a, b, ec) && !ec;
 }
 
 }  // namespace
@@ -62,9 +74,15 @@ std::vector<fs::path> PluginHost::default_search_path(
   std::vector<fs::path> path;
   for (const auto& arg : plugin_path_args) append_path_list(path, arg);
   if (const char* env = std::getenv("RIG_PLUGIN_PATH")) append_path_list(path, env);
-  fs::path exe_dir = executable_dir();
-  if (!exe_dir.empty()) path.push_back(exe_dir.parent_path() / RIG_PLUGIN_INSTALL_SUBDIR);
-  path.emplace_back(RIG_BUILD_PLUGIN_DIR);
+  // The plugins that came with this librig: the build tree's when librig is
+  // the build tree's own, else the install's (or bundle's) next to it. An
+  // installed rig never searches the tree it was built from.
+  const fs::path lib = librig_dir();
+  if (same_folder(lib, RIG_BUILD_LIBRARY_DIR)) {
+    path.emplace_back(RIG_BUILD_PLUGIN_DIR);
+  } else if (!lib.empty()) {
+    path.push_back(lib / RIG_PLUGIN_DIR_IN_LIBDIR);
+  }
   // One entry per folder, first occurrence kept.
   std::vector<fs::path> unique;
   std::set<std::string> seen;

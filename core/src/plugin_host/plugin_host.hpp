@@ -24,8 +24,9 @@ class PluginHost {
   explicit PluginHost(std::vector<std::filesystem::path> search_path);
 
   // --plugin-path entries (each may hold several ':'-separated folders), then
-  // RIG_PLUGIN_PATH, then the install's lib/rig/plugins next to the running
-  // executable, then the build tree's plugin folder.
+  // RIG_PLUGIN_PATH, then the plugins that came with librig: the build tree's
+  // plugin folder when librig is the build tree's, else lib/rig/plugins next
+  // to the installed (or bundled) librig.
   static std::vector<std::filesystem::path> default_search_path(
       const std::vector<std::string>& plugin_path_args);
 

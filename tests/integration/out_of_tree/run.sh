@@ -4,10 +4,14 @@
 #   run.sh RIG_SOURCE_DIR RIG_BUILD_DIR WORKDIR
 #
 # 1. installs the already-built rig from RIG_BUILD_DIR into WORKDIR/prefix;
-# 2. checks tools/new-plugin's argument handling;
-# 3. for every plugin kind: scaffolds a plugin with tools/new-plugin, configures
-#    and builds it out of tree against the install (find_package(rig)), runs its
-#    unit test, and checks that `rig plugins` and `rig schema` see it;
+# 2. checks tools/new-plugin's argument handling, and that the install's
+#    scaffold (bin/rig-new-plugin, templates in share/rig/plugin-templates)
+#    writes what tools/new-plugin writes, its README naming the command run;
+# 3. for every plugin kind: scaffolds a plugin (lr_policy and model with the
+#    installed rig-new-plugin, as an author with only the install would; the
+#    others with tools/new-plugin), configures and builds it out of tree
+#    against the install (find_package(rig)), runs its unit test, and checks
+#    that `rig plugins` and `rig schema` see it;
 # 4. runs every generated example experiment with the installed `rig`: checks
 #    that params validation uses the plugin's schema (lr_policy), that the
 #    model learns (model, train_eval), and that a run resumed with
@@ -102,11 +106,41 @@ expect_status 1 "$work/usage.log" "$new_plugin" lr_policy taken "$work/occupied"
   fail "DIR does not default to ./rig-<kind>-<name>"
 
 kinds=(lr_policy model optimizer data_layer communicator)
+
+step "the installed scaffold: $prefix/bin/rig-new-plugin"
+installed_new_plugin=$prefix/bin/rig-new-plugin
+[[ -x $installed_new_plugin ]] || fail "the install has no bin/rig-new-plugin"
+for kind in "${kinds[@]}"; do
+  [[ -f $prefix/share/rig/plugin-templates/$kind/plugin.cpp.in ]] ||
+    fail "the install has no share/rig/plugin-templates/$kind"
+done
+expect_status 2 "$work/usage.log" "$installed_new_plugin" scheduler foo
+grep -q "usage: rig-new-plugin KIND NAME" "$work/usage.log" ||
+  { cat "$work/usage.log" >&2; fail "rig-new-plugin's usage does not name rig-new-plugin"; }
+# Each kind, scaffolded both ways: the same files, but for the README's
+# "Written by" line, which names the command that was run.
+for kind in "${kinds[@]}"; do
+  name=both_$kind
+  run_logged "$work/$kind.both-src.log" "$new_plugin" "$kind" "$name" "$work/both/src/$kind"
+  (cd "$work" && run_logged "$work/$kind.both-inst.log" env PATH="$prefix/bin:$PATH" \
+    rig-new-plugin "$kind" "$name" "$work/both/inst/$kind")
+  diff -r -x README.md "$work/both/src/$kind" "$work/both/inst/$kind" >"$work/$kind.both.diff" ||
+    { cat "$work/$kind.both.diff" >&2; fail "rig-new-plugin $kind differs from tools/new-plugin"; }
+  grep -qF "Written by \`tools/new-plugin $kind $name\`" "$work/both/src/$kind/README.md" ||
+    fail "the README from tools/new-plugin does not name tools/new-plugin"
+  grep -qF "Written by \`rig-new-plugin $kind $name\`" "$work/both/inst/$kind/README.md" ||
+    fail "the README from rig-new-plugin does not name rig-new-plugin"
+done
+grep -qF -- "-DCMAKE_PREFIX_PATH=$(cd "$prefix" && pwd -P)" "$work/model.both-inst.log" ||
+  { cat "$work/model.both-inst.log" >&2; fail "rig-new-plugin does not print its prefix"; }
+
 for kind in "${kinds[@]}"; do
   name=oot_$kind
   dir=$work/$kind
-  step "$kind '$name': scaffold, build out of tree, unit test"
-  run_logged "$work/$kind.new.log" "$new_plugin" "$kind" "$name" "$dir"
+  scaffold=$new_plugin
+  case $kind in lr_policy | model) scaffold=$installed_new_plugin ;; esac
+  step "$kind '$name': scaffold (${scaffold##*/}), build out of tree, unit test"
+  run_logged "$work/$kind.new.log" "$scaffold" "$kind" "$name" "$dir"
   for f in CMakeLists.txt "$name.cpp" "test_$name.cpp" schema.yaml example.yaml README.md; do
     [[ -f $dir/$f ]] || fail "new-plugin $kind wrote no $f"
   done
@@ -125,10 +159,26 @@ for kind in "${kinds[@]}"; do
     fail "rig schema $kind/$name does not print the plugin's schema"
 done
 
+# An edited schema is embedded by the next build alone, with no re-configure by hand.
+echo "# edited after the first build" >>"$work/lr_policy/schema.yaml"
+run_logged "$work/lr_policy.rebuild.log" cmake --build "$work/lr_policy/build" -j "$jobs"
+run_logged "$work/lr_policy.schema2.log" "$rig" schema lr_policy/oot_lr_policy \
+  --plugin-path "$work/lr_policy/build"
+grep -q "edited after the first build" "$work/lr_policy.schema2.log" ||
+  fail "a build after editing schema.yaml kept the old schema"
+
 # The installed plugins are found from the install, not from the build tree.
 run_logged "$work/plugins.log" "$rig" plugins
 grep -E "model.*mlp" "$work/plugins.log" | grep -qF "$prefix/lib/rig/plugins" ||
   { cat "$work/plugins.log" >&2; fail "rig plugins does not find mlp in the install"; }
+# ... and an installed rig never searches the tree it was built from: a copy
+# of the install without mlp does not find the build tree's mlp.
+rm -rf "$work/no-mlp" && cp -r "$prefix" "$work/no-mlp"
+rm "$work/no-mlp/lib/rig/plugins/rig-model-mlp.so"
+run_logged "$work/plugins-no-mlp.log" env -u RIG_PLUGIN_PATH "$work/no-mlp/bin/rig" plugins
+if grep -E "^model +mlp " "$work/plugins-no-mlp.log"; then
+  fail "an installed rig found mlp outside its install (the build tree $build?)"
+fi
 
 step "run the lr_policy example with the installed rig"
 dir=$work/lr_policy
