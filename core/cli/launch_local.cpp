@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -37,15 +39,22 @@ int launch_local_processes(int nproc, int argc, char** argv) {
   std::error_code error;
   const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
   args.push_back(error ? std::string(argv[0]) : self.string());
+  bool progress_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (is_nproc_flag(arg)) {
       if (arg == "--nproc") ++i;  // and its value
       continue;
     }
+    progress_given = progress_given || arg == "--progress" || arg.starts_with("--progress=");
     args.push_back(arg);
   }
   args.emplace_back("--communicator=mpi");
+  // The ranks cannot tell where mpirun's output goes, but this process can:
+  // rank 0 draws the bar when the user's terminal is its destination.
+  if (!progress_given && std::getenv("RIG_PROGRESS") == nullptr && isatty(fileno(stdout)) == 1) {
+    args.emplace_back("--progress=on");
+  }
   std::vector<char*> c_args;
   for (auto& a : args) c_args.push_back(a.data());
   c_args.push_back(nullptr);

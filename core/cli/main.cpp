@@ -11,6 +11,7 @@
 
 #include "commands.hpp"
 #include "config/overrides.hpp"
+#include "engine/launcher_env.hpp"
 #include "engine/run.hpp"
 #include "engine/validate.hpp"
 #include "report/report.hpp"
@@ -58,6 +59,10 @@ int dispatch(int argc, char** argv) {
                                rig::kPluginAbiVersion, on_off(RIG_WITH_CUDA), on_off(RIG_WITH_MPI),
                                on_off(RIG_WITH_NCCL)));
   app.require_subcommand(1);
+  app.footer(
+      "Docs: docs/ in rig's source tree. A new plugin: rig-new-plugin KIND NAME [DIR] "
+      "(tools/new-plugin in the source tree) writes a compiling, tested skeleton; see "
+      "docs/plugins.md.");
   std::vector<std::string> plugin_paths;
   std::vector<std::string> set_args;
   auto add_common = [&](CLI::App* sub, bool with_overrides) {
@@ -93,6 +98,10 @@ int dispatch(int argc, char** argv) {
                   "where infer mode writes its lines (default LOGDIR/infer_output.txt)");
   run->add_option("--timeline", run_options.timeline_file,
                   "write a Chrome-trace JSON of every training step's phases to this file");
+  run->add_option("--progress", run_options.progress,
+                  "progress bar while training: auto (default: when stdout is a terminal and no "
+                  "launcher such as mpirun started rig), on, off")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   run->add_option("--checkpoint", run_options.load_from,
                   "eval / infer: 'latest' (default), 'best' (LOGDIR/best_models) or a "
                   "ckpt-<step> folder");
@@ -207,6 +216,10 @@ int dispatch(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     return dispatch(argc, argv);
+  } catch (const rig::engine::ConfigError& e) {
+    // Every process of this host met the same bad input: one line, not one per rank.
+    if (rig::engine::launcher_local_rank() == 0) std::fprintf(stderr, "rig: error: %s\n", e.what());
+    return kExitBadInput;
   } catch (const rig::UserError& e) {
     std::fprintf(stderr, "rig: error: %s\n", e.what());
     return kExitBadInput;

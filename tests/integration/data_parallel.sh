@@ -75,7 +75,27 @@ expect_code 2 timeout 60 mpirun --oversubscribe -x RIG_NUM_THREADS=1 \
 grep -Eq "rank 1 .*: error: --continue_learning" err.txt || fail "rank 1's error is not named"
 # `local` under a launcher of 2 would train twice into one logdir.
 expect_code 2 "${mpi[@]}" -n 2 "$rig" run "$exp" --logdir local_under_mpi
-grep -q "one of 2 started by an MPI launcher" err.txt || fail "local under mpirun not refused"
+[ "$(grep -c "one of 2 started by an MPI launcher" err.txt)" -eq 1 ] ||
+  fail "local under mpirun not refused, or refused once per rank"
+# Bad input every rank meets alike is reported once, not once per rank.
+expect_code 2 "${mpi[@]}" -n 2 "$rig" run "$exp" --logdir typo --communicator=mpi --max_stepz=3
+[ "$(grep -c "rig: error: .*max_stepz: unknown key" err.txt)" -eq 1 ] ||
+  fail "a bad override was not reported exactly once"
+
+echo "== no progress bar in a log written through mpirun"
+# Open MPI gives each rank a pseudo-terminal as stdout even when mpirun's own
+# output goes to a file: rank 0 must not take it for the user's terminal.
+quiet_mpi=(mpirun --oversubscribe --bind-to none -x RIG_NUM_THREADS=1)
+if ! (unset RIG_PROGRESS; mpirun --oversubscribe -n 1 sh -c 'test -t 1'); then
+  echo "note: this mpirun gives ranks no terminal; the check below cannot fail here"
+fi
+(unset RIG_PROGRESS; check "${quiet_mpi[@]}" -n 2 "$rig" run "$exp" --logdir nobar \
+  --max_steps=40 --communicator=mpi > nobar.log 2>&1)
+if grep -q $'\r\|\x1b' nobar.log; then fail "the log written through mpirun holds a progress bar"; fi
+# Asked for, the bar is drawn (and erased) through mpirun all the same.
+(unset RIG_PROGRESS; check "${quiet_mpi[@]}" -n 2 "$rig" run "$exp" --logdir bar \
+  --max_steps=40 --communicator=mpi --progress on > bar.log 2>&1)
+grep -q $'\r' bar.log || fail "--progress on drew no bar"
 
 echo "== a rank killed with SIGKILL ends the job"
 set +e

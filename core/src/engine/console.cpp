@@ -8,12 +8,16 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "engine/launcher_env.hpp"
+#include "rig/error.hpp"
+
 namespace rig::engine {
 namespace {
 
-bool stdout_wants_bar() {
+bool wants_bar(ProgressBar mode) {
+  if (mode != ProgressBar::automatic) return mode == ProgressBar::on;
   if (const char* env = std::getenv("RIG_PROGRESS")) return std::strcmp(env, "0") != 0;
-  return isatty(fileno(stdout)) == 1;
+  return isatty(fileno(stdout)) == 1 && !started_by_launcher();
 }
 
 // H:MM:SS, rounded to seconds.
@@ -24,7 +28,14 @@ std::string format_eta(double seconds) {
 
 }  // namespace
 
-Console::Console(bool enabled) : Console(enabled, stdout_wants_bar()) {}
+ProgressBar parse_progress_bar(const std::string& text) {
+  if (text == "auto") return ProgressBar::automatic;
+  if (text == "on") return ProgressBar::on;
+  if (text == "off") return ProgressBar::off;
+  throw UserError(fmt::format("--progress {}: expected auto, on or off", text));
+}
+
+Console::Console(bool enabled, ProgressBar mode) : Console(enabled, wants_bar(mode)) {}
 
 std::string format_progress(std::int64_t done, std::int64_t total, double seconds_elapsed,
                             std::string_view note, int width) {

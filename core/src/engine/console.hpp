@@ -12,11 +12,16 @@
 
 namespace rig::engine {
 
+// --progress: on, off, or auto: RIG_PROGRESS=0/1 if set, else a bar when
+// stdout is a terminal and no launcher started the process (under mpirun a
+// rank's stdout is a pseudo-terminal even when mpirun's own output goes to a
+// file, so it says nothing about what the user sees).
+enum class ProgressBar { automatic, on, off };
+ProgressBar parse_progress_bar(const std::string& text);  // auto | on | off, else UserError
+
 class Console {
  public:
-  // The progress bar is shown when stdout is a terminal; RIG_PROGRESS=0 hides
-  // it and RIG_PROGRESS=1 forces it.
-  explicit Console(bool enabled);
+  Console(bool enabled, ProgressBar mode);
   Console(bool enabled, bool progress_bar, std::FILE* stream = stdout)
       : enabled_(enabled), bar_(enabled && progress_bar), stream_(stream) {}
 

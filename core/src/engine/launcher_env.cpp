@@ -31,6 +31,10 @@ int launcher_world_size() {
   return first_number({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"}, 2).value_or(1);
 }
 
+bool started_by_launcher() {
+  return first_number({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"}, 1).has_value();
+}
+
 int launcher_local_rank() {
   return first_number({"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}, 0)
       .value_or(0);

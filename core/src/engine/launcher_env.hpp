@@ -9,6 +9,10 @@ namespace rig::engine {
 // not started by one.
 int launcher_world_size();
 
+// Whether a launcher (mpirun / mpiexec, Hydra, srun) started this process,
+// even as the only one.
+bool started_by_launcher();
+
 // This process's rank among those on its host (Open MPI, MPICH / Hydra,
 // Slurm); 0 when not started by one.
 int launcher_local_rank();

@@ -186,9 +186,16 @@ std::string plugin_versions(const ResolvedExperiment& exp) {
   return text;
 }
 
-}  // namespace
+// What the experiment file and the command line say, checked: the same on
+// every process of a host, so its errors are ConfigErrors.
+struct ResolvedRun {
+  ResolvedExperiment primary;              // train, eval or infer
+  std::optional<ResolvedExperiment> eval;  // train_eval's evaluation
+  EngineSettings settings;
+  ProgressBar progress = ProgressBar::automatic;
+};
 
-int run(const RunOptions& options) {
+ResolvedRun resolve_run(const RunOptions& options) try {
   const std::string& mode = options.mode;
   if (mode != "train" && mode != "eval" && mode != "train_eval" && mode != "infer" &&
       mode != "interactive_infer") {
@@ -210,19 +217,36 @@ int run(const RunOptions& options) {
   if (!trains && !options.timeline_file.empty()) {
     throw UserError("--timeline records training steps: use it with --mode train or train_eval");
   }
-  const bool interactive = mode == "interactive_infer";
+  const ProgressBar progress = parse_progress_bar(options.progress);
   const auto file = config::ExperimentFile::load(options.experiment);
   const plugin_host::PluginHost host(
       plugin_host::PluginHost::default_search_path(options.plugin_paths));
-  const std::string primary_mode = trains ? "train" : (interactive ? "infer" : mode);
+  const std::string primary_mode =
+      trains ? "train" : (mode == "interactive_infer" ? "infer" : mode);
   ResolvedExperiment primary = resolve_experiment(file, primary_mode, options.overrides, host);
-  std::optional<ResolvedExperiment> eval_exp;
+  std::optional<ResolvedExperiment> eval;
   if (mode == "train_eval") {
-    eval_exp = resolve_experiment(file, "eval", options.overrides, host);
-    check_train_eval_model(primary, *eval_exp);
+    eval = resolve_experiment(file, "eval", options.overrides, host);
+    check_train_eval_model(primary, *eval);
   }
-
   EngineSettings settings = read_settings(primary.config);
+  return {std::move(primary), std::move(eval), std::move(settings), progress};
+} catch (const ConfigError&) {
+  throw;
+} catch (const UserError& e) {
+  throw ConfigError(e.what());
+}
+
+}  // namespace
+
+int run(const RunOptions& options) {
+  const std::string& mode = options.mode;
+  ResolvedRun resolved = resolve_run(options);
+  const bool trains = mode == "train" || mode == "train_eval";
+  const bool interactive = mode == "interactive_infer";
+  ResolvedExperiment& primary = resolved.primary;
+  std::optional<ResolvedExperiment>& eval_exp = resolved.eval;
+  EngineSettings& settings = resolved.settings;
   cpu::set_gemm_precision(settings.bf16_matmuls ? cpu::GemmPrecision::bf16
                                                 : cpu::GemmPrecision::f32);
   // Before the communicator: a CUDA-aware one needs the device chosen first.
@@ -233,15 +257,15 @@ int run(const RunOptions& options) {
                   .make_communicator(primary.params(PluginKind::communicator),
                                      CommunicatorContext{settings.logdir});
   if (const int launched = launcher_world_size(); comm->size() == 1 && launched > 1) {
-    throw UserError(fmt::format(
+    throw ConfigError(fmt::format(
         "this process is one of {} started by an MPI launcher, but the experiment's communicator "
         "is '{}': each process would train alone and write the same logdir; set communicator: "
         "mpi in the experiment (or add --communicator=mpi)",
         launched, primary.plugin(PluginKind::communicator).name()));
   }
   // interactive_infer answers on stdout, so everything else goes to stderr.
-  const Console console =
-      interactive ? Console(comm->rank() == 0, false, stderr) : Console(comm->rank() == 0);
+  const Console console = interactive ? Console(comm->rank() == 0, false, stderr)
+                                      : Console(comm->rank() == 0, resolved.progress);
   const Mode primary_enum = trains ? Mode::train : (mode == "eval" ? Mode::eval : Mode::infer);
   return with_failure_handling(*comm, console, [&]() -> int {
     const ProcessPlace place{comm->rank(), comm->size()};

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "config/overrides.hpp"
+#include "rig/error.hpp"
 
 namespace rig::engine {
 
@@ -22,6 +23,15 @@ struct RunOptions {
   std::string timeline_file;         // --timeline: Chrome-trace JSON of each step's phases
   std::string load_from = "latest";  // eval / infer: latest | best | a ckpt-<step> folder
   std::string command_line;          // as typed, saved in the logdir
+  std::string progress = "auto";     // the progress bar: auto | on | off
+};
+
+// Bad input that every process of a host meets alike (the experiment file,
+// the command line, the resolved config): under a launcher only local rank 0
+// reports it, so a bad override prints one line, not one per rank.
+class ConfigError : public UserError {
+ public:
+  using UserError::UserError;
 };
 
 // Returns the process exit code (0, or 1 when target_loss was missed).
