@@ -2,6 +2,8 @@
 //   comm_mpi_driver checks N   every collective, dtype and edge case on N ranks
 //   comm_mpi_driver timeout    rank 1 never joins an allreduce (timeout_s 2)
 //   comm_mpi_driver stalled    rank 1 stops (SIGSTOP) inside a large allreduce
+//   comm_mpi_driver late_start rank 1 reaches the first collective 3 s late (timeout_s 1)
+//   comm_mpi_driver startup_timeout  rank 1 never reaches the first collective
 //   comm_mpi_driver killed     rank 1 kills itself with SIGKILL mid-run
 //   comm_mpi_driver abort      rank 1 calls abort("...", 5)
 // Loads the plugin the way rig does, so MPI is started by the plugin's thread.
@@ -36,9 +38,13 @@ struct Plugin {
   const rig::PluginDescriptor& descriptor =
       library.get_alias<const rig::PluginDescriptor>("rig_plugin");
 
-  std::unique_ptr<rig::Communicator> make(double timeout_s) const {
+  // The schema's default start-up limit (600 s) unless given: the timeout
+  // tests' tight limits then apply from the first meeting on, whatever the
+  // ranks' start-up skew on a busy machine.
+  std::unique_ptr<rig::Communicator> make(double timeout_s, double startup_timeout_s = 600) const {
     YAML::Node params;
     params["timeout_s"] = timeout_s;
+    params["startup_timeout_s"] = startup_timeout_s;
     return descriptor.make_communicator(params, rig::CommunicatorContext{});
   }
 };
@@ -325,6 +331,33 @@ int run_stalled(const Plugin& plugin) {
   return 0;
 }
 
+// Rank 1 starts 3 s late: the first collective waits for it (startup_timeout_s),
+// although timeout_s is 1; the second, issued together, is held to timeout_s.
+int run_late_start(const Plugin& plugin) {
+  auto comm = plugin.make(1);
+  if (comm->rank() == 1) std::this_thread::sleep_for(std::chrono::seconds(3));
+  Tensor t = Tensor::ones({1000});
+  comm->allreduce(t, ReduceOp::sum)->wait();  // #1
+  comm->allreduce(t, ReduceOp::sum)->wait();  // #2
+  const bool right = t.data<float>()[0] == 4.0F;
+  std::fprintf(stderr, "rank %d: late start %s\n", comm->rank(), right ? "met" : "WRONG SUM");
+  return right ? 0 : 1;
+}
+
+// Rank 1 never reaches the first collective: rank 0 gives up after
+// startup_timeout_s (2 s here), naming that key.
+int run_startup_timeout(const Plugin& plugin) {
+  auto comm = plugin.make(1, 2);
+  if (comm->rank() == 1) {
+    std::this_thread::sleep_for(std::chrono::seconds(60));
+    return 0;
+  }
+  Tensor t = Tensor::ones({1000});
+  comm->allreduce(t, ReduceOp::sum)->wait();
+  std::fprintf(stderr, "rank 0: allreduce returned although rank 1 never joined\n");
+  return 0;
+}
+
 volatile std::sig_atomic_t g_terminated = 0;
 
 // Rank 1 dies by SIGKILL after a few collectives; the others go on issuing
@@ -359,12 +392,17 @@ int main(int argc, char** argv) {
     if (mode == "checks" && argc > 2) return run_checks(plugin, std::stoi(argv[2]));
     if (mode == "timeout") return run_timeout(plugin);
     if (mode == "stalled") return run_stalled(plugin);
+    if (mode == "late_start") return run_late_start(plugin);
+    if (mode == "startup_timeout") return run_startup_timeout(plugin);
     if (mode == "killed") return run_killed(plugin);
     if (mode == "abort") return run_abort(plugin);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: error: %s\n", g_rank, e.what());
     return 1;
   }
-  std::fprintf(stderr, "usage: comm_mpi_driver checks N | timeout | stalled | killed | abort\n");
+  std::fprintf(
+      stderr,
+      "usage: comm_mpi_driver checks N | timeout | stalled | late_start | startup_timeout | "
+      "killed | abort\n");
   return 2;
 }

@@ -39,6 +39,11 @@ std::string thread_level_name(int level) {
   return fmt::format("thread level {}", level);
 }
 
+CommThread::Clock::duration as_duration(double seconds) {
+  return std::chrono::duration_cast<CommThread::Clock::duration>(
+      std::chrono::duration<double>(std::min(seconds, kLongestTimeoutS)));
+}
+
 void check(int rc, const char* call) {
   if (rc != MPI_SUCCESS) {
     throw rig::RunError(fmt::format("mpi communicator: {} failed: {}", call, mpi_error_text(rc)));
@@ -47,10 +52,11 @@ void check(int rc, const char* call) {
 
 }  // namespace
 
-CommThread::CommThread(double timeout_s)
-    : timeout_(std::chrono::duration_cast<Clock::duration>(
-          std::chrono::duration<double>(std::min(timeout_s, kLongestTimeoutS)))),
+CommThread::CommThread(double timeout_s, double startup_timeout_s)
+    : timeout_(as_duration(timeout_s)),
       timeout_s_(timeout_s),
+      startup_timeout_(as_duration(std::max(timeout_s, startup_timeout_s))),
+      startup_timeout_s_(std::max(timeout_s, startup_timeout_s)),
       watchdog_([this](std::uint64_t /*seq*/) {
         Collective op;
         Clock::time_point start;
@@ -202,7 +208,9 @@ void CommThread::execute(Collective& op) {
   // rank had arrived: waiting for a late rank is not bandwidth.
   auto transfer_start = Clock::now();
   if (rc == MPI_SUCCESS) {
-    watchdog_.arm(start + timeout_, op.seq);
+    // The first collective's transfer gets timeout_s from the moment all
+    // ranks met; any other's deadline still counts from when this rank issued it.
+    watchdog_.arm((op.seq == 1 ? transfer_start : start) + timeout_, op.seq);
     rc = run_blocking(op, mpi_);
     watchdog_.disarm();
   } else {
@@ -223,7 +231,7 @@ int CommThread::wait_for_every_rank(const Collective& op, Clock::time_point star
   MPI_Request request = MPI_REQUEST_NULL;
   int rc = MPI_Ibarrier(mpi_.comm, &request);
   if (rc != MPI_SUCCESS) return rc;
-  const auto deadline = start + timeout_;
+  const auto deadline = start + arrival_limit(op);
   const auto spin_until = Clock::now() + kSpin;
   while (true) {
     int arrived = 0;
@@ -276,12 +284,27 @@ void CommThread::check_abort_request() {
   }
 }
 
+CommThread::Clock::duration CommThread::arrival_limit(const Collective& op) const {
+  return op.seq == 1 ? startup_timeout_ : timeout_;
+}
+
+double CommThread::arrival_limit_s(const Collective& op) const {
+  return op.seq == 1 ? startup_timeout_s_ : timeout_s_;
+}
+
+const char* CommThread::arrival_limit_key(const Collective& op) const {
+  return op.seq == 1 ? "startup_timeout_s" : "timeout_s";
+}
+
 void CommThread::timed_out(const Collective& op, Clock::time_point start, bool from_watchdog) {
   const std::chrono::duration<double> waited = Clock::now() - start;
+  // The watchdog covers the transfer (timeout_s); the wait for the ranks to
+  // arrive has the first collective's own limit.
+  const char* key = from_watchdog ? "timeout_s" : arrival_limit_key(op);
+  const double limit = from_watchdog ? timeout_s_ : arrival_limit_s(op);
   print_line(fmt::format(
-      "rig: mpi: {}: {} did not finish within timeout_s = {} (waited {:.1f} s); {}; ending the "
-      "job",
-      census_->describe(rank_), op.describe(), timeout_s_, waited.count(),
+      "rig: mpi: {}: {} did not finish within {} = {} (waited {:.1f} s); {}; ending the job",
+      census_->describe(rank_), op.describe(), key, limit, waited.count(),
       census_->absent_ranks(op.seq)));
   end_job(from_watchdog, kFailureExitCode);
 }

@@ -35,8 +35,10 @@ class CommThread {
   using Clock = std::chrono::steady_clock;
 
   // Starts the thread and waits until MPI is set up; throws rig::RunError when
-  // it cannot be.
-  explicit CommThread(double timeout_s);
+  // it cannot be. Every rank must issue a collective within timeout_s of this
+  // rank issuing it, but the first: ranks start apart (MPI start-up, loading
+  // data, building the model), so they meet there within startup_timeout_s.
+  CommThread(double timeout_s, double startup_timeout_s);
   CommThread(const CommThread&) = delete;
   CommThread& operator=(const CommThread&) = delete;
   // Runs what is queued, meets every rank in a last barrier, frees the MPI
@@ -60,6 +62,10 @@ class CommThread {
   void execute(Collective& op);
   // MPI_SUCCESS once every rank has issued `op`; does not return at its deadline.
   int wait_for_every_rank(const Collective& op, Clock::time_point start);
+  // How long every rank has to issue `op`, and the key that sets it.
+  Clock::duration arrival_limit(const Collective& op) const;
+  double arrival_limit_s(const Collective& op) const;
+  const char* arrival_limit_key(const Collective& op) const;
   void tear_down();
   void check_abort_request();
   [[noreturn]] void timed_out(const Collective& op, Clock::time_point start, bool from_watchdog);
@@ -67,6 +73,8 @@ class CommThread {
 
   const Clock::duration timeout_;
   const double timeout_s_;
+  const Clock::duration startup_timeout_;
+  const double startup_timeout_s_;
   int rank_ = 0;
   int size_ = 1;
   int local_rank_ = 0;

@@ -81,7 +81,8 @@ std::atomic<bool> g_instance_alive{false};
 class Mpi final : public rig::Communicator {
  public:
   Mpi(const YAML::Node& params, const rig::CommunicatorContext& /*ctx*/)
-      : guard_(), thread_(params["timeout_s"].as<double>()) {}
+      : guard_(),
+        thread_(params["timeout_s"].as<double>(), params["startup_timeout_s"].as<double>()) {}
 
   int rank() const override { return thread_.rank(); }
   int size() const override { return thread_.size(); }
