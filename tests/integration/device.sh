@@ -98,18 +98,20 @@ if [ "$cuda_built" -eq 1 ]; then
 
   echo "== a librig without its back end beside it still runs, on the CPU"
   mkdir -p alone/lib
+  # A librig copied away finds the plugins of its own folder only: point it at the build's.
+  plugins="$(cd "$libdir/../plugins" && pwd)"
   cp -P "$libdir"/librig.so* alone/lib/
-  LD_LIBRARY_PATH="$PWD/alone/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+  LD_LIBRARY_PATH="$PWD/alone/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" RIG_PLUGIN_PATH="$plugins" \
     check "$rig" run "$exp" --logdir alone/run > alone.log
   one_device_line alone.log "cpu \(auto: the CUDA back end could not be loaded: .*alone/lib/librig_cuda\.so: cannot open shared object file.*\)"
-  LD_LIBRARY_PATH="$PWD/alone/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+  LD_LIBRARY_PATH="$PWD/alone/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" RIG_PLUGIN_PATH="$plugins" \
     expect_error "device: cuda requested, but no GPU can be used: the CUDA back end could not be loaded" \
     run "$exp" --logdir alone/cuda --device=cuda
 
   echo "== a file that is not the back end is refused, and the run goes on on the CPU"
   echo 'int not_rig_cuda(void) { return 1; }' > foreign.c
   cc -shared -fPIC -o alone/lib/librig_cuda.so foreign.c
-  LD_LIBRARY_PATH="$PWD/alone/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+  LD_LIBRARY_PATH="$PWD/alone/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" RIG_PLUGIN_PATH="$plugins" \
     check "$rig" run "$exp" --logdir alone/foreign > foreign.log
   one_device_line foreign.log "cpu \(auto: .*alone/lib/librig_cuda\.so is not rig's CUDA back end \(it has no rig_cuda_backend function\)\)"
 fi

@@ -51,16 +51,21 @@ sed -e '/data_layer_params:/,/max_length:/d' -e 's/data_layer: parallel_text/dat
     -e 's|runs/text|runs/synthetic|' text.yaml > synthetic.yaml
 
 echo "== synthetic_text reaches the model"
-check "$rig" validate synthetic.yaml > validate.txt
+check "$rig" validate synthetic.yaml --skip-data > validate.txt
 grep -q "train mode: OK" validate.txt || fail "synthetic.yaml does not validate"
+expect_error "train mode: model 'mlp' failed to start: .*num_features" validate synthetic.yaml
 expect_error "model 'mlp' failed to start: .*num_features" run synthetic.yaml --logdir runs/bad
 expect_error "data_layer_params\.vocab_size: expected integer >= 5" \
   validate synthetic.yaml --data_layer_params/vocab_size=2
 
 if grep -Eq "^data_layer +parallel_text " plugins.txt; then
   echo "== parallel_text: valid config; schema mistakes are caught by validate"
-  check "$rig" validate text.yaml > validate.txt
+  check "$rig" validate text.yaml --skip-data > validate.txt
   grep -q "train mode: OK" validate.txt || fail "text.yaml does not validate"
+  # Built, the data layer accepts the files (noting a truncated line); the mlp then refuses text.
+  expect_code 2 "$rig" validate text.yaml
+  grep -q "^rig: error: train mode: model 'mlp' failed to start: .*num_features" err.txt ||
+    fail "validate did not build the model"
   expect_error "data_layer_params\.long_line: unknown key for data_layer 'parallel_text'.*did you mean 'long_lines'" \
     validate text.yaml --set data_layer_params.long_line=skip
   expect_error "data_layer_params\.empty_lines: .*auto.*skip.*keep" \
