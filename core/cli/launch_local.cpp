@@ -14,7 +14,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "cpu/parallel.hpp"
+#include "rig/cores.hpp"
 #include "rig/error.hpp"
 
 namespace rig::cli {
@@ -30,7 +30,7 @@ int launch_local_processes(int nproc, int argc, char** argv) {
   std::vector<std::string> args = {"mpirun", "-n", std::to_string(nproc)};
   // mpirun refuses root unless told; whoever typed --nproc as root asked for it.
   if (geteuid() == 0) args.emplace_back("--allow-run-as-root");
-  if (nproc <= rig::cpu::affinity_cores()) {
+  if (nproc <= rig::affinity_cores()) {
     args.insert(args.end(), {"--map-by", "core", "--bind-to", "core"});
   } else {
     args.insert(args.end(), {"--oversubscribe", "--bind-to", "none", "-x", "RIG_NUM_THREADS=1"});

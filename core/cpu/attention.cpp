@@ -13,11 +13,11 @@
 #include <utility>
 #include <vector>
 
-#include "cpu/kernel_attributes.hpp"
 #include "cpu/parallel.hpp"
 #include "cpu/small_gemm_bf16.hpp"
 #include "cpu/transpose_block.hpp"
 #include "cpu/vec_math.hpp"
+#include "rig/kernel_attributes.hpp"
 
 namespace rig::cpu {
 

@@ -14,8 +14,8 @@
 #include <cmath>
 #include <vector>
 
-#include "cpu/kernel_attributes.hpp"
 #include "cpu/parallel.hpp"
+#include "rig/kernel_attributes.hpp"
 
 namespace rig::cpu {
 
@@ -274,6 +274,27 @@ void batch_norm_backward(const BatchNormShape& s, const float* x, const float* d
   }
   for_planes(s,
              [&](std::int64_t p0, std::int64_t p1) { grad_planes(s, dy, x, a, b, k, dx, p0, p1); });
+}
+
+void batch_norm_prepare(const BatchNormPrepare& a) {
+  for (std::int64_t c = 0; c < a.c; ++c) {
+    float var = 0.0F;
+    if (a.training) {
+      var = a.var[c];
+      if (a.running_mean)
+        a.running_mean[c] = (1.0F - a.momentum) * a.running_mean[c] + a.momentum * a.mean[c];
+      if (a.running_var) {
+        a.running_var[c] = (1.0F - a.momentum) * a.running_var[c] + a.momentum * var * a.unbias;
+      }
+    } else {
+      a.mean[c] = a.running_mean[c];
+      var = a.running_var[c];
+    }
+    a.invstd[c] = 1.0F / std::sqrt(var + a.eps);
+    const float k = (a.gamma != nullptr ? a.gamma[c] : 1.0F) * a.invstd[c];
+    a.scale[c] = k;
+    a.shift[c] = (a.beta != nullptr ? a.beta[c] : 0.0F) - a.mean[c] * k;
+  }
 }
 
 }  // namespace rig::cpu

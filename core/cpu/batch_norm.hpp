@@ -4,14 +4,17 @@
 
 #include <cstdint>
 
+#include "backend/kernel_args.hpp"
+
 namespace rig::cpu {
 
-struct BatchNormShape {
-  std::int64_t n = 0, c = 0, inner = 1;
-};
+using backend::BatchNormShape;
 
 // Per-channel mean and biased variance.
 void batch_norm_stats(const BatchNormShape& s, const float* x, float* mean, float* var);
+
+using backend::BatchNormPrepare;
+void batch_norm_prepare(const BatchNormPrepare& args);
 
 // y = x * scale[c] + shift[c].
 void batch_norm_apply(const BatchNormShape& s, const float* x, const float* scale,

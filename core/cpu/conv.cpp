@@ -229,18 +229,18 @@ Chunks chunks_of(std::int64_t n) {
 }
 
 // Runs `r` into a new buffer when needed; returns the data to use.
-const void* converted(const Reorder& r, const void* data, Tensor& holder) {
+const void* converted(const Reorder& r, const void* data, Scratch& holder) {
   if (!r.needed()) return data;
   holder = du::buffer(r.to.get_size());
-  r.run(data, holder.raw_data());
-  return holder.raw_data();
+  r.run(data, holder.data());
+  return holder.data();
 }
 
 // Where a primitive writes: `user` directly, or a buffer that `r` converts back.
-void* output_buffer(const Reorder& r, void* user, Tensor& holder) {
+void* output_buffer(const Reorder& r, void* user, Scratch& holder) {
   if (!r.needed()) return user;
   holder = du::buffer(r.from.get_size());
-  return holder.raw_data();
+  return holder.data();
 }
 
 dnnl_exec_arg_t arg(int which, const du::Memory& m) {
@@ -264,7 +264,7 @@ ChunkPlans plans_for(const Conv2dShape& s, bool backward) {
 
 // Weights converted once per call for every plan in use (at most two).
 struct Weights {
-  Tensor full_buffer, tail_buffer;
+  Scratch full_buffer, tail_buffer;
   const void* full = nullptr;
   const void* tail = nullptr;
   const void* of(std::int64_t c, const ChunkPlans& p) const {
@@ -296,15 +296,15 @@ void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const 
         const du::SingleThreaded single;
         const Plan& p = plans.of(c);
         const std::int64_t first = c * plans.chunks.size;
-        Tensor x_buffer, y_buffer;
+        Scratch x_buffer, y_buffer;
         const void* src = converted(p.x_to_fwd, x + first * x_image, x_buffer);
         float* y_user = y + first * y_image;
         void* dst = output_buffer(p.fwd_to_y, y_user, y_buffer);
-        Tensor scratch = du::buffer(p.fwd_scratch.get_size());
+        Scratch scratch = du::buffer(p.fwd_scratch.get_size());
         const du::Memory m_src = du::wrap(p.fwd_src, src);
         const du::Memory m_w = du::wrap(p.fwd_weights, weights.of(c, plans));
         const du::Memory m_dst = du::wrap(p.fwd_dst, dst);
-        const du::Memory m_scratch = du::wrap(p.fwd_scratch, scratch.raw_data());
+        const du::Memory m_scratch = du::wrap(p.fwd_scratch, scratch.data());
         const du::Memory m_b = s.bias ? du::wrap(p.b_user, b) : du::Memory();
         dnnl_status_t status;
         if (s.bias) {
@@ -341,8 +341,11 @@ void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const
   const std::int64_t y_image = s.c_out * s.out_h * s.out_w;
   // Per-chunk weight and bias gradients in the user layout, summed in chunk order below.
   const std::int64_t partial_numel = w_numel + (s.bias ? s.c_out : 0);
-  Tensor partials;
-  if (want_weights) partials = Tensor::empty({plans.chunks.count, partial_numel});
+  Scratch partials;
+  if (want_weights) {
+    partials =
+        Scratch(static_cast<std::size_t>(plans.chunks.count * partial_numel) * sizeof(float));
+  }
   FirstError errors;
   parallel_for(plans.chunks.count, 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t c = begin; c < end; ++c) {
@@ -351,17 +354,17 @@ void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const
         const Plan& p = plans.of(c);
         const std::int64_t first = c * plans.chunks.size;
         const float* dy_user = dy + first * y_image;
-        Tensor dy_data_buffer, dy_weights_buffer, x_buffer, dx_buffer, dw_buffer;
+        Scratch dy_data_buffer, dy_weights_buffer, x_buffer, dx_buffer, dw_buffer;
         const void* dy_data = nullptr;
         if (dx) {
           dy_data = converted(p.dy_to_data, dy_user, dy_data_buffer);
           float* dx_user = dx + first * x_image;
           void* diff_src = output_buffer(p.data_to_dx, dx_user, dx_buffer);
-          Tensor scratch = du::buffer(p.data_scratch.get_size());
+          Scratch scratch = du::buffer(p.data_scratch.get_size());
           const du::Memory m_dy = du::wrap(p.data_diff_dst, dy_data);
           const du::Memory m_w = du::wrap(p.data_weights, weights.of(c, plans));
           const du::Memory m_dx = du::wrap(p.data_diff_src, diff_src);
-          const du::Memory m_scratch = du::wrap(p.data_scratch, scratch.raw_data());
+          const du::Memory m_scratch = du::wrap(p.data_scratch, scratch.data());
           du::check(du::execute(p.data, {arg(DNNL_ARG_DIFF_DST, m_dy), arg(DNNL_ARG_WEIGHTS, m_w),
                                          arg(DNNL_ARG_DIFF_SRC, m_dx),
                                          arg(DNNL_ARG_SCRATCHPAD, m_scratch)}),
@@ -374,13 +377,13 @@ void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const
                                      ? dy_data
                                      : converted(p.dy_to_weights, dy_user, dy_weights_buffer);
         const void* src = converted(p.x_to_weights, x + first * x_image, x_buffer);
-        float* partial = partials.data<float>() + c * partial_numel;
+        float* partial = partials.as<float>() + c * partial_numel;
         void* diff_w = output_buffer(p.weights_to_dw, partial, dw_buffer);
-        Tensor scratch = du::buffer(p.weights_scratch.get_size());
+        Scratch scratch = du::buffer(p.weights_scratch.get_size());
         const du::Memory m_src = du::wrap(p.weights_src, src);
         const du::Memory m_dy = du::wrap(p.weights_diff_dst, dy_weights);
         const du::Memory m_dw = du::wrap(p.weights_diff_weights, diff_w);
-        const du::Memory m_scratch = du::wrap(p.weights_scratch, scratch.raw_data());
+        const du::Memory m_scratch = du::wrap(p.weights_scratch, scratch.data());
         const du::Memory m_db = s.bias ? du::wrap(p.b_user, partial + w_numel) : du::Memory();
         dnnl_status_t status;
         if (s.bias) {
@@ -400,7 +403,7 @@ void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const
   });
   errors.rethrow();
   if (!want_weights) return;
-  const float* part = partials.data<float>();
+  const float* part = partials.as<float>();
   const std::int64_t count = plans.chunks.count;
   const auto reduce = [&](float* out, std::int64_t offset, std::int64_t numel) {
     for (std::int64_t i = 0; i < numel; ++i) {

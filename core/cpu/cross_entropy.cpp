@@ -91,4 +91,52 @@ void cross_entropy_backward(const float* x, const std::int64_t* labels, const fl
   });
 }
 
+namespace {
+
+struct PaddedSums {
+  double numerator = 0.0;
+  double denominator = 0.0;
+};
+
+PaddedSums padded_sums(const float* xent, const float* w, std::int64_t rows, double constant) {
+  PaddedSums sums;
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const double wi = w[i];
+    sums.numerator += (static_cast<double>(xent[i]) - constant) * wi * wi;
+    sums.denominator += wi;
+  }
+  return sums;
+}
+
+}  // namespace
+
+void padded_loss(const float* xent, const float* w, std::int64_t rows, double constant,
+                 float* loss) {
+  const PaddedSums s = padded_sums(xent, w, rows, constant);
+  loss[0] = static_cast<float>(s.denominator != 0.0 ? s.numerator / s.denominator : 0.0);
+}
+
+void padded_loss_backward(const float* xent, const float* w, std::int64_t rows, double constant,
+                          const float* upstream, float* row_scale, float* x_scale, float* dw) {
+  const PaddedSums s = padded_sums(xent, w, rows, constant);
+  const float g = upstream[0];
+  if (s.denominator == 0.0) {
+    x_scale[0] = 0.0F;
+    for (std::int64_t i = 0; i < rows; ++i) row_scale[i] = 0.0F;
+    if (dw != nullptr) std::fill(dw, dw + rows, 0.0F);
+    return;
+  }
+  // d/dx of w_r^2 xent_r / W: (softmax - q) w_r^2 / W.
+  x_scale[0] = static_cast<float>(g / s.denominator);
+  for (std::int64_t i = 0; i < rows; ++i) row_scale[i] = w[i] * w[i];
+  if (dw == nullptr) return;
+  // L = sum_i w_i^2 t_i / W with t_i = xent_i - constant, W = sum_i w_i:
+  // dL/dw_i = (2 w_i t_i - L) / W.
+  const double l = s.numerator / s.denominator;
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const double t = static_cast<double>(xent[i]) - constant;
+    dw[i] = static_cast<float>(g * (2.0 * w[i] * t - l) / s.denominator);
+  }
+}
+
 }  // namespace rig::cpu

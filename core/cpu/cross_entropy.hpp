@@ -19,4 +19,13 @@ void cross_entropy_backward(const float* x, const std::int64_t* labels, const fl
                             const float* row_scale, float scale, std::int64_t rows, std::int64_t c,
                             float on, float off, float* dx);
 
+// OpenSeq2Seq's padded loss over rows: loss[0] = sum (xent - constant) w^2 /
+// sum w (0 when sum w is 0), in f64; and its gradient pieces: row_scale =
+// w^2, x_scale[0] = upstream / sum w (0 when sum w is 0), dw (may be null)
+// = upstream (2 w (xent - constant) - loss) / sum w.
+void padded_loss(const float* xent, const float* w, std::int64_t rows, double constant,
+                 float* loss);
+void padded_loss_backward(const float* xent, const float* w, std::int64_t rows, double constant,
+                          const float* upstream, float* row_scale, float* x_scale, float* dw);
+
 }  // namespace rig::cpu

@@ -44,10 +44,6 @@ Memory wrap(const dnnl::memory::desc& desc, const void* data) {
   return Memory(memory);
 }
 
-Tensor buffer(std::size_t bytes) {
-  return Tensor::empty({static_cast<std::int64_t>((bytes + sizeof(float) - 1) / sizeof(float))});
-}
-
 void check(dnnl_status_t status, std::string_view what) {
   if (status != dnnl_success) {
     throw std::runtime_error(

@@ -16,7 +16,7 @@
 #include <memory>
 #include <string_view>
 
-#include "rig/tensor.hpp"
+#include "cpu/scratch.hpp"
 
 namespace rig::cpu::dnnl_util {
 
@@ -52,8 +52,10 @@ using Memory = std::unique_ptr<dnnl_memory, MemoryDeleter>;
 Memory wrap(const dnnl::memory::desc& desc, const void* data);
 
 // A buffer of at least `bytes` from rig's caching allocator (scratch space and
-// blocked-layout copies live in our tensors, not in oneDNN's allocations).
-Tensor buffer(std::size_t bytes);
+// blocked-layout copies live in rig's pool, not in oneDNN's allocations).
+inline Scratch buffer(std::size_t bytes) {
+  return Scratch(bytes);
+}
 
 // Throws std::runtime_error naming `what` when `status` is not success.
 void check(dnnl_status_t status, std::string_view what);

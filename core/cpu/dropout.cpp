@@ -4,9 +4,9 @@
 #include <cmath>
 #include <cstring>
 
-#include "cpu/half.hpp"
-#include "cpu/kernel_attributes.hpp"
 #include "cpu/parallel.hpp"
+#include "rig/half.hpp"
+#include "rig/kernel_attributes.hpp"
 
 namespace rig::cpu {
 namespace {
@@ -218,15 +218,14 @@ RIG_CPU_KERNEL void mask_bytes(const Stream& s, std::uint8_t* m, std::int64_t n,
 
 }  // namespace
 
-void dropout_forward(const RandomKey& key, float p, float scale, const Tensor& src, Tensor& dst,
-                     std::uint32_t* mask_bits) {
-  const ForwardArgs args{Stream(key, p), scale,     src.raw_data(),
-                         dst.raw_data(), mask_bits, src.numel()};
+void dropout_forward(const RandomKey& key, float p, float scale, DType dtype, const void* src,
+                     void* dst, std::int64_t n, std::uint32_t* mask_bits) {
+  const ForwardArgs args{Stream(key, p), scale, src, dst, mask_bits, n};
   const std::int64_t groups = (args.n + kGroup - 1) / kGroup;
   auto run = [&](auto kernel) {
     parallel_for(groups, 32, [&](std::int64_t b, std::int64_t e) { kernel(args, b, e); });
   };
-  switch (src.dtype()) {
+  switch (dtype) {
     case DType::f32:
       run(forward_f32);
       break;
@@ -241,15 +240,13 @@ void dropout_forward(const RandomKey& key, float p, float scale, const Tensor& s
   }
 }
 
-void dropout_backward(const std::uint32_t* mask_bits, float scale, const Tensor& grad, Tensor& dx) {
-  const std::int64_t n = grad.numel();
-  const void* g = grad.raw_data();
-  void* d = dx.raw_data();
+void dropout_backward(const std::uint32_t* mask_bits, float scale, DType dtype, const void* g,
+                      void* d, std::int64_t n) {
   auto run = [&](auto kernel) {
     parallel_for(dropout_mask_words(n), 512,
                  [&](std::int64_t b, std::int64_t e) { kernel(mask_bits, scale, g, d, n, b, e); });
   };
-  switch (grad.dtype()) {
+  switch (dtype) {
     case DType::f32:
       run(backward_f32);
       break;
@@ -262,10 +259,6 @@ void dropout_backward(const std::uint32_t* mask_bits, float scale, const Tensor&
     default:
       break;
   }
-}
-
-void dropout_mask(const RandomKey& key, float p, Tensor& mask, std::uint64_t first) {
-  dropout_mask(key, p, mask.data<std::uint8_t>(), mask.numel(), first);
 }
 
 void dropout_mask(const RandomKey& key, float p, std::uint8_t* m, std::int64_t n,

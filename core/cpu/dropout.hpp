@@ -8,8 +8,8 @@
 
 #include <cstdint>
 
+#include "rig/dtype.hpp"
 #include "rig/random.hpp"
-#include "rig/tensor.hpp"
 
 namespace rig::cpu {
 
@@ -18,19 +18,18 @@ inline std::int64_t dropout_mask_words(std::int64_t n) {
   return (n + 31) / 32;
 }
 
-// dst = keep(key, p) * src * scale for src and dst of one floating dtype
-// (f32, f16 or bf16; f16/bf16 computed in f32), contiguous, same numel.
+// dst = keep(key, p) * src * scale for n elements of one floating dtype
+// (f32, f16 or bf16; f16/bf16 computed in f32), contiguous; dst may be src.
 // `mask_bits` (dropout_mask_words(n) words) receives the mask, if not null.
-void dropout_forward(const RandomKey& key, float p, float scale, const Tensor& src, Tensor& dst,
-                     std::uint32_t* mask_bits);
+void dropout_forward(const RandomKey& key, float p, float scale, DType dtype, const void* src,
+                     void* dst, std::int64_t n, std::uint32_t* mask_bits);
 
 // dx = mask * grad * scale with the mask recorded by dropout_forward.
-void dropout_backward(const std::uint32_t* mask_bits, float scale, const Tensor& grad, Tensor& dx);
+void dropout_backward(const std::uint32_t* mask_bits, float scale, DType dtype, const void* grad,
+                      void* dx, std::int64_t n);
 
-// The mask of stream elements [first, first + numel) as u8 (1 = kept), for
-// tests: it must equal uniform_float(random_bits(key, first + i)) >= p.
-void dropout_mask(const RandomKey& key, float p, Tensor& mask, std::uint64_t first = 0);
-// The same into n bytes at `mask`.
+// The mask of stream elements [first, first + n) as u8 (1 = kept): it must
+// equal uniform_float(random_bits(key, first + i)) >= p.
 void dropout_mask(const RandomKey& key, float p, std::uint8_t* mask, std::int64_t n,
                   std::uint64_t first = 0);
 

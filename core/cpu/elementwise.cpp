@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cmath>
 
-#include "cpu/half.hpp"
-#include "cpu/kernel_attributes.hpp"
 #include "cpu/parallel.hpp"
+#include "cpu/scratch.hpp"
 #include "cpu/simd.hpp"
-#include "rig/tensor.hpp"
+#include "rig/half.hpp"
+#include "rig/kernel_attributes.hpp"
 
 namespace rig::cpu {
 
@@ -242,27 +242,27 @@ struct BiasActivation {
   using V = simd::Vec<W>;
   using F = typename V::F;
   static RIG_SIMD_INLINE void run(float* y, float* pre, const float* bias, std::int64_t rows,
-                                  std::int64_t cols, ops::Activation act) {
+                                  std::int64_t cols, Activation act) {
     for (std::int64_t r = 0; r < rows; ++r) {
       float* yr = y + r * cols;
       if (bias != nullptr) {
         for (std::int64_t c = 0; c < cols; ++c) yr[c] += bias[c];
       }
       switch (act) {
-        case ops::Activation::none:
+        case Activation::none:
           break;
-        case ops::Activation::relu:
+        case Activation::relu:
           UnaryKernel<W>::map(yr, yr, cols,
                               [](const F& v) RIG_SIMD_LAMBDA { return v < 0.0F ? F{} : v; });
           break;
-        case ops::Activation::gelu:
+        case Activation::gelu:
           if (pre != nullptr) std::copy(yr, yr + cols, pre + r * cols);
           UnaryKernel<W>::map(yr, yr, cols, [](const F& v) RIG_SIMD_LAMBDA { return V::gelu(v); });
           break;
-        case ops::Activation::tanh:
+        case Activation::tanh:
           UnaryKernel<W>::map(yr, yr, cols, [](const F& v) RIG_SIMD_LAMBDA { return V::tanh(v); });
           break;
-        case ops::Activation::sigmoid:
+        case Activation::sigmoid:
           UnaryKernel<W>::map(yr, yr, cols,
                               [](const F& v) RIG_SIMD_LAMBDA { return V::sigmoid(v); });
           break;
@@ -282,32 +282,32 @@ struct ActivationBackward {
   using V = simd::Vec<W>;
   using F = typename V::F;
   // One row's dz into d (w columns); not called for none, whose dz is g.
-  static RIG_SIMD_INLINE void row(ops::Activation act, float relu_scale, const float* gr,
+  static RIG_SIMD_INLINE void row(Activation act, float relu_scale, const float* gr,
                                   const float* sr, float* d, std::int64_t w) {
     switch (act) {
-      case ops::Activation::none:
+      case Activation::none:
         break;
-      case ops::Activation::relu:
+      case Activation::relu:
         // g * 1 is g exactly: the plain relu pays one multiply, not a second loop.
         UnaryKernel<W>::map2(gr, sr, d, w, [relu_scale](const F& gv, const F& yv) RIG_SIMD_LAMBDA {
           return yv > 0.0F ? gv * relu_scale : F{};
         });
         break;
-      case ops::Activation::gelu:
+      case Activation::gelu:
         UnaryKernel<W>::map2(gr, sr, d, w, [](const F& gv, const F& zv) RIG_SIMD_LAMBDA {
           return gv * V::gelu_grad(zv);
         });
         break;
-      case ops::Activation::tanh:
+      case Activation::tanh:
         for (std::int64_t c = 0; c < w; ++c) d[c] = gr[c] * (1.0F - sr[c] * sr[c]);
         break;
-      case ops::Activation::sigmoid:
+      case Activation::sigmoid:
         for (std::int64_t c = 0; c < w; ++c) d[c] = gr[c] * sr[c] * (1.0F - sr[c]);
         break;
     }
   }
 
-  static RIG_SIMD_INLINE void run(ops::Activation act, float relu_scale, const float* g,
+  static RIG_SIMD_INLINE void run(Activation act, float relu_scale, const float* g,
                                   const float* saved, float* dz, std::uint16_t* dz_bf16,
                                   float* db_rows, std::int64_t r0, std::int64_t r1,
                                   std::int64_t cols) {
@@ -318,7 +318,7 @@ struct ActivationBackward {
         const std::int64_t at = r * cols + c0;
         // dz's values: g itself for none, else computed into dz's row or scratch.
         const float* values = g + at;
-        if (act != ops::Activation::none) {
+        if (act != Activation::none) {
           float* d = dz == nullptr ? scratch : dz + at;
           row(act, relu_scale, g + at, saved == nullptr ? nullptr : saved + at, d, w);
           values = d;
@@ -337,22 +337,6 @@ struct ActivationBackward {
 };
 
 }  // namespace
-
-Unary unary_of(ops::Activation activation) {
-  switch (activation) {
-    case ops::Activation::relu:
-      return Unary::relu;
-    case ops::Activation::gelu:
-      return Unary::gelu;
-    case ops::Activation::tanh:
-      return Unary::tanh;
-    case ops::Activation::sigmoid:
-      return Unary::sigmoid;
-    case ops::Activation::none:
-      break;
-  }
-  return Unary::mul_scalar;
-}
 
 void unary(Unary op, const float* x, float* y, std::int64_t n, float scalar) {
   parallel_for(n, kGrain, [&](std::int64_t begin, std::int64_t end) {
@@ -389,8 +373,8 @@ void strided_copy(const StridedPlan<2>& plan, const float* x, float* out) {
 }
 
 void bias_activation(float* y, float* pre, const float* bias, std::int64_t rows, std::int64_t cols,
-                     ops::Activation activation) {
-  if (bias == nullptr && activation == ops::Activation::none) return;
+                     Activation activation) {
+  if (bias == nullptr && activation == Activation::none) return;
   const std::int64_t grain = std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, cols));
   parallel_for(rows, grain, [&](std::int64_t begin, std::int64_t end) {
     simd::dispatch<BiasActivation>(y + begin * cols, pre == nullptr ? nullptr : pre + begin * cols,
@@ -406,7 +390,7 @@ namespace {
 // perf: 2.7 % before, 1.1 % after). db sums each block of kRowBlock rows
 // into its own partial row, then the partials in block order: the same bits
 // whatever the thread count.
-void activation_backward_blocks(ops::Activation activation, const float* g, const float* saved,
+void activation_backward_blocks(Activation activation, const float* g, const float* saved,
                                 float* dz, std::uint16_t* dz_bf16, float* db, std::int64_t rows,
                                 std::int64_t cols, float relu_scale) {
   constexpr std::int64_t kRowBlock = 64;
@@ -414,8 +398,10 @@ void activation_backward_blocks(ops::Activation activation, const float* g, cons
   // The partials come from the caching allocator: a fresh heap block of this
   // size would be mapped and page-faulted on every call.
   const bool blocked_db = db != nullptr && blocks > 1;
-  Tensor partials = blocked_db ? Tensor::zeros({blocks, cols}) : Tensor();
-  float* partial = blocked_db ? partials.data<float>() : nullptr;
+  const Scratch partials =
+      blocked_db ? Scratch(static_cast<std::size_t>(blocks * cols) * sizeof(float)) : Scratch();
+  float* partial = blocked_db ? partials.as<float>() : nullptr;
+  if (blocked_db) std::fill(partial, partial + blocks * cols, 0.0F);
   if (db != nullptr && !blocked_db) std::fill(db, db + cols, 0.0F);
   const std::int64_t grain =
       std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, kRowBlock * cols));
@@ -439,15 +425,14 @@ void activation_backward_blocks(ops::Activation activation, const float* g, cons
 
 }  // namespace
 
-void activation_backward(ops::Activation activation, const float* g, const float* saved, float* dz,
+void activation_backward(Activation activation, const float* g, const float* saved, float* dz,
                          float* db, std::int64_t rows, std::int64_t cols, float relu_scale) {
-  if (activation == ops::Activation::none && db == nullptr) return;
-  activation_backward_blocks(activation, g, saved,
-                             activation == ops::Activation::none ? nullptr : dz, nullptr, db, rows,
-                             cols, relu_scale);
+  if (activation == Activation::none && db == nullptr) return;
+  activation_backward_blocks(activation, g, saved, activation == Activation::none ? nullptr : dz,
+                             nullptr, db, rows, cols, relu_scale);
 }
 
-void activation_backward_bf16(ops::Activation activation, const float* g, const float* saved,
+void activation_backward_bf16(Activation activation, const float* g, const float* saved,
                               std::uint16_t* dz_bf16, float* db, std::int64_t rows,
                               std::int64_t cols, float relu_scale) {
   activation_backward_blocks(activation, g, saved, nullptr, dz_bf16, db, rows, cols, relu_scale);

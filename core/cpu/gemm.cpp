@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <mutex>
 #include <stdexcept>
 #include <type_traits>
@@ -26,8 +25,6 @@ void single_threaded_blas() {
   static std::once_flag once;
   std::call_once(once, [] { openblas_set_num_threads(1); });
 }
-
-std::atomic<GemmPrecision> precision{GemmPrecision::f32};
 
 using Bf16 = std::uint16_t;  // bfloat16 bits
 
@@ -125,22 +122,22 @@ class RoundedOperands {
       const Entry& e = entries_[i];
       if (e.source == x.data && e.bf16 == x.bf16 && e.ld == x.ld && e.shape.rows == s.rows &&
           e.shape.cols == s.cols) {
-        return {reinterpret_cast<const T*>(e.storage.raw_data()), s.cols, x.trans};
+        return {e.storage.template as<const T>(), s.cols, x.trans};
       }
     }
     Entry& e = entries_.at(count_++);
     e = {x.data, x.bf16, x.ld, s,
          dnnl_util::buffer(static_cast<std::size_t>(s.rows * s.cols) * sizeof(T))};
-    void* out = e.storage.raw_data();
+    void* out = e.storage.data();
     if constexpr (std::is_same_v<T, Bf16>) {
       convert(s, x.data, x.ld, DType::f32, out, DType::bf16);
     } else if (x.bf16 != nullptr) {
       convert(s, x.bf16, s.cols, DType::bf16, out, DType::f32);
     } else {
       // Without bf16 kernels: rounded to bf16, then widened back (exactly) for the f32 GEMM.
-      Tensor bits = dnnl_util::buffer(static_cast<std::size_t>(s.rows * s.cols) * 2);
-      convert(s, x.data, x.ld, DType::f32, bits.raw_data(), DType::bf16);
-      convert(s, bits.raw_data(), s.cols, DType::bf16, out, DType::f32);
+      const Scratch bits = dnnl_util::buffer(static_cast<std::size_t>(s.rows * s.cols) * 2);
+      convert(s, x.data, x.ld, DType::f32, bits.data(), DType::bf16);
+      convert(s, bits.data(), s.cols, DType::bf16, out, DType::f32);
     }
     return {reinterpret_cast<const T*>(out), s.cols, x.trans};
   }
@@ -155,7 +152,7 @@ class RoundedOperands {
     const Bf16* bf16 = nullptr;
     std::int64_t ld = 0;
     Stored shape;
-    Tensor storage;  // the rounded copy
+    Scratch storage;  // the rounded copy
   };
   std::array<Entry, 4> entries_;  // two products' operands
   std::size_t count_ = 0;
@@ -167,11 +164,11 @@ bool native_bf16(const GemmProduct& p) {
   return gemm_dnnl_bf16_available() && p.m * p.n * p.k >= kGemmDnnlMinWork;
 }
 
-// Calls run(products...) at the current precision: as they are, or with
-// their operands rounded to bfloat16.
+// Calls run(products...) at `precision`: as they are, or with their operands
+// rounded to bfloat16.
 template <class Run, class... Products>
-void at_precision(Run&& run, const Products&... products) {
-  if (precision.load(std::memory_order_relaxed) == GemmPrecision::f32) {
+void at_precision(GemmPrecision precision, Run&& run, const Products&... products) {
+  if (precision == GemmPrecision::f32) {
     run(as_is(products)...);
   } else if ((native_bf16(products) && ...)) {
     RoundedOperands<Bf16> operands;
@@ -277,8 +274,8 @@ bool tall_transposed_a(const Product<T>& p) {
 
 template <class T>
 void run_tall_transposed_a(const Product<T>& p) {
-  Tensor scratch = dnnl_util::buffer(static_cast<std::size_t>(p.n * p.m) * sizeof(float));
-  auto* t = reinterpret_cast<float*>(scratch.raw_data());
+  const Scratch scratch = dnnl_util::buffer(static_cast<std::size_t>(p.n * p.m) * sizeof(float));
+  auto* t = scratch.as<float>();
   run_split(Product<T>{
       p.n, p.m, p.k, p.alpha, {p.b.data, p.b.ld, true}, {p.a.data, p.a.ld, false}, 0.0F, t, p.m});
   const Shape shape{p.m, p.n};
@@ -309,24 +306,20 @@ std::int64_t GemmBatchOffsets::offset_b(std::int64_t index) const {
   return offset(*this, b_strides, index);
 }
 
-void set_gemm_precision(GemmPrecision value) {
-  precision.store(value);
-}
-GemmPrecision gemm_precision() {
-  return precision.load();
-}
-
 void gemm(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const GemmOperand& a,
-          const GemmOperand& b, float beta, float* c, std::int64_t ldc) {
+          const GemmOperand& b, float beta, float* c, std::int64_t ldc, GemmPrecision precision) {
   single_threaded_blas();
-  at_precision([](const auto& p) { run_one(p); }, GemmProduct{m, n, k, alpha, a, b, beta, c, ldc});
+  at_precision(
+      precision, [](const auto& p) { run_one(p); },
+      GemmProduct{m, n, k, alpha, a, b, beta, c, ldc});
 }
 
-void gemm_pair(const GemmProduct& first, const GemmProduct& second) {
+void gemm_pair(const GemmProduct& first, const GemmProduct& second, GemmPrecision precision) {
   single_threaded_blas();
   // Both products' operands are rounded first (a shared one once), then run
   // together, or one after the other when small or tall.
   at_precision(
+      precision,
       [](const auto& p, const auto& q) {
         const auto small = [](const auto& x) { return x.m * x.n * x.k < kSplitWork; };
         if (num_threads() == 1 || small(p) || small(q) || tall_transposed_a(p) ||
@@ -340,17 +333,14 @@ void gemm_pair(const GemmProduct& first, const GemmProduct& second) {
       first, second);
 }
 
-Tensor round_operand(const GemmOperand& x, std::int64_t rows, std::int64_t cols) {
-  if (gemm_precision() != GemmPrecision::bf16) return {};
-  const Stored s = stored_shape(x, rows, cols);
-  Tensor rounded = Tensor::empty({s.rows, s.cols}, DType::bf16);
-  convert(s, x.data, x.ld, DType::f32, rounded.raw_data(), DType::bf16);
-  return rounded;
+void round_bf16(const GemmOperand& x, std::int64_t rows, std::int64_t cols, std::uint16_t* dst) {
+  convert(stored_shape(x, rows, cols), x.data, x.ld, DType::f32, dst, DType::bf16);
 }
 
 void gemm_batched(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
                   const GemmOperand& a, const GemmOperand& b, const GemmBatchOffsets& offsets,
-                  float beta, float* c, std::int64_t ldc, std::int64_t c_stride) {
+                  float beta, float* c, std::int64_t ldc, std::int64_t c_stride,
+                  GemmPrecision precision) {
   single_threaded_blas();
   const int threads = num_threads();
   const std::int64_t work = m * n * k;
@@ -367,7 +357,7 @@ void gemm_batched(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64
   };
   if (batch < 2 * threads && work >= kSplitWork) {
     // Few large products: split each one across the pool.
-    for (std::int64_t i = 0; i < batch; ++i) gemm(product(i));
+    for (std::int64_t i = 0; i < batch; ++i) gemm(product(i), precision);
     return;
   }
   const std::int64_t grain =
@@ -376,7 +366,8 @@ void gemm_batched(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64
   parallel_for(batch, grain, [&](std::int64_t begin, std::int64_t end) {
     errors.run([&] {
       for (std::int64_t i = begin; i < end; ++i) {
-        at_precision([](const auto& p) { blas(p); }, product(i));
+        at_precision(
+            precision, [](const auto& p) { blas(p); }, product(i));
       }
     });
   });

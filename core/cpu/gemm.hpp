@@ -8,57 +8,35 @@
 
 #include <cstdint>
 
-#include "rig/tensor.hpp"
+#include "backend/kernel_args.hpp"
+#include "rig/op_types.hpp"
 
 namespace rig::cpu {
 
-// How gemm, gemm_pair and gemm_batched compute, for the whole process (the
-// engine sets it from the experiment's `matmul_precision`). f32: as given.
-// bf16: both operands are rounded to bfloat16 (nearest even) and the products
-// accumulated in f32 into the f32 C, as PyTorch's CPU autocast computes a
-// linear layer, and on CPUs with bfloat16 dot products (AVX512_BF16, AMX) at
-// about twice the f32 speed (2-core Zen 4, oneDNN 2.6, the Transformer's
-// shapes: 405-447 GFLOP/s against 191-219). Elsewhere the rounded operands go
-// through the f32 GEMM: the same numbers, no faster.
-enum class GemmPrecision { f32, bf16 };
-void set_gemm_precision(GemmPrecision precision);
-GemmPrecision gemm_precision();
-
-// One operand: element (i, j) of op(X) is data[i * ld + j], or data[j * ld + i]
-// when `trans`.
-// At bf16 precision `bf16` may give the same matrix already rounded
-// (round_operand), so that products sharing it round it once; `data` may
-// then be null.
-struct GemmOperand {
-  const float* data = nullptr;
-  std::int64_t ld = 0;
-  bool trans = false;
-  const std::uint16_t* bf16 = nullptr;
-};
+// How gemm, gemm_pair and gemm_batched compute (the ops pass the precision
+// of the op, MatmulPrecision). f32: as given. bf16: both operands are rounded
+// to bfloat16 (nearest even) and the products accumulated in f32 into the f32
+// C, as PyTorch's CPU autocast computes a linear layer, and on CPUs with
+// bfloat16 dot products (AVX512_BF16, AMX) at about twice the f32 speed
+// (2-core Zen 4, oneDNN 2.6, the Transformer's shapes: 405-447 GFLOP/s
+// against 191-219). Elsewhere the rounded operands go through the f32 GEMM:
+// the same numbers, no faster.
+using GemmPrecision = MatmulPrecision;
+using backend::GemmOperand;
+using backend::GemmProduct;
 
 // C[m, n] = alpha op(A)[m, k] op(B)[k, n] + beta C, C row-major with leading
 // dimension ldc. k == 0 gives beta C (zeros when beta == 0).
 void gemm(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const GemmOperand& a,
-          const GemmOperand& b, float beta, float* c, std::int64_t ldc);
+          const GemmOperand& b, float beta, float* c, std::int64_t ldc, GemmPrecision precision);
 
-// At bf16 precision: the stored matrix of operand x (op(x) is [rows, cols])
-// rounded to bfloat16 and densely packed, a [stored rows, stored cols] bf16
-// tensor for GemmOperand::bf16 in the products that share x (a layer's
-// forward and backward); undefined at f32 precision.
-Tensor round_operand(const GemmOperand& x, std::int64_t rows, std::int64_t cols);
+// The stored matrix of operand x (op(x) is [rows, cols]) rounded to bfloat16
+// and densely packed into dst ([stored rows, stored cols]): GemmOperand::bf16
+// for the products that share x (a layer's forward and backward).
+void round_bf16(const GemmOperand& x, std::int64_t rows, std::int64_t cols, std::uint16_t* dst);
 
-// One product C = alpha op(A) op(B) + beta C, as gemm() takes it.
-struct GemmProduct {
-  std::int64_t m = 0, n = 0, k = 0;
-  float alpha = 1.0F;
-  GemmOperand a, b;
-  float beta = 0.0F;
-  float* c = nullptr;
-  std::int64_t ldc = 0;
-};
-
-inline void gemm(const GemmProduct& p) {
-  gemm(p.m, p.n, p.k, p.alpha, p.a, p.b, p.beta, p.c, p.ldc);
+inline void gemm(const GemmProduct& p, GemmPrecision precision) {
+  gemm(p.m, p.n, p.k, p.alpha, p.a, p.b, p.beta, p.c, p.ldc, precision);
 }
 
 // Two independent products at once, such as a layer's dX and dW: with two
@@ -68,7 +46,7 @@ inline void gemm(const GemmProduct& p) {
 // (1024 x 256 x 1024 twice) 7 % faster, the 256-wide projections 2 % slower,
 // about 1.3 ms a step gained. Small or tall-transposed products run one
 // after the other.
-void gemm_pair(const GemmProduct& first, const GemmProduct& second);
+void gemm_pair(const GemmProduct& first, const GemmProduct& second, GemmPrecision precision);
 
 // Element offsets of each product's A and B in a batch with (broadcast)
 // batch axes: batch index -> offset, row-major over `shape`, at most 8 axes
@@ -86,6 +64,7 @@ struct GemmBatchOffsets {
 // b.data + offsets.offset_b(i), and writes c + i * c_stride.
 void gemm_batched(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
                   const GemmOperand& a, const GemmOperand& b, const GemmBatchOffsets& offsets,
-                  float beta, float* c, std::int64_t ldc, std::int64_t c_stride);
+                  float beta, float* c, std::int64_t ldc, std::int64_t c_stride,
+                  GemmPrecision precision);
 
 }  // namespace rig::cpu

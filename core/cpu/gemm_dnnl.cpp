@@ -91,11 +91,11 @@ bool enabled() {
 void run(const Key& key, const void* a, const void* b, float* c) {
   const std::shared_ptr<const Plan> plan = plan_for(key);
   const du::SingleThreaded one_thread;
-  const Tensor scratch = du::buffer(plan->scratch.get_size());
+  const Scratch scratch = du::buffer(plan->scratch.get_size());
   const du::Memory ma = du::wrap(plan->a, a);
   const du::Memory mb = du::wrap(plan->b, b);
   const du::Memory mc = du::wrap(plan->c, c);
-  const du::Memory ms = du::wrap(plan->scratch, scratch.raw_data());
+  const du::Memory ms = du::wrap(plan->scratch, scratch.data());
   du::check(du::execute(plan->primitive, {{DNNL_ARG_SRC, ma.get()},
                                           {DNNL_ARG_WEIGHTS, mb.get()},
                                           {DNNL_ARG_DST, mc.get()},

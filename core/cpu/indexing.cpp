@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "cpu/kernel_attributes.hpp"
 #include "cpu/parallel.hpp"
+#include "rig/kernel_attributes.hpp"
 
 namespace rig::cpu {
 namespace {
@@ -56,15 +56,15 @@ struct GatherGeometry {
   std::int64_t chunk = 1;        // inner elements per task
   std::int64_t chunks = 1;       // tasks per outer row
 
-  GatherGeometry(const Tensor& x, std::int64_t ax, const Tensor& index)
-      : index_shape(&index.shape()), x_strides(contiguous_strides(x.shape())), axis(ax) {
-    const auto& is = index.shape();
+  GatherGeometry(const Shape& x_shape, std::int64_t ax, const Shape& index_shape_)
+      : index_shape(&index_shape_), x_strides(contiguous_strides(x_shape)), axis(ax) {
+    const auto& is = index_shape_;
     const auto rank = static_cast<std::int64_t>(is.size());
     for (std::int64_t d = 0; d < axis; ++d) outer *= is[d];
     along = is[axis];
     for (std::int64_t d = axis + 1; d < rank; ++d) {
       inner *= is[d];
-      inner_contiguous = inner_contiguous && is[d] == x.shape()[d];
+      inner_contiguous = inner_contiguous && is[d] == x_shape[d];
     }
     axis_stride = x_strides[axis];
     // Split the inner range when there are too few outer rows to share out.
@@ -187,11 +187,10 @@ RIG_CPU_KERNEL void index_add_i32(const IndexAddArgs& a, std::int64_t begin, std
 
 }  // namespace
 
-std::int64_t first_out_of_range(const Tensor& index, std::int64_t limit) {
-  if (index.dtype() == DType::i32) {
-    return first_bad(index.data<std::int32_t>(), index.numel(), limit);
-  }
-  return first_bad(index.data<std::int64_t>(), index.numel(), limit);
+std::int64_t first_out_of_range(const void* index, DType dtype, std::int64_t n,
+                                std::int64_t limit) {
+  if (dtype == DType::i32) return first_bad(static_cast<const std::int32_t*>(index), n, limit);
+  return first_bad(static_cast<const std::int64_t*>(index), n, limit);
 }
 
 void concat_rows(const RowPiece* pieces, std::int64_t count, std::byte* dst,
@@ -253,35 +252,36 @@ void zero_bytes(std::byte* dst, std::int64_t bytes) {
   });
 }
 
-void gather(const Tensor& x, std::int64_t axis, const Tensor& index, Tensor& out) {
-  const GatherGeometry g(x, axis, index);
-  with_element_type(dtype_size(x.dtype()), [&](auto zero) {
+void gather(const ConstBuffer& x, std::int64_t axis, const ConstBuffer& index, void* out) {
+  const GatherGeometry g(x.shape, axis, index.shape);
+  with_element_type(dtype_size(x.dtype), [&](auto zero) {
     using T = decltype(zero);
-    const T* xs = reinterpret_cast<const T*>(x.raw_data());
-    T* os = reinterpret_cast<T*>(out.raw_data());
-    if (index.dtype() == DType::i32) {
-      gather_typed(g, xs, index.data<std::int32_t>(), os);
+    const T* xs = static_cast<const T*>(x.data);
+    T* os = static_cast<T*>(out);
+    if (index.dtype == DType::i32) {
+      gather_typed(g, xs, static_cast<const std::int32_t*>(index.data), os);
     } else {
-      gather_typed(g, xs, index.data<std::int64_t>(), os);
+      gather_typed(g, xs, static_cast<const std::int64_t*>(index.data), os);
     }
   });
 }
 
-void gather_backward(const Tensor& grad, std::int64_t axis, const Tensor& index, Tensor& dx) {
-  const GatherGeometry g(dx, axis, index);
-  if (index.dtype() == DType::i32) {
-    scatter_add_typed(g, grad.data<float>(), index.data<std::int32_t>(), dx.data<float>());
+void gather_backward(const float* grad, std::int64_t axis, const ConstBuffer& index, float* dx,
+                     const Shape& x_shape) {
+  const GatherGeometry g(x_shape, axis, index.shape);
+  if (index.dtype == DType::i32) {
+    scatter_add_typed(g, grad, static_cast<const std::int32_t*>(index.data), dx);
   } else {
-    scatter_add_typed(g, grad.data<float>(), index.data<std::int64_t>(), dx.data<float>());
+    scatter_add_typed(g, grad, static_cast<const std::int64_t*>(index.data), dx);
   }
 }
 
-void index_select(const Tensor& x, std::int64_t outer, std::int64_t n, std::int64_t inner,
-                  const Tensor& index, Tensor& out) {
-  const std::int64_t k = index.numel();
-  const auto row_bytes = inner * static_cast<std::int64_t>(dtype_size(x.dtype()));
-  const std::byte* src = x.raw_data();
-  std::byte* dst = out.raw_data();
+void index_select(const void* x, std::size_t element_bytes, std::int64_t outer, std::int64_t n,
+                  std::int64_t inner, const ConstBuffer& index, void* out) {
+  const std::int64_t k = shape_numel(index.shape);
+  const auto row_bytes = inner * static_cast<std::int64_t>(element_bytes);
+  const auto* src = static_cast<const std::byte*>(x);
+  auto* dst = static_cast<std::byte*>(out);
   auto copy = [&](const auto* idx) {
     parallel_for(outer * k, grain_for(row_bytes), [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t t = begin; t < end; ++t) {
@@ -292,18 +292,17 @@ void index_select(const Tensor& x, std::int64_t outer, std::int64_t n, std::int6
       }
     });
   };
-  if (index.dtype() == DType::i32) {
-    copy(index.data<std::int32_t>());
+  if (index.dtype == DType::i32) {
+    copy(static_cast<const std::int32_t*>(index.data));
   } else {
-    copy(index.data<std::int64_t>());
+    copy(static_cast<const std::int64_t*>(index.data));
   }
 }
 
-void index_add(const Tensor& grad, std::int64_t outer, std::int64_t n, std::int64_t inner,
-               const Tensor& index, Tensor& dx) {
+void index_add(const float* grad, std::int64_t outer, std::int64_t n, std::int64_t inner,
+               const ConstBuffer& index, float* dx) {
   if (inner == 0 || outer == 0) return;
-  IndexAddArgs args{
-      grad.data<float>(), dx.data<float>(), index.raw_data(), n, index.numel(), inner, inner, 1};
+  IndexAddArgs args{grad, dx, index.data, n, shape_numel(index.shape), inner, inner, 1};
   // Enough tasks for every thread: split the inner range (in 16-float
   // pieces) when there are few outer rows, e.g. the embedding gradient.
   const std::int64_t want = 4LL * num_threads();
@@ -314,7 +313,7 @@ void index_add(const Tensor& grad, std::int64_t outer, std::int64_t n, std::int6
     args.chunks = (inner + args.chunk - 1) / args.chunk;
   }
   const std::int64_t grain = grain_for(args.k * args.chunk * 8);
-  if (index.dtype() == DType::i32) {
+  if (index.dtype == DType::i32) {
     parallel_for(outer * args.chunks, grain,
                  [&](std::int64_t begin, std::int64_t end) { index_add_i32(args, begin, end); });
   } else {

@@ -17,8 +17,7 @@ struct AdamKernel {
   using V = simd::Vec<W>;
   using F = typename V::F;
 
-  static RIG_SIMD_INLINE F update(F& pv, const F& gv, F& mv, F& vv, F* vmaxv,
-                                  const ops::AdamUpdate& a) {
+  static RIG_SIMD_INLINE F update(F& pv, const F& gv, F& mv, F& vv, F* vmaxv, const AdamUpdate& a) {
     pv = pv * a.shrink;
     const F g = gv + pv * a.coupled_decay;
     mv = mv * a.beta1 + g * (1.0F - a.beta1);
@@ -32,7 +31,7 @@ struct AdamKernel {
   }
 
   static RIG_SIMD_INLINE void run(std::int64_t begin, std::int64_t end, float* p, const float* grad,
-                                  float* m, float* v, float* vmax, ops::AdamUpdate a) {
+                                  float* m, float* v, float* vmax, AdamUpdate a) {
     std::int64_t i = begin;
     for (; i + W <= end; i += W) {
       F pv = V::load(p + i);
@@ -63,7 +62,7 @@ struct AdamKernel {
 }  // namespace
 
 void adam_update(std::int64_t n, float* p, const float* grad, float* m, float* v, float* vmax,
-                 const ops::AdamUpdate& args) {
+                 const AdamUpdate& args) {
   const std::int64_t chunks = (n + kChunk - 1) / kChunk;
   parallel_for(chunks, 1, [&](std::int64_t first, std::int64_t last) {
     simd::dispatch<AdamKernel>(first * kChunk, std::min(n, last * kChunk), p, grad, m, v, vmax,

@@ -6,12 +6,12 @@
 
 #include <cstdint>
 
-#include "rig/ops.hpp"
+#include "rig/op_types.hpp"
 
 namespace rig::cpu {
 
 // ops::adam_update's formula over n elements; vmax null without AMSGrad.
 void adam_update(std::int64_t n, float* p, const float* grad, float* m, float* v, float* vmax,
-                 const ops::AdamUpdate& args);
+                 const AdamUpdate& args);
 
 }  // namespace rig::cpu

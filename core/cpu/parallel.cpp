@@ -173,11 +173,4 @@ void parallel_for_impl(std::int64_t n, std::int64_t grain, RangeFn fn, void* con
 
 }  // namespace detail
 
-int affinity_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
-  return std::max(1U, std::thread::hardware_concurrency());
-}
-
 }  // namespace rig::cpu

@@ -7,14 +7,15 @@
 #include <mutex>
 #include <utility>
 
+#include "rig/cores.hpp"
+
 namespace rig::cpu {
 
 // Threads used by parallel_for (the calling thread included); defaults to the
-// cores this process may run on (its CPU affinity), or RIG_NUM_THREADS when set.
+// cores this process may run on (its CPU affinity, rig/cores.hpp), or
+// RIG_NUM_THREADS when set.
 int num_threads();
-// The cores this process may run on (its CPU affinity, e.g. one core per MPI
-// rank bound with --bind-to core); at least 1.
-int affinity_cores();
+using rig::affinity_cores;
 void set_num_threads(int threads);
 
 namespace detail {

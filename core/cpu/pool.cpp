@@ -14,8 +14,8 @@
 #include <limits>
 #include <vector>
 
-#include "cpu/kernel_attributes.hpp"
 #include "cpu/parallel.hpp"
+#include "rig/kernel_attributes.hpp"
 
 namespace rig::cpu {
 

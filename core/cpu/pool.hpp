@@ -3,13 +3,11 @@
 
 #include <cstdint>
 
+#include "backend/kernel_args.hpp"
+
 namespace rig::cpu {
 
-struct Pool2dShape {
-  std::int64_t planes = 0;  // N * C
-  std::int64_t h = 0, w = 0, out_h = 0, out_w = 0;
-  std::int64_t kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
-};
+using backend::Pool2dShape;
 
 // Window maximum (padding never wins; NaN propagates as in PyTorch). `index`
 // (same size as y, may be null) receives each maximum's index within its

@@ -4,9 +4,9 @@
 #include <array>
 #include <cmath>
 
-#include "cpu/kernel_attributes.hpp"
 #include "cpu/parallel.hpp"
 #include "cpu/simd.hpp"
+#include "rig/kernel_attributes.hpp"
 
 namespace rig::cpu {
 
@@ -176,6 +176,21 @@ void max_axis(const float* x, float* y, std::int64_t* index, std::int64_t outer,
       max_columns(x + o * r * inner, y + o * inner, index + o * inner, r, inner, 0, inner);
     }
   });
+}
+
+void max_axis_backward(const float* g, const std::int64_t* index, float* dx, std::int64_t outer,
+                       std::int64_t r, std::int64_t inner) {
+  const std::int64_t row = r * inner;
+  parallel_for(outer, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(1, row)),
+               [&](std::int64_t begin, std::int64_t end) {
+                 std::fill(dx + begin * row, dx + end * row, 0.0F);
+                 for (std::int64_t o = begin; o < end; ++o) {
+                   for (std::int64_t i = 0; i < inner; ++i) {
+                     const std::int64_t k = o * inner + i;
+                     dx[(o * r + index[k]) * inner + i] = g[k];
+                   }
+                 }
+               });
 }
 
 }  // namespace rig::cpu

@@ -20,5 +20,8 @@ void sum_axis(const float* x, float* y, std::int64_t outer, std::int64_t r, std:
 // counts as the maximum, as in torch). r must be > 0.
 void max_axis(const float* x, float* y, std::int64_t* index, std::int64_t outer, std::int64_t r,
               std::int64_t inner);
+// dx [outer, r, inner] = g [outer, inner] at the recorded index, zero elsewhere.
+void max_axis_backward(const float* g, const std::int64_t* index, float* dx, std::int64_t outer,
+                       std::int64_t r, std::int64_t inner);
 
 }  // namespace rig::cpu

@@ -8,8 +8,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "cpu/kernel_attributes.hpp"
 #include "cpu/parallel.hpp"
+#include "rig/kernel_attributes.hpp"
 
 namespace rig::cpu {
 namespace {
@@ -385,39 +385,42 @@ void select(const Shape& shape, std::size_t element_bytes, const SelectOperand& 
   }
 }
 
-void argmax(const Tensor& x, std::int64_t outer, std::int64_t n, std::int64_t inner, Tensor& out) {
-  std::int64_t* o = out.data<std::int64_t>();
-  switch (x.dtype()) {
+void argmax(const ConstBuffer& x, std::int64_t outer, std::int64_t n, std::int64_t inner,
+            std::int64_t* out) {
+  switch (x.dtype) {
     case DType::f32:
-      argmax_typed(x.data<float>(), outer, n, inner, o);
+      argmax_typed(static_cast<const float*>(x.data), outer, n, inner, out);
       break;
     case DType::i32:
-      argmax_typed(x.data<std::int32_t>(), outer, n, inner, o);
+      argmax_typed(static_cast<const std::int32_t*>(x.data), outer, n, inner, out);
       break;
     case DType::i64:
-      argmax_typed(x.data<std::int64_t>(), outer, n, inner, o);
+      argmax_typed(static_cast<const std::int64_t*>(x.data), outer, n, inner, out);
       break;
     default:
-      argmax_typed(x.data<std::uint8_t>(), outer, n, inner, o);
+      argmax_typed(static_cast<const std::uint8_t*>(x.data), outer, n, inner, out);
       break;
   }
 }
 
-void topk(const Tensor& x, std::int64_t rows, std::int64_t n, std::int64_t k, Tensor& values,
-          Tensor& indices) {
-  std::int64_t* idx = indices.data<std::int64_t>();
-  switch (x.dtype()) {
+void topk(const ConstBuffer& x, std::int64_t rows, std::int64_t n, std::int64_t k, void* values,
+          std::int64_t* indices) {
+  switch (x.dtype) {
     case DType::f32:
-      topk_typed(x.data<float>(), rows, n, k, values.data<float>(), idx);
+      topk_typed(static_cast<const float*>(x.data), rows, n, k, static_cast<float*>(values),
+                 indices);
       break;
     case DType::i32:
-      topk_typed(x.data<std::int32_t>(), rows, n, k, values.data<std::int32_t>(), idx);
+      topk_typed(static_cast<const std::int32_t*>(x.data), rows, n, k,
+                 static_cast<std::int32_t*>(values), indices);
       break;
     case DType::i64:
-      topk_typed(x.data<std::int64_t>(), rows, n, k, values.data<std::int64_t>(), idx);
+      topk_typed(static_cast<const std::int64_t*>(x.data), rows, n, k,
+                 static_cast<std::int64_t*>(values), indices);
       break;
     default:
-      topk_typed(x.data<std::uint8_t>(), rows, n, k, values.data<std::uint8_t>(), idx);
+      topk_typed(static_cast<const std::uint8_t*>(x.data), rows, n, k,
+                 static_cast<std::uint8_t*>(values), indices);
       break;
   }
 }

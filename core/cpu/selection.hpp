@@ -3,16 +3,13 @@
 
 #include <cstdint>
 
-#include "rig/tensor.hpp"
+#include "backend/kernel_args.hpp"
 
 namespace rig::cpu {
 
-// One operand of select: element 0 and strides (in elements) over the output
-// shape; stride 0 on broadcast axes (a scalar has all strides 0).
-struct SelectOperand {
-  const void* data;
-  Strides strides;
-};
+using backend::ConstBuffer;
+using backend::SelectOperand;
+
 // out (contiguous, `shape`) = cond != 0 ? a : b. cond is u8; a, b and out
 // share one dtype of `element_bytes` bytes (the values are copied, not converted).
 // Throws std::invalid_argument past 16 axes that do not merge.
@@ -21,12 +18,13 @@ void select(const Shape& shape, std::size_t element_bytes, const SelectOperand& 
 
 // x [outer, n, inner] (contiguous) -> out [outer, inner] (i64): the index of
 // the largest element along n; the first on ties; NaN counts as largest.
-void argmax(const Tensor& x, std::int64_t outer, std::int64_t n, std::int64_t inner, Tensor& out);
+void argmax(const ConstBuffer& x, std::int64_t outer, std::int64_t n, std::int64_t inner,
+            std::int64_t* out);
 
 // x [rows, n] (contiguous) -> values [rows, k] (x's dtype) and indices
 // [rows, k] (i64), sorted descending, ties by lower index; NaN counts as
 // largest. x is f32, i32, i64 or u8.
-void topk(const Tensor& x, std::int64_t rows, std::int64_t n, std::int64_t k, Tensor& values,
-          Tensor& indices);
+void topk(const ConstBuffer& x, std::int64_t rows, std::int64_t n, std::int64_t k, void* values,
+          std::int64_t* indices);
 
 }  // namespace rig::cpu

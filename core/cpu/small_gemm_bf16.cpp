@@ -5,9 +5,9 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "cpu/half.hpp"
-#include "cpu/kernel_attributes.hpp"
 #include "cpu/transpose_block.hpp"
+#include "rig/half.hpp"
+#include "rig/kernel_attributes.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #include <immintrin.h>

@@ -9,9 +9,9 @@
 
 #include <fmt/format.h>
 
-#include "cpu/half.hpp"
-#include "cpu/kernel_attributes.hpp"
 #include "cpu/parallel.hpp"
+#include "rig/half.hpp"
+#include "rig/kernel_attributes.hpp"
 
 // The element loops must be inlined into each clone of a RIG_CPU_KERNEL
 // function, or they are compiled once, for the baseline target only.

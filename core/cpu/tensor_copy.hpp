@@ -3,7 +3,8 @@
 // Pointers point at element 0 of each operand; strides are in elements.
 #pragma once
 
-#include "rig/tensor.hpp"
+#include "rig/dtype.hpp"
+#include "rig/shape.hpp"
 
 namespace rig::cpu {
 

@@ -12,9 +12,9 @@
 
 #include "cpu/elementwise.hpp"
 #include "cpu/gemm.hpp"
-#include "cpu/half.hpp"
 #include "cpu/parallel.hpp"
 #include "cpu/simd.hpp"
+#include "rig/half.hpp"
 #include "rig/ops.hpp"
 
 namespace {
@@ -57,7 +57,7 @@ TEST(CpuFusedKernels, GemmAlphaBetaAndLeadingDimensions) {
             }
           }
           rig::cpu::gemm(m, n, k, alpha, {a.data(), lda, ta}, {b.data(), ldb, tb}, beta, c.data(),
-                         ldc);
+                         ldc, rig::cpu::GemmPrecision::f32);
           double worst = 0.0;
           for (std::size_t i = 0; i < c.size(); ++i) {
             worst = std::max(worst, std::abs(c[i] - expected[i]));  // padding too: untouched
@@ -108,7 +108,7 @@ TEST(CpuFusedKernels, GemmPairComputesBothProducts) {
     rig::cpu::set_num_threads(t);
     std::fill(dx.begin(), dx.end(), 7.0F);
     std::fill(dw.begin(), dw.end(), 7.0F);
-    rig::cpu::gemm_pair(dx_product, dw_product);
+    rig::cpu::gemm_pair(dx_product, dw_product, rig::cpu::GemmPrecision::f32);
     double worst = 0.0;
     for (std::size_t i = 0; i < dx.size(); ++i)
       worst = std::max(worst, std::abs(dx[i] - expected_dx[i]));
@@ -171,7 +171,7 @@ TEST(CpuFusedKernels, ActivationBackwardMatchesAScalarLoopAtEveryThreadCount) {
         for (std::size_t i = 0; i < dz.size(); ++i) {
           if (bf16) {
             // Exactly the rounding of the f32 value.
-            const auto expected = rig::cpu::float_to_bfloat16_bits(static_cast<float>(dz[i]));
+            const auto expected = rig::float_to_bfloat16_bits(static_cast<float>(dz[i]));
             worst_dz = std::max(worst_dz, out_bf16[i] == expected ? 0.0 : 1.0);
           } else if (act != Activation::none) {
             worst_dz = std::max(worst_dz, std::abs(out[i] - dz[i]));

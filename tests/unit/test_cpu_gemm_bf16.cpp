@@ -1,4 +1,5 @@
-// GEMMs at bfloat16 precision (cpu::set_gemm_precision): every product must
+// GEMMs at bfloat16 precision (cpu::gemm's GemmPrecision::bf16, which the ops
+// pass inside an ops::MatmulPrecisionScope): every product must
 // equal the f32 product of its operands rounded to bfloat16 (nearest even),
 // up to f32 summation error, and differ from the unrounded product by the
 // rounding's own error, on every path: oneDNN's bf16 panels, the rounded-f32
@@ -39,21 +40,21 @@ float to_bf16(float x) {
   return std::bit_cast<float>((bits + 0x7FFFU + lsb) & 0xFFFF0000U);
 }
 
-// Sets a process-wide CPU setting for a scope and restores it afterwards.
-template <class T, T (*Get)(), void (*Set)(T)>
-class SettingScope {
+// Sets the CPU pool's thread count for a scope and restores it afterwards.
+class ThreadsScope {
  public:
-  explicit SettingScope(T value) : saved_(Get()) { Set(value); }
-  ~SettingScope() { Set(saved_); }
-  SettingScope(const SettingScope&) = delete;
-  SettingScope& operator=(const SettingScope&) = delete;
+  explicit ThreadsScope(int threads) : saved_(rig::cpu::num_threads()) {
+    rig::cpu::set_num_threads(threads);
+  }
+  ~ThreadsScope() { rig::cpu::set_num_threads(saved_); }
+  ThreadsScope(const ThreadsScope&) = delete;
+  ThreadsScope& operator=(const ThreadsScope&) = delete;
 
  private:
-  T saved_;
+  int saved_;
 };
-using PrecisionScope =
-    SettingScope<GemmPrecision, rig::cpu::gemm_precision, rig::cpu::set_gemm_precision>;
-using ThreadsScope = SettingScope<int, rig::cpu::num_threads, rig::cpu::set_num_threads>;
+using PrecisionScope = rig::ops::MatmulPrecisionScope;
+constexpr GemmPrecision kBf16 = GemmPrecision::bf16;
 
 // A product's data with padded leading dimensions, and its reference results.
 struct Case {
@@ -132,7 +133,6 @@ std::string describe(const Case& t, int threads) {
 }
 
 TEST(CpuGemmBf16, EveryProductIsThatOfTheRoundedOperands) {
-  const PrecisionScope bf16(GemmPrecision::bf16);
   std::cout << "bf16 dot-product kernels: "
             << (rig::cpu::gemm_dnnl_bf16_available() ? "yes, oneDNN's bf16 matmul\n"
                                                      : "no, rounded operands through f32 GEMMs\n");
@@ -150,7 +150,7 @@ TEST(CpuGemmBf16, EveryProductIsThatOfTheRoundedOperands) {
                std::vector<std::pair<float, float>>{{1.0F, 0.0F}, {-0.5F, 1.0F}}) {
             const Case t(m, n, k, ta, tb, alpha, beta, rng);
             std::vector<float> c = t.c0;
-            rig::cpu::gemm(t.product(c));
+            rig::cpu::gemm(t.product(c), kBf16);
             expect_bf16_product(t, c, describe(t, threads));
           }
         }
@@ -161,7 +161,6 @@ TEST(CpuGemmBf16, EveryProductIsThatOfTheRoundedOperands) {
 
 TEST(CpuGemmBf16, PairWithASharedOperandRoundsBoth) {
   // A linear layer's backward: dX = dY W and dW = dY^T X share dY.
-  const PrecisionScope bf16(GemmPrecision::bf16);
   std::mt19937 rng(5);
   for (int threads : {1, 2, 3}) {
     const ThreadsScope scope(threads);
@@ -170,14 +169,13 @@ TEST(CpuGemmBf16, PairWithASharedOperandRoundsBoth) {
     dw.a = dx.a;  // dY^T: the same buffer, read transposed
     dw.lda = dx.lda;
     std::vector<float> c1 = dx.c0, c2 = dw.c0;
-    rig::cpu::gemm_pair(dx.product(c1), dw.product(c2));
+    rig::cpu::gemm_pair(dx.product(c1), dw.product(c2), kBf16);
     expect_bf16_product(dx, c1, "dX of the pair, threads " + std::to_string(threads));
     expect_bf16_product(dw, c2, "dW of the pair, threads " + std::to_string(threads));
   }
 }
 
 TEST(CpuGemmBf16, BatchedProductsAreRoundedToo) {
-  const PrecisionScope bf16(GemmPrecision::bf16);
   std::mt19937 rng(9);
   const std::int64_t batch = 6, m = 40, n = 48, k = 64;  // one oneDNN-sized product each
   for (int threads : {1, 2}) {
@@ -202,7 +200,7 @@ TEST(CpuGemmBf16, BatchedProductsAreRoundedToo) {
     offsets.b_strides[0] = b_size;
     rig::cpu::gemm_batched(batch, m, n, k, 1.0F, {a.data(), cases[0].lda, false},
                            {b.data(), cases[0].ldb, true}, offsets, 0.0F, c.data(), cases[0].ldc,
-                           c_size);
+                           c_size, kBf16);
     for (std::int64_t i = 0; i < batch; ++i) {
       const std::vector<float> ci(c.begin() + i * c_size, c.begin() + (i + 1) * c_size);
       expect_bf16_product(
@@ -213,28 +211,25 @@ TEST(CpuGemmBf16, BatchedProductsAreRoundedToo) {
 }
 
 TEST(CpuGemmBf16, PreRoundedOperandsAreUsedAsGiven) {
-  // round_operand's copy stands in for the f32 data (which may then be null),
-  // in large products (the bf16 kernels) and small ones (widened to f32).
-  const PrecisionScope bf16(GemmPrecision::bf16);
+  // round_bf16's copy (densely packed, in the operand's stored orientation)
+  // stands in for the f32 data (which may then be null), in large products
+  // (the bf16 kernels) and small ones (widened to f32).
   std::mt19937 rng(4);
   for (const auto& [m, n, k] :
        std::vector<std::array<std::int64_t, 3>>{{96, 200, 150}, {9, 7, 5}}) {
     for (bool ta : {false, true}) {
       const Case t(m, n, k, ta, true, 1.0F, 0.5F, rng);
-      const rig::Tensor a = rig::cpu::round_operand({t.a.data(), t.lda, ta}, m, k);
-      const rig::Tensor b = rig::cpu::round_operand({t.b.data(), t.ldb, true}, k, n);
-      ASSERT_EQ(a.shape(), (rig::Shape{ta ? k : m, ta ? m : k}));
-      ASSERT_EQ(a.dtype(), rig::DType::bf16);
+      std::vector<std::uint16_t> a(static_cast<std::size_t>(m * k));
+      std::vector<std::uint16_t> b(static_cast<std::size_t>(k * n));
+      rig::cpu::round_bf16({t.a.data(), t.lda, ta}, m, k, a.data());
+      rig::cpu::round_bf16({t.b.data(), t.ldb, true}, k, n, b.data());
+      // Stored [ta ? k : m, ta ? m : k], leading dimension its column count.
       std::vector<float> c = t.c0;
-      rig::cpu::gemm(m, n, k, t.alpha,
-                     {nullptr, t.lda, ta, reinterpret_cast<const std::uint16_t*>(a.raw_data())},
-                     {nullptr, t.ldb, true, reinterpret_cast<const std::uint16_t*>(b.raw_data())},
-                     t.beta, c.data(), t.ldc);
+      rig::cpu::gemm(m, n, k, t.alpha, {nullptr, ta ? m : k, ta, a.data()},
+                     {nullptr, k, true, b.data()}, t.beta, c.data(), t.ldc, kBf16);
       expect_bf16_product(t, c, describe(t, rig::cpu::num_threads()) + ", pre-rounded");
     }
   }
-  const PrecisionScope f32(GemmPrecision::f32);
-  EXPECT_FALSE(rig::cpu::round_operand({nullptr, 1, false}, 4, 4).defined());
 }
 
 TEST(CpuGemmBf16, LinearComputesWithRoundedInputAndWeightBothWays) {
@@ -268,7 +263,7 @@ TEST(CpuGemmBf16, LinearComputesWithRoundedInputAndWeightBothWays) {
   };
   Result at_bf16;
   {
-    const PrecisionScope bf16(GemmPrecision::bf16);
+    const PrecisionScope bf16(rig::MatmulPrecision::bf16);
     at_bf16 = run(x, w);
   }
   const Result expected = run(rounded(x), rounded(w));
@@ -306,7 +301,7 @@ TEST(CpuGemmBf16, LinearRoundsItsActivationGradientOnce) {
     rig::Tensor bl = rig::Tensor::from_vector(b, {out});
     for (rig::Tensor* t : {&xl, &wl, &bl}) t->set_requires_grad(true);
     {
-      const PrecisionScope bf16(GemmPrecision::bf16);
+      const PrecisionScope bf16(rig::MatmulPrecision::bf16);
       const rig::Tensor y = rig::ops::linear(xl, wl, bl, activation);
       rig::ops::sum(rig::ops::mul(y, rig::Tensor::from_vector(up, {rows, out}))).backward();
       const std::vector<float> yv = y.to_vector();
@@ -354,11 +349,11 @@ TEST(CpuGemmBf16, LinearRoundsItsActivationGradientOnce) {
 
 TEST(CpuGemmBf16, Float32PrecisionLeavesOperandsAlone) {
   // The default: a product that bf16 rounding would visibly change is exact to f32.
-  ASSERT_EQ(rig::cpu::gemm_precision(), GemmPrecision::f32);
+  ASSERT_EQ(rig::ops::matmul_precision(), rig::MatmulPrecision::f32);
   std::mt19937 rng(2);
   const Case t(96, 200, 150, false, false, 1.0F, 0.0F, rng);
   std::vector<float> c = t.c0;
-  rig::cpu::gemm(t.product(c));
+  rig::cpu::gemm(t.product(c), GemmPrecision::f32);
   const std::vector<double> exact = t.reference(false);
   double worst = 0.0;
   for (std::size_t i = 0; i < c.size(); ++i) worst = std::max(worst, std::abs(c[i] - exact[i]));

@@ -9,7 +9,6 @@
 #include <cmath>
 #include <vector>
 
-#include "cpu/gemm.hpp"
 #include "golden.hpp"
 #include "gradcheck.hpp"
 #include "rig/ops.hpp"
@@ -269,10 +268,13 @@ TEST(OpsAttention, Bfloat16PrecisionRoundsEveryPerHeadProduct) {
   // bf16 neighbour), and be far from the f32 results.
   const std::array<std::int64_t, 5> dims{2, 2, 33, 19, 24};
   const std::vector<Tensor> f32 = attention_and_grads(dims, 0.25F, true);
-  rig::cpu::set_gemm_precision(rig::cpu::GemmPrecision::bf16);
-  const std::vector<Tensor> fused = attention_and_grads(dims, 0.25F, true);
-  const std::vector<Tensor> composed = attention_and_grads(dims, 0.25F, false);
-  rig::cpu::set_gemm_precision(rig::cpu::GemmPrecision::f32);
+  std::vector<Tensor> fused;
+  std::vector<Tensor> composed;
+  {
+    const rig::ops::MatmulPrecisionScope bf16(rig::MatmulPrecision::bf16);
+    fused = attention_and_grads(dims, 0.25F, true);
+    composed = attention_and_grads(dims, 0.25F, false);
+  }
   const char* names[] = {"y", "dq", "dk", "dv"};
   for (std::size_t i = 0; i < 4; ++i) {
     SCOPED_TRACE(names[i]);

@@ -47,7 +47,7 @@ TEST(OpsDropout, MaskAtFarStreamOffsets) {
   for (std::uint64_t first :
        {std::uint64_t{5}, (std::uint64_t{1} << 34) - 7, (std::uint64_t{1} << 40) + 2}) {
     Tensor mask = Tensor::empty({300}, rig::DType::u8);
-    rig::cpu::dropout_mask(kKey, 0.5F, mask, first);
+    rig::cpu::dropout_mask(kKey, 0.5F, mask.data<std::uint8_t>(), mask.numel(), first);
     const auto m = mask.to_vector();
     for (std::uint64_t i = 0; i < 300; ++i) {
       const bool keep = rig::uniform_float(rig::random_bits(kKey, first + i)) >= 0.5F;

@@ -6,13 +6,13 @@
 #include <thread>
 #include <vector>
 
+#include "backend/caching_allocator.hpp"
 #include "rig/tensor.hpp"
-#include "tensor/allocator.hpp"
 
 namespace {
 
 using rig::Tensor;
-using rig::detail::CachingAllocator;
+using rig::backend::CachingAllocator;
 
 bool caching() {
   const char* env = std::getenv("RIG_ALLOCATOR");
@@ -20,7 +20,7 @@ bool caching() {
 }
 
 // A RawMemory that counts what it hands out.
-struct CountingMemory final : rig::detail::RawMemory {
+struct CountingMemory final : rig::backend::RawMemory {
   int live = 0;
   int allocations = 0;
   std::byte* allocate(std::size_t bytes) override {
@@ -56,9 +56,8 @@ TEST(TensorAllocator, ReusesBlocksAndCountsExactly) {
   CountingMemory raw;
   {
     CachingAllocator a(raw, true, std::size_t{1} << 30U);
-    std::size_t c1 = 0, c2 = 0;
-    std::byte* p1 = a.allocate(1000, c1);
-    std::byte* p2 = a.allocate(100000, c2);
+    const auto [p1, c1] = a.allocate(1000);
+    const auto [p2, c2] = a.allocate(100000);
     EXPECT_EQ(c1, 1024U);
     EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p1) % 64, 0U);
     EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p2) % 64, 0U);
@@ -68,18 +67,17 @@ TEST(TensorAllocator, ReusesBlocksAndCountsExactly) {
     EXPECT_EQ(s.cached_bytes, 0U);
     EXPECT_EQ(s.system_allocations, 2U);
     EXPECT_EQ(s.requests, 2U);
-    a.deallocate(p2, c2);
+    a.deallocate({p2, c2});
     s = a.stats();
     EXPECT_EQ(s.current_bytes, c1);
     EXPECT_EQ(s.peak_bytes, c1 + c2);
     EXPECT_EQ(s.cached_bytes, c2);
-    std::size_t c3 = 0;
-    std::byte* p3 = a.allocate(99000, c3);  // the same size class: the cached block
+    const auto [p3, c3] = a.allocate(99000);  // the same size class: the cached block
     EXPECT_EQ(p3, p2);
     EXPECT_EQ(a.stats().system_allocations, 2U);
     EXPECT_EQ(a.stats().cached_bytes, 0U);
-    a.deallocate(p3, c3);
-    a.deallocate(p1, c1);
+    a.deallocate({p3, c3});
+    a.deallocate({p1, c1});
     a.reset_peak();
     EXPECT_EQ(a.stats().peak_bytes, 0U);
     EXPECT_EQ(a.stats().cached_bytes, c1 + c2);
@@ -91,19 +89,16 @@ TEST(TensorAllocator, ReusesBlocksAndCountsExactly) {
   }
   // Passing through (RIG_ALLOCATOR=system): nothing kept.
   CachingAllocator system(raw, false, std::size_t{1} << 30U);
-  std::size_t c = 0;
-  std::byte* p = system.allocate(10, c);
-  system.deallocate(p, c);
+  system.deallocate(system.allocate(10));
   EXPECT_EQ(raw.live, 0);
   EXPECT_EQ(system.stats().cached_bytes, 0U);
   EXPECT_EQ(system.stats().peak_bytes, 64U);
   // A cache limit: blocks beyond it go back.
   CachingAllocator small(raw, true, 4096);
-  std::size_t ca = 0, cb = 0;
-  std::byte* pa = small.allocate(4096, ca);
-  std::byte* pb = small.allocate(4096, cb);
-  small.deallocate(pa, ca);
-  small.deallocate(pb, cb);
+  const rig::backend::Block a4 = small.allocate(4096);
+  const rig::backend::Block b4 = small.allocate(4096);
+  small.deallocate(a4);
+  small.deallocate(b4);
   EXPECT_EQ(small.stats().cached_bytes, 4096U);
   EXPECT_EQ(raw.live, 1);
 }

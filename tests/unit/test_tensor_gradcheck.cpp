@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "cpu/gemm.hpp"
 #include "gradcheck.hpp"
 #include "rig/autograd.hpp"
 #include "rig/ops.hpp"
@@ -120,8 +119,8 @@ TEST_F(TensorGradCheck, LinearWithOutputDropout) {
 // backward, at both matmul precisions.
 TEST_F(TensorGradCheck, LinearOutputDropoutIsDropoutOfLinear) {
   const ops::OutputDropout dropout{0.4F, {3, 9, 2, 11}};
-  for (auto precision : {rig::cpu::GemmPrecision::f32, rig::cpu::GemmPrecision::bf16}) {
-    rig::cpu::set_gemm_precision(precision);
+  for (auto precision : {rig::MatmulPrecision::f32, rig::MatmulPrecision::bf16}) {
+    const ops::MatmulPrecisionScope scope(precision);
     const Tensor x0 = rand({4, 33, 40}), w0 = rand({96, 40}), b0 = rand({96}),
                  up = rand({4, 33, 96});
     const auto run = [&](bool fused) {
@@ -139,7 +138,6 @@ TEST_F(TensorGradCheck, LinearOutputDropoutIsDropoutOfLinear) {
           << "output " << i << ", precision " << static_cast<int>(precision);
     }
   }
-  rig::cpu::set_gemm_precision(rig::cpu::GemmPrecision::f32);
   // p = 0: linear itself; p = 1: zeros, as dropout gives.
   const Tensor x = rand({3, 4}), w = rand({5, 4}), b = rand({5});
   EXPECT_EQ(ops::linear(x, w, b, ops::Activation::relu, {}).to_vector(),

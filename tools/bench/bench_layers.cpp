@@ -209,9 +209,9 @@ void bench_gemm(const Settings& s) {
   const double openblas = best_square_gflops([](int n, const float* a, const float* b, float* c) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0F, a, n, b, n, 0.0F, c, n);
   });
-  rig::cpu::set_gemm_precision(rig::cpu::GemmPrecision::f32);
   const double own = best_square_gflops([](int n, const float* a, const float* b, float* c) {
-    rig::cpu::gemm(n, n, n, 1.0F, {a, n, false}, {b, n, false}, 0.0F, c, n);
+    rig::cpu::gemm(n, n, n, 1.0F, {a, n, false}, {b, n, false}, 0.0F, c, n,
+                   rig::cpu::GemmPrecision::f32);
   });
   std::printf(
       "workload=gemm sgemm_peak_gflops_per_s=%.2f rig_gemm_peak_gflops_per_s=%.2f "
@@ -233,14 +233,14 @@ int main(int argc, char** argv) {
   if (argc < 2) return usage();
   const std::string workload = argv[1];
   Settings s;
+  rig::MatmulPrecision precision = rig::MatmulPrecision::f32;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const int value = std::atoi(argv[i + 1]);
     if (flag == "--matmul-precision") {
-      const std::string precision = argv[i + 1];
-      if (precision != "float32" && precision != "bfloat16") return usage();
-      rig::cpu::set_gemm_precision(precision == "bfloat16" ? rig::cpu::GemmPrecision::bf16
-                                                           : rig::cpu::GemmPrecision::f32);
+      const std::string text = argv[i + 1];
+      if (text != "float32" && text != "bfloat16") return usage();
+      precision = text == "bfloat16" ? rig::MatmulPrecision::bf16 : rig::MatmulPrecision::f32;
     } else if (flag == "--iterations") {
       s.iterations = value;
     } else if (flag == "--warmup") {
@@ -256,6 +256,8 @@ int main(int argc, char** argv) {
   const std::string threads = std::to_string(s.threads);
   setenv("RIG_NUM_THREADS", threads.c_str(), 1);
   openblas_set_num_threads(s.threads);
+  // The products of every workload at --matmul-precision, as the engine runs them.
+  const rig::ops::MatmulPrecisionScope precision_scope(precision);
   try {
     if (workload == "transformer") {
       bench_transformer(s);

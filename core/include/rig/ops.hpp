@@ -11,17 +11,38 @@
 #include <utility>
 #include <vector>
 
+#include "rig/op_types.hpp"
 #include "rig/random.hpp"
 #include "rig/tensor.hpp"
 
 namespace rig::ops {
+
+// ---- Precision of matrix products -------------------------------------------
+// The precision of the products of matmul, linear and attention on this
+// thread: f32 unless a MatmulPrecisionScope says otherwise (the engine opens
+// one for the run's `matmul_precision`). An op reads it when it runs, and its
+// backward computes at the same precision.
+MatmulPrecision matmul_precision();
+class RIG_API MatmulPrecisionScope {
+ public:
+  explicit MatmulPrecisionScope(MatmulPrecision precision);
+  ~MatmulPrecisionScope();
+  MatmulPrecisionScope(const MatmulPrecisionScope&) = delete;
+  MatmulPrecisionScope& operator=(const MatmulPrecisionScope&) = delete;
+
+ private:
+  MatmulPrecision previous_;
+};
+// Whether `device` computes bf16 products faster than f32 (the CPU: with
+// bf16 dot-product instructions, AVX512_BF16 or AMX).
+bool fast_bf16_products(Device device);
 
 // ---- Linear algebra --------------------------------------------------------
 // [..., M, K] x [..., K, N] -> [..., M, N]; leading (batch) axes broadcast.
 // The flags use the transposed last two axes of an operand.
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
 
-enum class Activation { none, relu, gelu, tanh, sigmoid };
+using rig::Activation;  // none, relu, gelu, tanh, sigmoid (rig/op_types.hpp)
 // activation(x W^T + bias): x [..., in], weight [out, in] (PyTorch's layout),
 // bias [out] or undefined. One GEMM with the bias and activation fused.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
@@ -158,19 +179,23 @@ Tensor padded_cross_entropy(const Tensor& logits, const Tensor& labels, const Te
 
 // ---- Optimizer updates (in place, never recorded) ------------------------------
 // One fused Adam / AdamW / AMSGrad step over flat f32 buffers of equal size
-// (the parameter store's values and grads, the optimizer's moments):
-//   p *= shrink;  g = grad + coupled_decay * p;
-//   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2;
-//   d = v, or with max_exp_avg_sq defined (AMSGrad) d = max_exp_avg_sq = max(max_exp_avg_sq, v);
-//   p -= step_size * m / (sqrt(d) * inv_bc2_sqrt + epsilon)
-// with step_size = lr / (1 - beta1^t) and inv_bc2_sqrt = 1 / sqrt(1 - beta2^t).
-struct AdamUpdate {
-  float beta1 = 0.9F, beta2 = 0.999F, epsilon = 1e-8F;
-  float step_size = 0.0F, inv_bc2_sqrt = 1.0F;
-  float coupled_decay = 0.0F;  // torch.optim.Adam's weight_decay (L2 added to the gradient)
-  float shrink = 1.0F;         // AdamW's 1 - lr * weight_decay
-};
+// (the parameter store's values and grads, the optimizer's moments); the
+// update rule is AdamUpdate's (rig/op_types.hpp). max_exp_avg_sq defined: AMSGrad.
+using rig::AdamUpdate;
+using rig::FlatSlice;
+using rig::GradientStats;
+using rig::LarcOptions;
 void adam_update(Tensor& values, const Tensor& grads, Tensor& exp_avg, Tensor& exp_avg_sq,
                  Tensor& max_exp_avg_sq, const AdamUpdate& update);
+
+// The global norm and max |g| of a flat f32 buffer (rig/op_types.hpp); the
+// two numbers come back to the host.
+GradientStats gradient_stats(const Tensor& grads);
+// t *= factor for a contiguous f32 tensor (gradient clipping).
+void scale_(Tensor& t, float factor);
+// LARC's per-parameter trust ratios applied to grads (rig/op_types.hpp), each
+// slice one parameter of the flat values / grads buffers.
+void larc_(Tensor& grads, const Tensor& values, const std::vector<FlatSlice>& slices,
+           const LarcOptions& options);
 
 }  // namespace rig::ops

@@ -65,8 +65,9 @@ class RIG_API ParameterStore {
   // or bf16, values() / grads() stay the f32 master copy (optimizer,
   // communicator, checkpoints) and each parameter's model-facing tensor views
   // compute_values(), its gradient accumulating into compute_grads()
-  // (mixed precision: fp32 master weights). Buffers stay f32.
-  void allocate(std::uint64_t seed, DType compute = DType::f32);
+  // (mixed precision: fp32 master weights). Buffers stay f32. Every buffer
+  // lives on `device` (the run's device).
+  void allocate(std::uint64_t seed, DType compute = DType::f32, Device device = Device::cpu());
   bool allocated() const { return values_.defined(); }
 
   Tensor values() const { return values_; }    // flat [numel] f32

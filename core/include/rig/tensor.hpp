@@ -11,72 +11,15 @@
 #include <string_view>
 #include <vector>
 
+#include "rig/allocator_stats.hpp"
+#include "rig/device.hpp"
+#include "rig/dtype.hpp"
 #include "rig/export.hpp"
-#include "rig/small_vector.hpp"
+#include "rig/shape.hpp"
 
 namespace rig {
 
-enum class DType : std::uint8_t { f32, f16, bf16, i32, i64, u8 };
-std::size_t dtype_size(DType dtype);
-std::string_view dtype_name(DType dtype);
-bool is_floating(DType dtype);  // f32, f16, bf16
-template <class T>
-constexpr DType dtype_of();
-template <>
-constexpr DType dtype_of<float>() {
-  return DType::f32;
-}
-template <>
-constexpr DType dtype_of<std::int32_t>() {
-  return DType::i32;
-}
-template <>
-constexpr DType dtype_of<std::int64_t>() {
-  return DType::i64;
-}
-template <>
-constexpr DType dtype_of<std::uint8_t>() {
-  return DType::u8;
-}
-
-// f16 and bf16 are storage types on the CPU: exact widening, and narrowing
-// rounded to nearest even (NaN stays NaN, overflow goes to infinity).
-std::uint16_t float_to_half(float value);
-float half_to_float(std::uint16_t bits);
-std::uint16_t float_to_bfloat16(float value);
-float bfloat16_to_float(std::uint16_t bits);
-
-struct Device {
-  enum class Type : std::uint8_t { cpu, cuda };
-  Type type = Type::cpu;
-  int index = 0;
-  static Device cpu() { return {}; }
-  static Device cuda(int index = 0) { return {Type::cuda, index}; }
-  bool is_cpu() const { return type == Type::cpu; }
-  friend bool operator==(const Device&, const Device&) = default;
-};
-std::string to_string(Device device);
-
-// Shapes, strides and axis lists keep up to kInlineDims entries inside the
-// object (no heap allocation); they convert to and from std::vector<int64_t>.
-inline constexpr std::size_t kInlineDims = 6;
-using Shape = SmallVector<std::int64_t, kInlineDims>;
-using Strides = SmallVector<std::int64_t, kInlineDims>;  // in elements
-using Axes = SmallVector<std::int64_t, kInlineDims>;
-std::string to_string(const Shape& shape);  // "[32,64]"
-std::int64_t shape_numel(const Shape& shape);
-Strides contiguous_strides(const Shape& shape);
-// NumPy broadcasting of two shapes; throws std::invalid_argument naming `op` and both shapes.
-Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op);
-
-// Byte counters of one device's caching allocator.
-struct AllocatorStats {
-  std::size_t current_bytes = 0;       // held by live storages
-  std::size_t peak_bytes = 0;          // max of current_bytes since the last reset_peak()
-  std::size_t cached_bytes = 0;        // freed by storages, kept for reuse
-  std::size_t system_allocations = 0;  // times memory was taken from the system
-  std::size_t requests = 0;            // storages allocated
-};
+// The counters of one device's caching allocator; give its cached blocks back.
 AllocatorStats allocator_stats(Device device = Device::cpu());
 void reset_peak_bytes(Device device = Device::cpu());
 void empty_allocator_cache(Device device = Device::cpu());  // give cached blocks back
@@ -130,11 +73,18 @@ class RIG_API Tensor {
   static Tensor ones(Shape shape, DType dtype = DType::f32, Device device = Device::cpu());
   static Tensor full(Shape shape, float value, DType dtype = DType::f32,
                      Device device = Device::cpu());
-  static Tensor from_vector(const std::vector<float>& values, Shape shape);
-  static Tensor from_vector(const std::vector<std::int64_t>& values, Shape shape);
-  static Tensor from_vector(const std::vector<std::uint8_t>& values, Shape shape);
-  static Tensor scalar(float value) { return full({}, value); }
-  static Tensor arange(std::int64_t n, DType dtype = DType::i64);  // 0, 1, ..., n-1
+  // Host values copied to `device`.
+  static Tensor from_vector(const std::vector<float>& values, Shape shape,
+                            Device device = Device::cpu());
+  static Tensor from_vector(const std::vector<std::int64_t>& values, Shape shape,
+                            Device device = Device::cpu());
+  static Tensor from_vector(const std::vector<std::uint8_t>& values, Shape shape,
+                            Device device = Device::cpu());
+  static Tensor scalar(float value, Device device = Device::cpu()) {
+    return full({}, value, DType::f32, device);
+  }
+  static Tensor arange(std::int64_t n, DType dtype = DType::i64,
+                       Device device = Device::cpu());  // 0, 1, ..., n-1
   // A contiguous view of numel(shape) elements of `storage` from element `offset`.
   static Tensor view_of(std::shared_ptr<Storage> storage, std::int64_t offset, Shape shape,
                         DType dtype);
@@ -153,9 +103,11 @@ class RIG_API Tensor {
   // Two tensors that may read or write the same bytes.
   bool shares_storage(const Tensor& other) const;
 
-  // Typed pointer to the first element (storage + offset); index it with
-  // strides() unless is_contiguous(). Throws if T does not match dtype();
-  // f16 and bf16 data are read and written as std::uint16_t bits.
+  // Typed pointer to the first element (storage + offset) in the address
+  // space of the tensor's device: host code may dereference it only for CPU
+  // tensors (a sim tensor's faults, as a GPU's would); ops hand it to their
+  // device's backend. Index it with strides() unless is_contiguous(). Throws
+  // if T does not match dtype(); f16 and bf16 data are uint16_t bits.
   template <class T>
   T* data();
   template <class T>
@@ -163,6 +115,7 @@ class RIG_API Tensor {
   std::byte* raw_data();
   const std::byte* raw_data() const;
 
+  // The only ways back to the host from a device (they wait for it):
   float item() const;                               // one element, any dtype, as float
   std::vector<float> to_vector() const;             // all elements in order, as float
   std::vector<std::int64_t> to_int_vector() const;  // integer dtypes, in order
@@ -181,11 +134,15 @@ class RIG_API Tensor {
   Tensor squeeze(std::int64_t axis) const;  // the axis must have size 1
   Tensor flatten(std::int64_t start_axis = 0, std::int64_t end_axis = -1) const;
 
-  Tensor contiguous() const;       // itself if contiguous, else a copy (differentiable)
-  Tensor clone() const;            // a contiguous copy (differentiable)
-  Tensor to(DType dtype) const;    // cast; differentiable between floating types
-  Tensor to(Device device) const;  // copy to another device (itself if already there)
-  // In place, no autograd: copy values from `src` (same shape; any dtype, strides).
+  Tensor contiguous() const;     // itself if contiguous, else a copy (differentiable)
+  Tensor clone() const;          // a contiguous copy (differentiable)
+  Tensor to(DType dtype) const;  // cast; differentiable between floating types
+  // A copy on another device (itself if already there); differentiable
+  // for floating dtypes. to_host() is to(Device::cpu()).
+  Tensor to(Device device) const;
+  Tensor to_host() const;
+  // In place, no autograd: copy values from `src` (same shape; any dtype,
+  // strides, device).
   void copy_from(const Tensor& src);
   void fill_(float value);
   void zero_() { fill_(0.0F); }

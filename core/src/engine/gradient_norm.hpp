@@ -1,16 +1,13 @@
 // Statistics of the flat f32 gradient buffer (global L2 norm, largest |g|), and clipping.
 #pragma once
 
+#include "rig/op_types.hpp"
 #include "rig/parameter_store.hpp"
 
 namespace rig::engine {
 
 // The global L2 norm and the largest |g| of params.grads(), in one pass
-// (+inf for both when any gradient is inf or NaN).
-struct GradientStats {
-  double norm = 0.0;
-  double amax = 0.0;
-};
+// (+inf for both when any gradient is inf or NaN): ops::gradient_stats.
 GradientStats gradient_stats(const ParameterStore& params);
 
 // Scales grads() by max_norm / (norm + 1e-6) when norm > max_norm (as

@@ -1,7 +1,5 @@
 // LARC as OpenSeq2Seq's post_process_gradients (open_seq2seq/optimizers/optimizers.py):
-// per variable, with v_norm = ||v||_2 and g_norm = ||g||_2,
-//   clip:  g *= min(max(eta v_norm / (lr (g_norm + eps)), min_update), 1)
-//   scale: g *= max(eta v_norm / (g_norm + eps), min_update)
+// the settings read here, the per-parameter ratios computed by ops::larc_.
 #include "engine/larc.hpp"
 
 #include <algorithm>
@@ -9,12 +7,12 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
-#include "cpu/parallel.hpp"
-#include "cpu/reduce.hpp"
 #include "rig/error.hpp"
+#include "rig/ops.hpp"
 
 namespace rig::engine {
 
@@ -77,31 +75,12 @@ void apply_larc(ParameterStore& params, const LarcSettings& settings, double lea
   if (!clip && settings.mode != "scale") {
     throw std::invalid_argument(fmt::format("apply_larc: unknown mode '{}'", settings.mode));
   }
-  const float* values = params.values().data<float>();
-  float* grads = params.grads().data<float>();
-  for (const auto& p : params.parameters()) {
-    const std::int64_t n = shape_numel(p.shape);
-    const float* v = values + p.offset;
-    float* g = grads + p.offset;
-    const double v_norm = std::sqrt(cpu::sum_squares(v, n));
-    const double g_norm = std::sqrt(cpu::sum_squares(g, n));
-    double ratio = 1.0;
-    if (clip) {
-      // A zero learning rate makes no update; OpenSeq2Seq's inf (or 0/0) becomes 1.
-      const double denominator = learning_rate * (g_norm + settings.epsilon);
-      if (denominator > 0.0) {
-        ratio = std::min(std::max(settings.eta * v_norm / denominator, settings.min_update), 1.0);
-      }
-    } else {
-      ratio = std::max(settings.eta * v_norm / (g_norm + settings.epsilon), settings.min_update);
-    }
-    if (ratio == 1.0) continue;
-    // tf.saturate_cast to the f32 variable: a huge ratio stays finite.
-    const auto r = static_cast<float>(std::min(ratio, double{std::numeric_limits<float>::max()}));
-    cpu::parallel_for(n, 1 << 15, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t i = begin; i < end; ++i) g[i] *= r;
-    });
-  }
+  std::vector<FlatSlice> slices;
+  slices.reserve(params.parameters().size());
+  for (const auto& p : params.parameters()) slices.push_back({p.offset, shape_numel(p.shape)});
+  Tensor grads = params.grads();
+  ops::larc_(grads, params.values(), slices,
+             {settings.eta, clip, settings.min_update, settings.epsilon, learning_rate});
 }
 
 }  // namespace rig::engine

@@ -16,8 +16,6 @@
 #include <fmt/ranges.h>
 
 #include "config/resolved_config.hpp"
-#include "cpu/gemm.hpp"
-#include "cpu/gemm_dnnl.hpp"
 #include "engine/checkpoint.hpp"
 #include "engine/console.hpp"
 #include "engine/device_choice.hpp"
@@ -31,6 +29,7 @@
 #include "engine/settings.hpp"
 #include "engine/trainer.hpp"
 #include "rig/error.hpp"
+#include "rig/ops.hpp"
 #include "rig/version.hpp"
 
 namespace rig::engine {
@@ -247,8 +246,9 @@ int run(const RunOptions& options) {
   ResolvedExperiment& primary = resolved.primary;
   std::optional<ResolvedExperiment>& eval_exp = resolved.eval;
   EngineSettings& settings = resolved.settings;
-  cpu::set_gemm_precision(settings.bf16_matmuls ? cpu::GemmPrecision::bf16
-                                                : cpu::GemmPrecision::f32);
+  // The run's matrix-product precision, for every op on this thread.
+  const ops::MatmulPrecisionScope precision_scope(settings.bf16_matmuls ? MatmulPrecision::bf16
+                                                                        : MatmulPrecision::f32);
   // Before the communicator: a CUDA-aware one needs the device chosen first.
   const DeviceChoice device = choose_run_device(primary.config, settings.device_request);
   settings.device = device.device;
@@ -281,7 +281,7 @@ int run(const RunOptions& options) {
       console.print(
           "*** Matrix products round their operands to bfloat16 and accumulate in "
           "float32 ({})",
-          cpu::gemm_dnnl_bf16_available()
+          ops::fast_bf16_products(settings.device)
               ? "oneDNN's bfloat16 kernels for all but the smallest products"
               : "this CPU has no bfloat16 dot products: the same numbers, no faster");
     }

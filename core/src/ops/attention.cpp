@@ -11,10 +11,6 @@
 
 #include <fmt/format.h>
 
-#include "cpu/attention.hpp"
-#include "cpu/dropout.hpp"
-#include "cpu/gemm.hpp"
-#include "cpu/parallel.hpp"
 #include "ops/op_util.hpp"
 #include "rig/autograd.hpp"
 #include "rig/ops.hpp"
@@ -49,7 +45,7 @@ Tensor rows_contiguous(const Tensor& t) {
   return t.size(3) <= 1 || t.strides()[3] == 1 ? t : t.contiguous();
 }
 
-cpu::HeadStrides head_strides(const Tensor& t) {
+backend::HeadStrides head_strides(const Tensor& t) {
   return {t.strides()[0], t.strides()[1], t.strides()[2]};
 }
 
@@ -57,9 +53,9 @@ cpu::HeadStrides head_strides(const Tensor& t) {
 // as [B, H, T, D] when `like` is such a split-heads view, else contiguous.
 Tensor empty_like_heads(const Tensor& like, const Shape& shape) {
   if (like.size(1) > 1 && like.size(2) > 1 && like.strides()[1] < like.strides()[2]) {
-    return Tensor::empty({shape[0], shape[2], shape[1], shape[3]}).transpose(1, 2);
+    return detail::empty_on(like, {shape[0], shape[2], shape[1], shape[3]}).transpose(1, 2);
   }
-  return Tensor::empty(shape);
+  return detail::empty_on(like, shape);
 }
 
 // The mask broadcast to [B, H, Tq, Tk] (a stride-0 view where it repeats).
@@ -83,18 +79,9 @@ Tensor broadcast_mask(const Tensor& mask, const Shape& scores, const Tensor& q, 
 
 // The dropout keep-mask of the weights: element i of the [B, H, Tq, Tk]
 // weights is kept as element i of ops::dropout's stream for `key`.
-Tensor keep_mask(const Shape& scores, float p, const RandomKey& key) {
-  Tensor keep = Tensor::empty(scores, DType::u8);
-  const std::int64_t n = keep.numel();
-  constexpr std::int64_t kChunk = 1 << 16;
-  const std::int64_t chunks = (n + kChunk - 1) / kChunk;
-  std::uint8_t* bytes = keep.data<std::uint8_t>();
-  cpu::parallel_for(chunks, 1, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t c = begin; c < end; ++c) {
-      cpu::dropout_mask(key, p, bytes + c * kChunk, std::min(kChunk, n - c * kChunk),
-                        static_cast<std::uint64_t>(c * kChunk));
-    }
-  });
+Tensor keep_mask(const Tensor& like, const Shape& scores, float p, const RandomKey& key) {
+  Tensor keep = detail::empty_on(like, scores, DType::u8);
+  detail::backend_of(like).dropout_mask(key, p, keep.data<std::uint8_t>(), keep.numel(), 0);
   return keep;
 }
 
@@ -105,7 +92,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   detail::require_floating(kOp, q, "q");
   detail::require_floating(kOp, k, "k");
   detail::require_floating(kOp, v, "v");
-  detail::require_same_cpu(kOp, {&q, &k, &v, &options.mask});
+  detail::require_same_device(kOp, {&q, &k, &v, &options.mask});
   check_shapes(q, k, v);
   const float p = options.dropout_p;
   if (!(p >= 0.0F && p <= 1.0F)) {
@@ -119,7 +106,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
         .to(q.dtype());
   }
 
-  cpu::AttentionShape s;
+  backend::AttentionShape s;
   s.b = q.size(0);
   s.h = q.size(1);
   s.tq = q.size(2);
@@ -129,7 +116,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
       options.scale.value_or(1.0F / std::sqrt(static_cast<float>(std::max<std::int64_t>(1, s.d))));
   s.causal = options.causal;
   // matmul_precision: bfloat16 covers the per-head products too.
-  s.bf16_products = cpu::gemm_precision() == cpu::GemmPrecision::bf16;
+  s.bf16_products = matmul_precision() == MatmulPrecision::bf16;
   const Shape scores{s.b, s.h, s.tq, s.tk};
   Tensor mask;
   if (options.mask.defined()) {
@@ -139,7 +126,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   }
   Tensor keep;
   if (p > 0.0F) {
-    keep = keep_mask(scores, p, options.key);
+    keep = keep_mask(q, scores, p, options.key);
     s.keep = keep.data<std::uint8_t>();
     s.keep_scale = p < 1.0F ? 1.0F / (1.0F - p) : 0.0F;
   }
@@ -149,11 +136,12 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   const Tensor vd = rows_contiguous(v.detach());
   const bool need_grad =
       grad_mode_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
-  Tensor probs = need_grad ? Tensor::empty(scores) : Tensor();
+  Tensor probs = need_grad ? detail::empty_on(q, scores) : Tensor();
   Tensor out = empty_like_heads(q, q.shape());
-  cpu::attention_forward(s, qd.data<float>(), head_strides(qd), kd.data<float>(), head_strides(kd),
-                         vd.data<float>(), head_strides(vd), out.data<float>(), head_strides(out),
-                         need_grad ? probs.data<float>() : nullptr);
+  detail::backend_of(q).attention_forward(s, qd.data<float>(), head_strides(qd), kd.data<float>(),
+                                          head_strides(kd), vd.data<float>(), head_strides(vd),
+                                          out.data<float>(), head_strides(out),
+                                          need_grad ? probs.data<float>() : nullptr);
   if (!need_grad) return out;
   return autograd::record(
       std::move(out), kOp, {q, k, v},
@@ -163,8 +151,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
         Tensor dq = need_q ? empty_like_heads(qd, qd.shape()) : Tensor();
         Tensor dk = need_k ? empty_like_heads(kd, kd.shape()) : Tensor();
         Tensor dv = need_v ? empty_like_heads(vd, vd.shape()) : Tensor();
-        const cpu::HeadStrides none{};
-        cpu::attention_backward(
+        const backend::HeadStrides none{};
+        detail::backend_of(gd).attention_backward(
             s, qd.data<float>(), head_strides(qd), kd.data<float>(), head_strides(kd),
             vd.data<float>(), head_strides(vd), probs.data<float>(), gd.data<float>(),
             head_strides(gd), need_q ? dq.data<float>() : nullptr, need_q ? head_strides(dq) : none,

@@ -5,7 +5,6 @@
 
 #include <fmt/format.h>
 
-#include "cpu/batch_norm.hpp"
 #include "ops/op_util.hpp"
 #include "rig/autograd.hpp"
 #include "rig/ops.hpp"
@@ -49,7 +48,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                   const Tensor& running_mean, const Tensor& running_var, bool training,
                   float momentum, float eps) {
   detail::require_floating(kOp, x, "x");
-  detail::require_same_cpu(kOp, {&x, &gamma, &beta, &running_mean, &running_var});
+  detail::require_same_device(kOp, {&x, &gamma, &beta, &running_mean, &running_var});
   if (x.dim() != 2 && x.dim() != 4) {
     throw std::invalid_argument(
         fmt::format("batch_norm: x {} must be [N, C, H, W] or [N, C]", to_string(x.shape())));
@@ -69,7 +68,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
         fmt::format("batch_norm: x {}: eps {} must be >= 0 and momentum {} in [0, 1]",
                     to_string(x.shape()), eps, momentum));
   }
-  cpu::BatchNormShape s;
+  backend::BatchNormShape s;
   s.n = x.size(0);
   s.c = x.size(1);
   s.inner = x.dim() == 4 ? x.size(2) * x.size(3) : 1;
@@ -88,44 +87,36 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   const Tensor xc = x.detach().contiguous();
   const Tensor g = f32_vector(gamma);
   const Tensor b = f32_vector(beta);
-  Tensor mean = Tensor::empty({s.c});
-  Tensor invstd = Tensor::empty({s.c});
-  float* m = mean.data<float>();
-  float* is = invstd.data<float>();
-  if (training) {
-    Tensor var = Tensor::empty({s.c});
-    float* v = var.data<float>();
-    cpu::batch_norm_stats(s, xc.data<float>(), m, v);
-    const float unbias = static_cast<float>(count) / static_cast<float>(count - 1);
-    // Handles share the buffers: the update is in place, outside autograd.
-    Tensor running_mean_handle = running_mean;
-    Tensor running_var_handle = running_var;
-    float* rm = running_mean.defined() ? running_mean_handle.data<float>() : nullptr;
-    float* rv = running_var.defined() ? running_var_handle.data<float>() : nullptr;
-    for (std::int64_t c = 0; c < s.c; ++c) {
-      is[c] = 1.0F / std::sqrt(v[c] + eps);
-      if (rm) rm[c] = (1.0F - momentum) * rm[c] + momentum * m[c];
-      if (rv) rv[c] = (1.0F - momentum) * rv[c] + momentum * v[c] * unbias;
-    }
-  } else {
-    const float* rm = running_mean.data<float>();
-    const float* rv = running_var.data<float>();
-    for (std::int64_t c = 0; c < s.c; ++c) {
-      m[c] = rm[c];
-      is[c] = 1.0F / std::sqrt(rv[c] + eps);
-    }
-  }
+  backend::Backend& be = detail::backend_of(xc);
+  Tensor mean = detail::empty_on(xc, {s.c});
+  Tensor invstd = detail::empty_on(xc, {s.c});
+  Tensor var = training ? detail::empty_on(xc, {s.c}) : Tensor();
+  if (training) be.batch_norm_stats(s, xc.data<float>(), mean.data<float>(), var.data<float>());
+  // Handles share the buffers: the running statistics update in place, outside autograd.
+  Tensor running_mean_handle = running_mean;
+  Tensor running_var_handle = running_var;
   // y = x * scale + shift with scale = gamma invstd, shift = beta - mean scale.
-  Tensor scale = Tensor::empty({s.c});
-  Tensor shift = Tensor::empty({s.c});
-  for (std::int64_t c = 0; c < s.c; ++c) {
-    const float k = (g.defined() ? g.data<float>()[c] : 1.0F) * is[c];
-    scale.data<float>()[c] = k;
-    shift.data<float>()[c] = (b.defined() ? b.data<float>()[c] : 0.0F) - m[c] * k;
-  }
-  Tensor out = Tensor::empty(x.shape());
-  cpu::batch_norm_apply(s, xc.data<float>(), scale.data<float>(), shift.data<float>(),
-                        out.data<float>());
+  Tensor scale = detail::empty_on(xc, {s.c});
+  Tensor shift = detail::empty_on(xc, {s.c});
+  backend::BatchNormPrepare prepare;
+  prepare.c = s.c;
+  prepare.training = training;
+  prepare.momentum = momentum;
+  prepare.eps = eps;
+  prepare.unbias = static_cast<float>(count) / static_cast<float>(count - 1);
+  prepare.mean = mean.data<float>();
+  prepare.var = training ? var.data<float>() : nullptr;
+  prepare.running_mean = running_mean.defined() ? running_mean_handle.data<float>() : nullptr;
+  prepare.running_var = running_var.defined() ? running_var_handle.data<float>() : nullptr;
+  prepare.gamma = g.defined() ? g.data<float>() : nullptr;
+  prepare.beta = b.defined() ? b.data<float>() : nullptr;
+  prepare.invstd = invstd.data<float>();
+  prepare.scale = scale.data<float>();
+  prepare.shift = shift.data<float>();
+  be.batch_norm_prepare(prepare);
+  Tensor out = detail::empty_on(xc, x.shape());
+  be.batch_norm_apply(s, xc.data<float>(), scale.data<float>(), shift.data<float>(),
+                      out.data<float>());
   return autograd::record(
       std::move(out), kOp, {x, gamma, beta},
       [s, xc, g, mean, invstd, training, need_x = x.requires_grad(),
@@ -134,10 +125,10 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
        gamma_dtype = gamma.defined() ? gamma.dtype() : DType::f32,
        beta_dtype = beta.defined() ? beta.dtype() : DType::f32](const Tensor& grad) {
         const Tensor gc = grad.contiguous();
-        Tensor dx = need_x ? Tensor::empty(xc.shape()) : Tensor();
-        Tensor dg = need_g ? Tensor::empty({s.c}) : Tensor();
-        Tensor db = need_b ? Tensor::empty({s.c}) : Tensor();
-        cpu::batch_norm_backward(
+        Tensor dx = need_x ? detail::empty_on(gc, xc.shape()) : Tensor();
+        Tensor dg = need_g ? detail::empty_on(gc, {s.c}) : Tensor();
+        Tensor db = need_b ? detail::empty_on(gc, {s.c}) : Tensor();
+        detail::backend_of(gc).batch_norm_backward(
             s, xc.data<float>(), gc.data<float>(), mean.data<float>(), invstd.data<float>(),
             g.defined() ? g.data<float>() : nullptr, training, need_x ? dx.data<float>() : nullptr,
             need_g ? dg.data<float>() : nullptr, need_b ? db.data<float>() : nullptr);

@@ -4,7 +4,6 @@
 
 #include <fmt/format.h>
 
-#include "cpu/conv.hpp"
 #include "ops/op_util.hpp"
 #include "rig/autograd.hpp"
 #include "rig/ops.hpp"
@@ -19,8 +18,8 @@ std::string operands(const Tensor& x, const Tensor& weight) {
   return fmt::format("x {}, weight {}", to_string(x.shape()), to_string(weight.shape()));
 }
 
-cpu::Conv2dShape checked_shape(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                               const Conv2dOptions& o) {
+backend::Conv2dShape checked_shape(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                   const Conv2dOptions& o) {
   if (x.dim() != 4 || weight.dim() != 4) {
     throw std::invalid_argument(
         fmt::format("conv2d: {}: x must be [N, C, H, W] and weight [Cout, Cin / groups, kH, kW]",
@@ -34,7 +33,7 @@ cpu::Conv2dShape checked_shape(const Tensor& x, const Tensor& weight, const Tens
         operands(x, weight), o.stride_h, o.stride_w, o.dilation_h, o.dilation_w, o.pad_h, o.pad_w,
         o.groups));
   }
-  cpu::Conv2dShape s;
+  backend::Conv2dShape s;
   s.n = x.size(0);
   s.c_in = x.size(1);
   s.h = x.size(2);
@@ -90,8 +89,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
   detail::require_floating(kOp, x, "x");
   detail::require_floating(kOp, weight, "weight");
   if (bias.defined()) detail::require_floating(kOp, bias, "bias");
-  detail::require_same_cpu(kOp, {&x, &weight, &bias});
-  const cpu::Conv2dShape s = checked_shape(x, weight, bias, options);
+  detail::require_same_device(kOp, {&x, &weight, &bias});
+  const backend::Conv2dShape s = checked_shape(x, weight, bias, options);
   if (x.dtype() != DType::f32 || weight.dtype() != DType::f32 ||
       (bias.defined() && bias.dtype() != DType::f32)) {
     // f16 / bf16 storage: compute in f32, round the result to x's dtype.
@@ -102,21 +101,21 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
   const Tensor xc = x.detach().contiguous();
   const Tensor wc = weight.detach().contiguous();
   const Tensor bc = bias.defined() ? bias.detach().contiguous() : Tensor();
-  Tensor out = Tensor::empty({s.n, s.c_out, s.out_h, s.out_w});
-  cpu::conv2d_forward(s, xc.data<float>(), wc.data<float>(), s.bias ? bc.data<float>() : nullptr,
-                      out.data<float>());
+  Tensor out = detail::empty_on(xc, {s.n, s.c_out, s.out_h, s.out_w});
+  detail::backend_of(xc).conv2d_forward(s, xc.data<float>(), wc.data<float>(),
+                                        s.bias ? bc.data<float>() : nullptr, out.data<float>());
   return autograd::record(std::move(out), kOp, {x, weight, bias},
                           [s, xc, wc, need_x = x.requires_grad(), need_w = weight.requires_grad(),
                            need_b = bias.defined() && bias.requires_grad()](const Tensor& g) {
                             const Tensor gc = g.contiguous();
-                            Tensor dx = need_x ? Tensor::empty(xc.shape()) : Tensor();
-                            Tensor dw = need_w ? Tensor::empty(wc.shape()) : Tensor();
-                            Tensor db = need_b ? Tensor::empty({s.c_out}) : Tensor();
-                            cpu::conv2d_backward(s, xc.data<float>(), wc.data<float>(),
-                                                 gc.data<float>(),
-                                                 need_x ? dx.data<float>() : nullptr,
-                                                 need_w ? dw.data<float>() : nullptr,
-                                                 need_b ? db.data<float>() : nullptr);
+                            Tensor dx = need_x ? detail::empty_on(gc, xc.shape()) : Tensor();
+                            Tensor dw = need_w ? detail::empty_on(gc, wc.shape()) : Tensor();
+                            Tensor db = need_b ? detail::empty_on(gc, {s.c_out}) : Tensor();
+                            detail::backend_of(gc).conv2d_backward(
+                                s, xc.data<float>(), wc.data<float>(), gc.data<float>(),
+                                need_x ? dx.data<float>() : nullptr,
+                                need_w ? dw.data<float>() : nullptr,
+                                need_b ? db.data<float>() : nullptr);
                             return autograd::TensorList{dx, dw, db};
                           });
 }

@@ -3,7 +3,6 @@
 
 #include <fmt/format.h>
 
-#include "cpu/dropout.hpp"
 #include "ops/op_util.hpp"
 #include "rig/autograd.hpp"
 #include "rig/ops.hpp"
@@ -12,7 +11,7 @@ namespace rig::ops {
 
 Tensor dropout(const Tensor& x, float p, const RandomKey& key) {
   detail::require_floating("dropout", x, "x");
-  detail::require_cpu("dropout", {&x});
+  detail::require_same_device("dropout", {&x});
   if (!(p >= 0.0F && p <= 1.0F)) {
     throw std::invalid_argument(
         fmt::format("dropout: p = {} is not in [0, 1] (x {})", p, to_string(x.shape())));
@@ -20,21 +19,25 @@ Tensor dropout(const Tensor& x, float p, const RandomKey& key) {
   if (p == 0.0F) return x;
   // p = 1 drops everything (as torch): zeros, and a zero gradient.
   const float scale = p < 1.0F ? 1.0F / (1.0F - p) : 0.0F;
-  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  const Tensor xc = x.detach().contiguous();
+  Tensor out = detail::empty_on(xc, x.shape(), x.dtype());
   const bool record = grad_mode_enabled() && x.requires_grad();
-  // The mask as bits (i32 words), only when a backward pass may need it.
-  Tensor mask = record ? Tensor::empty({cpu::dropout_mask_words(x.numel())}, DType::i32) : Tensor();
+  // The mask as bits (i32 words: bit i % 32 of word i / 32 = element i kept),
+  // only when a backward pass may need it.
+  Tensor mask = record ? detail::empty_on(xc, {(x.numel() + 31) / 32}, DType::i32) : Tensor();
   auto* bits = record ? reinterpret_cast<std::uint32_t*>(mask.data<std::int32_t>()) : nullptr;
-  cpu::dropout_forward(key, p, scale, x.detach().contiguous(), out, bits);
+  detail::backend_of(xc).dropout_forward(key, p, scale, xc.dtype(), xc.raw_data(), out.raw_data(),
+                                         xc.numel(), bits);
   if (!record) return out;
-  return autograd::record(
-      std::move(out), "dropout", {x}, [mask, scale](const Tensor& g) -> autograd::TensorList {
-        const Tensor gc = g.contiguous();
-        Tensor dx = Tensor::empty(gc.shape(), gc.dtype());
-        cpu::dropout_backward(reinterpret_cast<const std::uint32_t*>(mask.data<std::int32_t>()),
-                              scale, gc, dx);
-        return {dx};
-      });
+  return autograd::record(std::move(out), "dropout", {x},
+                          [mask, scale](const Tensor& g) -> autograd::TensorList {
+                            const Tensor gc = g.contiguous();
+                            Tensor dx = detail::empty_on(gc, gc.shape(), gc.dtype());
+                            detail::backend_of(gc).dropout_backward(
+                                reinterpret_cast<const std::uint32_t*>(mask.data<std::int32_t>()),
+                                scale, gc.dtype(), gc.raw_data(), dx.raw_data(), gc.numel());
+                            return {dx};
+                          });
 }
 
 }  // namespace rig::ops

@@ -6,7 +6,6 @@
 
 #include <fmt/format.h>
 
-#include "cpu/elementwise.hpp"
 #include "ops/op_util.hpp"
 #include "rig/autograd.hpp"
 #include "rig/ops.hpp"
@@ -15,83 +14,85 @@ namespace rig::ops {
 
 namespace {
 
-using detail::require_cpu;
+using backend::Binary;
+using backend::Unary;
+using detail::backend_of;
+using detail::empty_on;
 using detail::require_floating;
-using detail::require_same_cpu;
+using detail::require_same_device;
 
 // Which of x (input) and y (output) the derivative of `op` reads. relu reads
 // its output, as PyTorch does: the next op (conv, linear) usually keeps that
 // tensor anyway, so the input can be freed.
-bool reads_input(cpu::Unary op) {
+bool reads_input(Unary op) {
   switch (op) {
-    case cpu::Unary::log:
-    case cpu::Unary::gelu:
-    case cpu::Unary::gelu_tanh:
-    case cpu::Unary::pow_scalar:
+    case Unary::log:
+    case Unary::gelu:
+    case Unary::gelu_tanh:
+    case Unary::pow_scalar:
       return true;
     default:
       return false;
   }
 }
-bool reads_output(cpu::Unary op) {
+bool reads_output(Unary op) {
   switch (op) {
-    case cpu::Unary::relu:
-    case cpu::Unary::exp:
-    case cpu::Unary::sqrt:
-    case cpu::Unary::rsqrt:
-    case cpu::Unary::tanh:
-    case cpu::Unary::sigmoid:
+    case Unary::relu:
+    case Unary::exp:
+    case Unary::sqrt:
+    case Unary::rsqrt:
+    case Unary::tanh:
+    case Unary::sigmoid:
       return true;
     default:
       return false;
   }
 }
 
-Tensor unary_op(const char* name, const Tensor& a, cpu::Unary op, float scalar = 0.0F) {
+Tensor unary_op(const char* name, const Tensor& a, Unary op, float scalar = 0.0F) {
   require_floating(name, a, "x");
-  require_cpu(name, {&a});
   if (a.dtype() != DType::f32) return unary_op(name, a.to(DType::f32), op, scalar).to(a.dtype());
   const Tensor x = a.contiguous();
-  Tensor out = Tensor::empty(x.shape());
-  cpu::unary(op, x.data<float>(), out.data<float>(), x.numel(), scalar);
+  Tensor out = empty_on(x, x.shape());
+  backend_of(x).unary(op, x.data<float>(), out.data<float>(), x.numel(), scalar);
   if (!grad_mode_enabled() || !a.requires_grad()) return out;
   Tensor saved_x = reads_input(op) ? x.detach() : Tensor();
   Tensor saved_y = reads_output(op) ? out.detach() : Tensor();
-  return autograd::record(std::move(out), name, {a},
-                          [saved_x, saved_y, op, scalar](const Tensor& g) {
-                            const Tensor gc = g.contiguous();
-                            Tensor dx = Tensor::empty(gc.shape());
-                            cpu::unary_backward(op, gc.data<float>(),
-                                                saved_x.defined() ? saved_x.data<float>() : nullptr,
-                                                saved_y.defined() ? saved_y.data<float>() : nullptr,
-                                                dx.data<float>(), dx.numel(), scalar);
-                            return autograd::TensorList{dx};
-                          });
+  return autograd::record(
+      std::move(out), name, {a}, [saved_x, saved_y, op, scalar](const Tensor& g) {
+        const Tensor gc = g.contiguous();
+        Tensor dx = empty_on(gc, gc.shape());
+        backend_of(gc).unary_backward(op, gc.data<float>(),
+                                      saved_x.defined() ? saved_x.data<float>() : nullptr,
+                                      saved_y.defined() ? saved_y.data<float>() : nullptr,
+                                      dx.data<float>(), dx.numel(), scalar);
+        return autograd::TensorList{dx};
+      });
 }
 
 // a op b into a new contiguous f32 tensor of the broadcast shape (no history).
-Tensor binary_kernel(cpu::Binary op, const Tensor& a, const Tensor& b, const Shape& shape) {
-  Tensor out = Tensor::empty(shape);
+Tensor binary_kernel(Binary op, const Tensor& a, const Tensor& b, const Shape& shape) {
+  Tensor out = empty_on(a, shape);
   if (out.numel() == 0) return out;
   const Strides so = contiguous_strides(shape);
-  const Strides sa = cpu::broadcast_strides(a.shape(), a.strides(), shape);
-  const Strides sb = cpu::broadcast_strides(b.shape(), b.strides(), shape);
-  const auto plan = cpu::make_strided_plan<3>(shape, {&so, &sa, &sb});
-  cpu::binary(op, plan, a.data<float>(), b.data<float>(), out.data<float>());
+  const Strides sa = backend::broadcast_strides(a.shape(), a.strides(), shape);
+  const Strides sb = backend::broadcast_strides(b.shape(), b.strides(), shape);
+  const auto plan = backend::make_strided_plan<3>(shape, {&so, &sa, &sb});
+  backend_of(a).binary(op, plan, a.data<float>(), b.data<float>(), out.data<float>());
   return out;
 }
 
 Tensor negated(const Tensor& t) {
   const Tensor c = t.contiguous();
-  Tensor out = Tensor::empty(c.shape());
-  cpu::unary(cpu::Unary::neg, c.data<float>(), out.data<float>(), c.numel());
+  Tensor out = empty_on(c, c.shape());
+  backend_of(c).unary(Unary::neg, c.data<float>(), out.data<float>(), c.numel(), 0.0F);
   return out;
 }
 
-Tensor binary_op(const char* name, cpu::Binary op, const Tensor& a, const Tensor& b) {
+Tensor binary_op(const char* name, Binary op, const Tensor& a, const Tensor& b) {
   require_floating(name, a, "a");
   require_floating(name, b, "b");
-  require_same_cpu(name, {&a, &b});
+  require_same_device(name, {&a, &b});
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
   if (a.dtype() != DType::f32 || b.dtype() != DType::f32) {
     // Same low-precision dtype: compute in f32 and round back; mixed: f32.
@@ -103,11 +104,11 @@ Tensor binary_op(const char* name, cpu::Binary op, const Tensor& a, const Tensor
   const bool need_a = a.requires_grad();
   const bool need_b = b.requires_grad();
   // Saved operands, only where the derivative reads them.
-  const bool keep_a = op == cpu::Binary::mul && need_b;
-  const bool keep_b = (op == cpu::Binary::mul && need_a) || op == cpu::Binary::div;
+  const bool keep_a = op == Binary::mul && need_b;
+  const bool keep_b = (op == Binary::mul && need_a) || op == Binary::div;
   Tensor saved_a = keep_a ? a.detach() : Tensor();
   Tensor saved_b = keep_b ? b.detach() : Tensor();
-  Tensor saved_out = op == cpu::Binary::div && need_b ? out.detach() : Tensor();
+  Tensor saved_out = op == Binary::div && need_b ? out.detach() : Tensor();
   return autograd::record(
       std::move(out), name, {a, b},
       // Init-captures: a captured const local would be copied, not moved, and
@@ -118,28 +119,24 @@ Tensor binary_op(const char* name, cpu::Binary op, const Tensor& a, const Tensor
         Tensor db;
         const Shape& gs = g.shape();
         switch (op) {
-          case cpu::Binary::add:
+          case Binary::add:
             if (need_a) da = detail::sum_to(g, shape_a);
             if (need_b) db = detail::sum_to(g, shape_b);
             break;
-          case cpu::Binary::sub:
+          case Binary::sub:
             if (need_a) da = detail::sum_to(g, shape_a);
             if (need_b) db = negated(detail::sum_to(g, shape_b));
             break;
-          case cpu::Binary::mul:
-            if (need_a)
-              da = detail::sum_to(binary_kernel(cpu::Binary::mul, g, saved_b, gs), shape_a);
-            if (need_b)
-              db = detail::sum_to(binary_kernel(cpu::Binary::mul, g, saved_a, gs), shape_b);
+          case Binary::mul:
+            if (need_a) da = detail::sum_to(binary_kernel(Binary::mul, g, saved_b, gs), shape_a);
+            if (need_b) db = detail::sum_to(binary_kernel(Binary::mul, g, saved_a, gs), shape_b);
             break;
-          case cpu::Binary::div:
+          case Binary::div:
             // d(a/b)/da = 1/b; d(a/b)/db = -(a/b)/b.
-            if (need_a)
-              da = detail::sum_to(binary_kernel(cpu::Binary::div, g, saved_b, gs), shape_a);
+            if (need_a) da = detail::sum_to(binary_kernel(Binary::div, g, saved_b, gs), shape_a);
             if (need_b) {
-              const Tensor t = binary_kernel(cpu::Binary::mul, g, saved_out, gs);
-              db =
-                  negated(detail::sum_to(binary_kernel(cpu::Binary::div, t, saved_b, gs), shape_b));
+              const Tensor t = binary_kernel(Binary::mul, g, saved_out, gs);
+              db = negated(detail::sum_to(binary_kernel(Binary::div, t, saved_b, gs), shape_b));
             }
             break;
         }
@@ -153,53 +150,53 @@ Tensor binary_op(const char* name, cpu::Binary op, const Tensor& a, const Tensor
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
-  return binary_op("add", cpu::Binary::add, a, b);
+  return binary_op("add", Binary::add, a, b);
 }
 Tensor sub(const Tensor& a, const Tensor& b) {
-  return binary_op("sub", cpu::Binary::sub, a, b);
+  return binary_op("sub", Binary::sub, a, b);
 }
 Tensor mul(const Tensor& a, const Tensor& b) {
-  return binary_op("mul", cpu::Binary::mul, a, b);
+  return binary_op("mul", Binary::mul, a, b);
 }
 Tensor div(const Tensor& a, const Tensor& b) {
-  return binary_op("div", cpu::Binary::div, a, b);
+  return binary_op("div", Binary::div, a, b);
 }
 
 Tensor add_scalar(const Tensor& a, float scalar) {
-  return unary_op("add_scalar", a, cpu::Unary::add_scalar, scalar);
+  return unary_op("add_scalar", a, Unary::add_scalar, scalar);
 }
 Tensor mul_scalar(const Tensor& a, float scalar) {
-  return unary_op("mul_scalar", a, cpu::Unary::mul_scalar, scalar);
+  return unary_op("mul_scalar", a, Unary::mul_scalar, scalar);
 }
 Tensor pow_scalar(const Tensor& a, float exponent) {
-  return unary_op("pow_scalar", a, cpu::Unary::pow_scalar, exponent);
+  return unary_op("pow_scalar", a, Unary::pow_scalar, exponent);
 }
 Tensor neg(const Tensor& a) {
-  return unary_op("neg", a, cpu::Unary::neg);
+  return unary_op("neg", a, Unary::neg);
 }
 Tensor exp(const Tensor& a) {
-  return unary_op("exp", a, cpu::Unary::exp);
+  return unary_op("exp", a, Unary::exp);
 }
 Tensor log(const Tensor& a) {
-  return unary_op("log", a, cpu::Unary::log);
+  return unary_op("log", a, Unary::log);
 }
 Tensor sqrt(const Tensor& a) {
-  return unary_op("sqrt", a, cpu::Unary::sqrt);
+  return unary_op("sqrt", a, Unary::sqrt);
 }
 Tensor rsqrt(const Tensor& a) {
-  return unary_op("rsqrt", a, cpu::Unary::rsqrt);
+  return unary_op("rsqrt", a, Unary::rsqrt);
 }
 Tensor relu(const Tensor& a) {
-  return unary_op("relu", a, cpu::Unary::relu);
+  return unary_op("relu", a, Unary::relu);
 }
 Tensor gelu(const Tensor& a, bool tanh_approximation) {
-  return unary_op("gelu", a, tanh_approximation ? cpu::Unary::gelu_tanh : cpu::Unary::gelu);
+  return unary_op("gelu", a, tanh_approximation ? Unary::gelu_tanh : Unary::gelu);
 }
 Tensor tanh(const Tensor& a) {
-  return unary_op("tanh", a, cpu::Unary::tanh);
+  return unary_op("tanh", a, Unary::tanh);
 }
 Tensor sigmoid(const Tensor& a) {
-  return unary_op("sigmoid", a, cpu::Unary::sigmoid);
+  return unary_op("sigmoid", a, Unary::sigmoid);
 }
 
 Tensor activate(const Tensor& a, Activation activation) {

@@ -3,7 +3,6 @@
 
 #include <fmt/format.h>
 
-#include "cpu/indexing.hpp"
 #include "ops/op_util.hpp"
 #include "rig/autograd.hpp"
 #include "rig/ops.hpp"
@@ -13,7 +12,7 @@ namespace rig::ops {
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
   detail::require_defined("embedding", weight, "weight");
   detail::require_dtype("embedding", ids, "ids", {DType::i64, DType::i32});
-  detail::require_cpu("embedding", {&weight, &ids});
+  detail::require_same_device("embedding", {&weight, &ids});
   if (weight.dim() != 2) {
     throw std::invalid_argument(fmt::format("embedding: weight {} must be 2-D [vocabulary, dim]",
                                             to_string(weight.shape())));
@@ -21,7 +20,10 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   const std::int64_t vocab = weight.size(0);
   const std::int64_t dim = weight.size(1);
   const Tensor flat = ids.detach().contiguous();
-  if (const auto bad = cpu::first_out_of_range(flat, vocab); bad >= 0) {
+  const backend::ConstBuffer index{flat.raw_data(), flat.dtype(), flat.shape()};
+  if (const auto bad = detail::backend_of(flat).first_out_of_range(flat.raw_data(), flat.dtype(),
+                                                                   flat.numel(), vocab);
+      bad >= 0) {
     throw std::invalid_argument(fmt::format(
         "embedding: id {} (position {} of ids {}) is out of range for vocabulary size {} "
         "(weight {})",
@@ -30,11 +32,13 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   }
   Shape shape = ids.shape();
   shape.push_back(dim);
-  Tensor out = Tensor::empty(shape, weight.dtype());
-  cpu::index_select(weight.detach().contiguous(), 1, vocab, dim, flat, out);
+  const Tensor w = weight.detach().contiguous();
+  Tensor out = detail::empty_on(w, shape, weight.dtype());
+  detail::backend_of(w).index_select(w.raw_data(), dtype_size(w.dtype()), 1, vocab, dim, index,
+                                     out.raw_data());
   return autograd::record(
       std::move(out), "embedding", {weight, ids},
-      [flat, vocab, dim, weight](const Tensor& g) -> autograd::TensorList {
+      [flat, index, vocab, dim, weight](const Tensor& g) -> autograd::TensorList {
         const Tensor gc = g.dtype() == DType::f32 ? g.contiguous() : g.to(DType::f32).contiguous();
         // A parameter (a leaf whose gradient is an f32 buffer, e.g. a view of
         // the flat gradient buffer): add the rows straight into it, as the
@@ -44,15 +48,15 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
           Tensor grad(w->grad);
           if (grad.dtype() == DType::f32 && grad.is_contiguous() &&
               grad.shape() == weight.shape()) {
-            cpu::index_add(gc, 1, vocab, dim, flat, grad);
+            detail::backend_of(gc).index_add(gc.data<float>(), 1, vocab, dim, index,
+                                             grad.data<float>());
             return {Tensor(), Tensor()};
           }
         }
         // Otherwise a dense gradient. Rows are summed in id order, in parallel
         // over slices of D, so the result does not depend on the thread count.
-        Tensor dw = Tensor::empty({vocab, dim});
-        cpu::zero_bytes(dw.raw_data(), static_cast<std::int64_t>(dw.nbytes()));
-        cpu::index_add(gc, 1, vocab, dim, flat, dw);
+        Tensor dw = detail::zeros_on(gc, {vocab, dim});
+        detail::backend_of(gc).index_add(gc.data<float>(), 1, vocab, dim, index, dw.data<float>());
         return {dw, Tensor()};
       });
 }

@@ -6,7 +6,6 @@
 
 #include <fmt/format.h>
 
-#include "cpu/indexing.hpp"
 #include "ops/op_util.hpp"
 #include "rig/autograd.hpp"
 #include "rig/ops.hpp"
@@ -15,10 +14,12 @@ namespace rig::ops {
 
 namespace {
 
+using detail::backend_of;
+using detail::empty_on;
 using detail::normalize_axis;
-using detail::require_cpu;
 using detail::require_defined;
 using detail::require_dtype;
+using detail::require_same_device;
 
 std::int64_t product(const Shape& shape, std::size_t begin, std::size_t end) {
   std::int64_t n = 1;
@@ -47,16 +48,16 @@ void write_slice(const Tensor& src, Tensor& dst, std::int64_t axis, std::int64_t
   const std::int64_t rows = product(dst.shape(), 0, ax);
   const auto elem = static_cast<std::int64_t>(dtype_size(dst.dtype()));
   const std::int64_t inner = product(dst.shape(), ax + 1, dst.shape().size()) * elem;
-  const cpu::RowPiece piece{src.raw_data(), src.size(axis) * inner, offset * inner};
-  cpu::concat_rows(&piece, 1, dst.raw_data(), dst.size(axis) * inner, rows);
+  const backend::RowPiece piece{src.raw_data(), src.size(axis) * inner, offset * inner};
+  backend_of(dst).concat_rows(&piece, 1, dst.raw_data(), dst.size(axis) * inner, rows);
 }
 
 void zero_slice(Tensor& dst, std::int64_t axis, std::int64_t offset, std::int64_t size) {
   const auto ax = static_cast<std::size_t>(axis);
   const auto elem = static_cast<std::int64_t>(dtype_size(dst.dtype()));
   const std::int64_t inner = product(dst.shape(), ax + 1, dst.shape().size()) * elem;
-  cpu::zero_rows(dst.raw_data(), dst.size(axis) * inner, offset * inner, size * inner,
-                 product(dst.shape(), 0, ax));
+  backend_of(dst).zero_rows(dst.raw_data(), dst.size(axis) * inner, offset * inner, size * inner,
+                            product(dst.shape(), 0, ax));
 }
 
 // The slice [offset, offset + size) of `src` (contiguous) along `axis` as a
@@ -67,11 +68,11 @@ Tensor read_slice(const Tensor& src, std::int64_t axis, std::int64_t offset, std
   if (rows == 1) return src.slice(axis, offset, offset + size);
   Shape shape = src.shape();
   shape[ax] = size;
-  Tensor out = Tensor::empty(shape, src.dtype());
+  Tensor out = empty_on(src, shape, src.dtype());
   const auto elem = static_cast<std::int64_t>(dtype_size(src.dtype()));
   const std::int64_t inner = product(src.shape(), ax + 1, src.shape().size()) * elem;
-  cpu::extract_rows(src.raw_data(), src.size(axis) * inner, offset * inner, out.raw_data(),
-                    size * inner, rows);
+  backend_of(src).extract_rows(src.raw_data(), src.size(axis) * inner, offset * inner,
+                               out.raw_data(), size * inner, rows);
   return out;
 }
 
@@ -91,7 +92,7 @@ Tensor concat(const TensorList& tensors, std::int64_t axis) {
   if (tensors.empty()) throw std::invalid_argument("concat: no tensors");
   for (const auto& t : tensors) require_defined("concat", t, "every input");
   const Tensor& first = tensors.front();
-  for (const auto& t : tensors) require_cpu("concat", {&t});
+  for (const auto& t : tensors) require_same_device("concat", {&tensors[0], &t});
   const std::int64_t dim = first.dim();
   const std::int64_t ax = normalize_axis(axis, dim, "concat", first.shape());
   Shape shape = first.shape();
@@ -110,13 +111,13 @@ Tensor concat(const TensorList& tensors, std::int64_t axis) {
     }
     shape[static_cast<std::size_t>(ax)] += t.size(ax);
   }
-  Tensor out = Tensor::empty(shape, first.dtype());
+  Tensor out = empty_on(first, shape, first.dtype());
   const auto elem = static_cast<std::int64_t>(dtype_size(first.dtype()));
   const std::int64_t rows = product(shape, 0, static_cast<std::size_t>(ax));
   const std::int64_t inner = product(shape, static_cast<std::size_t>(ax) + 1, shape.size()) * elem;
   // Inline for a few inputs (a decode step appends to a cache: two).
   SmallVector<Tensor, 4> contiguous;
-  SmallVector<cpu::RowPiece, 4> pieces;
+  SmallVector<backend::RowPiece, 4> pieces;
   SmallVector<std::int64_t, 4> sizes;
   contiguous.reserve(tensors.size());
   pieces.reserve(tensors.size());
@@ -128,8 +129,8 @@ Tensor concat(const TensorList& tensors, std::int64_t axis) {
     pieces.push_back({contiguous.back().raw_data(), t.size(ax) * inner, offset * inner});
     offset += t.size(ax);
   }
-  cpu::concat_rows(pieces.data(), static_cast<std::int64_t>(pieces.size()), out.raw_data(),
-                   shape[static_cast<std::size_t>(ax)] * inner, rows);
+  backend_of(out).concat_rows(pieces.data(), static_cast<std::int64_t>(pieces.size()),
+                              out.raw_data(), shape[static_cast<std::size_t>(ax)] * inner, rows);
   SmallVector<bool, 4> need;
   for (const auto& t : tensors) need.push_back(t.requires_grad());
   return autograd::record(std::move(out), "concat", tensors,
@@ -148,7 +149,7 @@ Tensor concat(const TensorList& tensors, std::int64_t axis) {
 std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& sizes,
                           std::int64_t axis) {
   require_defined("split", x, "x");
-  require_cpu("split", {&x});
+  require_same_device("split", {&x});
   const std::int64_t ax = normalize_axis(axis, x.dim(), "split", x.shape());
   std::int64_t total = 0;
   for (auto s : sizes) {
@@ -199,7 +200,7 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& size
         std::move(outs[i]), "split", {join},
         [state, i, ax, offset, shape = x.shape()](const Tensor& g) -> autograd::TensorList {
           const bool first = !state->buffer.defined();
-          if (first) state->buffer = Tensor::empty(shape, g.dtype());
+          if (first) state->buffer = empty_on(g, shape, g.dtype());
           write_slice(g.dtype() == state->buffer.dtype() ? g.contiguous()
                                                          : g.to(state->buffer.dtype()).contiguous(),
                       state->buffer, ax, offset);
@@ -213,7 +214,7 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& size
 Tensor gather(const Tensor& x, std::int64_t axis, const Tensor& index) {
   require_defined("gather", x, "x");
   require_dtype("gather", index, "index", {DType::i64, DType::i32});
-  require_cpu("gather", {&x, &index});
+  require_same_device("gather", {&x, &index});
   const std::int64_t ax = normalize_axis(axis, x.dim(), "gather", x.shape());
   bool ok = index.dim() == x.dim();
   for (std::int64_t d = 0; ok && d < x.dim(); ++d) ok = d == ax || index.size(d) <= x.size(d);
@@ -223,27 +224,33 @@ Tensor gather(const Tensor& x, std::int64_t axis, const Tensor& index) {
         to_string(index.shape()), to_string(x.shape()), axis));
   }
   const Tensor idx = index.detach().contiguous();
-  if (const auto bad = cpu::first_out_of_range(idx, x.size(ax)); bad >= 0) {
+  if (const auto bad =
+          backend_of(idx).first_out_of_range(idx.raw_data(), idx.dtype(), idx.numel(), x.size(ax));
+      bad >= 0) {
     throw std::invalid_argument(
         fmt::format("gather: index {} at position {} is out of range for "
                     "size {} of x {} along axis {}",
                     idx.to_int_vector()[static_cast<std::size_t>(bad)], bad, x.size(ax),
                     to_string(x.shape()), axis));
   }
-  Tensor out = Tensor::empty(index.shape(), x.dtype());
-  cpu::gather(x.detach().contiguous(), ax, idx, out);
-  return autograd::record(std::move(out), "gather", {x, index},
-                          [idx, ax, shape = x.shape()](const Tensor& g) -> autograd::TensorList {
-                            Tensor dx = Tensor::zeros(shape);
-                            cpu::gather_backward(f32_contiguous(g), ax, idx, dx);
-                            return {g.dtype() == DType::f32 ? dx : dx.to(g.dtype()), Tensor()};
-                          });
+  const Tensor xc = x.detach().contiguous();
+  const backend::ConstBuffer index_buffer{idx.raw_data(), idx.dtype(), idx.shape()};
+  Tensor out = empty_on(xc, index.shape(), x.dtype());
+  backend_of(xc).gather({xc.raw_data(), xc.dtype(), xc.shape()}, ax, index_buffer, out.raw_data());
+  return autograd::record(
+      std::move(out), "gather", {x, index},
+      [idx, index_buffer, ax, shape = x.shape()](const Tensor& g) -> autograd::TensorList {
+        const Tensor gc = f32_contiguous(g);
+        Tensor dx = detail::zeros_on(gc, shape);
+        backend_of(gc).gather_backward(gc.data<float>(), ax, index_buffer, dx.data<float>(), shape);
+        return {g.dtype() == DType::f32 ? dx : dx.to(g.dtype()), Tensor()};
+      });
 }
 
 Tensor index_select(const Tensor& x, std::int64_t axis, const Tensor& index) {
   require_defined("index_select", x, "x");
   require_dtype("index_select", index, "index", {DType::i64, DType::i32});
-  require_cpu("index_select", {&x, &index});
+  require_same_device("index_select", {&x, &index});
   const std::int64_t ax = normalize_axis(axis, x.dim(), "index_select", x.shape());
   if (index.dim() > 1) {
     throw std::invalid_argument(fmt::format("index_select: index {} must be 1-D (x {})",
@@ -251,7 +258,9 @@ Tensor index_select(const Tensor& x, std::int64_t axis, const Tensor& index) {
   }
   const Tensor idx = index.detach().contiguous();
   const std::int64_t n = x.size(ax);
-  if (const auto bad = cpu::first_out_of_range(idx, n); bad >= 0) {
+  if (const auto bad =
+          backend_of(idx).first_out_of_range(idx.raw_data(), idx.dtype(), idx.numel(), n);
+      bad >= 0) {
     throw std::invalid_argument(fmt::format(
         "index_select: index {} at position {} is out of range for size {} of x {} along axis {}",
         idx.to_int_vector()[static_cast<std::size_t>(bad)], bad, n, to_string(x.shape()), axis));
@@ -261,16 +270,20 @@ Tensor index_select(const Tensor& x, std::int64_t axis, const Tensor& index) {
   const std::int64_t inner = product(x.shape(), a + 1, x.shape().size());
   Shape shape = x.shape();
   shape[a] = idx.numel();
-  Tensor out = Tensor::empty(shape, x.dtype());
-  cpu::index_select(x.detach().contiguous(), outer, n, inner, idx, out);
-  return autograd::record(
-      std::move(out), "index_select", {x, index},
-      [idx, outer, n, inner, shape = x.shape()](const Tensor& g) -> autograd::TensorList {
-        Tensor dx = Tensor::empty(shape);
-        cpu::zero_bytes(dx.raw_data(), static_cast<std::int64_t>(dx.nbytes()));
-        cpu::index_add(f32_contiguous(g), outer, n, inner, idx, dx);
-        return {g.dtype() == DType::f32 ? dx : dx.to(g.dtype()), Tensor()};
-      });
+  const Tensor xc = x.detach().contiguous();
+  const backend::ConstBuffer index_buffer{idx.raw_data(), idx.dtype(), idx.shape()};
+  Tensor out = empty_on(xc, shape, x.dtype());
+  backend_of(xc).index_select(xc.raw_data(), dtype_size(xc.dtype()), outer, n, inner, index_buffer,
+                              out.raw_data());
+  return autograd::record(std::move(out), "index_select", {x, index},
+                          [idx, index_buffer, outer, n, inner,
+                           shape = x.shape()](const Tensor& g) -> autograd::TensorList {
+                            const Tensor gc = f32_contiguous(g);
+                            Tensor dx = detail::zeros_on(gc, shape);
+                            backend_of(gc).index_add(gc.data<float>(), outer, n, inner,
+                                                     index_buffer, dx.data<float>());
+                            return {g.dtype() == DType::f32 ? dx : dx.to(g.dtype()), Tensor()};
+                          });
 }
 
 }  // namespace rig::ops

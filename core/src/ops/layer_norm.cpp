@@ -6,7 +6,6 @@
 
 #include <fmt/format.h>
 
-#include "cpu/layer_norm.hpp"
 #include "ops/op_util.hpp"
 #include "rig/autograd.hpp"
 #include "rig/ops.hpp"
@@ -17,7 +16,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
   detail::require_floating("layer_norm", x, "x");
   if (gamma.defined()) detail::require_floating("layer_norm", gamma, "gamma");
   if (beta.defined()) detail::require_floating("layer_norm", beta, "beta");
-  detail::require_same_cpu("layer_norm", {&x, &gamma, &beta});
+  detail::require_same_device("layer_norm", {&x, &gamma, &beta});
   if (x.dim() < 1) {
     throw std::invalid_argument(
         fmt::format("layer_norm: x {} needs at least one axis", to_string(x.shape())));
@@ -43,13 +42,14 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
   const Tensor g = gamma.defined() ? gamma.detach().contiguous() : Tensor();
   const Tensor b = beta.defined() ? beta.detach().contiguous() : Tensor();
   const std::int64_t rows = shape_numel(Shape(x.shape().begin(), x.shape().end() - 1));
-  Tensor y = Tensor::empty(xc.shape());
-  Tensor mean = Tensor::empty({rows});
-  Tensor rstd = Tensor::empty({rows});
+  Tensor y = detail::empty_on(xc, xc.shape());
+  Tensor mean = detail::empty_on(xc, {rows});
+  Tensor rstd = detail::empty_on(xc, {rows});
   if (d > 0 && rows > 0) {
-    cpu::layer_norm_forward(xc.data<float>(), g.defined() ? g.data<float>() : nullptr,
-                            b.defined() ? b.data<float>() : nullptr, y.data<float>(),
-                            mean.data<float>(), rstd.data<float>(), rows, d, eps);
+    detail::backend_of(xc).layer_norm_forward(
+        xc.data<float>(), g.defined() ? g.data<float>() : nullptr,
+        b.defined() ? b.data<float>() : nullptr, y.data<float>(), mean.data<float>(),
+        rstd.data<float>(), rows, d, eps);
   }
   const bool need_x = x.requires_grad();
   const bool need_g = gamma.defined() && gamma.requires_grad();
@@ -59,12 +59,13 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
       std::move(y), "layer_norm", {x, gamma, beta},
       [xc, g, mean, rstd, rows, d, need_x, need_g, need_b](const Tensor& grad) {
         const Tensor gc = grad.contiguous();
-        Tensor dx = need_x ? Tensor::empty(xc.shape()) : Tensor();
-        Tensor dgamma = need_g ? Tensor::empty({d}) : Tensor();
-        Tensor dbeta = need_b ? Tensor::empty({d}) : Tensor();
+        backend::Backend& be = detail::backend_of(gc);
+        Tensor dx = need_x ? detail::empty_on(gc, xc.shape()) : Tensor();
+        Tensor dgamma = need_g ? detail::empty_on(gc, {d}) : Tensor();
+        Tensor dbeta = need_b ? detail::empty_on(gc, {d}) : Tensor();
         if (d > 0 && rows > 0) {
-          Tensor scratch = Tensor::empty({cpu::layer_norm_scratch_size(rows, d)});
-          cpu::layer_norm_backward(
+          Tensor scratch = detail::empty_on(gc, {be.layer_norm_scratch_size(rows, d)});
+          be.layer_norm_backward(
               xc.data<float>(), g.defined() ? g.data<float>() : nullptr, mean.data<float>(),
               rstd.data<float>(), gc.data<float>(), need_x ? dx.data<float>() : nullptr,
               need_g ? dgamma.data<float>() : nullptr, need_b ? dbeta.data<float>() : nullptr, rows,

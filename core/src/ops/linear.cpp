@@ -4,15 +4,13 @@
 // f16/bf16 inputs are computed in f32 and the result cast back to x's dtype.
 // With an output dropout (after relu) the dropout runs in place on y, and y
 // is all backward keeps: relu' times the mask is (y > 0) * scale.
-// At bf16 GEMM precision (cpu/gemm.hpp) x and W are rounded once, used by the
-// forward product and kept for backward (x in bf16: half its f32 size).
+// At bf16 matmul precision, on a backend that rounds operands ahead of its
+// products (the CPU), x and W are rounded once, used by the forward product
+// and kept for backward (x in bf16: half its f32 size).
 #include <stdexcept>
 
 #include <fmt/format.h>
 
-#include "cpu/dropout.hpp"
-#include "cpu/elementwise.hpp"
-#include "cpu/gemm.hpp"
 #include "ops/op_util.hpp"
 #include "rig/autograd.hpp"
 #include "rig/ops.hpp"
@@ -21,12 +19,15 @@ namespace rig::ops {
 
 namespace {
 
+using backend::GemmOperand;
+using backend::GemmProduct;
+
 Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation activation,
                    const OutputDropout& dropout) {
   detail::require_floating("linear", x, "x");
   detail::require_floating("linear", weight, "weight");
   if (bias.defined()) detail::require_floating("linear", bias, "bias");
-  detail::require_same_cpu("linear", {&x, &weight, &bias});
+  detail::require_same_device("linear", {&x, &weight, &bias});
   if (weight.dim() != 2 || x.dim() < 1) {
     throw std::invalid_argument(
         fmt::format("linear: x {} and weight {}: weight must be [out, in] and x [..., in]",
@@ -68,27 +69,41 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
   const Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
   Shape out_shape = x.shape();
   out_shape.back() = out_features;
-  Tensor y = Tensor::empty(out_shape);
+  backend::Backend& be = detail::backend_of(xc);
+  const MatmulPrecision precision = matmul_precision();
+  Tensor y = detail::empty_on(xc, out_shape);
   const bool needs_grad = grad_mode_enabled() && (x.requires_grad() || weight.requires_grad() ||
                                                   (bias.defined() && bias.requires_grad()));
-  Tensor pre = needs_grad && activation == Activation::gelu ? Tensor::empty(out_shape) : Tensor();
+  Tensor pre =
+      needs_grad && activation == Activation::gelu ? detail::empty_on(xc, out_shape) : Tensor();
   // Rows of x (and y): every axis but the last; counted from the shape, as
   // in or out_features may be 0.
   const std::int64_t n_rows = shape_numel(Shape(x.shape().begin(), x.shape().end() - 1));
-  cpu::GemmOperand x_operand{xc.data<float>(), in, false};
-  cpu::GemmOperand w_operand{w.data<float>(), in, true};
-  const Tensor x_bf16 = cpu::round_operand(x_operand, n_rows, in);
-  const Tensor w_bf16 = cpu::round_operand(w_operand, in, out_features);
-  const auto bits = [](const Tensor& t) {
-    return t.defined() ? reinterpret_cast<const std::uint16_t*>(t.raw_data()) : nullptr;
+  GemmOperand x_operand{xc.data<float>(), in, false};
+  GemmOperand w_operand{w.data<float>(), in, true};
+  // Rounded once here, shared by the forward and backward products.
+  const bool rounded = precision == MatmulPrecision::bf16 && be.rounds_bf16_operands();
+  const auto round = [&](const GemmOperand& operand, const Shape& stored, std::int64_t rows,
+                         std::int64_t cols) {
+    if (!rounded) return Tensor();
+    Tensor bits = detail::empty_on(xc, stored, DType::bf16);
+    be.round_bf16(operand, rows, cols, bits.data<std::uint16_t>());
+    return bits;
   };
+  const Tensor x_bf16 = round(x_operand, {n_rows, in}, n_rows, in);
+  const Tensor w_bf16 = round(w_operand, {out_features, in}, in, out_features);
+  const auto bits = [](const Tensor& t) { return t.defined() ? t.data<std::uint16_t>() : nullptr; };
   x_operand.bf16 = bits(x_bf16);
   w_operand.bf16 = bits(w_bf16);
-  cpu::gemm(n_rows, out_features, in, 1.0F, x_operand, w_operand, 0.0F, y.data<float>(),
-            out_features);
-  cpu::bias_activation(y.data<float>(), pre.defined() ? pre.data<float>() : nullptr,
-                       b.defined() ? b.data<float>() : nullptr, n_rows, out_features, activation);
-  if (dropped) cpu::dropout_forward(dropout.key, dropout.p, keep_scale, y, y, nullptr);
+  be.gemm(
+      {n_rows, out_features, in, 1.0F, x_operand, w_operand, 0.0F, y.data<float>(), out_features},
+      precision);
+  be.bias_activation(y.data<float>(), pre.defined() ? pre.data<float>() : nullptr,
+                     b.defined() ? b.data<float>() : nullptr, n_rows, out_features, activation);
+  if (dropped) {
+    be.dropout_forward(dropout.key, dropout.p, keep_scale, DType::f32, y.data<float>(),
+                       y.data<float>(), y.numel(), nullptr);
+  }
   if (!needs_grad) return y;
 
   // The activation derivative reads the output (relu, tanh, sigmoid) or the pre-activation (gelu).
@@ -100,10 +115,11 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
   return autograd::record(
       std::move(y), "linear", {x, weight, bias},
       [x_kept, x_bf16, x_shape = xc.shape(), w, w_bf16, bits, saved, activation, keep_scale, n_rows,
-       in, out_features, need_x = x.requires_grad(), need_w = weight.requires_grad(),
+       in, out_features, precision, need_x = x.requires_grad(), need_w = weight.requires_grad(),
        need_b = bias.defined() && bias.requires_grad()](const Tensor& g) {
         const Tensor gc = g.contiguous();
-        Tensor db = need_b ? Tensor::empty({out_features}) : Tensor();
+        backend::Backend& be = detail::backend_of(gc);
+        Tensor db = need_b ? detail::empty_on(gc, {out_features}) : Tensor();
         const float* saved_data = saved.defined() ? saved.data<float>() : nullptr;
         float* db_data = need_b ? db.data<float>() : nullptr;
         // dz for the two products: g itself, f32 dz, or (at bf16 precision,
@@ -111,35 +127,35 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
         Tensor dz = gc;
         Tensor dz_bf16;
         if (x_bf16.defined() && (activation != Activation::none || need_b)) {
-          dz_bf16 = Tensor::empty({n_rows, out_features}, DType::bf16);
-          cpu::activation_backward_bf16(activation, gc.data<float>(), saved_data,
-                                        reinterpret_cast<std::uint16_t*>(dz_bf16.raw_data()),
-                                        db_data, n_rows, out_features, keep_scale);
+          dz_bf16 = detail::empty_on(gc, {n_rows, out_features}, DType::bf16);
+          be.activation_backward_bf16(activation, gc.data<float>(), saved_data,
+                                      dz_bf16.data<std::uint16_t>(), db_data, n_rows, out_features,
+                                      keep_scale);
         } else {
-          if (activation != Activation::none) dz = Tensor::empty(gc.shape());
-          cpu::activation_backward(activation, gc.data<float>(), saved_data,
-                                   activation == Activation::none ? nullptr : dz.data<float>(),
-                                   db_data, n_rows, out_features, keep_scale);
+          if (activation != Activation::none) dz = detail::empty_on(gc, gc.shape());
+          be.activation_backward(activation, gc.data<float>(), saved_data,
+                                 activation == Activation::none ? nullptr : dz.data<float>(),
+                                 db_data, n_rows, out_features, keep_scale);
         }
-        const cpu::GemmOperand dz_operand{dz_bf16.defined() ? nullptr : dz.data<float>(),
-                                          out_features, false, bits(dz_bf16)};
-        Tensor dx = need_x ? Tensor::empty(x_shape) : Tensor();
-        Tensor dw = need_w ? Tensor::empty({out_features, in}) : Tensor();
+        const GemmOperand dz_operand{dz_bf16.defined() ? nullptr : dz.data<float>(), out_features,
+                                     false, bits(dz_bf16)};
+        Tensor dx = need_x ? detail::empty_on(gc, x_shape) : Tensor();
+        Tensor dw = need_w ? detail::empty_on(gc, {out_features, in}) : Tensor();
         // dx [rows, in] = dz [rows, out] W [out, in]
         const auto dx_product = [&] {
-          return cpu::GemmProduct{n_rows,
-                                  in,
-                                  out_features,
-                                  1.0F,
-                                  dz_operand,
-                                  {w.data<float>(), in, false, bits(w_bf16)},
-                                  0.0F,
-                                  dx.data<float>(),
-                                  in};
+          return GemmProduct{n_rows,
+                             in,
+                             out_features,
+                             1.0F,
+                             dz_operand,
+                             {w.data<float>(), in, false, bits(w_bf16)},
+                             0.0F,
+                             dx.data<float>(),
+                             in};
         };
         // dW [out, in] = dz^T [out, rows] x [rows, in]
         const auto dw_product = [&] {
-          return cpu::GemmProduct{
+          return GemmProduct{
               out_features,
               in,
               n_rows,
@@ -151,11 +167,11 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
               in};
         };
         if (need_x && need_w) {
-          cpu::gemm_pair(dx_product(), dw_product());
+          be.gemm_pair(dx_product(), dw_product(), precision);
         } else if (need_x) {
-          cpu::gemm(dx_product());
+          be.gemm(dx_product(), precision);
         } else if (need_w) {
-          cpu::gemm(dw_product());
+          be.gemm(dw_product(), precision);
         }
         return autograd::TensorList{dx, dw, db};
       });

@@ -1,15 +1,13 @@
 // Losses: mse_loss, cross_entropy (torch semantics, label smoothing) and
 // padded_cross_entropy (OpenSeq2Seq's PaddedCrossEntropyLossWithSmoothing),
-// the last two fused (log-softmax + NLL, forward and backward) in
-// cpu/cross_entropy. Logits in f16/bf16 are computed in f32; losses are f32.
+// the last two fused (log-softmax + NLL, forward and backward) in one
+// backend kernel each. Logits in f16/bf16 are computed in f32; losses are
+// f32 scalars on the logits' device, and backward never reads the device.
 #include <cmath>
 #include <stdexcept>
 
 #include <fmt/format.h>
 
-#include "cpu/cross_entropy.hpp"
-#include "cpu/elementwise.hpp"
-#include "cpu/reduce.hpp"
 #include "ops/op_util.hpp"
 #include "rig/autograd.hpp"
 #include "rig/ops.hpp"
@@ -21,14 +19,12 @@ namespace {
 // Labels as contiguous i64, each checked to be in [0, classes).
 Tensor checked_labels(const char* op, const Tensor& labels, std::int64_t classes) {
   const Tensor l = labels.dtype() == DType::i64 ? labels.contiguous() : labels.to(DType::i64);
-  const std::int64_t* y = l.data<std::int64_t>();
-  for (std::int64_t i = 0, n = l.numel(); i < n; ++i) {
-    if (y[i] < 0 || y[i] >= classes) {
-      throw std::invalid_argument(
-          fmt::format("{}: label {} at position {} of labels {} is out of "
-                      "range [0,{})",
-                      op, y[i], i, to_string(labels.shape()), classes));
-    }
+  const std::int64_t bad =
+      detail::backend_of(l).first_out_of_range(l.raw_data(), DType::i64, l.numel(), classes);
+  if (bad >= 0) {
+    throw std::invalid_argument(fmt::format(
+        "{}: label {} at position {} of labels {} is out of range [0,{})", op,
+        l.to_int_vector()[static_cast<std::size_t>(bad)], bad, to_string(labels.shape()), classes));
   }
   return l;
 }
@@ -50,9 +46,10 @@ struct XentResult {
 XentResult xent_forward(const Tensor& logits, const Tensor& labels, float on, float off) {
   const std::int64_t rows = logits.size(0);
   const std::int64_t classes = logits.size(1);
-  XentResult r{Tensor::empty({rows}), Tensor::empty({rows})};
-  cpu::cross_entropy_forward(logits.data<float>(), labels.data<std::int64_t>(), rows, classes, on,
-                             off, r.loss_rows.data<float>(), r.lse.data<float>());
+  XentResult r{detail::empty_on(logits, {rows}), detail::empty_on(logits, {rows})};
+  detail::backend_of(logits).cross_entropy_forward(
+      logits.data<float>(), labels.data<std::int64_t>(), rows, classes, on, off,
+      r.loss_rows.data<float>(), r.lse.data<float>());
   return r;
 }
 
@@ -61,7 +58,7 @@ XentResult xent_forward(const Tensor& logits, const Tensor& labels, float on, fl
 Tensor mse_loss(const Tensor& prediction, const Tensor& target) {
   detail::require_floating("mse_loss", prediction, "prediction");
   detail::require_floating("mse_loss", target, "target");
-  detail::require_same_cpu("mse_loss", {&prediction, &target});
+  detail::require_same_device("mse_loss", {&prediction, &target});
   if (prediction.shape() != target.shape()) {
     throw std::invalid_argument(fmt::format("mse_loss: prediction {} vs target {}: shapes differ",
                                             to_string(prediction.shape()),
@@ -76,36 +73,32 @@ Tensor mse_loss(const Tensor& prediction, const Tensor& target) {
     return mse_loss(detail::as_f32(prediction), detail::as_f32(target));
   }
   const Shape& shape = prediction.shape();
-  Tensor diff = Tensor::empty(shape);
+  backend::Backend& be = detail::backend_of(prediction);
+  Tensor diff = detail::empty_on(prediction, shape);
   const Strides so = contiguous_strides(shape);
   const auto plan =
-      cpu::make_strided_plan<3>(shape, {&so, &prediction.strides(), &target.strides()});
-  cpu::binary(cpu::Binary::sub, plan, prediction.data<float>(), target.data<float>(),
-              diff.data<float>());
-  const double total = cpu::sum_squares(diff.data<float>(), n) / static_cast<double>(n);
-  return autograd::record(
-      Tensor::scalar(static_cast<float>(total)), "mse_loss", {prediction, target},
-      [diff, n, need_p = prediction.requires_grad(),
-       need_t = target.requires_grad()](const Tensor& g) {
-        const float scale = 2.0F * g.item() / static_cast<float>(n);
-        Tensor dp;
-        Tensor dt;
-        if (need_p) {
-          dp = Tensor::empty(diff.shape());
-          cpu::unary(cpu::Unary::mul_scalar, diff.data<float>(), dp.data<float>(), n, scale);
-        }
-        if (need_t) {
-          dt = Tensor::empty(diff.shape());
-          cpu::unary(cpu::Unary::mul_scalar, diff.data<float>(), dt.data<float>(), n, -scale);
-        }
-        return autograd::TensorList{dp, dt};
-      });
+      backend::make_strided_plan<3>(shape, {&so, &prediction.strides(), &target.strides()});
+  be.binary(backend::Binary::sub, plan, prediction.data<float>(), target.data<float>(),
+            diff.data<float>());
+  Tensor loss = detail::empty_on(prediction, {});
+  be.sum_squares(diff.data<float>(), n, static_cast<double>(n), loss.data<float>());
+  return autograd::record(std::move(loss), "mse_loss", {prediction, target},
+                          [diff, n, need_p = prediction.requires_grad(),
+                           need_t = target.requires_grad()](const Tensor& g) {
+                            // 2 g / n, on the device, times diff.
+                            const Tensor scale = div(
+                                mul_scalar(g, 2.0F),
+                                Tensor::full({}, static_cast<float>(n), DType::f32, g.device()));
+                            const Tensor dp = need_p ? mul(diff, scale) : Tensor();
+                            const Tensor dt = need_t ? mul(diff, neg(scale)) : Tensor();
+                            return autograd::TensorList{dp, dt};
+                          });
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smoothing) {
   detail::require_floating("cross_entropy", logits, "logits");
   detail::require_dtype("cross_entropy", labels, "labels", {DType::i64, DType::i32});
-  detail::require_same_cpu("cross_entropy", {&logits, &labels});
+  detail::require_same_device("cross_entropy", {&logits, &labels});
   if (logits.dim() != 2 || labels.dim() != 1 || labels.size(0) != logits.size(0)) {
     throw std::invalid_argument(
         fmt::format("cross_entropy: logits {} and labels {}: expected [N,C] logits and [N] labels",
@@ -127,14 +120,19 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smo
   const float on = 1.0F - label_smoothing + off;
   const Tensor x = logits.detach().contiguous();
   const XentResult r = xent_forward(x, y, on, off);
-  const double total = cpu::sum_all(r.loss_rows.data<float>(), rows) / static_cast<double>(rows);
+  Tensor loss = detail::empty_on(x, {});
+  detail::backend_of(x).sum_all(r.loss_rows.data<float>(), rows, static_cast<double>(rows),
+                                loss.data<float>());
   return autograd::record(
-      Tensor::scalar(static_cast<float>(total)), "cross_entropy", {logits, labels},
+      std::move(loss), "cross_entropy", {logits, labels},
       [x, y, lse = r.lse, rows, classes, on, off](const Tensor& g) {
-        Tensor dx = Tensor::empty(x.shape());
-        cpu::cross_entropy_backward(x.data<float>(), y.data<std::int64_t>(), lse.data<float>(),
-                                    nullptr, g.item() / static_cast<float>(rows), rows, classes, on,
-                                    off, dx.data<float>());
+        // g / rows, on the device: the factor of every row's gradient.
+        const Tensor scale = div(
+            g.to(DType::f32), Tensor::full({}, static_cast<float>(rows), DType::f32, g.device()));
+        Tensor dx = detail::empty_on(x, x.shape());
+        detail::backend_of(x).cross_entropy_backward(
+            x.data<float>(), y.data<std::int64_t>(), lse.data<float>(), nullptr, 1.0F,
+            scale.data<float>(), rows, classes, on, off, dx.data<float>());
         return autograd::TensorList{dx, Tensor()};
       });
 }
@@ -159,7 +157,7 @@ Tensor padded_cross_entropy(const Tensor& logits, const Tensor& labels, const Te
   detail::require_floating(kOp, logits, "logits");
   detail::require_dtype(kOp, labels, "labels", {DType::i64, DType::i32});
   detail::require_defined(kOp, weights, "weights");
-  detail::require_same_cpu(kOp, {&logits, &labels, &weights});
+  detail::require_same_device(kOp, {&logits, &labels, &weights});
   if (logits.dim() != 3 || labels.shape() != Shape{logits.size(0), logits.size(1)} ||
       weights.shape() != labels.shape()) {
     throw std::invalid_argument(fmt::format(
@@ -190,51 +188,30 @@ Tensor padded_cross_entropy(const Tensor& logits, const Tensor& labels, const Te
 
   const Tensor x = logits.detach().contiguous().reshape({rows, vocab});
   const Tensor wc = w.detach().contiguous();
-  XentResult r{Tensor::empty({rows}), Tensor::empty({rows})};
+  XentResult r{detail::empty_on(x, {rows}), detail::empty_on(x, {rows})};
   if (rows > 0) r = xent_forward(x, y, on, off);
-  const float* xent = r.loss_rows.data<float>();
-  const float* wt = wc.data<float>();
-  double numerator = 0.0;
-  double denominator = 0.0;
-  for (std::int64_t i = 0; i < rows; ++i) {
-    const double wi = wt[i];
-    numerator += (static_cast<double>(xent[i]) - constant) * wi * wi;
-    denominator += wi;
-  }
-  const double loss = denominator != 0.0 ? numerator / denominator : 0.0;
+  Tensor loss = detail::empty_on(x, {});
+  detail::backend_of(x).padded_loss(r.loss_rows.data<float>(), wc.data<float>(), rows, constant,
+                                    loss.data<float>());
   return autograd::record(
-      Tensor::scalar(static_cast<float>(loss)), kOp, {logits, labels, weights},
-      [x, y, wc, r, rows, vocab, on, off, constant, numerator, denominator, shape = logits.shape(),
+      std::move(loss), kOp, {logits, labels, weights},
+      [x, y, wc, r, rows, vocab, on, off, constant, shape = logits.shape(),
        need_x = logits.requires_grad(), need_w = weights.requires_grad()](const Tensor& g) {
-        const float upstream = g.item();
+        backend::Backend& be = detail::backend_of(x);
+        const Tensor upstream = g.to(DType::f32).contiguous();
+        Tensor row_scale = detail::empty_on(x, {rows});
+        Tensor x_scale = detail::empty_on(x, {});
+        Tensor dw = need_w ? detail::empty_on(x, wc.shape()) : Tensor();
+        be.padded_loss_backward(r.loss_rows.data<float>(), wc.data<float>(), rows, constant,
+                                upstream.data<float>(), row_scale.data<float>(),
+                                x_scale.data<float>(), need_w ? dw.data<float>() : nullptr);
         Tensor dx;
-        Tensor dw;
         if (need_x) {
-          dx = denominator != 0.0 ? Tensor::empty(shape) : Tensor::zeros(shape);
-          if (denominator != 0.0 && rows > 0) {
-            // d/dx of w_r^2 xent_r / W: (softmax - q) w_r^2 / W.
-            Tensor row_scale = Tensor::empty({rows});
-            const float* wt = wc.data<float>();
-            float* rs = row_scale.data<float>();
-            for (std::int64_t i = 0; i < rows; ++i) rs[i] = wt[i] * wt[i];
-            cpu::cross_entropy_backward(
-                x.data<float>(), y.data<std::int64_t>(), r.lse.data<float>(), rs,
-                static_cast<float>(upstream / denominator), rows, vocab, on, off, dx.data<float>());
-          }
-        }
-        if (need_w) {
-          // L = sum_i w_i^2 t_i / W with t_i = xent_i - constant, W = sum_i w_i:
-          // dL/dw_i = (2 w_i t_i - L) / W.
-          dw = Tensor::zeros(wc.shape());
-          if (denominator != 0.0) {
-            const double l = numerator / denominator;
-            const float* wt = wc.data<float>();
-            const float* xent = r.loss_rows.data<float>();
-            float* d = dw.data<float>();
-            for (std::int64_t i = 0; i < rows; ++i) {
-              const double t = static_cast<double>(xent[i]) - constant;
-              d[i] = static_cast<float>(upstream * (2.0 * wt[i] * t - l) / denominator);
-            }
+          dx = detail::zeros_on(x, shape);
+          if (rows > 0) {
+            be.cross_entropy_backward(x.data<float>(), y.data<std::int64_t>(), r.lse.data<float>(),
+                                      row_scale.data<float>(), 1.0F, x_scale.data<float>(), rows,
+                                      vocab, on, off, dx.data<float>());
           }
         }
         return autograd::TensorList{dx, Tensor(), dw};

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -16,17 +17,6 @@ std::int64_t normalize_axis(std::int64_t axis, std::int64_t dim, std::string_vie
         fmt::format("{}: axis {} out of range for {}", op, axis, to_string(shape)));
   }
   return a;
-}
-
-void require_cpu(std::string_view op, std::initializer_list<const Tensor*> tensors) {
-  for (const Tensor* t : tensors) {
-    if (t == nullptr || !t->defined()) continue;
-    const Device device = t->device();
-    if (!device.is_cpu()) {
-      throw std::invalid_argument(
-          fmt::format("{}: device {} is not supported by this build", op, to_string(device)));
-    }
-  }
 }
 
 void require_defined(std::string_view op, const Tensor& t, std::string_view role) {
@@ -48,7 +38,7 @@ void require_floating(std::string_view op, const Tensor& t, std::string_view rol
   require_dtype(op, t, role, {DType::f32, DType::f16, DType::bf16});
 }
 
-void require_same_cpu(std::string_view op, std::initializer_list<const Tensor*> tensors) {
+void require_same_device(std::string_view op, std::initializer_list<const Tensor*> tensors) {
   const Tensor* first = nullptr;
   bool same = true;
   for (const Tensor* t : tensors) {
@@ -59,10 +49,7 @@ void require_same_cpu(std::string_view op, std::initializer_list<const Tensor*> 
       same = false;
     }
   }
-  if (same) {
-    require_cpu(op, tensors);
-    return;
-  }
+  if (same) return;
   std::vector<std::string> parts;
   for (const Tensor* t : tensors) {
     if (t == nullptr || !t->defined()) continue;
@@ -70,6 +57,18 @@ void require_same_cpu(std::string_view op, std::initializer_list<const Tensor*> 
   }
   throw std::invalid_argument(
       fmt::format("{}: tensors on different devices: {}", op, fmt::join(parts, ", ")));
+}
+
+backend::Backend& backend_of(const Tensor& t) {
+  return backend::backend_for(t.device());
+}
+
+Tensor empty_on(const Tensor& like, Shape shape, DType dtype) {
+  return Tensor::empty(std::move(shape), dtype, like.device());
+}
+
+Tensor zeros_on(const Tensor& like, Shape shape, DType dtype) {
+  return Tensor::zeros(std::move(shape), dtype, like.device());
 }
 
 std::string shape_str(const Tensor& t, bool transposed) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "backend/backend.hpp"
 #include "rig/tensor.hpp"
 
 namespace rig::ops::detail {
@@ -15,10 +16,6 @@ namespace rig::ops::detail {
 // `axis` in [-dim, dim) -> [0, dim); throws "<op>: axis 3 out of range for [2,3]".
 std::int64_t normalize_axis(std::int64_t axis, std::int64_t dim, std::string_view op,
                             const Shape& shape);
-
-// Every (defined) tensor lives on the CPU; otherwise
-// "<op>: device cuda:0 is not supported by this build".
-void require_cpu(std::string_view op, std::initializer_list<const Tensor*> tensors);
 
 // `t` is defined and has one of `allowed` dtypes; `role` names it in the message
 // ("matmul: b must be f32, got i64 [3,4]").
@@ -29,10 +26,16 @@ void require_floating(std::string_view op, const Tensor& t, std::string_view rol
 // `t` is defined ("<op>: <role> is undefined").
 void require_defined(std::string_view op, const Tensor& t, std::string_view role);
 
-// All (defined) tensors are on one device (otherwise "<op>: tensors on
-// different devices: ..." lists each shape and device), and that device is
-// the CPU (as require_cpu).
-void require_same_cpu(std::string_view op, std::initializer_list<const Tensor*> tensors);
+// All (defined) tensors are on one device; otherwise "<op>: tensors on
+// different devices: ..." lists each shape and device.
+void require_same_device(std::string_view op, std::initializer_list<const Tensor*> tensors);
+
+// The backend of t's device: where every kernel of an op on t runs.
+backend::Backend& backend_of(const Tensor& t);
+
+// A new contiguous tensor on `like`'s device.
+Tensor empty_on(const Tensor& like, Shape shape, DType dtype = DType::f32);
+Tensor zeros_on(const Tensor& like, Shape shape, DType dtype = DType::f32);
 
 // "[2,3]" or "[2,3]^T".
 std::string shape_str(const Tensor& t, bool transposed = false);
@@ -42,9 +45,10 @@ std::string shape_str(const Tensor& t, bool transposed = false);
 // Returns g itself when the shapes already match. Records no history.
 Tensor sum_to(const Tensor& g, const Shape& target);
 
-// matmul of f32 tensors (shapes already checked) without autograd history;
-// the backward passes of matmul and of other ops use it.
-Tensor matmul_f32(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b);
+// matmul of f32 tensors (shapes already checked) without autograd history,
+// at `precision`; the backward passes of matmul and of other ops use it.
+Tensor matmul_f32(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b,
+                  MatmulPrecision precision);
 
 // The f32 version of a floating tensor (itself if already f32), as a
 // differentiable cast: ops compute f16/bf16 inputs in f32 and cast back.

@@ -1,10 +1,11 @@
-// In-place optimizer updates over flat buffers (no autograd): shape, dtype
-// and layout checks, then the device's fused kernel.
+// In-place updates and statistics over flat buffers (no autograd): the
+// optimizer updates, the gradient norm, clipping, LARC. Shape, dtype and
+// layout checks, then the device's fused kernel.
 #include <stdexcept>
+#include <vector>
 
 #include <fmt/format.h>
 
-#include "cpu/optimizer_updates.hpp"
 #include "ops/op_util.hpp"
 #include "rig/ops.hpp"
 
@@ -35,10 +36,43 @@ void adam_update(Tensor& values, const Tensor& grads, Tensor& exp_avg, Tensor& e
   require_flat_f32(kOp, exp_avg_sq, "exp_avg_sq", n);
   const bool amsgrad = max_exp_avg_sq.defined();
   if (amsgrad) require_flat_f32(kOp, max_exp_avg_sq, "max_exp_avg_sq", n);
-  detail::require_same_cpu(kOp, {&values, &grads, &exp_avg, &exp_avg_sq, &max_exp_avg_sq});
-  cpu::adam_update(n, values.data<float>(), grads.data<float>(), exp_avg.data<float>(),
-                   exp_avg_sq.data<float>(), amsgrad ? max_exp_avg_sq.data<float>() : nullptr,
-                   update);
+  detail::require_same_device(kOp, {&values, &grads, &exp_avg, &exp_avg_sq, &max_exp_avg_sq});
+  detail::backend_of(values).adam_update(n, values.data<float>(), grads.data<float>(),
+                                         exp_avg.data<float>(), exp_avg_sq.data<float>(),
+                                         amsgrad ? max_exp_avg_sq.data<float>() : nullptr, update);
+}
+
+GradientStats gradient_stats(const Tensor& grads) {
+  constexpr std::string_view kOp = "gradient_stats";
+  detail::require_defined(kOp, grads, "grads");
+  require_flat_f32(kOp, grads, "grads", grads.numel());
+  return detail::backend_of(grads).gradient_stats(grads.data<float>(), grads.numel());
+}
+
+void scale_(Tensor& t, float factor) {
+  constexpr std::string_view kOp = "scale_";
+  detail::require_defined(kOp, t, "t");
+  require_flat_f32(kOp, t, "t", t.numel());
+  detail::backend_of(t).unary(backend::Unary::mul_scalar, t.data<float>(), t.data<float>(),
+                              t.numel(), factor);
+}
+
+void larc_(Tensor& grads, const Tensor& values, const std::vector<FlatSlice>& slices,
+           const LarcOptions& options) {
+  constexpr std::string_view kOp = "larc_";
+  detail::require_defined(kOp, grads, "grads");
+  const std::int64_t n = grads.numel();
+  require_flat_f32(kOp, grads, "grads", n);
+  require_flat_f32(kOp, values, "values", n);
+  detail::require_same_device(kOp, {&grads, &values});
+  for (const FlatSlice& slice : slices) {
+    if (slice.offset < 0 || slice.size < 0 || slice.offset + slice.size > n) {
+      throw std::invalid_argument(fmt::format("{}: slice [{}, {}) outside the {} elements", kOp,
+                                              slice.offset, slice.offset + slice.size, n));
+    }
+  }
+  detail::backend_of(grads).larc(values.data<float>(), grads.data<float>(), slices.data(),
+                                 static_cast<std::int64_t>(slices.size()), options);
 }
 
 }  // namespace rig::ops

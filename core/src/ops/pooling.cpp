@@ -5,7 +5,6 @@
 
 #include <fmt/format.h>
 
-#include "cpu/pool.hpp"
 #include "ops/op_util.hpp"
 #include "rig/autograd.hpp"
 #include "rig/ops.hpp"
@@ -16,14 +15,14 @@ namespace {
 
 void require_nchw(const char* op, const Tensor& x) {
   detail::require_floating(op, x, "x");
-  detail::require_cpu(op, {&x});
+  detail::require_same_device(op, {&x});
   if (x.dim() != 4) {
     throw std::invalid_argument(
         fmt::format("{}: x {} must be [N, C, H, W]", op, to_string(x.shape())));
   }
 }
 
-cpu::Pool2dShape checked_shape(const char* op, const Tensor& x, const Pool2dOptions& o) {
+backend::Pool2dShape checked_shape(const char* op, const Tensor& x, const Pool2dOptions& o) {
   require_nchw(op, x);
   // The message prefix, built only on failure.
   const auto what = [&] {
@@ -38,7 +37,7 @@ cpu::Pool2dShape checked_shape(const char* op, const Tensor& x, const Pool2dOpti
   if (o.pad_h < 0 || o.pad_w < 0 || 2 * o.pad_h > o.kernel_h || 2 * o.pad_w > o.kernel_w) {
     throw std::invalid_argument(what() + ": padding must be >= 0 and at most half the kernel");
   }
-  cpu::Pool2dShape s;
+  backend::Pool2dShape s;
   s.planes = x.size(0) * x.size(1);
   s.h = x.size(2);
   s.w = x.size(3);
@@ -69,41 +68,41 @@ Tensor in_f32(const Tensor& x, F f) {
 }  // namespace
 
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options) {
-  const cpu::Pool2dShape s = checked_shape("max_pool2d", x, options);
+  const backend::Pool2dShape s = checked_shape("max_pool2d", x, options);
   return in_f32(x, [&](const Tensor& xf) {
     const Tensor xc = xf.detach().contiguous();
     const Shape out_shape{x.size(0), x.size(1), s.out_h, s.out_w};
-    Tensor out = Tensor::empty(out_shape);
+    Tensor out = detail::empty_on(xc, out_shape);
     // The argmax of every window (i32, 4 bytes an output) when backward will need it.
     const bool need_grad = grad_mode_enabled() && xf.requires_grad();
-    Tensor index = need_grad ? Tensor::empty(out_shape, DType::i32) : Tensor();
-    cpu::max_pool2d_forward(s, xc.data<float>(), out.data<float>(),
-                            need_grad ? index.data<std::int32_t>() : nullptr);
+    Tensor index = need_grad ? detail::empty_on(xc, out_shape, DType::i32) : Tensor();
+    detail::backend_of(xc).max_pool2d_forward(s, xc.data<float>(), out.data<float>(),
+                                              need_grad ? index.data<std::int32_t>() : nullptr);
     if (!need_grad) return out;
-    return autograd::record(std::move(out), "max_pool2d", {xf},
-                            [s, index, shape = xc.shape()](const Tensor& g) {
-                              const Tensor gc = g.contiguous();
-                              Tensor dx = Tensor::empty(shape);
-                              cpu::max_pool2d_backward(s, index.data<std::int32_t>(),
-                                                       gc.data<float>(), dx.data<float>());
-                              return autograd::TensorList{dx};
-                            });
+    return autograd::record(
+        std::move(out), "max_pool2d", {xf}, [s, index, shape = xc.shape()](const Tensor& g) {
+          const Tensor gc = g.contiguous();
+          Tensor dx = detail::empty_on(gc, shape);
+          detail::backend_of(gc).max_pool2d_backward(s, index.data<std::int32_t>(),
+                                                     gc.data<float>(), dx.data<float>());
+          return autograd::TensorList{dx};
+        });
   });
 }
 
 Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& options) {
-  const cpu::Pool2dShape s = checked_shape("avg_pool2d", x, options);
+  const backend::Pool2dShape s = checked_shape("avg_pool2d", x, options);
   return in_f32(x, [&](const Tensor& xf) {
     const Tensor xc = xf.detach().contiguous();
-    Tensor out = Tensor::empty({x.size(0), x.size(1), s.out_h, s.out_w});
-    cpu::avg_pool2d_forward(s, xc.data<float>(), out.data<float>());
-    return autograd::record(std::move(out), "avg_pool2d", {xf},
-                            [s, shape = xc.shape()](const Tensor& g) {
-                              const Tensor gc = g.contiguous();
-                              Tensor dx = Tensor::empty(shape);
-                              cpu::avg_pool2d_backward(s, gc.data<float>(), dx.data<float>());
-                              return autograd::TensorList{dx};
-                            });
+    Tensor out = detail::empty_on(xc, {x.size(0), x.size(1), s.out_h, s.out_w});
+    detail::backend_of(xc).avg_pool2d_forward(s, xc.data<float>(), out.data<float>());
+    return autograd::record(
+        std::move(out), "avg_pool2d", {xf}, [s, shape = xc.shape()](const Tensor& g) {
+          const Tensor gc = g.contiguous();
+          Tensor dx = detail::empty_on(gc, shape);
+          detail::backend_of(gc).avg_pool2d_backward(s, gc.data<float>(), dx.data<float>());
+          return autograd::TensorList{dx};
+        });
   });
 }
 
@@ -117,14 +116,15 @@ Tensor global_avg_pool2d(const Tensor& x) {
   }
   return in_f32(x, [&](const Tensor& xf) {
     const Tensor xc = xf.detach().contiguous();
-    Tensor out = Tensor::empty({x.size(0), x.size(1)});
-    cpu::global_avg_pool_forward(planes, size, xc.data<float>(), out.data<float>());
+    Tensor out = detail::empty_on(xc, {x.size(0), x.size(1)});
+    detail::backend_of(xc).global_avg_pool_forward(planes, size, xc.data<float>(),
+                                                   out.data<float>());
     return autograd::record(std::move(out), "global_avg_pool2d", {xf},
                             [planes, size, shape = xc.shape()](const Tensor& g) {
                               const Tensor gc = g.contiguous();
-                              Tensor dx = Tensor::empty(shape);
-                              cpu::global_avg_pool_backward(planes, size, gc.data<float>(),
-                                                            dx.data<float>());
+                              Tensor dx = detail::empty_on(gc, shape);
+                              detail::backend_of(gc).global_avg_pool_backward(
+                                  planes, size, gc.data<float>(), dx.data<float>());
                               return autograd::TensorList{dx};
                             });
   });

@@ -6,8 +6,6 @@
 
 #include <fmt/format.h>
 
-#include "cpu/elementwise.hpp"
-#include "cpu/reduce.hpp"
 #include "ops/op_util.hpp"
 #include "rig/autograd.hpp"
 #include "rig/ops.hpp"
@@ -16,7 +14,8 @@ namespace rig::ops {
 
 namespace {
 
-using detail::require_cpu;
+using detail::backend_of;
+using detail::empty_on;
 using detail::require_floating;
 
 // Sorted, de-duplicated, normalised axes; throws on repeats.
@@ -49,9 +48,10 @@ Tensor sum_keepdim(const Tensor& x, const Axes& axes, float scale) {
     for (std::size_t d = hi; d < shape.size(); ++d) inner *= shape[d];
     Shape next = shape;
     for (std::size_t d = lo; d < hi; ++d) next[d] = 1;
-    Tensor out = Tensor::empty(next);
+    Tensor out = empty_on(cur, next);
     // Apply the scale once, on the last pass.
-    cpu::sum_axis(cur.data<float>(), out.data<float>(), outer, r, inner, j == 0 ? scale : 1.0F);
+    backend_of(cur).sum_axis(cur.data<float>(), out.data<float>(), outer, r, inner,
+                             j == 0 ? scale : 1.0F);
     cur = out;
     shape = next;
     i = j;
@@ -62,21 +62,21 @@ Tensor sum_keepdim(const Tensor& x, const Axes& axes, float scale) {
 // g (of `keep_shape`, broadcastable to `shape`) copied out to `shape`, times scale.
 Tensor broadcast_back(const Tensor& g, const Shape& keep_shape, const Shape& shape, float scale) {
   const Tensor gk = g.contiguous().reshape(keep_shape);
-  Tensor out = Tensor::empty(shape);
+  Tensor out = empty_on(gk, shape);
   if (out.numel() == 0) return out;
+  backend::Backend& be = backend_of(gk);
   const Strides so = contiguous_strides(shape);
-  const Strides sg = cpu::broadcast_strides(gk.shape(), gk.strides(), shape);
-  const auto plan = cpu::make_strided_plan<2>(shape, {&so, &sg});
-  cpu::strided_copy(plan, gk.data<float>(), out.data<float>());
+  const Strides sg = backend::broadcast_strides(gk.shape(), gk.strides(), shape);
+  const auto plan = backend::make_strided_plan<2>(shape, {&so, &sg});
+  be.broadcast_copy(plan, gk.data<float>(), out.data<float>());
   if (scale != 1.0F) {
-    cpu::unary(cpu::Unary::mul_scalar, out.data<float>(), out.data<float>(), out.numel(), scale);
+    be.unary(backend::Unary::mul_scalar, out.data<float>(), out.data<float>(), out.numel(), scale);
   }
   return out;
 }
 
 Tensor reduce_axes(const char* name, const Tensor& a, const Axes& axes, bool keepdim, bool mean) {
   require_floating(name, a, "x");
-  require_cpu(name, {&a});
   if (a.dtype() != DType::f32) {
     return reduce_axes(name, a.to(DType::f32), axes, keepdim, mean).to(a.dtype());
   }
@@ -110,20 +110,21 @@ Tensor reduce_axes(const char* name, const Tensor& a, const Axes& axes, bool kee
 
 Tensor reduce_all(const char* name, const Tensor& a, bool mean) {
   require_floating(name, a, "x");
-  require_cpu(name, {&a});
   if (a.dtype() != DType::f32) return reduce_all(name, a.to(DType::f32), mean).to(a.dtype());
   const auto n = a.numel();
   if (mean && n == 0) {
     throw std::invalid_argument(fmt::format("{}: empty tensor {}", name, to_string(a.shape())));
   }
   const Tensor x = a.contiguous();
-  double total = cpu::sum_all(x.data<float>(), n);
-  if (mean) total /= static_cast<double>(n);
+  Tensor total = empty_on(x, {});
+  backend_of(x).sum_all(x.data<float>(), n, mean ? static_cast<double>(n) : 1.0,
+                        total.data<float>());
   const float scale = mean ? 1.0F / static_cast<float>(n) : 1.0F;
-  return autograd::record(Tensor::scalar(static_cast<float>(total)), name, {a},
-                          [shape = a.shape(), scale](const Tensor& g) {
-                            return autograd::TensorList{Tensor::full(shape, g.item() * scale)};
-                          });
+  Shape keep_shape(a.shape().size(), 1);
+  return autograd::record(
+      std::move(total), name, {a}, [shape = a.shape(), keep_shape, scale](const Tensor& g) {
+        return autograd::TensorList{broadcast_back(g, keep_shape, shape, scale)};
+      });
 }
 
 }  // namespace
@@ -163,7 +164,6 @@ Tensor mean(const Tensor& a, const Axes& axes, bool keepdim) {
 
 Tensor max(const Tensor& a, std::int64_t axis, bool keepdim) {
   require_floating("max", a, "x");
-  require_cpu("max", {&a});
   if (a.dtype() != DType::f32) return max(a.to(DType::f32), axis, keepdim).to(a.dtype());
   const Shape& shape = a.shape();
   const auto ax = static_cast<std::size_t>(detail::normalize_axis(axis, a.dim(), "max", shape));
@@ -177,9 +177,10 @@ Tensor max(const Tensor& a, std::int64_t axis, bool keepdim) {
   Shape keep_shape = shape;
   keep_shape[ax] = 1;
   const Tensor x = a.contiguous();
-  Tensor values = Tensor::empty(keep_shape);
-  Tensor index = Tensor::empty(keep_shape, DType::i64);
-  cpu::max_axis(x.data<float>(), values.data<float>(), index.data<std::int64_t>(), outer, r, inner);
+  Tensor values = empty_on(x, keep_shape);
+  Tensor index = empty_on(x, keep_shape, DType::i64);
+  backend_of(x).max_axis(x.data<float>(), values.data<float>(), index.data<std::int64_t>(), outer,
+                         r, inner);
   Shape out_shape = shape;
   if (keepdim) {
     out_shape[ax] = 1;
@@ -187,21 +188,14 @@ Tensor max(const Tensor& a, std::int64_t axis, bool keepdim) {
     out_shape.erase(out_shape.begin() + static_cast<std::ptrdiff_t>(ax));
   }
   Tensor out = values.reshape(out_shape);
-  return autograd::record(std::move(out), "max", {a},
-                          [index, shape = a.shape(), outer, r, inner](const Tensor& g) {
-                            const Tensor gc = g.contiguous();
-                            Tensor dx = Tensor::zeros(shape);
-                            const float* gs = gc.data<float>();
-                            const std::int64_t* idx = index.data<std::int64_t>();
-                            float* d = dx.data<float>();
-                            for (std::int64_t o = 0; o < outer; ++o) {
-                              for (std::int64_t i = 0; i < inner; ++i) {
-                                const std::int64_t k = o * inner + i;
-                                d[(o * r + idx[k]) * inner + i] = gs[k];
-                              }
-                            }
-                            return autograd::TensorList{dx};
-                          });
+  return autograd::record(
+      std::move(out), "max", {a}, [index, shape = a.shape(), outer, r, inner](const Tensor& g) {
+        const Tensor gc = g.contiguous();
+        Tensor dx = empty_on(gc, shape);
+        backend_of(gc).max_axis_backward(gc.data<float>(), index.data<std::int64_t>(),
+                                         dx.data<float>(), outer, r, inner);
+        return autograd::TensorList{dx};
+      });
 }
 
 }  // namespace rig::ops

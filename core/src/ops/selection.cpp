@@ -6,8 +6,6 @@
 
 #include <fmt/format.h>
 
-#include "cpu/half.hpp"
-#include "cpu/selection.hpp"
 #include "ops/op_util.hpp"
 #include "rig/autograd.hpp"
 #include "rig/ops.hpp"
@@ -16,10 +14,12 @@ namespace rig::ops {
 
 namespace {
 
+using detail::backend_of;
+using detail::empty_on;
 using detail::normalize_axis;
-using detail::require_cpu;
 using detail::require_defined;
 using detail::require_dtype;
+using detail::require_same_device;
 
 // t's strides over `shape` (which t broadcasts to): 0 on broadcast axes.
 Strides broadcast_strides(const Tensor& t, const Shape& shape) {
@@ -31,55 +31,21 @@ Strides broadcast_strides(const Tensor& t, const Shape& shape) {
   return strides;
 }
 
-// A scalar as the bits of one element of `dtype`, for a stride-0 operand.
-struct ScalarBits {
-  alignas(8) unsigned char bytes[8] = {};
-  ScalarBits(float value, DType dtype) {
-    switch (dtype) {
-      case DType::f32:
-        std::memcpy(bytes, &value, 4);
-        break;
-      case DType::f16:
-        store(cpu::float_to_half_bits(value));
-        break;
-      case DType::bf16:
-        store(cpu::float_to_bfloat16_bits(value));
-        break;
-      case DType::i32:
-        store(static_cast<std::int32_t>(value));
-        break;
-      case DType::i64:
-        store(static_cast<std::int64_t>(value));
-        break;
-      case DType::u8:
-        store(static_cast<std::uint8_t>(value));
-        break;
-    }
-  }
-  template <class T>
-  void store(T v) {
-    std::memcpy(bytes, &v, sizeof v);
-  }
-};
-
-cpu::SelectOperand operand(const Tensor& t, const Shape& shape) {
+backend::SelectOperand operand(const Tensor& t, const Shape& shape) {
   return {t.raw_data(), broadcast_strides(t, shape)};
-}
-
-cpu::SelectOperand scalar_operand(const ScalarBits& bits, const Shape& shape) {
-  return {bits.bytes, Strides(shape.size(), 0)};
 }
 
 // cond ? value : t, or cond ? t : value when `value_if_false` (t of `shape`).
 Tensor select_scalar(const Tensor& cond, const Tensor& t, float value, bool value_if_false) {
   const Shape& shape = t.shape();
-  Tensor out = Tensor::empty(shape, t.dtype());
-  const ScalarBits bits(value, t.dtype());
+  Tensor out = empty_on(t, shape, t.dtype());
+  // The value as one element of t's dtype on t's device, read with stride 0.
+  const Tensor scalar = Tensor::full({}, value, t.dtype(), t.device());
   const auto c = operand(cond, shape);
   const auto x = operand(t, shape);
-  const auto v = scalar_operand(bits, shape);
-  cpu::select(shape, dtype_size(t.dtype()), c, value_if_false ? x : v, value_if_false ? v : x,
-              out.raw_data());
+  const backend::SelectOperand v{scalar.raw_data(), Strides(shape.size(), 0)};
+  backend_of(t).select(shape, dtype_size(t.dtype()), c, value_if_false ? x : v,
+                       value_if_false ? v : x, out.raw_data());
   return out;
 }
 
@@ -102,7 +68,7 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
   require_dtype("where", condition, "condition", {DType::u8});
   require_defined("where", a, "a");
   require_defined("where", b, "b");
-  require_cpu("where", {&condition, &a, &b});
+  require_same_device("where", {&condition, &a, &b});
   if (a.dtype() != b.dtype()) {
     throw std::invalid_argument(fmt::format("where: a {} {} and b {} {}: dtypes differ",
                                             dtype_name(a.dtype()), to_string(a.shape()),
@@ -110,9 +76,9 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
   }
   const Shape shape =
       broadcast_shapes(broadcast_shapes(condition.shape(), a.shape(), "where"), b.shape(), "where");
-  Tensor out = Tensor::empty(shape, a.dtype());
-  cpu::select(shape, dtype_size(a.dtype()), operand(condition, shape), operand(a, shape),
-              operand(b, shape), out.raw_data());
+  Tensor out = empty_on(a, shape, a.dtype());
+  backend_of(a).select(shape, dtype_size(a.dtype()), operand(condition, shape), operand(a, shape),
+                       operand(b, shape), out.raw_data());
   return autograd::record(
       std::move(out), "where", {condition, a, b},
       [cond = condition.detach(), a_shape = a.shape(), b_shape = b.shape(),
@@ -127,7 +93,7 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
 Tensor masked_fill(const Tensor& x, const Tensor& mask, float value) {
   require_defined("masked_fill", x, "x");
   require_dtype("masked_fill", mask, "mask", {DType::u8});
-  require_cpu("masked_fill", {&x, &mask});
+  require_same_device("masked_fill", {&x, &mask});
   if (broadcast_shapes(x.shape(), mask.shape(), "masked_fill") != x.shape()) {
     throw std::invalid_argument(fmt::format("masked_fill: mask {} does not broadcast to x {}",
                                             to_string(mask.shape()), to_string(x.shape())));
@@ -142,7 +108,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, float value) {
 
 Tensor argmax(const Tensor& x, std::int64_t axis) {
   require_defined("argmax", x, "x");
-  require_cpu("argmax", {&x});
+  require_same_device("argmax", {&x});
   const std::int64_t ax = normalize_axis(axis, x.dim(), "argmax", x.shape());
   if (x.size(ax) == 0) {
     throw std::invalid_argument(
@@ -153,17 +119,18 @@ Tensor argmax(const Tensor& x, std::int64_t axis) {
   data = data.contiguous();
   Shape shape = x.shape();
   shape.erase(shape.begin() + ax);
-  Tensor out = Tensor::empty(shape, DType::i64);
+  Tensor out = empty_on(data, shape, DType::i64);
   std::int64_t outer = 1, inner = 1;
   for (std::int64_t d = 0; d < ax; ++d) outer *= x.size(d);
   for (std::int64_t d = ax + 1; d < x.dim(); ++d) inner *= x.size(d);
-  cpu::argmax(data, outer, x.size(ax), inner, out);
+  backend_of(data).argmax({data.raw_data(), data.dtype(), data.shape()}, outer, x.size(ax), inner,
+                          out.data<std::int64_t>());
   return out;
 }
 
 std::pair<Tensor, Tensor> topk(const Tensor& x, std::int64_t k, std::int64_t axis) {
   require_defined("topk", x, "x");
-  require_cpu("topk", {&x});
+  require_same_device("topk", {&x});
   const std::int64_t ax = normalize_axis(axis, x.dim(), "topk", x.shape());
   const std::int64_t n = x.size(ax);
   if (k < 0 || k > n) {
@@ -178,9 +145,11 @@ std::pair<Tensor, Tensor> topk(const Tensor& x, std::int64_t k, std::int64_t axi
   data = data.contiguous();
   Shape shape = data.shape();
   shape.back() = k;
-  Tensor values = Tensor::empty(shape, data.dtype());
-  Tensor indices = Tensor::empty(shape, DType::i64);
-  cpu::topk(data, n == 0 ? 0 : data.numel() / n, n, k, values, indices);
+  Tensor values = empty_on(data, shape, data.dtype());
+  Tensor indices = empty_on(data, shape, DType::i64);
+  backend_of(data).topk({data.raw_data(), data.dtype(), data.shape()},
+                        n == 0 ? 0 : data.numel() / n, n, k, values.raw_data(),
+                        indices.data<std::int64_t>());
   if (ax != last) {
     values = values.transpose(ax, last).contiguous();
     indices = indices.transpose(ax, last).contiguous();

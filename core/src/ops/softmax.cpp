@@ -5,7 +5,6 @@
 
 #include <fmt/format.h>
 
-#include "cpu/softmax.hpp"
 #include "ops/op_util.hpp"
 #include "rig/autograd.hpp"
 #include "rig/ops.hpp"
@@ -18,7 +17,7 @@ Tensor softmax_impl(const char* name, const Tensor& x, std::int64_t axis, const 
                     bool log) {
   detail::require_floating(name, x, "x");
   if (mask.defined()) detail::require_dtype(name, mask, "mask", {DType::u8});
-  detail::require_same_cpu(name, {&x, &mask});
+  detail::require_same_device(name, {&x, &mask});
   const std::int64_t ax = detail::normalize_axis(axis, x.dim(), name, x.shape());
   if (mask.defined()) {
     bool ok = mask.dim() <= x.dim();
@@ -39,7 +38,7 @@ Tensor softmax_impl(const char* name, const Tensor& x, std::int64_t axis, const 
   }
 
   const Tensor xc = x.detach().contiguous();
-  Tensor y = Tensor::empty(xc.shape());
+  Tensor y = detail::empty_on(xc, xc.shape());
   const std::int64_t n = x.size(-1);
   if (y.numel() > 0) {
     const Shape lead(xc.shape().begin(), xc.shape().end() - 1);
@@ -48,23 +47,23 @@ Tensor softmax_impl(const char* name, const Tensor& x, std::int64_t axis, const 
     Strides m_lead(lead.size(), 0);
     std::int64_t m_inner = 0;
     if (mask.defined()) {
-      const Strides full = cpu::broadcast_strides(mask.shape(), mask.strides(), xc.shape());
+      const Strides full = backend::broadcast_strides(mask.shape(), mask.strides(), xc.shape());
       m_lead.assign(full.begin(), full.end() - 1);
       m_inner = full.back();
     }
-    const auto plan = cpu::make_row_plan<2>(lead, {&x_lead, &m_lead}, n, {1, m_inner});
-    cpu::softmax_forward(plan, xc.data<float>(),
-                         mask.defined() ? mask.data<std::uint8_t>() : nullptr, y.data<float>(),
-                         log);
+    const auto plan = backend::make_row_plan<2>(lead, {&x_lead, &m_lead}, n, {1, m_inner});
+    detail::backend_of(xc).softmax_forward(plan, xc.data<float>(),
+                                           mask.defined() ? mask.data<std::uint8_t>() : nullptr,
+                                           y.data<float>(), log);
   }
   if (!grad_mode_enabled() || !x.requires_grad()) return y;
   const Tensor saved = y.detach();
   return autograd::record(std::move(y), name, {x}, [saved, n, log](const Tensor& g) {
     const Tensor gc = g.contiguous();
-    Tensor dx = Tensor::empty(gc.shape());
+    Tensor dx = detail::empty_on(gc, gc.shape());
     if (dx.numel() > 0) {
-      cpu::softmax_backward(saved.data<float>(), gc.data<float>(), dx.data<float>(), dx.numel() / n,
-                            n, log);
+      detail::backend_of(gc).softmax_backward(saved.data<float>(), gc.data<float>(),
+                                              dx.data<float>(), dx.numel() / n, n, log);
     }
     return autograd::TensorList{dx};
   });

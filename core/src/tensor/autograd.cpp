@@ -16,7 +16,7 @@
 
 #include <fmt/format.h>
 
-#include "cpu/tensor_copy.hpp"
+#include "backend/backend.hpp"
 #include "tensor/object_pool.hpp"
 
 namespace rig::autograd {
@@ -28,7 +28,12 @@ std::atomic<std::size_t> g_heap_fallbacks{0};
 // dst += src; either may be strided (a leaf's grad may be a view into a flat
 // gradient buffer, and view backward functions return views).
 void add_into(Tensor& dst, const Tensor& src) {
-  cpu::add_strided(dst.shape(), dst.raw_data(), dst.strides(), dst.dtype(), src.raw_data(),
+  if (dst.device() != src.device()) {
+    throw std::invalid_argument(fmt::format("autograd: a gradient on {} for a tensor on {}",
+                                            to_string(src.device()), to_string(dst.device())));
+  }
+  backend::backend_for(dst.device())
+      .add_strided(dst.shape(), dst.raw_data(), dst.strides(), dst.dtype(), src.raw_data(),
                    src.strides(), src.dtype());
 }
 

@@ -2,7 +2,7 @@
 
 #include <cassert>
 
-#include "tensor/allocator.hpp"
+#include "backend/caching_allocator.hpp"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
@@ -74,7 +74,7 @@ ObjectPool::Stats ObjectPool::stats() const {
 ObjectPool& object_pool() {
   // Constructed in place and never destroyed (see the header).
   alignas(ObjectPool) static std::byte storage[sizeof(ObjectPool)];
-  static ObjectPool* const pool = ::new (storage) ObjectPool(caching_enabled());
+  static ObjectPool* const pool = ::new (storage) ObjectPool(backend::caching_enabled());
   return *pool;
 }
 

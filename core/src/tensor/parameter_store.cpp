@@ -7,11 +7,11 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <vector>
 
 #include <fmt/format.h>
 
-#include "cpu/half.hpp"
-#include "cpu/parallel.hpp"
+#include "backend/backend.hpp"
 #include "rig/random.hpp"
 
 namespace rig {
@@ -105,39 +105,6 @@ Tensor declare_in(std::vector<ParameterInfo>& list, std::int64_t& numel, const s
   return value;
 }
 
-// Elements per parallel_for chunk of the flat-buffer loops.
-constexpr std::int64_t kGrain = 1 << 15;
-
-// master[i] = widen(src[i]) x s (in place when master == src; nothing is
-// written when master is null). Returns max |master[i]|, or +inf when any
-// product is inf or NaN. The maximum is taken over the bit patterns of |x|,
-// which order like the values for finite x and are >= 0x7f800000 for inf and
-// NaN: an integer reduction that vectorises (a float max with NaN would not).
-template <class Src, class Widen>
-double unscale_into(std::int64_t n, const Src* src, float* master, float s, Widen widen) {
-  std::atomic<std::uint32_t> amax{0};
-  cpu::parallel_for(n, kGrain, [&](std::int64_t begin, std::int64_t end) {
-    std::uint32_t m = 0;
-    if (master != nullptr) {
-      for (std::int64_t i = begin; i < end; ++i) {
-        const float g = widen(src[i]) * s;
-        master[i] = g;
-        m = std::max(m, std::bit_cast<std::uint32_t>(g) & 0x7FFFFFFFU);
-      }
-    } else {
-      for (std::int64_t i = begin; i < end; ++i) {
-        m = std::max(m, std::bit_cast<std::uint32_t>(widen(src[i]) * s) & 0x7FFFFFFFU);
-      }
-    }
-    std::uint32_t seen = amax.load(std::memory_order_relaxed);
-    while (m > seen && !amax.compare_exchange_weak(seen, m, std::memory_order_relaxed)) {
-    }
-  });
-  const std::uint32_t bits = amax.load();
-  if (bits >= 0x7F800000U) return std::numeric_limits<double>::infinity();
-  return std::bit_cast<float>(bits);
-}
-
 }  // namespace
 
 Tensor ParameterStore::declare(const std::string& name, Shape shape, Initializer init) {
@@ -150,21 +117,24 @@ Tensor ParameterStore::declare_buffer(const std::string& name, Shape shape, Init
   return declare_in(buffer_infos_, buffer_numel_, name, std::move(shape), init);
 }
 
-void ParameterStore::allocate(std::uint64_t seed, DType compute) {
+void ParameterStore::allocate(std::uint64_t seed, DType compute, Device device) {
   if (allocated()) throw std::logic_error("ParameterStore::allocate: already allocated");
   if (!is_floating(compute)) {
     throw std::invalid_argument(fmt::format(
         "ParameterStore::allocate: compute dtype {} is not floating", dtype_name(compute)));
   }
   compute_dtype_ = compute;
-  values_ = Tensor::empty({numel_});
-  grads_ = Tensor::zeros({numel_});
-  buffers_ = Tensor::empty({buffer_numel_});
+  values_ = Tensor::empty({numel_}, DType::f32, device);
+  grads_ = Tensor::zeros({numel_}, DType::f32, device);
+  buffers_ = Tensor::empty({buffer_numel_}, DType::f32, device);
   const bool low = compute != DType::f32;
   if (low) {
-    compute_values_ = Tensor::empty({numel_}, compute);
-    compute_grads_ = Tensor::zeros({numel_}, compute);
+    compute_values_ = Tensor::empty({numel_}, compute, device);
+    compute_grads_ = Tensor::zeros({numel_}, compute, device);
   }
+  // Initial values are drawn on the host, then copied to the device at once.
+  std::vector<float> initial_values(static_cast<std::size_t>(numel_));
+  std::vector<float> initial_buffers(static_cast<std::size_t>(buffer_numel_));
   const auto& value_storage = (low ? compute_values_ : values_).impl()->storage;
   const auto& grad_storage = (low ? compute_grads_ : grads_).impl()->storage;
   for (auto& p : parameters_) {
@@ -182,15 +152,17 @@ void ParameterStore::allocate(std::uint64_t seed, DType compute) {
     } else {
       p.master = p.value;
     }
-    initialise(p, seed, p.master.data<float>());
+    initialise(p, seed, initial_values.data() + p.offset);
   }
   for (auto& b : buffer_infos_) {
     TensorImpl& impl = *b.value.impl();
     impl.storage = buffers_.impl()->storage;
     impl.offset = b.offset;
     b.master = b.value;
-    initialise(b, seed, b.value.data<float>());
+    initialise(b, seed, initial_buffers.data() + b.offset);
   }
+  values_.copy_from(Tensor::from_vector(initial_values, {numel_}));
+  buffers_.copy_from(Tensor::from_vector(initial_buffers, {buffer_numel_}));
   publish_values();
 }
 
@@ -206,30 +178,19 @@ double ParameterStore::unscale_grads(double scale) {
   if (!allocated()) throw std::logic_error("ParameterStore::unscale_grads before allocate()");
   float* master = grads_.data<float>();
   const auto s = static_cast<float>(scale);
-  if (compute_dtype_ == DType::f16) {
-    return unscale_into(numel_, compute_grads_.data<std::uint16_t>(), master, s,
-                        [](std::uint16_t h) { return cpu::half_bits_to_float(h); });
+  Tensor amax = Tensor::empty({}, DType::f32, grads_.device());
+  backend::Backend& be = backend::backend_for(grads_.device());
+  if (compute_grads_.defined()) {
+    be.unscale(numel_, compute_dtype_, compute_grads_.raw_data(), master, s, amax.data<float>());
+  } else {
+    // f32 at scale 1: only the overflow check, nothing to write.
+    be.unscale(numel_, DType::f32, master, s == 1.0F ? nullptr : master, s, amax.data<float>());
   }
-  if (compute_dtype_ == DType::bf16) {
-    return unscale_into(numel_, compute_grads_.data<std::uint16_t>(), master, s,
-                        [](std::uint16_t h) { return cpu::bfloat16_bits_to_float(h); });
-  }
-  if (s == 1.0F) return unscale_into(numel_, master, nullptr, s, [](float g) { return g; });
-  return unscale_into(numel_, master, master, s, [](float g) { return g; });
+  return amax.item();
 }
 
 void ParameterStore::publish_values() {
-  if (!compute_values_.defined()) return;
-  const float* src = values_.data<float>();
-  std::uint16_t* dst = compute_values_.data<std::uint16_t>();
-  const bool half = compute_dtype_ == DType::f16;
-  cpu::parallel_for(numel_, kGrain, [&](std::int64_t begin, std::int64_t end) {
-    if (half) {
-      for (std::int64_t i = begin; i < end; ++i) dst[i] = cpu::float_to_half_bits(src[i]);
-    } else {
-      for (std::int64_t i = begin; i < end; ++i) dst[i] = cpu::float_to_bfloat16_bits(src[i]);
-    }
-  });
+  if (compute_values_.defined()) compute_values_.copy_from(values_);  // rounded to f16 / bf16
 }
 
 void ParameterStore::round_values_to(DType dtype) {
@@ -239,19 +200,7 @@ void ParameterStore::round_values_to(DType dtype) {
         "ParameterStore::round_values_to: {} is not a floating dtype", dtype_name(dtype)));
   }
   if (dtype == DType::f32) return;
-  float* v = values_.data<float>();
-  const bool half = dtype == DType::f16;
-  cpu::parallel_for(numel_, kGrain, [&](std::int64_t begin, std::int64_t end) {
-    if (half) {
-      for (std::int64_t i = begin; i < end; ++i) {
-        v[i] = cpu::half_bits_to_float(cpu::float_to_half_bits(v[i]));
-      }
-    } else {
-      for (std::int64_t i = begin; i < end; ++i) {
-        v[i] = cpu::bfloat16_bits_to_float(cpu::float_to_bfloat16_bits(v[i]));
-      }
-    }
-  });
+  values_.copy_from(values_.to(dtype));  // there and back: rounded to nearest even
 }
 
 const ParameterInfo& ParameterStore::find(const std::string& name) const {

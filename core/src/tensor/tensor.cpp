@@ -3,12 +3,11 @@
 #include "rig/tensor.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <stdexcept>
 
 #include <fmt/format.h>
 
-#include "cpu/tensor_copy.hpp"
+#include "backend/backend.hpp"
 #include "rig/autograd.hpp"
 #include "tensor/object_pool.hpp"
 
@@ -23,22 +22,40 @@ TensorImpl& checked(const std::shared_ptr<TensorImpl>& impl, const char* what) {
   return *impl;
 }
 
-void require_cpu(const char* what, Device device) {
-  if (!device.is_cpu()) {
-    throw std::invalid_argument(fmt::format("Tensor::{}: device {} is not supported by this build",
-                                            what, to_string(device)));
-  }
+backend::Backend& backend_of(const Tensor& t) {
+  return backend::backend_for(t.device());
 }
 
 template <class T>
-Tensor from_values(const std::vector<T>& values, Shape shape) {
+Tensor from_values(const std::vector<T>& values, Shape shape, Device device) {
   if (static_cast<std::int64_t>(values.size()) != shape_numel(shape)) {
     throw std::invalid_argument(fmt::format("Tensor::from_vector: {} values for shape {}",
                                             values.size(), to_string(shape)));
   }
-  Tensor t = Tensor::empty(std::move(shape), dtype_of<T>());
-  if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(T));
+  Tensor t = Tensor::empty(std::move(shape), dtype_of<T>(), device);
+  if (!values.empty()) {
+    backend_of(t).from_host(t.raw_data(), values.data(), values.size() * sizeof(T));
+  }
   return t;
+}
+
+// The tensor's elements, contiguous, as `dtype` in host memory: copied off
+// the device (contiguous first, there), then converted on the host.
+template <class T>
+std::vector<T> host_values(const Tensor& t, DType dtype) {
+  std::vector<T> out(static_cast<std::size_t>(t.numel()));
+  if (out.empty()) return out;
+  const Tensor c = t.is_contiguous() ? t : t.detach().clone();
+  backend::Backend& host = backend::cpu_backend();
+  if (c.dtype() == dtype) {
+    backend_of(c).to_host(out.data(), c.raw_data(), c.nbytes());
+    return out;
+  }
+  std::vector<std::byte> raw(c.nbytes());
+  backend_of(c).to_host(raw.data(), c.raw_data(), c.nbytes());
+  const Strides dense = contiguous_strides(c.shape());
+  host.copy_strided(c.shape(), out.data(), dense, dtype, raw.data(), dense, c.dtype());
+  return out;
 }
 
 }  // namespace
@@ -57,7 +74,7 @@ Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
 
 Tensor Tensor::zeros(Shape shape, DType dtype, Device device) {
   Tensor t = empty(std::move(shape), dtype, device);
-  if (t.nbytes() > 0) std::memset(t.raw_data(), 0, t.nbytes());
+  if (t.nbytes() > 0) backend_of(t).zero_bytes(t.raw_data(), static_cast<std::int64_t>(t.nbytes()));
   return t;
 }
 
@@ -71,21 +88,21 @@ Tensor Tensor::full(Shape shape, float value, DType dtype, Device device) {
   return t;
 }
 
-Tensor Tensor::from_vector(const std::vector<float>& values, Shape shape) {
-  return from_values(values, std::move(shape));
+Tensor Tensor::from_vector(const std::vector<float>& values, Shape shape, Device device) {
+  return from_values(values, std::move(shape), device);
 }
-Tensor Tensor::from_vector(const std::vector<std::int64_t>& values, Shape shape) {
-  return from_values(values, std::move(shape));
+Tensor Tensor::from_vector(const std::vector<std::int64_t>& values, Shape shape, Device device) {
+  return from_values(values, std::move(shape), device);
 }
-Tensor Tensor::from_vector(const std::vector<std::uint8_t>& values, Shape shape) {
-  return from_values(values, std::move(shape));
+Tensor Tensor::from_vector(const std::vector<std::uint8_t>& values, Shape shape, Device device) {
+  return from_values(values, std::move(shape), device);
 }
 
-Tensor Tensor::arange(std::int64_t n, DType dtype) {
+Tensor Tensor::arange(std::int64_t n, DType dtype, Device device) {
   if (n < 0) throw std::invalid_argument(fmt::format("Tensor::arange: negative length {}", n));
-  Tensor t = empty({n}, DType::i64);
-  std::int64_t* p = t.data<std::int64_t>();
-  for (std::int64_t i = 0; i < n; ++i) p[i] = i;
+  std::vector<std::int64_t> values(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) values[static_cast<std::size_t>(i)] = i;
+  const Tensor t = from_values(values, {n}, device);
   return dtype == DType::i64 ? t : t.to(dtype);
 }
 
@@ -222,20 +239,11 @@ float Tensor::item() const {
     throw std::invalid_argument(
         fmt::format("Tensor::item: the tensor has shape {}, not one element", to_string(shape())));
   }
-  require_cpu("item", device());
-  float value = 0.0F;
-  cpu::copy_strided({}, &value, {}, DType::f32, raw_data(), {}, dtype());
-  return value;
+  return host_values<float>(*this, DType::f32).front();
 }
 
 std::vector<float> Tensor::to_vector() const {
-  require_cpu("to_vector", device());
-  std::vector<float> out(static_cast<std::size_t>(numel()));
-  if (!out.empty()) {
-    cpu::copy_strided(shape(), out.data(), contiguous_strides(shape()), DType::f32, raw_data(),
-                      strides(), dtype());
-  }
-  return out;
+  return host_values<float>(*this, DType::f32);
 }
 
 std::vector<std::int64_t> Tensor::to_int_vector() const {
@@ -243,13 +251,7 @@ std::vector<std::int64_t> Tensor::to_int_vector() const {
     throw std::invalid_argument(fmt::format(
         "Tensor::to_int_vector: a {} tensor; integer dtypes only", dtype_name(dtype())));
   }
-  require_cpu("to_int_vector", device());
-  std::vector<std::int64_t> out(static_cast<std::size_t>(numel()));
-  if (!out.empty()) {
-    cpu::copy_strided(shape(), out.data(), contiguous_strides(shape()), DType::i64, raw_data(),
-                      strides(), dtype());
-  }
-  return out;
+  return host_values<std::int64_t>(*this, DType::i64);
 }
 
 // ---- Copies and casts ----------------------------------------------------------
@@ -276,12 +278,28 @@ Tensor Tensor::to(DType target) const {
 }
 
 Tensor Tensor::to(Device target) const {
-  if (target == device()) return *this;
-  const Device unsupported = device().is_cpu() ? target : device();
-  throw std::invalid_argument(
-      fmt::format("Tensor::to: {} {} from {} to {}: device {} is not supported by this build",
-                  dtype_name(dtype()), to_string(shape()), to_string(device()), to_string(target),
-                  to_string(unsupported)));
+  const Device source = device();
+  if (target == source) return *this;
+  const Tensor c = is_contiguous() ? detach() : detach().clone();
+  Tensor out = empty(shape(), dtype(), target);
+  if (out.nbytes() > 0) {
+    if (source.is_cpu()) {
+      backend_of(out).from_host(out.raw_data(), c.raw_data(), c.nbytes());
+    } else if (target.is_cpu()) {
+      backend_of(c).to_host(out.raw_data(), c.raw_data(), c.nbytes());
+    } else {  // between two devices: through host memory
+      std::vector<std::byte> staging(c.nbytes());
+      backend_of(c).to_host(staging.data(), c.raw_data(), c.nbytes());
+      backend_of(out).from_host(out.raw_data(), staging.data(), staging.size());
+    }
+  }
+  if (!is_floating(dtype())) return out;
+  return autograd::record(std::move(out), "to_device", {*this},
+                          [source](const Tensor& g) { return autograd::TensorList{g.to(source)}; });
+}
+
+Tensor Tensor::to_host() const {
+  return to(Device::cpu());
 }
 
 void Tensor::copy_from(const Tensor& src) {
@@ -291,13 +309,11 @@ void Tensor::copy_from(const Tensor& src) {
                                             src.defined() ? dtype_name(src.dtype()) : "undefined",
                                             src.defined() ? to_string(src.shape()) : ""));
   }
-  if (device() != src.device()) {
-    throw std::invalid_argument(
-        fmt::format("Tensor::copy_from: {} to {} is not supported by this build",
-                    to_string(src.device()), to_string(device())));
-  }
-  require_cpu("copy_from", device());
   if (numel() == 0) return;
+  if (device() != src.device()) {
+    copy_from(src.detach().to(device()));
+    return;
+  }
   for (std::size_t i = 0; i < shape().size(); ++i) {
     if (strides()[i] == 0 && shape()[i] > 1) {
       throw std::invalid_argument(fmt::format(
@@ -312,14 +328,13 @@ void Tensor::copy_from(const Tensor& src) {
     copy_from(copy);
     return;
   }
-  cpu::copy_strided(shape(), raw_data(), strides(), dtype(), src.raw_data(), src.strides(),
-                    src.dtype());
+  backend_of(*this).copy_strided(shape(), raw_data(), strides(), dtype(), src.raw_data(),
+                                 src.strides(), src.dtype());
 }
 
 void Tensor::fill_(float value) {
-  require_cpu("fill_", device());
   if (numel() == 0) return;
-  cpu::fill_strided(shape(), raw_data(), strides(), dtype(), value);
+  backend_of(*this).fill_strided(shape(), raw_data(), strides(), dtype(), value);
 }
 
 // ---- Autograd ------------------------------------------------------------------

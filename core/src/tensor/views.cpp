@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "cpu/tensor_copy.hpp"
+#include "backend/backend.hpp"
 #include "rig/autograd.hpp"
 #include "rig/tensor.hpp"
 #include "tensor/object_pool.hpp"
@@ -125,7 +125,8 @@ Tensor sum_to_shape(const Tensor& g, const Shape& shape) {
   if (g.shape() == shape) return g;
   Tensor out = Tensor::zeros(shape, g.dtype(), g.device());
   const Strides strides = broadcast_strides("expand", shape, out.strides(), g.shape());
-  cpu::add_strided(g.shape(), out.raw_data(), strides, out.dtype(), g.raw_data(), g.strides(),
+  backend::backend_for(out.device())
+      .add_strided(g.shape(), out.raw_data(), strides, out.dtype(), g.raw_data(), g.strides(),
                    g.dtype());
   return out;
 }

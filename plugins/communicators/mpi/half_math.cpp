@@ -1,6 +1,6 @@
 #include "half_math.hpp"
 
-#include "cpu/half.hpp"
+#include "rig/half.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -9,10 +9,10 @@
 namespace rig_mpi {
 namespace {
 
-using rig::cpu::bfloat16_bits_to_float;
-using rig::cpu::float_to_bfloat16_bits;
-using rig::cpu::float_to_half_bits;
-using rig::cpu::half_bits_to_float;
+using rig::bfloat16_bits_to_float;
+using rig::float_to_bfloat16_bits;
+using rig::float_to_half_bits;
+using rig::half_bits_to_float;
 
 #if defined(__x86_64__)
 constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;

@@ -1,4 +1,5 @@
-// The caching allocator behind Storage: one per device. Freed blocks are kept
+// The caching allocator behind Storage on the CPU and on the sim device (CUDA
+// has its own, stream-aware one in core/cuda/allocator). Freed blocks are kept
 // in per-size-class free lists and handed out again, so once a training loop
 // is warm, a tensor allocation takes no memory from the system.
 #pragma once
@@ -8,34 +9,33 @@
 #include <mutex>
 #include <vector>
 
-#include "rig/tensor.hpp"
+#include "backend/memory.hpp"
+#include "rig/allocator_stats.hpp"
 
-namespace rig::detail {
+namespace rig::backend {
 
-// Where a device's memory comes from (the CUDA backend adds cudaMalloc/cudaFree).
+// Where a device's memory comes from: aligned host memory, or the sim arena.
 struct RawMemory {
   virtual ~RawMemory() = default;
   virtual std::byte* allocate(std::size_t bytes) = 0;  // throws std::bad_alloc
   virtual void release(std::byte* data) noexcept = 0;
 };
 
-class CachingAllocator {
+class CachingAllocator final : public MemoryPool {
  public:
   // caching = false passes every request to `raw` (RIG_ALLOCATOR=system, for
   // ASan); the counters are kept either way. Cached bytes beyond
   // `cache_limit` go back to the system.
   CachingAllocator(RawMemory& raw, bool caching, std::size_t cache_limit);
-  ~CachingAllocator();
+  ~CachingAllocator() override;
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
 
-  // A block of at least `bytes` (64-byte aligned); `capacity` gets its size.
-  std::byte* allocate(std::size_t bytes, std::size_t& capacity);
-  void deallocate(std::byte* data, std::size_t capacity) noexcept;
-
-  AllocatorStats stats() const;
-  void reset_peak();
-  void empty_cache();
+  Block allocate(std::size_t bytes) override;
+  void deallocate(const Block& block) noexcept override;
+  AllocatorStats stats() const override;
+  void reset_peak() override;
+  void empty_cache() override;
 
   // The block size a request of `bytes` gets: multiples of 64 B up to 4 KiB,
   // then 8 steps per power of two (at most 12.5% waste).
@@ -57,9 +57,10 @@ class CachingAllocator {
 // RIG_ALLOCATOR: unset or "caching" -> true; "system" -> false (every
 // request goes to the system, for memory checkers); anything else throws.
 bool caching_enabled();
+// RIG_ALLOCATOR_CACHE_MB: the bytes a pool keeps for reuse (default 4 GiB).
+std::size_t cache_limit();
 
-// The allocator of `device`; throws std::invalid_argument for a device this
-// build does not support.
-CachingAllocator& allocator_for(Device device);
+// Aligned host memory (std::aligned_alloc): the CPU's RawMemory.
+RawMemory& host_memory();
 
-}  // namespace rig::detail
+}  // namespace rig::backend

@@ -1,5 +1,5 @@
-// The per-device caching allocator and Storage.
-#include "tensor/allocator.hpp"
+// The caching allocator and aligned host memory.
+#include "backend/caching_allocator.hpp"
 
 #include <bit>
 #include <cstdlib>
@@ -10,8 +10,7 @@
 
 #include <fmt/format.h>
 
-namespace rig {
-namespace detail {
+namespace rig::backend {
 
 namespace {
 
@@ -31,8 +30,9 @@ class HostMemory final : public RawMemory {
   void release(std::byte* data) noexcept override { std::free(data); }
 };
 
+}  // namespace
+
 std::size_t cache_limit() {
-  // RIG_ALLOCATOR_CACHE_MB bounds the bytes kept for reuse (default 4 GiB).
   if (const char* env = std::getenv("RIG_ALLOCATOR_CACHE_MB")) {
     char* end = nullptr;
     const unsigned long long mb = std::strtoull(env, &end, 10);
@@ -40,8 +40,6 @@ std::size_t cache_limit() {
   }
   return std::size_t{4} << 30U;
 }
-
-}  // namespace
 
 bool caching_enabled() {
   const char* env = std::getenv("RIG_ALLOCATOR");
@@ -77,8 +75,15 @@ std::size_t CachingAllocator::class_index(std::size_t rounded) {
   return kSmallLimit / kAlignment + (p - kSmallBits) * kSubSteps + (k - kSubSteps - 1);
 }
 
-std::byte* CachingAllocator::allocate(std::size_t bytes, std::size_t& capacity) {
-  capacity = round_size(bytes);
+RawMemory& host_memory() {
+  // Leaked on purpose: storages may be freed by static destructors after
+  // this function's statics would be gone.
+  static HostMemory* host = new HostMemory();
+  return *host;
+}
+
+Block CachingAllocator::allocate(std::size_t bytes) {
+  const std::size_t capacity = round_size(bytes);
   if (capacity < bytes) throw std::bad_alloc();  // overflowed
   std::byte* data = nullptr;
   {
@@ -98,16 +103,16 @@ std::byte* CachingAllocator::allocate(std::size_t bytes, std::size_t& capacity) 
     stats_.current_bytes += capacity;
     stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.current_bytes);
   }
-  if (data != nullptr) return data;
+  if (data != nullptr) return {data, capacity};
   try {
-    return raw_.allocate(capacity);
+    return {raw_.allocate(capacity), capacity};
   } catch (...) {
     // Out of memory: give the cache back and try once more.
     std::lock_guard<std::mutex> lock(mutex_);
     release_all_cached_locked();
   }
   try {
-    return raw_.allocate(capacity);
+    return {raw_.allocate(capacity), capacity};
   } catch (...) {
     std::lock_guard<std::mutex> lock(mutex_);
     stats_.current_bytes -= capacity;
@@ -115,7 +120,9 @@ std::byte* CachingAllocator::allocate(std::size_t bytes, std::size_t& capacity) 
   }
 }
 
-void CachingAllocator::deallocate(std::byte* data, std::size_t capacity) noexcept {
+void CachingAllocator::deallocate(const Block& block) noexcept {
+  std::byte* data = block.data;
+  const std::size_t capacity = block.capacity;
   if (data == nullptr) return;
   bool keep = false;
   {
@@ -162,36 +169,4 @@ void CachingAllocator::release_all_cached_locked() noexcept {
   stats_.cached_bytes = 0;
 }
 
-CachingAllocator& allocator_for(Device device) {
-  if (device.is_cpu()) {
-    // Leaked on purpose: storages may be freed by static destructors after
-    // this function's statics would be gone.
-    static HostMemory* host = new HostMemory();
-    static CachingAllocator* cpu = new CachingAllocator(*host, caching_enabled(), cache_limit());
-    return *cpu;
-  }
-  throw std::invalid_argument(
-      fmt::format("device {} is not supported by this build (cpu only)", to_string(device)));
-}
-
-}  // namespace detail
-
-AllocatorStats allocator_stats(Device device) {
-  return detail::allocator_for(device).stats();
-}
-void reset_peak_bytes(Device device) {
-  detail::allocator_for(device).reset_peak();
-}
-void empty_allocator_cache(Device device) {
-  detail::allocator_for(device).empty_cache();
-}
-
-Storage::Storage(std::size_t bytes, Device device) : size_(bytes), device_(device) {
-  data_ = detail::allocator_for(device).allocate(bytes, capacity_);
-}
-
-Storage::~Storage() {
-  detail::allocator_for(device_).deallocate(data_, capacity_);
-}
-
-}  // namespace rig
+}  // namespace rig::backend

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "cpu/kernel_attributes.hpp"
+#include "rig/kernel_attributes.hpp"
 
 namespace rig {
 

@@ -1,5 +1,6 @@
 // Exact f16 / bf16 <-> f32 conversions as branch-free inline code, so loops
-// over many elements vectorise (f16/bf16 are storage types on the CPU).
+// over many elements vectorise (f16/bf16 are storage types on the CPU). One
+// definition for the host, the CPU kernels and the tensor layer.
 // Narrowing rounds to nearest even; NaN stays NaN (quiet); overflow gives inf.
 // They rely on IEEE f32 arithmetic without flush-to-zero, which rig never enables.
 #pragma once
@@ -7,7 +8,7 @@
 #include <bit>
 #include <cstdint>
 
-namespace rig::cpu {
+namespace rig {
 
 // After Maratyszcza's FP16 library (MIT): the f32 multiplications do the
 // rounding, so they are exact and round to nearest even by construction.
@@ -54,4 +55,4 @@ namespace rig::cpu {
   return static_cast<std::uint16_t>(nan ? (w >> 16U) | 0x40U : rounded);
 }
 
-}  // namespace rig::cpu
+}  // namespace rig

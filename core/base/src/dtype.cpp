@@ -1,10 +1,12 @@
-// Dtype, device and shape helpers; the exact f16 / bf16 conversions.
+// Dtype, device and shape helpers.
+#include <algorithm>
 #include <stdexcept>
 
 #include <fmt/format.h>
 
-#include "cpu/half.hpp"
-#include "rig/tensor.hpp"
+#include "rig/device.hpp"
+#include "rig/dtype.hpp"
+#include "rig/shape.hpp"
 
 namespace rig {
 
@@ -46,22 +48,16 @@ bool is_floating(DType dtype) {
   return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16;
 }
 
-std::uint16_t float_to_half(float value) {
-  return cpu::float_to_half_bits(value);
-}
-float half_to_float(std::uint16_t bits) {
-  return cpu::half_bits_to_float(bits);
-}
-std::uint16_t float_to_bfloat16(float value) {
-  return cpu::float_to_bfloat16_bits(value);
-}
-float bfloat16_to_float(std::uint16_t bits) {
-  return cpu::bfloat16_bits_to_float(bits);
-}
-
 std::string to_string(Device device) {
-  return device.type == Device::Type::cpu ? std::string("cpu")
-                                          : fmt::format("cuda:{}", device.index);
+  switch (device.type) {
+    case Device::Type::cpu:
+      return "cpu";
+    case Device::Type::sim:
+      return "sim";
+    case Device::Type::cuda:
+      break;
+  }
+  return fmt::format("cuda:{}", device.index);
 }
 
 std::string to_string(const Shape& shape) {

@@ -1,0 +1,295 @@
+// The compute backend seam. The ops (core/src/ops) check shapes, dtypes and
+// devices and record autograd; every kernel they run, in backward closures
+// too, is an entry point of the Backend of the tensors' device, reached
+// through backend_for(device). A backend implements this interface and
+// nothing above it changes: core/cpu (OpenBLAS, oneDNN, own SIMD kernels),
+// core/sim (the CPU kernels on memory the host cannot touch) and, later,
+// CUDA.
+//
+// Conventions of every entry point:
+// - Pointers are in the backend's device address space (what the tensors of
+//   that device hold); host values travel as arguments. Element strides, not
+//   bytes, unless a name says bytes.
+// - Kernels run in order on the calling thread's stream of the device; the
+//   CPU and sim backends run them before returning. Only to_host() and
+//   synchronize() wait for the device.
+// - f32 compute unless a dtype is given; f16/bf16 tensors are converted by
+//   the ops (copy_strided) before and after.
+// - Outputs are written whole unless the entry point says "accumulates".
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+#include "backend/kernel_args.hpp"
+#include "backend/memory.hpp"
+#include "backend/strided_plan.hpp"
+#include "rig/device.hpp"
+#include "rig/dtype.hpp"
+#include "rig/op_types.hpp"
+#include "rig/random.hpp"
+#include "rig/shape.hpp"
+
+namespace rig::backend {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device::Type type() const = 0;
+
+  // ---- Memory and transfers ------------------------------------------------------
+  virtual MemoryPool& memory(Device device) = 0;
+  // Synchronous copies between this device's memory and host memory.
+  virtual void to_host(void* host, const void* src, std::size_t bytes) = 0;
+  virtual void from_host(void* dst, const void* host, std::size_t bytes) = 0;
+  virtual void synchronize() = 0;
+
+  // ---- Strided copy, cast, fill, accumulate over n-d operands --------------------
+  // dst = src converted to dst's dtype (floats to integers: truncated toward
+  // zero, saturated, NaN -> 0; integers to integers: wrapped; narrowing to
+  // f16/bf16 rounds to nearest even). The operands must not overlap.
+  virtual void copy_strided(const Shape& shape, void* dst, const Strides& dst_strides,
+                            DType dst_dtype, const void* src, const Strides& src_strides,
+                            DType src_dtype) = 0;
+  // dst = value converted to dst's dtype as above.
+  virtual void fill_strided(const Shape& shape, void* dst, const Strides& dst_strides,
+                            DType dst_dtype, float value) = 0;
+  // dst += src for floating dtypes (summed in f32). dst may repeat elements
+  // (stride 0 on a broadcast axis): then it sums everything that maps there.
+  virtual void add_strided(const Shape& shape, void* dst, const Strides& dst_strides,
+                           DType dst_dtype, const void* src, const Strides& src_strides,
+                           DType src_dtype) = 0;
+  // Zeroes `bytes` bytes.
+  virtual void zero_bytes(void* dst, std::int64_t bytes) = 0;
+
+  // ---- Elementwise (f32) ---------------------------------------------------------
+  virtual void unary(Unary op, const float* x, float* y, std::int64_t n, float scalar) = 0;
+  // dx = g * op'(x); x or y (the forward's input or output) may be null when op' does not read it.
+  virtual void unary_backward(Unary op, const float* g, const float* x, const float* y, float* dx,
+                              std::int64_t n, float scalar) = 0;
+  // out = a op b over a plan with operands 0: out, 1: a, 2: b.
+  virtual void binary(Binary op, const StridedPlan<3>& plan, const float* a, const float* b,
+                      float* out) = 0;
+  // out = x over a plan with operands 0: out, 1: x (a broadcasting copy).
+  virtual void broadcast_copy(const StridedPlan<2>& plan, const float* x, float* out) = 0;
+  // u8 out over a plan with operands 0: out, 1: a, 2: b (b unused for not_equal_scalar).
+  // a and b have `dtype` (f32, i32, i64 or u8).
+  virtual void compare(Compare op, const StridedPlan<3>& plan, DType dtype, const void* a,
+                       const void* b, double scalar, std::uint8_t* out) = 0;
+  // out (contiguous, `shape`) = cond != 0 ? a : b. cond is u8; a, b and out
+  // share one dtype of `element_bytes` bytes (the values are copied, not converted).
+  virtual void select(const Shape& shape, std::size_t element_bytes, const SelectOperand& cond,
+                      const SelectOperand& a, const SelectOperand& b, void* out) = 0;
+  // In place on y [rows, cols]: y = activation(y + bias); pre (may be null)
+  // receives y + bias before the activation (gelu's backward reads it).
+  virtual void bias_activation(float* y, float* pre, const float* bias, std::int64_t rows,
+                               std::int64_t cols, Activation activation) = 0;
+  // dz = g * activation'(saved) (times relu_scale for relu), db = column sums
+  // of dz; dz or db may be null (not wanted). saved is the output (relu, tanh,
+  // sigmoid) or the pre-activation (gelu).
+  virtual void activation_backward(Activation activation, const float* g, const float* saved,
+                                   float* dz, float* db, std::int64_t rows, std::int64_t cols,
+                                   float relu_scale) = 0;
+  // The same with dz written only rounded to bf16.
+  virtual void activation_backward_bf16(Activation activation, const float* g, const float* saved,
+                                        std::uint16_t* dz_bf16, float* db, std::int64_t rows,
+                                        std::int64_t cols, float relu_scale) = 0;
+
+  // ---- Reductions (f32) --------------------------------------------------------------
+  // out[0] = sum(x[0, n)) / divisor, summed and divided in f64 (the result
+  // does not depend on the number of threads); sum_squares: of x[i]^2.
+  virtual void sum_all(const float* x, std::int64_t n, double divisor, float* out) = 0;
+  virtual void sum_squares(const float* x, std::int64_t n, double divisor, float* out) = 0;
+  // x [outer, r, inner] -> y [outer, inner]: scale * sum over r / max over r
+  // (index: i64 position of the first maximum; NaN counts as largest).
+  virtual void sum_axis(const float* x, float* y, std::int64_t outer, std::int64_t r,
+                        std::int64_t inner, float scale) = 0;
+  virtual void max_axis(const float* x, float* y, std::int64_t* index, std::int64_t outer,
+                        std::int64_t r, std::int64_t inner) = 0;
+  // dx [outer, r, inner] = g [outer, inner] at index, zero elsewhere.
+  virtual void max_axis_backward(const float* g, const std::int64_t* index, float* dx,
+                                 std::int64_t outer, std::int64_t r, std::int64_t inner) = 0;
+
+  // ---- Softmax and normalisation (f32) ----------------------------------------------
+  // Row-wise (log-)softmax over a row plan of x (operand 0) and a u8 mask
+  // (operand 1, may be null: 1 keeps); y contiguous.
+  virtual void softmax_forward(const StridedPlan<2>& plan, const float* x, const std::uint8_t* mask,
+                               float* y, bool log) = 0;
+  virtual void softmax_backward(const float* y, const float* g, float* dx, std::int64_t rows,
+                                std::int64_t n, bool log) = 0;
+  virtual void layer_norm_forward(const float* x, const float* gamma, const float* beta, float* y,
+                                  float* mean, float* rstd, std::int64_t rows, std::int64_t d,
+                                  float eps) = 0;
+  // scratch: layer_norm_scratch_size(rows, d) floats of this device.
+  virtual std::int64_t layer_norm_scratch_size(std::int64_t rows, std::int64_t d) = 0;
+  virtual void layer_norm_backward(const float* x, const float* gamma, const float* mean,
+                                   const float* rstd, const float* g, float* dx, float* dgamma,
+                                   float* dbeta, std::int64_t rows, std::int64_t d,
+                                   float* scratch) = 0;
+  // Per-channel mean and biased variance.
+  virtual void batch_norm_stats(const BatchNormShape& s, const float* x, float* mean,
+                                float* var) = 0;
+  virtual void batch_norm_prepare(const BatchNormPrepare& args) = 0;
+  // y = x * scale[c] + shift[c].
+  virtual void batch_norm_apply(const BatchNormShape& s, const float* x, const float* scale,
+                                const float* shift, float* y) = 0;
+  virtual void batch_norm_backward(const BatchNormShape& s, const float* x, const float* dy,
+                                   const float* mean, const float* invstd, const float* gamma,
+                                   bool batch_stats, float* dx, float* dgamma, float* dbeta) = 0;
+
+  // ---- Convolution and pooling (NCHW f32, contiguous) --------------------------------
+  virtual void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* b,
+                              float* y) = 0;
+  virtual void conv2d_backward(const Conv2dShape& s, const float* x, const float* w,
+                               const float* dy, float* dx, float* dw, float* db) = 0;
+  virtual void max_pool2d_forward(const Pool2dShape& s, const float* x, float* y,
+                                  std::int32_t* index) = 0;
+  virtual void max_pool2d_backward(const Pool2dShape& s, const std::int32_t* index, const float* dy,
+                                   float* dx) = 0;
+  virtual void avg_pool2d_forward(const Pool2dShape& s, const float* x, float* y) = 0;
+  virtual void avg_pool2d_backward(const Pool2dShape& s, const float* dy, float* dx) = 0;
+  virtual void global_avg_pool_forward(std::int64_t planes, std::int64_t size, const float* x,
+                                       float* y) = 0;
+  virtual void global_avg_pool_backward(std::int64_t planes, std::int64_t size, const float* dy,
+                                        float* dx) = 0;
+
+  // ---- Attention (f32) ---------------------------------------------------------------
+  // out = dropout(softmax(q k^T * scale, masked)) v; `probs` ([B, H, Tq, Tk],
+  // before dropout) is written when not null: backward needs it.
+  virtual void attention_forward(const AttentionShape& s, const float* q, const HeadStrides& qs,
+                                 const float* k, const HeadStrides& ks, const float* v,
+                                 const HeadStrides& vs, float* out, const HeadStrides& os,
+                                 float* probs) = 0;
+  // dq, dk, dv (each may be null) from the upstream gradient dout.
+  virtual void attention_backward(const AttentionShape& s, const float* q, const HeadStrides& qs,
+                                  const float* k, const HeadStrides& ks, const float* v,
+                                  const HeadStrides& vs, const float* probs, const float* dout,
+                                  const HeadStrides& dos, float* dq, const HeadStrides& dqs,
+                                  float* dk, const HeadStrides& dks, float* dv,
+                                  const HeadStrides& dvs) = 0;
+
+  // ---- Losses (f32 logits [rows, c], i64 labels) ----------------------------------------
+  // Per row: loss = -sum_j q_j log softmax(x)_j with q = `on` at the label and
+  // `off` elsewhere; lse = log-sum-exp of the row.
+  virtual void cross_entropy_forward(const float* x, const std::int64_t* labels, std::int64_t rows,
+                                     std::int64_t c, float on, float off, float* loss,
+                                     float* lse) = 0;
+  // dx = (softmax(x) - q) * scale * (*scale_factor) * row_scale[r]; row_scale
+  // may be null (1); scale_factor (one f32 of the device) may be null (1).
+  virtual void cross_entropy_backward(const float* x, const std::int64_t* labels, const float* lse,
+                                      const float* row_scale, float scale,
+                                      const float* scale_factor, std::int64_t rows, std::int64_t c,
+                                      float on, float off, float* dx) = 0;
+  // OpenSeq2Seq's padded loss from the rows' cross-entropies xent and weights
+  // w: loss[0] = sum_r (xent_r - constant) w_r^2 / sum_r w_r (0 when the
+  // weights sum to 0), summed in f64.
+  virtual void padded_loss(const float* xent, const float* w, std::int64_t rows, double constant,
+                           float* loss) = 0;
+  // Its gradient pieces for the upstream gradient (one f32): row_scale[r] =
+  // w_r^2, *x_scale = upstream / sum(w) (the factor of the logits' gradient;
+  // 0 when the weights sum to 0), and dw (may be null) = dloss/dw.
+  virtual void padded_loss_backward(const float* xent, const float* w, std::int64_t rows,
+                                    double constant, const float* upstream, float* row_scale,
+                                    float* x_scale, float* dw) = 0;
+  // Index of the first value outside [0, limit) of `index` (i32 or i64), or -1.
+  // Reads the device: the one entry point besides to_host that returns data.
+  virtual std::int64_t first_out_of_range(const void* index, DType dtype, std::int64_t n,
+                                          std::int64_t limit) = 0;
+
+  // ---- Randomness ----------------------------------------------------------------
+  // dst = keep ? src * scale : 0 for n elements of `dtype` (f32, f16, bf16),
+  // element i kept by the dropout rule of rig/random.hpp; mask_bits (may be
+  // null) receives bit i%32 of word i/32 = kept.
+  virtual void dropout_forward(const RandomKey& key, float p, float scale, DType dtype,
+                               const void* src, void* dst, std::int64_t n,
+                               std::uint32_t* mask_bits) = 0;
+  virtual void dropout_backward(const std::uint32_t* mask_bits, float scale, DType dtype,
+                                const void* grad, void* dx, std::int64_t n) = 0;
+  // mask[i] = 1 where element first + i of the stream is kept (u8).
+  virtual void dropout_mask(const RandomKey& key, float p, std::uint8_t* mask, std::int64_t n,
+                            std::uint64_t first) = 0;
+
+  // ---- Indexing and data movement ----------------------------------------------------
+  // concat: every output row is the concatenation of the pieces' rows.
+  virtual void concat_rows(const RowPiece* pieces, std::int64_t count, std::byte* dst,
+                           std::int64_t dst_row_bytes, std::int64_t rows) = 0;
+  // Bytes [offset, offset + bytes) of each of `rows` rows of src into a packed dst.
+  virtual void extract_rows(const std::byte* src, std::int64_t src_row_bytes, std::int64_t offset,
+                            std::byte* dst, std::int64_t bytes, std::int64_t rows) = 0;
+  // Zeroes bytes [offset, offset + bytes) of each of `rows` rows of dst.
+  virtual void zero_rows(std::byte* dst, std::int64_t dst_row_bytes, std::int64_t offset,
+                         std::int64_t bytes, std::int64_t rows) = 0;
+  // torch.gather along `axis`: out has index's shape; x and index the same rank.
+  virtual void gather(const ConstBuffer& x, std::int64_t axis, const ConstBuffer& index,
+                      void* out) = 0;
+  // dx (x's shape, f32, zeroed by the caller) += grad (index's shape, f32) at index.
+  virtual void gather_backward(const float* grad, std::int64_t axis, const ConstBuffer& index,
+                               float* dx, const Shape& x_shape) = 0;
+  // x [outer, n, inner] (element_bytes each) -> out [outer, k, inner] at index (i32/i64 [k]).
+  virtual void index_select(const void* x, std::size_t element_bytes, std::int64_t outer,
+                            std::int64_t n, std::int64_t inner, const ConstBuffer& index,
+                            void* out) = 0;
+  // dx [outer, n, inner] (f32, accumulates) += grad [outer, k, inner] at index,
+  // each destination summed in index order (independent of thread count).
+  virtual void index_add(const float* grad, std::int64_t outer, std::int64_t n, std::int64_t inner,
+                         const ConstBuffer& index, float* dx) = 0;
+  // x [outer, n, inner] -> out [outer, inner] (i64): index of the largest
+  // along n, the first on ties, NaN largest. x is f32, i32, i64 or u8.
+  virtual void argmax(const ConstBuffer& x, std::int64_t outer, std::int64_t n, std::int64_t inner,
+                      std::int64_t* out) = 0;
+  // x [rows, n] -> values [rows, k] (x's dtype) and indices [rows, k] (i64),
+  // sorted descending, ties by lower index, NaN largest.
+  virtual void topk(const ConstBuffer& x, std::int64_t rows, std::int64_t n, std::int64_t k,
+                    void* values, std::int64_t* indices) = 0;
+
+  // ---- Matrix products (f32 data, f32 accumulation) -------------------------------------
+  // Whether bf16 precision wants its operands rounded ahead of the product
+  // (round_bf16): then a layer rounds x and W once for forward and backward.
+  virtual bool rounds_bf16_operands() const = 0;
+  // Whether bf16 products run faster than f32 here (bf16 dot-product units).
+  virtual bool fast_bf16_products() const = 0;
+  // The stored matrix of operand x (op(x) is [rows, cols]) rounded to bf16 and
+  // densely packed into dst ([stored rows, stored cols]).
+  virtual void round_bf16(const GemmOperand& x, std::int64_t rows, std::int64_t cols,
+                          std::uint16_t* dst) = 0;
+  virtual void gemm(const GemmProduct& p, MatmulPrecision precision) = 0;
+  // Two independent products (a layer's dX and dW) at once where that is faster.
+  virtual void gemm_pair(const GemmProduct& first, const GemmProduct& second,
+                         MatmulPrecision precision) = 0;
+  // out [..., m, n] (contiguous, the broadcast batch of a and b) = op(a) op(b).
+  // The backend plans the layout (operands read in place where their strides
+  // allow, copied otherwise) and folds batches into one product where it can.
+  virtual void matmul(const MatrixOperand& a, const MatrixOperand& b, float* out,
+                      const Shape& out_shape, MatmulPrecision precision) = 0;
+
+  // ---- Mixed precision ------------------------------------------------------------------
+  // master[i] = widen(src[i]) * scale for n elements of src_dtype (f32, f16,
+  // bf16); master may be src itself (f32, in place) or null (nothing is
+  // written). *amax (one f32 of the device) = max |master[i]|, or +inf when
+  // any value is inf or NaN: the overflow check of loss scaling.
+  virtual void unscale(std::int64_t n, DType src_dtype, const void* src, float* master, float scale,
+                       float* amax) = 0;
+
+  // Reads the device: the statistics come back to the host.
+  virtual GradientStats gradient_stats(const float* grads, std::int64_t n) = 0;
+  // LARC over `count` parameter slices of the flat buffers (slices: host
+  // memory), grads scaled in place.
+  virtual void larc(const float* values, float* grads, const FlatSlice* slices, std::int64_t count,
+                    const LarcOptions& options) = 0;
+
+  // ---- Optimizer updates (flat f32 buffers, in place) ------------------------------------
+  virtual void adam_update(std::int64_t n, float* p, const float* grad, float* m, float* v,
+                           float* vmax, const AdamUpdate& args) = 0;
+};
+
+// The backend of `device`; throws std::invalid_argument for a device this
+// build or machine cannot compute on, naming it.
+Backend& backend_for(Device device);
+
+// Implemented by each backend's own folder (link-time: the include
+// dependencies still point one way).
+Backend& cpu_backend();  // core/cpu
+Backend& sim_backend();  // core/sim
+
+}  // namespace rig::backend

@@ -1,0 +1,168 @@
+// The argument types of the backend's kernels: shapes and options as plain
+// structs, every data pointer in the device's address space (what a tensor of
+// that device holds). Nothing here reads memory; the ops fill these in.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "rig/dtype.hpp"
+#include "rig/op_types.hpp"
+#include "rig/shape.hpp"
+
+namespace rig::backend {
+
+// ---- Elementwise ---------------------------------------------------------------
+
+enum class Unary : std::uint8_t {
+  neg,
+  exp,
+  log,
+  sqrt,
+  rsqrt,
+  relu,
+  gelu,       // erf form
+  gelu_tanh,  // tanh approximation
+  tanh,
+  sigmoid,
+  add_scalar,  // x + scalar
+  mul_scalar,  // x * scalar
+  pow_scalar,  // x ^ scalar
+};
+Unary unary_of(Activation activation);
+
+enum class Binary : std::uint8_t { add, sub, mul, div };
+
+// u8 results: a == b, or a != scalar (compared in double, so 0.5 against an
+// integer tensor is never rounded).
+enum class Compare : std::uint8_t { equal, not_equal_scalar };
+
+// One operand of select: element 0 and strides (in elements) over the output
+// shape; stride 0 on broadcast axes (a scalar has all strides 0).
+struct SelectOperand {
+  const void* data;
+  Strides strides;
+};
+
+// ---- Data movement -----------------------------------------------------------
+
+// One piece of a row-blocked copy: `bytes` bytes at `src` + r * `bytes`
+// go to dst + r * dst_row_bytes + `dst_offset` for every row r.
+struct RowPiece {
+  const std::byte* src;
+  std::int64_t bytes;
+  std::int64_t dst_offset;
+};
+
+// A contiguous operand of any dtype: element 0, its dtype and shape.
+struct ConstBuffer {
+  const void* data = nullptr;
+  DType dtype = DType::f32;
+  Shape shape;
+};
+struct MutBuffer {
+  void* data = nullptr;
+  DType dtype = DType::f32;
+  Shape shape;
+};
+
+// ---- Matrix products -------------------------------------------------------------
+
+// One operand: element (i, j) of op(X) is data[i * ld + j], or data[j * ld + i]
+// when `trans`. At bf16 precision `bf16` may give the same matrix already
+// rounded (Backend::round_bf16), so that products sharing it round it once;
+// `data` may then be null.
+struct GemmOperand {
+  const float* data = nullptr;
+  std::int64_t ld = 0;
+  bool trans = false;
+  const std::uint16_t* bf16 = nullptr;
+};
+
+// One product C[m, n] = alpha op(A)[m, k] op(B)[k, n] + beta C, C row-major
+// with leading dimension ldc. k == 0 gives beta C (zeros when beta == 0).
+struct GemmProduct {
+  std::int64_t m = 0, n = 0, k = 0;
+  float alpha = 1.0F;
+  GemmOperand a, b;
+  float beta = 0.0F;
+  float* c = nullptr;
+  std::int64_t ldc = 0;
+};
+
+// A strided matrix operand of a batched product: [..., r, c] with any strides;
+// op(X) is its last two axes, transposed when `transpose`.
+struct MatrixOperand {
+  const float* data = nullptr;
+  Shape shape;
+  Strides strides;
+  bool transpose = false;
+};
+
+// ---- Normalisation, convolution, pooling, attention ------------------------------
+
+struct BatchNormShape {
+  std::int64_t n = 0, c = 0, inner = 1;  // contiguous f32 viewed as [n, c, inner]
+};
+
+// The per-channel numbers of one batch-norm forward pass, for c channels:
+// training: mean and var are the batch's (in), running_mean / running_var
+// (may be null) move by momentum toward mean and var * unbias; eval: mean is
+// written from running_mean, the variance read from running_var. Then
+// invstd = 1 / sqrt(var + eps), scale = gamma invstd (gamma null: 1) and
+// shift = beta - mean scale (beta null: 0).
+struct BatchNormPrepare {
+  std::int64_t c = 0;
+  bool training = true;
+  float momentum = 0.1F, eps = 1e-5F, unbias = 1.0F;
+  float* mean = nullptr;
+  const float* var = nullptr;  // training only
+  float* running_mean = nullptr;
+  float* running_var = nullptr;
+  const float* gamma = nullptr;
+  const float* beta = nullptr;
+  float* invstd = nullptr;
+  float* scale = nullptr;
+  float* shift = nullptr;
+};
+
+struct Conv2dShape {
+  std::int64_t n = 0, c_in = 0, h = 0, w = 0;          // x [n, c_in, h, w]
+  std::int64_t c_out = 0, kernel_h = 0, kernel_w = 0;  // weight [c_out, c_in / groups, kh, kw]
+  std::int64_t out_h = 0, out_w = 0;                   // y [n, c_out, out_h, out_w]
+  std::int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1;
+  std::int64_t groups = 1;
+  bool bias = false;
+};
+
+struct Pool2dShape {
+  std::int64_t planes = 0;  // N * C
+  std::int64_t h = 0, w = 0, out_h = 0, out_w = 0;
+  std::int64_t kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+};
+
+// Element strides of a [B, H, T, D] operand whose last axis is contiguous.
+struct HeadStrides {
+  std::int64_t batch = 0, head = 0, time = 0;
+};
+
+struct AttentionShape {
+  std::int64_t b = 0, h = 0, tq = 0, tk = 0, d = 0;
+  float scale = 1.0F;
+  bool causal = false;  // query i sees keys j <= i + (tk - tq)
+  // Keep-mask (1 = may attend), u8 with strides over [B, H, Tq, Tk] (0 on
+  // broadcast axes); null for none.
+  const std::uint8_t* mask = nullptr;
+  std::array<std::int64_t, 4> mask_strides{};
+  // Dropout on the weights: keep [B, H, Tq, Tk] contiguous (1 = kept) and
+  // the factor for kept weights; null for no dropout.
+  const std::uint8_t* keep = nullptr;
+  float keep_scale = 1.0F;
+  // Round the operands of every per-head product (q k^T, weights v and the
+  // backward's four) to bfloat16 and accumulate in f32, as the GEMMs do at
+  // MatmulPrecision::bf16; softmax, dropout and the outputs stay f32.
+  bool bf16_products = false;
+};
+
+}  // namespace rig::backend

@@ -1,0 +1,28 @@
+// One allocator abstraction for every device's memory: host memory for the
+// CPU, the guarded arena of the sim device, cudaMalloc for CUDA. Storage takes
+// its bytes from the MemoryPool of its device's backend.
+#pragma once
+
+#include <cstddef>
+
+#include "rig/allocator_stats.hpp"
+
+namespace rig::backend {
+
+struct Block {
+  std::byte* data = nullptr;  // in the device's address space
+  std::size_t capacity = 0;   // the pool's size class: at least the bytes asked for
+};
+
+class MemoryPool {
+ public:
+  virtual ~MemoryPool() = default;
+  // At least `bytes` (64-byte aligned); throws std::bad_alloc when out of memory.
+  virtual Block allocate(std::size_t bytes) = 0;
+  virtual void deallocate(const Block& block) noexcept = 0;
+  virtual AllocatorStats stats() const = 0;
+  virtual void reset_peak() = 0;
+  virtual void empty_cache() = 0;  // gives cached blocks back to the device
+};
+
+}  // namespace rig::backend

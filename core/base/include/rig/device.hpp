@@ -1,0 +1,22 @@
+// Where a tensor's memory lives: the CPU, a CUDA GPU, or `sim`, the testing
+// device whose memory the host cannot touch (core/sim).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace rig {
+
+struct Device {
+  enum class Type : std::uint8_t { cpu, cuda, sim };
+  Type type = Type::cpu;
+  int index = 0;
+  static Device cpu() { return {}; }
+  static Device cuda(int index = 0) { return {Type::cuda, index}; }
+  static Device sim() { return {Type::sim, 0}; }
+  bool is_cpu() const { return type == Type::cpu; }
+  friend bool operator==(const Device&, const Device&) = default;
+};
+std::string to_string(Device device);  // "cpu", "cuda:0", "sim"
+
+}  // namespace rig

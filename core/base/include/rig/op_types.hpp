@@ -1,0 +1,58 @@
+// Plain types that the op API (rig/ops.hpp) and the compute backends share:
+// the fused activations, the precision of matrix products, and the
+// hyperparameters of one fused optimizer update.
+#pragma once
+
+#include <cstdint>
+
+namespace rig {
+
+enum class Activation { none, relu, gelu, tanh, sigmoid };
+
+// How matrix products compute. f32: as given. bf16: both operands rounded to
+// bfloat16 (nearest even) and the products accumulated in f32, as PyTorch's
+// autocast computes a linear layer.
+enum class MatmulPrecision { f32, bf16 };
+
+// One fused Adam / AdamW / AMSGrad step (rig::ops::adam_update):
+//   p *= shrink;  g = grad + coupled_decay * p;
+//   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2;
+//   d = v, or with AMSGrad d = max_exp_avg_sq = max(max_exp_avg_sq, v);
+//   p -= step_size * m / (sqrt(d) * inv_bc2_sqrt + epsilon)
+// with step_size = lr / (1 - beta1^t) and inv_bc2_sqrt = 1 / sqrt(1 - beta2^t).
+struct AdamUpdate {
+  float beta1 = 0.9F, beta2 = 0.999F, epsilon = 1e-8F;
+  float step_size = 0.0F, inv_bc2_sqrt = 1.0F;
+  float coupled_decay = 0.0F;  // torch.optim.Adam's weight_decay (L2 added to the gradient)
+  float shrink = 1.0F;         // AdamW's 1 - lr * weight_decay
+};
+
+// The global L2 norm and the largest |g| of a flat f32 gradient buffer (+inf
+// for both when any gradient is inf or NaN), summed in f64 in fixed chunks:
+// the same bits whatever the thread timing.
+struct GradientStats {
+  double norm = 0.0;
+  double amax = 0.0;
+};
+
+// One parameter's elements [offset, offset + size) of the flat buffers.
+struct FlatSlice {
+  std::int64_t offset = 0;
+  std::int64_t size = 0;
+};
+
+// LARC as OpenSeq2Seq's larc_params: per parameter, with v_norm = ||v||_2 and
+// g_norm = ||g||_2 (f64),
+//   clip:  g *= min(max(eta v_norm / (lr (g_norm + eps)), min_update), 1)
+//   scale: g *= max(eta v_norm / (g_norm + eps), min_update)
+// (a zero denominator in clip mode leaves g alone; the ratio is saturated to
+// the f32 range).
+struct LarcOptions {
+  double eta = 0.0;
+  bool clip = true;
+  double min_update = 1e-7;
+  double epsilon = 1e-7;
+  double learning_rate = 0.0;
+};
+
+}  // namespace rig

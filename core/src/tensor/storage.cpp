@@ -1,0 +1,30 @@
+// Storage: a device's bytes from the MemoryPool of its backend; the pool's
+// counters per device.
+#include <fmt/format.h>
+
+#include "backend/backend.hpp"
+#include "rig/tensor.hpp"
+
+namespace rig {
+
+AllocatorStats allocator_stats(Device device) {
+  return backend::backend_for(device).memory(device).stats();
+}
+void reset_peak_bytes(Device device) {
+  backend::backend_for(device).memory(device).reset_peak();
+}
+void empty_allocator_cache(Device device) {
+  backend::backend_for(device).memory(device).empty_cache();
+}
+
+Storage::Storage(std::size_t bytes, Device device) : size_(bytes), device_(device) {
+  const backend::Block block = backend::backend_for(device).memory(device).allocate(bytes);
+  data_ = block.data;
+  capacity_ = block.capacity;
+}
+
+Storage::~Storage() {
+  backend::backend_for(device_).memory(device_).deallocate({data_, capacity_});
+}
+
+}  // namespace rig
