@@ -57,6 +57,8 @@ void compare(backend::Compare op, const StridedPlan<3>& plan, DType dtype, const
              const void* b, double scalar, std::uint8_t* out) {
   if (op == backend::Compare::equal) {
     compare_dtype(dtype, plan, a, b, out, [](auto x, auto y) { return x == y; });
+  } else if (op == backend::Compare::less) {
+    compare_dtype(dtype, plan, a, b, out, [](auto x, auto y) { return x < y; });
   } else {
     // b is not read: the plan's operand 2 has stride 0 over a itself.
     compare_dtype(dtype, plan, a, a, out,

@@ -389,6 +389,17 @@ void CpuBackend::adam_update(std::int64_t n, float* p, const float* grad, float*
   cpu::adam_update(n, p, grad, m, v, vmax, args);
 }
 
+void CpuBackend::sgd_update(std::int64_t n, float* p, const float* grad, float* buffer,
+                            const SgdUpdate& args) {
+  cpu::sgd_update(n, p, grad, buffer, args);
+}
+
+void CpuBackend::novograd_update(float* p, const float* grad, float* m, float* ema,
+                                 const FlatSlice* slices, std::int64_t count,
+                                 const NovogradUpdate& args) {
+  cpu::novograd_update(p, grad, m, ema, slices, count, args);
+}
+
 }  // namespace cpu
 
 backend::Backend& backend::cpu_backend() {

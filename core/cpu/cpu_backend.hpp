@@ -158,6 +158,10 @@ class CpuBackend : public backend::Backend {
             const LarcOptions& options) override;
   void adam_update(std::int64_t n, float* p, const float* grad, float* m, float* v, float* vmax,
                    const AdamUpdate& args) override;
+  void sgd_update(std::int64_t n, float* p, const float* grad, float* buffer,
+                  const SgdUpdate& args) override;
+  void novograd_update(float* p, const float* grad, float* m, float* ema, const FlatSlice* slices,
+                       std::int64_t count, const NovogradUpdate& args) override;
 };
 
 }  // namespace rig::cpu

@@ -70,4 +70,53 @@ void adam_update(std::int64_t n, float* p, const float* grad, float* m, float* v
   });
 }
 
+void sgd_update(std::int64_t n, float* p, const float* grad, float* buffer, const SgdUpdate& a) {
+  constexpr std::int64_t kGrain = 1 << 15;
+  const float lr = a.learning_rate;
+  const float wd = a.weight_decay;
+  const float mu = a.momentum;
+  if (buffer == nullptr) {
+    parallel_for(n, kGrain, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i) p[i] -= lr * (grad[i] + wd * p[i]);
+    });
+    return;
+  }
+  parallel_for(n, kGrain, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) {
+      const float g = grad[i] + wd * p[i];
+      buffer[i] = a.first ? g : mu * buffer[i] + g;
+      p[i] -= lr * (a.nesterov ? g + mu * buffer[i] : buffer[i]);
+    }
+  });
+}
+
+void novograd_update(float* p_all, const float* g_all, float* m_all, float* ema,
+                     const FlatSlice* slices, std::int64_t count, const NovogradUpdate& a) {
+  const float lr = a.learning_rate;
+  const float b1 = a.beta1;
+  const float b2 = a.beta2;
+  const float c2 = a.c2;
+  const float eps = a.epsilon;
+  const float wd = a.weight_decay;
+  const float avg = a.avg;
+  for (std::int64_t l = 0; l < count; ++l) {
+    const auto [offset, n] = slices[l];
+    float* __restrict p = p_all + offset;
+    const float* __restrict g = g_all + offset;
+    float* __restrict m = m_all + offset;
+    double sum_sq = 0.0;
+    for (std::int64_t i = 0; i < n; ++i) sum_sq += static_cast<double>(g[i]) * g[i];
+    const auto g2 = static_cast<float>(sum_sq);
+    ema[l] = ema[l] == 0.0F ? g2 : ema[l] * b2 + g2 * c2;
+    // d = (g * scale + wd * p) * avg, folded into two factors.
+    const float g_factor = avg / std::sqrt(ema[l] + eps);
+    const float p_factor = avg * wd;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float mi = b1 * m[i] + (g_factor * g[i] + p_factor * p[i]);
+      m[i] = mi;
+      p[i] -= lr * mi;
+    }
+  }
+}
+
 }  // namespace rig::cpu

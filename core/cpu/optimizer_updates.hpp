@@ -11,6 +11,11 @@
 namespace rig::cpu {
 
 // ops::adam_update's formula over n elements; vmax null without AMSGrad.
+// Over n elements / per slice, as rig/op_types.hpp defines them.
+void sgd_update(std::int64_t n, float* p, const float* grad, float* buffer, const SgdUpdate& args);
+void novograd_update(float* p, const float* grad, float* m, float* ema, const FlatSlice* slices,
+                     std::int64_t count, const NovogradUpdate& args);
+
 void adam_update(std::int64_t n, float* p, const float* grad, float* m, float* v, float* vmax,
                  const AdamUpdate& args);
 

@@ -422,6 +422,17 @@ void SimBackend::adam_update(std::int64_t n, float* p, const float* grad, float*
   CpuBackend::adam_update(n, rw(p), rw(grad), rw(m), rw(v), rw(vmax), args);
 }
 
+void SimBackend::sgd_update(std::int64_t n, float* p, const float* grad, float* buffer,
+                            const SgdUpdate& args) {
+  CpuBackend::sgd_update(n, rw(p), rw(grad), rw(buffer), args);
+}
+
+void SimBackend::novograd_update(float* p, const float* grad, float* m, float* ema,
+                                 const FlatSlice* slices, std::int64_t count,
+                                 const NovogradUpdate& args) {
+  CpuBackend::novograd_update(rw(p), rw(grad), rw(m), rw(ema), slices, count, args);
+}
+
 }  // namespace sim
 
 backend::Backend& backend::sim_backend() {

@@ -68,7 +68,7 @@ else
 fi
 
 echo "== a device rig does not know is a config error"
-expect_error "command line \(--device=gpu\): device: expected one of \[auto, cpu, cuda\], found 'gpu'" \
+expect_error "command line \(--device=gpu\): device: expected one of \[auto, cpu, cuda, sim\], found 'gpu'" \
   run "$exp" --logdir bad --device=gpu
 
 echo "== CUDA_VISIBLE_DEVICES hiding every GPU: auto still runs, on the CPU"

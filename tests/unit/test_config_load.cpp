@@ -170,8 +170,9 @@ TEST(ConfigLoad, EnumViolationListsAllowedValues) {
   EXPECT_EQ(parse_error("base_params:\n  dtype: float8\n"),
             "bad.yaml:2:10: base_params.dtype: expected one of [float32, float16, bfloat16, "
             "mixed], found 'float8'");
-  EXPECT_EQ(parse_error("base_params:\n  device: gpu\n"),
-            "bad.yaml:2:11: base_params.device: expected one of [auto, cpu, cuda], found 'gpu'");
+  EXPECT_EQ(
+      parse_error("base_params:\n  device: gpu\n"),
+      "bad.yaml:2:11: base_params.device: expected one of [auto, cpu, cuda, sim], found 'gpu'");
 }
 
 TEST(ConfigLoad, BaseParamsIsRequired) {

@@ -22,6 +22,9 @@ struct Batch {
 
   // The tensor called `name`; throws naming the tensors the batch has.
   const Tensor& at(const std::string& name) const;
+  // The same batch with every tensor on `device` (the engine moves each batch
+  // to the run's device before the model sees it).
+  Batch to(Device device) const;
 };
 
 }  // namespace rig

@@ -158,8 +158,10 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, float value);
 Tensor argmax(const Tensor& x, std::int64_t axis = -1);  // i64, axis removed
 // The k largest along `axis`, sorted descending (ties: lower index first): values, i64 indices.
 std::pair<Tensor, Tensor> topk(const Tensor& x, std::int64_t k, std::int64_t axis = -1);
-// Comparisons giving u8.
+// Comparisons giving u8 (broadcasting; mixed dtypes compare as i64 when both
+// are integers, else as f32).
 Tensor equal(const Tensor& a, const Tensor& b);
+Tensor less(const Tensor& a, const Tensor& b);
 Tensor not_equal_scalar(const Tensor& a, float scalar);
 
 // ---- Losses --------------------------------------------------------------------
@@ -185,8 +187,18 @@ using rig::AdamUpdate;
 using rig::FlatSlice;
 using rig::GradientStats;
 using rig::LarcOptions;
+using rig::NovogradUpdate;
+using rig::SgdUpdate;
 void adam_update(Tensor& values, const Tensor& grads, Tensor& exp_avg, Tensor& exp_avg_sq,
                  Tensor& max_exp_avg_sq, const AdamUpdate& update);
+
+// torch.optim.SGD's and NovoGrad's steps over the flat f32 buffers
+// (rig/op_types.hpp); momentum_buffer undefined: no momentum. NovoGrad's
+// slices are the parameters of the flat buffers, grads_ema one f32 each.
+void sgd_update(Tensor& values, const Tensor& grads, Tensor& momentum_buffer,
+                const SgdUpdate& update);
+void novograd_update(Tensor& values, const Tensor& grads, Tensor& momentum, Tensor& grads_ema,
+                     const std::vector<FlatSlice>& slices, const NovogradUpdate& update);
 
 // The global norm and max |g| of a flat f32 buffer (rig/op_types.hpp); the
 // two numbers come back to the host.

@@ -101,9 +101,19 @@ bool has_code_for(const std::string& architectures, int major, int minor) {
   return false;
 }
 
+namespace {
+
+DeviceChoice sim_choice() {
+  return {Device::sim(),
+          "Device: sim (a test device: the CPU kernels on memory the host cannot touch; slow)"};
+}
+
+}  // namespace
+
 DeviceChoice choose_device(const std::string& request, const cuda::CudaProbe& probe, int local_rank,
                            const std::string& where) {
   if (request == "cpu") return {};
+  if (request == "sim") return sim_choice();
   const cuda::GpuInfo* gpu = nullptr;
   const auto problem = why_no_gpu(probe, local_rank, gpu);
   if (!problem) return {Device::cuda(gpu->index), fmt::format("Device: {}", describe(*gpu))};
@@ -115,6 +125,7 @@ DeviceChoice choose_device(const std::string& request, const cuda::CudaProbe& pr
 
 DeviceChoice choose_run_device(const config::ResolvedConfig& config, const std::string& request) {
   if (request == "cpu") return {};
+  if (request == "sim") return sim_choice();
   const auto where = config.where("device");
   const std::string key = where.key_path.empty() ? "device" : where.key_path;
   return choose_device(request, cuda::probe_cuda(), launcher_local_rank(),

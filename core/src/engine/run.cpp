@@ -19,6 +19,7 @@
 #include "engine/checkpoint.hpp"
 #include "engine/console.hpp"
 #include "engine/device_choice.hpp"
+#include "engine/device_data.hpp"
 #include "engine/evaluator.hpp"
 #include "engine/inferencer.hpp"
 #include "engine/interactive.hpp"
@@ -269,10 +270,10 @@ int run(const RunOptions& options) {
   const Mode primary_enum = trains ? Mode::train : (mode == "eval" ? Mode::eval : Mode::infer);
   return with_failure_handling(*comm, console, [&]() -> int {
     const ProcessPlace place{comm->rank(), comm->size()};
-    auto data = make_data_layer(primary, primary_enum, settings, place);
+    auto data = on_device(make_data_layer(primary, primary_enum, settings, place), settings.device);
     ParameterStore params;
     auto model = make_model(primary, primary_enum, settings, place, *data, params);
-    params.allocate(settings.random_seed, settings.compute_dtype);
+    params.allocate(settings.random_seed, settings.compute_dtype, settings.device);
     check_ranks_agree(*comm, {primary.config.to_yaml(), plugin_versions(primary), params.numel()});
     if (!device.note.empty()) console.print("*** {}", device.note);
     console.print("*** Experiment {} ({} mode): {} parameters, {} process(es)", options.experiment,
@@ -375,7 +376,8 @@ int run(const RunOptions& options) {
     if (eval_exp) {
       EngineSettings eval_settings = read_settings(eval_exp->config);
       eval_settings.device = settings.device;  // one model, one device
-      eval_data = make_data_layer(*eval_exp, Mode::eval, eval_settings, place);
+      eval_data =
+          on_device(make_data_layer(*eval_exp, Mode::eval, eval_settings, place), settings.device);
     }
     if (!options.benchmark && comm->rank() == 0) write_logdir_config(logdir, primary, options);
 

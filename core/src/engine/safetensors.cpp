@@ -59,11 +59,9 @@ files::FileDigest write_safetensors(const std::filesystem::path& file, const Nam
   out.write(le, 8);
   out.write(text);
   for (const auto& [name, tensor] : tensors) {
-    if (!tensor.device().is_cpu() || !tensor.is_contiguous()) {
-      throw std::invalid_argument(
-          fmt::format("write_safetensors: tensor '{}' must be a contiguous CPU tensor", name));
-    }
-    out.write(tensor.raw_data(), tensor.nbytes());
+    // Device tensors come to the host here, one at a time.
+    const Tensor host = tensor.to_host().contiguous();
+    out.write(host.raw_data(), host.nbytes());
   }
   return out.finish();
 }

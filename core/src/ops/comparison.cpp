@@ -11,11 +11,14 @@
 
 namespace rig::ops {
 
-Tensor equal(const Tensor& a, const Tensor& b) {
-  detail::require_defined("equal", a, "a");
-  detail::require_defined("equal", b, "b");
-  detail::require_same_device("equal", {&a, &b});
-  const Shape shape = broadcast_shapes(a.shape(), b.shape(), "equal");
+namespace {
+
+// a op b broadcast, compared in one dtype.
+Tensor compare_tensors(const char* name, backend::Compare op, const Tensor& a, const Tensor& b) {
+  detail::require_defined(name, a, "a");
+  detail::require_defined(name, b, "b");
+  detail::require_same_device(name, {&a, &b});
+  const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
   // One dtype for both: f16/bf16 and mixed float/integer pairs compare in f32.
   DType common = a.dtype();
   if (a.dtype() != b.dtype() || !(a.dtype() == DType::f32 || !is_floating(a.dtype()))) {
@@ -29,9 +32,19 @@ Tensor equal(const Tensor& a, const Tensor& b) {
   const Strides sa = backend::broadcast_strides(ac.shape(), ac.strides(), shape);
   const Strides sb = backend::broadcast_strides(bc.shape(), bc.strides(), shape);
   const auto plan = backend::make_strided_plan<3>(shape, {&so, &sa, &sb});
-  detail::backend_of(ac).compare(backend::Compare::equal, plan, common, ac.raw_data(),
-                                 bc.raw_data(), 0.0, out.data<std::uint8_t>());
+  detail::backend_of(ac).compare(op, plan, common, ac.raw_data(), bc.raw_data(), 0.0,
+                                 out.data<std::uint8_t>());
   return out;
+}
+
+}  // namespace
+
+Tensor equal(const Tensor& a, const Tensor& b) {
+  return compare_tensors("equal", backend::Compare::equal, a, b);
+}
+
+Tensor less(const Tensor& a, const Tensor& b) {
+  return compare_tensors("less", backend::Compare::less, a, b);
 }
 
 Tensor not_equal_scalar(const Tensor& a, float scalar) {

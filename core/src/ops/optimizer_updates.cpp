@@ -23,6 +23,16 @@ void require_flat_f32(std::string_view op, const Tensor& t, std::string_view rol
   }
 }
 
+void require_slices_inside(std::string_view op, const std::vector<FlatSlice>& slices,
+                           std::int64_t numel) {
+  for (const FlatSlice& slice : slices) {
+    if (slice.offset < 0 || slice.size < 0 || slice.offset + slice.size > numel) {
+      throw std::invalid_argument(fmt::format("{}: slice [{}, {}) outside the {} elements", op,
+                                              slice.offset, slice.offset + slice.size, numel));
+    }
+  }
+}
+
 }  // namespace
 
 void adam_update(Tensor& values, const Tensor& grads, Tensor& exp_avg, Tensor& exp_avg_sq,
@@ -40,6 +50,36 @@ void adam_update(Tensor& values, const Tensor& grads, Tensor& exp_avg, Tensor& e
   detail::backend_of(values).adam_update(n, values.data<float>(), grads.data<float>(),
                                          exp_avg.data<float>(), exp_avg_sq.data<float>(),
                                          amsgrad ? max_exp_avg_sq.data<float>() : nullptr, update);
+}
+
+void sgd_update(Tensor& values, const Tensor& grads, Tensor& momentum_buffer,
+                const SgdUpdate& update) {
+  constexpr std::string_view kOp = "sgd_update";
+  detail::require_defined(kOp, values, "values");
+  const std::int64_t n = values.numel();
+  require_flat_f32(kOp, values, "values", n);
+  require_flat_f32(kOp, grads, "grads", n);
+  if (momentum_buffer.defined()) require_flat_f32(kOp, momentum_buffer, "momentum_buffer", n);
+  detail::require_same_device(kOp, {&values, &grads, &momentum_buffer});
+  detail::backend_of(values).sgd_update(
+      n, values.data<float>(), grads.data<float>(),
+      momentum_buffer.defined() ? momentum_buffer.data<float>() : nullptr, update);
+}
+
+void novograd_update(Tensor& values, const Tensor& grads, Tensor& momentum, Tensor& grads_ema,
+                     const std::vector<FlatSlice>& slices, const NovogradUpdate& update) {
+  constexpr std::string_view kOp = "novograd_update";
+  detail::require_defined(kOp, values, "values");
+  const std::int64_t n = values.numel();
+  require_flat_f32(kOp, values, "values", n);
+  require_flat_f32(kOp, grads, "grads", n);
+  require_flat_f32(kOp, momentum, "momentum", n);
+  require_flat_f32(kOp, grads_ema, "grads_ema", static_cast<std::int64_t>(slices.size()));
+  detail::require_same_device(kOp, {&values, &grads, &momentum, &grads_ema});
+  require_slices_inside(kOp, slices, n);
+  detail::backend_of(values).novograd_update(
+      values.data<float>(), grads.data<float>(), momentum.data<float>(), grads_ema.data<float>(),
+      slices.data(), static_cast<std::int64_t>(slices.size()), update);
 }
 
 GradientStats gradient_stats(const Tensor& grads) {
@@ -65,12 +105,7 @@ void larc_(Tensor& grads, const Tensor& values, const std::vector<FlatSlice>& sl
   require_flat_f32(kOp, grads, "grads", n);
   require_flat_f32(kOp, values, "values", n);
   detail::require_same_device(kOp, {&grads, &values});
-  for (const FlatSlice& slice : slices) {
-    if (slice.offset < 0 || slice.size < 0 || slice.offset + slice.size > n) {
-      throw std::invalid_argument(fmt::format("{}: slice [{}, {}) outside the {} elements", kOp,
-                                              slice.offset, slice.offset + slice.size, n));
-    }
-  }
+  require_slices_inside(kOp, slices, n);
   detail::backend_of(grads).larc(values.data<float>(), grads.data<float>(), slices.data(),
                                  static_cast<std::int64_t>(slices.size()), options);
 }

@@ -17,4 +17,12 @@ const Tensor& Batch::at(const std::string& name) const {
       names.empty() ? std::string("(none)") : fmt::format("{}", fmt::join(names, ", "))));
 }
 
+Batch Batch::to(Device device) const {
+  Batch moved = *this;
+  for (auto& [name, tensor] : moved.tensors) {
+    if (tensor.defined()) tensor = tensor.to(device);
+  }
+  return moved;
+}
+
 }  // namespace rig

@@ -22,17 +22,26 @@ using rig_mpi::RequestState;
 
 // Keeps the tensors alive until the collective has run. Destroying a request
 // waits for its collective: the communication thread may still be using the
-// buffers, and it never releases a tensor itself.
+// buffers, and it never releases a tensor itself. A collective on a device
+// buffer runs on a host copy (MPI works on host memory); wait() copies the
+// result back into the device buffer.
 class MpiRequest final : public rig::CommRequest {
  public:
-  MpiRequest(std::shared_ptr<RequestState> state, Tensor buffer, Tensor input)
-      : state_(std::move(state)), buffer_(std::move(buffer)), input_(std::move(input)) {}
+  MpiRequest(std::shared_ptr<RequestState> state, Tensor buffer, Tensor input, Tensor device_result)
+      : state_(std::move(state)),
+        buffer_(std::move(buffer)),
+        input_(std::move(input)),
+        device_result_(std::move(device_result)) {}
   MpiRequest(const MpiRequest&) = delete;
   MpiRequest& operator=(const MpiRequest&) = delete;
   ~MpiRequest() override { block(); }
 
   void wait() override {
     if (block() == RequestState::failed) throw rig::RunError(state_->error);
+    if (device_result_.defined()) {
+      device_result_.copy_from(buffer_);
+      device_result_ = Tensor();
+    }
   }
   bool done() override {
     return state_->status.load(std::memory_order_acquire) != RequestState::pending;
@@ -58,16 +67,16 @@ class MpiRequest final : public rig::CommRequest {
   std::shared_ptr<RequestState> state_;
   Tensor buffer_;
   Tensor input_;
+  Tensor device_result_;  // where wait() copies buffer_ for a device buffer
 };
+
+// A buffer MPI can read and write: the tensor itself on the CPU, else a host copy.
+Tensor on_host(const Tensor& t) {
+  return t.defined() && !t.device().is_cpu() ? t.to_host() : t;
+}
 
 void check_buffer(const char* op, const Tensor& t, const char* what) {
   if (!t.defined()) throw std::invalid_argument(fmt::format("mpi {}: {} is undefined", op, what));
-  if (!t.device().is_cpu()) {
-    throw std::invalid_argument(
-        fmt::format("mpi {}: {} is on {}: the mpi communicator works on "
-                    "host (cpu) buffers",
-                    op, what, rig::to_string(t.device())));
-  }
   if (!t.is_contiguous()) {
     throw std::invalid_argument(
         fmt::format("mpi {}: {} {} is not contiguous", op, what, rig::to_string(t.shape())));
@@ -90,13 +99,14 @@ class Mpi final : public rig::Communicator {
 
   std::unique_ptr<rig::CommRequest> allreduce(Tensor buffer, rig::ReduceOp op) override {
     check_buffer("allreduce", buffer, "the buffer");
+    Tensor host = on_host(buffer);
     Collective c;
     c.kind = CollectiveKind::allreduce;
-    c.dtype = buffer.dtype();
+    c.dtype = host.dtype();
     c.reduce = op;
-    c.buffer = buffer.raw_data();
-    c.count = buffer.numel();
-    return issue(std::move(c), std::move(buffer), {});
+    c.buffer = host.raw_data();
+    c.count = host.numel();
+    return issue(std::move(c), std::move(host), {}, device_result(buffer));
   }
 
   std::unique_ptr<rig::CommRequest> broadcast(Tensor buffer, int root) override {
@@ -105,13 +115,14 @@ class Mpi final : public rig::Communicator {
       throw std::invalid_argument(fmt::format(
           "mpi broadcast: root {} is not a rank (ranks are 0 to {})", root, size() - 1));
     }
+    Tensor host = on_host(buffer);
     Collective c;
     c.kind = CollectiveKind::broadcast;
-    c.dtype = buffer.dtype();
+    c.dtype = host.dtype();
     c.root = root;
-    c.buffer = buffer.raw_data();
-    c.count = buffer.numel();
-    return issue(std::move(c), std::move(buffer), {});
+    c.buffer = host.raw_data();
+    c.count = host.numel();
+    return issue(std::move(c), std::move(host), {}, device_result(buffer));
   }
 
   std::unique_ptr<rig::CommRequest> allgather(Tensor input, Tensor output) override {
@@ -128,21 +139,23 @@ class Mpi final : public rig::Communicator {
           fmt::format("mpi allgather: {} elements per rank is more than MPI's count limit of {}",
                       input.numel(), INT_MAX));
     }
+    const std::byte* my_slot = output.raw_data() + rank() * input.nbytes();
+    if (input.raw_data() != my_slot && input.nbytes() > 0 && input.shares_storage(output)) {
+      throw std::invalid_argument(
+          "mpi allgather: the input shares storage with the output but is not this rank's "
+          "slot of it (output[rank x n, (rank + 1) x n))");
+    }
+    const bool in_place = input.raw_data() == my_slot;
+    Tensor host_output = on_host(output);
+    Tensor host_input = in_place ? Tensor() : on_host(input);
     Collective c;
     c.kind = CollectiveKind::allgather;
     c.dtype = input.dtype();
-    c.buffer = output.raw_data();
+    c.buffer = host_output.raw_data();
     c.count = input.numel();
-    const std::byte* my_slot = output.raw_data() + rank() * input.nbytes();
-    if (input.raw_data() != my_slot) {
-      if (input.nbytes() > 0 && input.shares_storage(output)) {
-        throw std::invalid_argument(
-            "mpi allgather: the input shares storage with the output but is not this rank's "
-            "slot of it (output[rank x n, (rank + 1) x n))");
-      }
-      c.input = input.raw_data();
-    }
-    return issue(std::move(c), std::move(output), std::move(input));
+    if (!in_place) c.input = host_input.raw_data();
+    return issue(std::move(c), std::move(host_output), std::move(host_input),
+                 device_result(output));
   }
 
   void barrier() override {
@@ -168,9 +181,16 @@ class Mpi final : public rig::Communicator {
     ~InstanceGuard() { g_instance_alive.store(false); }
   };
 
-  std::unique_ptr<rig::CommRequest> issue(Collective c, Tensor buffer, Tensor input) {
+  std::unique_ptr<rig::CommRequest> issue(Collective c, Tensor buffer, Tensor input,
+                                          Tensor device_result = {}) {
     auto state = thread_.submit(std::move(c));
-    return std::make_unique<MpiRequest>(std::move(state), std::move(buffer), std::move(input));
+    return std::make_unique<MpiRequest>(std::move(state), std::move(buffer), std::move(input),
+                                        std::move(device_result));
+  }
+
+  // The device buffer a collective's result goes back to, or none on the CPU.
+  static Tensor device_result(const Tensor& buffer) {
+    return buffer.device().is_cpu() ? Tensor() : buffer;
   }
 
   InstanceGuard guard_;

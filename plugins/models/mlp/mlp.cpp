@@ -76,19 +76,21 @@ class Mlp final : public rig::Model {
     const Tensor& labels = batch.at("labels");
     const auto rows = outputs.size(0);
     rig::ModelOutput result;
-    if (classification_) {
-      result.loss = ops::cross_entropy(outputs, labels);
-      const Tensor predicted = ops::argmax(outputs);
-      const auto* p = predicted.data<std::int64_t>();
-      const auto* y = labels.data<std::int64_t>();
-      std::int64_t correct = 0;
-      for (std::int64_t i = 0; i < rows; ++i) correct += p[i] == y[i] ? 1 : 0;
-      result.metrics["accuracy"] = {static_cast<double>(correct), static_cast<double>(rows)};
-    } else {
-      result.loss = ops::mse_loss(outputs, labels);
-    }
+    result.loss =
+        classification_ ? ops::cross_entropy(outputs, labels) : ops::mse_loss(outputs, labels);
+    if (mode != rig::Mode::eval) return result;  // training reads nothing back
     const auto n = static_cast<double>(rows);
-    result.metrics["loss"] = {static_cast<double>(result.loss.item()) * n, n};
+    if (!classification_) {
+      result.metrics["loss"] = {static_cast<double>(result.loss.item()) * n, n};
+      return result;
+    }
+    // The loss and the correct predictions, read back together.
+    const Tensor correct =
+        ops::sum(ops::equal(ops::argmax(outputs), labels).to(rig::DType::f32)).reshape({1});
+    const std::vector<float> numbers =
+        ops::concat({result.loss.detach().reshape({1}), correct}, 0).to_vector();
+    result.metrics["loss"] = {static_cast<double>(numbers[0]) * n, n};
+    result.metrics["accuracy"] = {static_cast<double>(numbers[1]), n};
     return result;
   }
 

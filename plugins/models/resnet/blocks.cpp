@@ -65,7 +65,7 @@ Tensor Block::shortcut(const Tensor& x, bool training) const {
   const std::int64_t before = (out_ - in_) / 2;
   const std::int64_t after = out_ - in_ - before;
   const auto zeros = [&](std::int64_t channels) {
-    return Tensor::zeros({sub.size(0), channels, sub.size(2), sub.size(3)}, x.dtype());
+    return Tensor::zeros({sub.size(0), channels, sub.size(2), sub.size(3)}, x.dtype(), x.device());
   };
   if (before == 0) return ops::concat({sub, zeros(after)}, 1);
   return ops::concat({zeros(before), sub, zeros(after)}, 1);

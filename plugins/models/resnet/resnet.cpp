@@ -78,9 +78,7 @@ class Resnet final : public rig::Model {
     const Tensor logits = compute(images, mode == rig::Mode::train);
     rig::ModelOutput result;
     result.loss = ops::cross_entropy(logits, labels, label_smoothing_);
-    const auto n = static_cast<double>(logits.size(0));
-    result.metrics["loss"] = {static_cast<double>(result.loss.item()) * n, n};
-    add_accuracy(result.metrics, logits, labels);
+    if (mode == rig::Mode::eval) add_metrics(result, logits, labels);  // training reads nothing
     return result;
   }
 
@@ -131,10 +129,18 @@ class Resnet final : public rig::Model {
                                               rig::dtype_name(labels.dtype()),
                                               rig::to_string(labels.shape()), rows));
     }
-    const Tensor l = labels.contiguous();
-    const auto* y = l.data<std::int64_t>();
+    // Counted on the device; a batch with a bad label is read back to say where.
+    const auto full = [&](std::int64_t v) {
+      return Tensor::full({}, static_cast<float>(v), rig::DType::i64, labels.device());
+    };
+    const Tensor bad =
+        ops::add(ops::sum(ops::less(labels, full(0)).to(rig::DType::f32)),
+                 ops::sum(ops::less(full(num_classes_ - 1), labels).to(rig::DType::f32)));
+    if (bad.item() == 0.0F) return;
+    const std::vector<std::int64_t> y = labels.to_int_vector();
     for (std::int64_t i = 0; i < rows; ++i) {
-      if (y[i] >= 0 && y[i] < num_classes_) continue;
+      const auto yi = y[static_cast<std::size_t>(i)];
+      if (yi >= 0 && yi < num_classes_) continue;
       const std::string index =
           static_cast<std::size_t>(i) < batch.indices.size()
               ? fmt::format(" (data-set index {})", batch.indices[static_cast<std::size_t>(i)])
@@ -142,28 +148,27 @@ class Resnet final : public rig::Model {
       throw rig::UserError(fmt::format(
           "model 'resnet': label {} at batch position {}{} is outside [0, {}): the data layer "
           "says num_classes {}",
-          y[i], i, index, num_classes_, num_classes_));
+          yi, i, index, num_classes_, num_classes_));
     }
   }
 
-  // Acc@1 and (with 5 or more classes) Acc@5, as {correct, samples}.
-  void add_accuracy(rig::Metrics& metrics, const Tensor& logits, const Tensor& labels) const {
+  // The loss, Acc@1 and (with 5 or more classes) Acc@5, as {sum, samples},
+  // counted on the device and read back together.
+  void add_metrics(rig::ModelOutput& result, const Tensor& logits, const Tensor& labels) const {
     const std::int64_t rows = logits.size(0);
     const std::int64_t k = std::min<std::int64_t>(5, num_classes_);
-    const Tensor top = ops::topk(logits.detach(), k).second.contiguous();  // i64 [rows, k]
-    const auto* t = top.data<std::int64_t>();
-    const Tensor l = labels.contiguous();
-    const auto* y = l.data<std::int64_t>();
-    std::int64_t top1 = 0;
-    std::int64_t top5 = 0;
-    for (std::int64_t i = 0; i < rows; ++i) {
-      const std::int64_t* row = t + i * k;
-      top1 += row[0] == y[i] ? 1 : 0;
-      top5 += std::find(row, row + k, y[i]) != row + k ? 1 : 0;
-    }
+    const Tensor top = ops::topk(logits.detach(), k).second;  // i64 [rows, k]
+    // At most one of a row's k predictions is its label.
+    const Tensor hits = ops::equal(top, labels.reshape({rows, 1})).to(rig::DType::f32);
+    const std::vector<float> numbers =
+        ops::concat({result.loss.detach().reshape({1}), ops::sum(hits.slice(1, 0, 1)).reshape({1}),
+                     ops::sum(hits).reshape({1})},
+                    0)
+            .to_vector();
     const auto n = static_cast<double>(rows);
-    metrics["Acc@1"] = {static_cast<double>(top1), n};
-    if (num_classes_ >= 5) metrics["Acc@5"] = {static_cast<double>(top5), n};
+    result.metrics["loss"] = {static_cast<double>(numbers[0]) * n, n};
+    result.metrics["Acc@1"] = {static_cast<double>(numbers[1]), n};
+    if (num_classes_ >= 5) result.metrics["Acc@5"] = {static_cast<double>(numbers[2]), n};
   }
 
   Architecture arch_;

@@ -36,9 +36,9 @@ std::vector<std::int64_t> top_k(const float* values, std::int64_t n, std::int64_
 
 // Row-wise log-softmax of the step's logits, on the host: [N * V].
 std::vector<float> log_probs(const StepFunction& step, const std::vector<std::int64_t>& ids,
-                             std::int64_t vocab) {
+                             std::int64_t vocab, rig::Device device) {
   const auto n = static_cast<std::int64_t>(ids.size());
-  const Tensor logits = step(Tensor::from_vector(ids, {n}));
+  const Tensor logits = step(Tensor::from_vector(ids, {n}, device));
   if (logits.dim() != 2 || logits.size(0) != n || logits.size(1) != vocab) {
     throw std::logic_error(fmt::format("beam search: step logits {} must be [{},{}]",
                                        rig::to_string(logits.shape()), n, vocab));
@@ -55,7 +55,7 @@ SearchResult greedy(const SearchParams& p, const StepFunction& step) {
   std::vector<std::int64_t> ids(static_cast<std::size_t>(batch), p.pad_id);
   for (std::int64_t i = 0; i < p.max_decode_length; ++i) {
     if (std::all_of(done.begin(), done.end(), [](bool d) { return d; })) break;
-    const std::vector<float> lp = log_probs(step, ids, p.vocab_size);
+    const std::vector<float> lp = log_probs(step, ids, p.vocab_size, p.device);
     for (std::int64_t b = 0; b < batch; ++b) {
       const auto row = static_cast<std::size_t>(b);
       const float* r = lp.data() + b * p.vocab_size;
@@ -150,7 +150,7 @@ class BeamSearch {
     for (const RowState& row : rows_) {
       for (const Sequence& s : row.alive_seq) ids.push_back(s.back());
     }
-    const std::vector<float> lp = log_probs(step_, ids, vocab);
+    const std::vector<float> lp = log_probs(step_, ids, vocab, p_.device);
     const float norm = length_penalty(p_.alpha, i + 1);
     std::vector<std::int64_t> cache_index;
     std::vector<float> candidates(static_cast<std::size_t>(beam * vocab));
@@ -217,7 +217,8 @@ class BeamSearch {
       row = std::move(next);
     }
     // The caches follow the alive hypotheses they were grown from.
-    reorder_(Tensor::from_vector(cache_index, {static_cast<std::int64_t>(cache_index.size())}));
+    reorder_(Tensor::from_vector(cache_index, {static_cast<std::int64_t>(cache_index.size())},
+                                 p_.device));
   }
 
   SearchParams p_;

@@ -22,6 +22,7 @@ struct SearchParams {
   std::int64_t vocab_size = 1;
   std::int64_t eos_id = 1;
   std::int64_t pad_id = 0;  // the first input of every hypothesis, and what follows EOS
+  rig::Device device;       // of the step's ids and the caches' reorder index
 };
 
 // ids i64 [N] (the newest token of each hypothesis) -> logits f32 [N, V] of

@@ -26,26 +26,16 @@ std::string layer_name(const std::string& stack, std::size_t n) {
   return fmt::format("{}.layer_{}", stack, n);
 }
 
-// u8 [B, 1, 1, S]: 1 where s < lengths[b].
+// u8 [B, 1, 1, S]: 1 where s < lengths[b], computed on the lengths' device.
 Tensor key_padding_mask(const Tensor& lengths, std::int64_t source_length) {
-  const std::vector<std::int64_t> l = lengths.to_int_vector();
-  const auto batch = static_cast<std::int64_t>(l.size());
-  std::vector<std::uint8_t> mask(static_cast<std::size_t>(batch * source_length), 0);
-  for (std::int64_t b = 0; b < batch; ++b) {
-    const std::int64_t n = l[static_cast<std::size_t>(b)];
-    if (n < 1 || n > source_length) {
-      throw std::invalid_argument(fmt::format(
-          "transformer: source length {} of row {} is outside [1, {}] (the source width)", n, b,
-          source_length));
-    }
-    for (std::int64_t s = 0; s < n; ++s) mask[static_cast<std::size_t>(b * source_length + s)] = 1;
-  }
-  return Tensor::from_vector(mask, {batch, 1, 1, source_length});
+  const Tensor positions =
+      Tensor::arange(source_length, rig::DType::i64, lengths.device()).reshape({1, 1, 1, -1});
+  return ops::less(positions, lengths.reshape({-1, 1, 1, 1}));
 }
 
 }  // namespace
 
-Tensor position_encoding(std::int64_t length, std::int64_t hidden_size) {
+Tensor position_encoding(std::int64_t length, std::int64_t hidden_size, rig::Device device) {
   const std::int64_t timescales = hidden_size / 2;
   // In float32, as TensorFlow computes it.
   const auto increment = static_cast<float>(std::log(1.0e4 / 1.0)) /
@@ -59,7 +49,7 @@ Tensor position_encoding(std::int64_t length, std::int64_t hidden_size) {
       out[static_cast<std::size_t>(p * hidden_size + timescales + i)] = std::cos(t);
     }
   }
-  return Tensor::from_vector(out, {length, hidden_size});
+  return Tensor::from_vector(out, {length, hidden_size}, device);
 }
 
 // ---- layers ------------------------------------------------------------------
@@ -202,7 +192,8 @@ Encoded Network::encode(const Tensor& source_ids, const Tensor& source_lengths, 
   if (remove_padding_) {
     ffn_mask = encoded.key_mask.reshape({source_ids.size(0), length, 1}).to(dtype_);
   }
-  Tensor x = ops::add(embed(source_ids), position_encoding(length, hidden_size_).to(dtype_));
+  Tensor x = ops::add(embed(source_ids),
+                      position_encoding(length, hidden_size_, source_ids.device()).to(dtype_));
   x = encoder_input_dropout_.forward(x, training, key);
   for (const EncoderLayer& layer : encoder_layers_) {
     x = layer.forward(x, encoded.key_mask, ffn_mask, training, key);
@@ -217,9 +208,10 @@ Tensor Network::decode(const Tensor& target_ids, const Encoded& encoded, bool tr
   const std::int64_t length = target_ids.size(1);
   // Shift right: a zero vector first, the last target dropped.
   const Tensor embedded = embed(target_ids);
-  Tensor x = ops::concat(
-      {Tensor::zeros({batch, 1, hidden_size_}, dtype_), embedded.slice(1, 0, length - 1)}, 1);
-  x = ops::add(x, position_encoding(length, hidden_size_).to(dtype_));
+  Tensor x = ops::concat({Tensor::zeros({batch, 1, hidden_size_}, dtype_, target_ids.device()),
+                          embedded.slice(1, 0, length - 1)},
+                         1);
+  x = ops::add(x, position_encoding(length, hidden_size_, target_ids.device()).to(dtype_));
   x = decoder_input_dropout_.forward(x, training, key);
   for (const DecoderLayer& layer : decoder_layers_) x = layer.forward(x, encoded, training, key);
   return logits(decoder_norm_.forward(x));
@@ -230,7 +222,7 @@ DecodeState Network::start_decoding(const Encoded& encoded, const Tensor& rows,
   DecodeState state;
   state.self_attention.resize(decoder_layers_.size());
   for (rig::nn::KvCache& cache : state.self_attention) cache.reserve(max_length);
-  state.positions = position_encoding(max_length, hidden_size_).to(dtype_);
+  state.positions = position_encoding(max_length, hidden_size_, rows.device()).to(dtype_);
   for (const DecoderLayer& layer : decoder_layers_) {
     const rig::nn::KvCache kv = layer.project_encoder_output(encoded.output);  // once per source
     state.encdec_attention.push_back(
@@ -244,9 +236,10 @@ Tensor Network::decode_step(const Tensor& ids, DecodeState& state) const {
   const std::int64_t n = ids.size(0);
   Tensor x = embed(ids.reshape({n, 1}));
   // Past max_length: the encodings up to this step, computed again (the same values).
-  const Tensor positions = state.steps < state.positions.size(0)
-                               ? state.positions
-                               : position_encoding(state.steps + 1, hidden_size_).to(dtype_);
+  const Tensor positions =
+      state.steps < state.positions.size(0)
+          ? state.positions
+          : position_encoding(state.steps + 1, hidden_size_, ids.device()).to(dtype_);
   x = ops::add(x, positions.slice(0, state.steps, state.steps + 1));
   for (std::size_t l = 0; l < decoder_layers_.size(); ++l) {
     x = decoder_layers_[l].step(x, state.self_attention[l], state.encdec_attention[l],

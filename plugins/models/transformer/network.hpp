@@ -28,7 +28,8 @@ namespace rig_transformer {
 // Positions 0..length-1 as OpenSeq2Seq's utils.get_position_encoding: the
 // first half of each row sin(p / 10000^(i / (d/2 - 1))), the second half cos.
 // f32 [length, hidden_size].
-rig::Tensor position_encoding(std::int64_t length, std::int64_t hidden_size);
+rig::Tensor position_encoding(std::int64_t length, std::int64_t hidden_size,
+                              rig::Device device = rig::Device::cpu());
 
 // The encoder's output and what decoding needs with it.
 struct Encoded {

@@ -28,7 +28,7 @@ rig::Tensor teacher_forced_predictions(const rig::Tensor& argmax, const rig::Ten
     const auto eos = std::find(row, reference_end, eos_id);
     std::fill(eos == reference_end ? reference_end : eos + 1, row + width, pad_id);
   }
-  return rig::Tensor::from_vector(tokens, argmax.shape());
+  return rig::Tensor::from_vector(tokens, argmax.shape(), argmax.device());
 }
 
 }  // namespace rig_transformer

@@ -27,16 +27,11 @@ namespace ops = rig::ops;
 using rig_transformer::Network;
 using rig_transformer::Params;
 
-// f32 [B, T]: 1 at positions t < lengths[b].
+// f32 [B, T]: 1 at positions t < lengths[b], computed on the lengths' device.
 Tensor length_mask(const Tensor& lengths, std::int64_t width) {
-  const std::vector<std::int64_t> l = lengths.to_int_vector();
-  const auto batch = static_cast<std::int64_t>(l.size());
-  std::vector<float> mask(static_cast<std::size_t>(batch * width), 0.0F);
-  for (std::int64_t b = 0; b < batch; ++b) {
-    const std::int64_t n = std::min(l[static_cast<std::size_t>(b)], width);
-    std::fill_n(mask.begin() + b * width, n, 1.0F);
-  }
-  return Tensor::from_vector(mask, {batch, width});
+  const Tensor positions =
+      Tensor::arange(width, rig::DType::i64, lengths.device()).reshape({1, -1});
+  return ops::less(positions, lengths.reshape({-1, 1})).to(rig::DType::f32);
 }
 
 class Transformer final : public rig::Model {
@@ -67,15 +62,21 @@ class Transformer final : public rig::Model {
     const Tensor weights = length_mask(target_lengths, target.size(1));
     rig::ModelOutput out;
     out.loss = ops::padded_cross_entropy(logits, target, weights, params_.label_smoothing);
-    const double tokens = ops::sum(weights).item();
-    out.metrics["loss"] = {static_cast<double>(out.loss.item()) * tokens, tokens};
+    if (mode != rig::Mode::eval) return out;  // training reads nothing back
+    // Eval metrics: three numbers read back at once.
     const Tensor predicted = ops::argmax(logits.detach(), -1);
-    out.metrics["teacher_forced_token_accuracy"] = {correct_tokens(predicted, target, weights),
-                                                    tokens};
-    if (mode == rig::Mode::eval) {
-      out.teacher_forced_predictions = rig_transformer::teacher_forced_predictions(
-          predicted, target_lengths, params_.eos_id, params_.pad_id);
-    }
+    const Tensor correct =
+        ops::sum(ops::mul(ops::equal(predicted, target).to(rig::DType::f32), weights));
+    const std::vector<float> numbers =
+        ops::concat(
+            {ops::sum(weights).reshape({1}), out.loss.detach().reshape({1}), correct.reshape({1})},
+            0)
+            .to_vector();
+    const double tokens = numbers[0];
+    out.metrics["loss"] = {static_cast<double>(numbers[1]) * tokens, tokens};
+    out.metrics["teacher_forced_token_accuracy"] = {numbers[2], tokens};
+    out.teacher_forced_predictions = rig_transformer::teacher_forced_predictions(
+        predicted, target_lengths, params_.eos_id, params_.pad_id);
     return out;
   }
 
@@ -94,13 +95,16 @@ class Transformer final : public rig::Model {
     search.vocab_size = net_.vocab_size();
     search.eos_id = params_.eos_id;
     search.pad_id = params_.pad_id;
+    search.device = source.device();
     // Hypothesis b x beam + j decodes source row b.
     std::vector<std::int64_t> rows;
     for (std::int64_t b = 0; b < search.batch_size; ++b)
       rows.insert(rows.end(), search.beam_size, b);
-    rig_transformer::DecodeState state = net_.start_decoding(
-        encoded, Tensor::from_vector(rows, {static_cast<std::int64_t>(rows.size())}),
-        search.max_decode_length);
+    rig_transformer::DecodeState state =
+        net_.start_decoding(encoded,
+                            Tensor::from_vector(rows, {static_cast<std::int64_t>(rows.size())},
+                                                encoded.output.device()),
+                            search.max_decode_length);
     const rig_transformer::SearchResult result = rig_transformer::search(
         search, [&](const Tensor& ids) { return net_.decode_step(ids, state); },
         [&](const Tensor& index) { Network::reorder(state, index); });
@@ -128,9 +132,23 @@ class Transformer final : public rig::Model {
           side, rig::dtype_name(ids.dtype()), rig::to_string(ids.shape()),
           rig::dtype_name(lengths.dtype()), rig::to_string(lengths.shape())));
     }
+    // Counted on the device; only a batch with a bad id or length is read back
+    // to say where.
+    const auto out_of = [](const Tensor& v, std::int64_t low, std::int64_t high) {
+      const Tensor below =
+          ops::less(v, rig::Tensor::full({}, static_cast<float>(low), rig::DType::i64, v.device()));
+      const Tensor above = ops::less(
+          rig::Tensor::full({}, static_cast<float>(high - 1), rig::DType::i64, v.device()), v);
+      return ops::add(ops::sum(below.to(rig::DType::f32)), ops::sum(above.to(rig::DType::f32)))
+          .reshape({1});
+    };
+    const std::int64_t width = ids.size(1);
+    const std::vector<float> bad =
+        ops::concat({out_of(ids, 0, params_.data_vocab_size), out_of(lengths, 1, width + 1)}, 0)
+            .to_vector();
+    if (bad[0] == 0.0F && bad[1] == 0.0F) return;
     const std::vector<std::int64_t> v = ids.to_int_vector();
     const std::vector<std::int64_t> l = lengths.to_int_vector();
-    const std::int64_t width = ids.size(1);
     for (std::size_t i = 0; i < v.size(); ++i) {
       const auto row = static_cast<std::int64_t>(i) / width;
       if (v[i] >= 0 && v[i] < params_.data_vocab_size) continue;
@@ -150,18 +168,6 @@ class Transformer final : public rig::Model {
   static std::string index_note(const rig::Batch& batch, std::int64_t row) {
     const auto r = static_cast<std::size_t>(row);
     return r < batch.indices.size() ? fmt::format(" (data-set index {})", batch.indices[r]) : "";
-  }
-
-  // Real target tokens whose argmax logit (`argmax`, i64 [B, T]) is the token.
-  static double correct_tokens(const Tensor& argmax, const Tensor& target, const Tensor& weights) {
-    const std::vector<std::int64_t> predicted = argmax.to_int_vector();
-    const std::vector<std::int64_t> expected = target.to_int_vector();
-    const std::vector<float> w = weights.to_vector();
-    double correct = 0.0;
-    for (std::size_t i = 0; i < w.size(); ++i) {
-      if (w[i] > 0.0F && predicted[i] == expected[i]) correct += 1.0;
-    }
-    return correct;
   }
 
   Params params_;

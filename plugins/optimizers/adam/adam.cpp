@@ -62,9 +62,14 @@ class Adam final : public rig::Optimizer {
     values_ = ctx.params.values();
     grads_ = ctx.params.grads();
     const auto n = values_.numel();
-    exp_avg_ = Tensor::zeros({n});
-    exp_avg_sq_ = Tensor::zeros({n});
-    if (amsgrad_) max_exp_avg_sq_ = Tensor::zeros({n});
+    exp_avg_ = zeros(n);
+    exp_avg_sq_ = zeros(n);
+    if (amsgrad_) max_exp_avg_sq_ = zeros(n);
+  }
+
+  // A zeroed moment buffer on the parameters' device.
+  Tensor zeros(std::int64_t n) const {
+    return Tensor::zeros({n}, rig::DType::f32, values_.device());
   }
 
   void step(double learning_rate) override {
@@ -98,9 +103,9 @@ class Adam final : public rig::Optimizer {
     const auto n = values_.numel();
     if (state.empty()) {  // the state before the first step
       step_ = 0;
-      exp_avg_ = Tensor::zeros({n});
-      exp_avg_sq_ = Tensor::zeros({n});
-      if (amsgrad_) max_exp_avg_sq_ = Tensor::zeros({n});
+      exp_avg_ = zeros(n);
+      exp_avg_sq_ = zeros(n);
+      if (amsgrad_) max_exp_avg_sq_ = zeros(n);
       return;
     }
     std::vector<std::string> expected{kExpAvg, kExpAvgSq, kStep};
@@ -126,7 +131,7 @@ class Adam final : public rig::Optimizer {
                                        rig::dtype_name(step.dtype()),
                                        rig::to_string(step.shape())));
     }
-    const std::int64_t loaded_step = step.reshape({1}).clone().data<std::int64_t>()[0];
+    const std::int64_t loaded_step = step.to_int_vector().front();
     if (loaded_step < 1) {
       throw rig::UserError(fmt::format("{}: {} must be >= 1, got {}", kName, kStep, loaded_step));
     }
@@ -137,7 +142,7 @@ class Adam final : public rig::Optimizer {
                                          kName, name, rig::dtype_name(tensor.dtype()),
                                          rig::to_string(tensor.shape()), n));
       }
-      return tensor.reshape({n}).clone();
+      return tensor.reshape({n}).to(values_.device()).clone();
     };
     Tensor exp_avg = flat(kExpAvg);
     Tensor exp_avg_sq = flat(kExpAvgSq);

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "rig/error.hpp"
+#include "rig/ops.hpp"
 #include "rig/plugin.hpp"
 
 namespace {
@@ -49,40 +50,21 @@ class NovoGrad final : public rig::Optimizer {
     for (const auto& info : ctx.params.parameters()) {
       layers_.push_back({info.offset, info.value.numel()});
     }
-    momentum_ = Tensor::zeros({values_.numel()});
-    grads_ema_ = Tensor::zeros({static_cast<std::int64_t>(layers_.size())});
+    momentum_ = Tensor::zeros({values_.numel()}, rig::DType::f32, values_.device());
+    grads_ema_ = Tensor::zeros({static_cast<std::int64_t>(layers_.size())}, rig::DType::f32,
+                               values_.device());
   }
 
   void step(double learning_rate) override {
-    float* p_all = values_.data<float>();
-    const float* g_all = grads_.data<float>();
-    float* m_all = momentum_.data<float>();
-    float* ema = grads_ema_.data<float>();
-    const auto lr = static_cast<float>(learning_rate);
-    const auto b1 = static_cast<float>(beta1_);
-    const auto b2 = static_cast<float>(beta2_);
-    const auto c2 = static_cast<float>(1.0 - beta2_);
-    const auto eps = static_cast<float>(epsilon_);
-    const auto wd = static_cast<float>(weight_decay_);
-    const float avg = grad_averaging_ ? static_cast<float>(1.0 - beta1_) : 1.0F;
-    for (std::size_t l = 0; l < layers_.size(); ++l) {
-      const auto [offset, n] = layers_[l];
-      float* __restrict p = p_all + offset;
-      const float* __restrict g = g_all + offset;
-      float* __restrict m = m_all + offset;
-      double sum_sq = 0.0;
-      for (std::int64_t i = 0; i < n; ++i) sum_sq += static_cast<double>(g[i]) * g[i];
-      const auto g2 = static_cast<float>(sum_sq);
-      ema[l] = ema[l] == 0.0F ? g2 : ema[l] * b2 + g2 * c2;
-      // d = (g * scale + wd * p) * avg, folded into two factors.
-      const float g_factor = avg / std::sqrt(ema[l] + eps);
-      const float p_factor = avg * wd;
-      for (std::int64_t i = 0; i < n; ++i) {
-        const float mi = b1 * m[i] + (g_factor * g[i] + p_factor * p[i]);
-        m[i] = mi;
-        p[i] -= lr * mi;
-      }
-    }
+    rig::NovogradUpdate update;
+    update.learning_rate = static_cast<float>(learning_rate);
+    update.beta1 = static_cast<float>(beta1_);
+    update.beta2 = static_cast<float>(beta2_);
+    update.c2 = static_cast<float>(1.0 - beta2_);
+    update.epsilon = static_cast<float>(epsilon_);
+    update.weight_decay = static_cast<float>(weight_decay_);
+    update.avg = grad_averaging_ ? static_cast<float>(1.0 - beta1_) : 1.0F;
+    rig::ops::novograd_update(values_, grads_, momentum_, grads_ema_, layers_, update);
   }
 
   std::map<std::string, Tensor> state() const override {
@@ -115,25 +97,21 @@ class NovoGrad final : public rig::Optimizer {
           "novograd: {} is {} {}, but the model has {} parameter tensors (one f32 each)", kGradsEma,
           rig::dtype_name(ema.dtype()), rig::to_string(ema.shape()), layers));
     }
-    momentum_ = momentum.reshape({values_.numel()}).clone();
-    grads_ema_ = ema.reshape({layers}).clone();
+    momentum_ = momentum.reshape({values_.numel()}).to(values_.device()).clone();
+    grads_ema_ = ema.reshape({layers}).to(values_.device()).clone();
   }
 
  private:
-  struct Layer {
-    std::int64_t offset;
-    std::int64_t numel;
-  };
   double beta1_;
   double beta2_;
   double epsilon_;
   double weight_decay_;
   bool grad_averaging_;
-  std::vector<Layer> layers_;  // each parameter's slice of the flat buffers
-  Tensor values_;              // the flat parameter buffer
-  Tensor grads_;               // the flat gradient buffer
-  Tensor momentum_;            // TensorFlow's momentum accumulator, same layout
-  Tensor grads_ema_;           // [#parameters]: the running mean of each sum(g^2); 0 = unset
+  std::vector<rig::FlatSlice> layers_;  // each parameter's slice of the flat buffers
+  Tensor values_;                       // the flat parameter buffer
+  Tensor grads_;                        // the flat gradient buffer
+  Tensor momentum_;                     // TensorFlow's momentum accumulator, same layout
+  Tensor grads_ema_;  // [#parameters]: the running mean of each sum(g^2); 0 = unset
 };
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "rig/error.hpp"
+#include "rig/ops.hpp"
 #include "rig/plugin.hpp"
 
 namespace {
@@ -31,24 +32,11 @@ class Sgd final : public rig::Optimizer {
   }
 
   void step(double learning_rate) override {
-    float* p = values_.data<float>();
-    const float* grad = grads_.data<float>();
-    const auto n = values_.numel();
-    const auto lr = static_cast<float>(learning_rate);
-    const auto wd = static_cast<float>(weight_decay_);
-    const auto mu = static_cast<float>(momentum_);
-    if (momentum_ == 0.0) {
-      for (std::int64_t i = 0; i < n; ++i) p[i] -= lr * (grad[i] + wd * p[i]);
-      return;
-    }
-    const bool first = !buffer_.defined();
-    if (first) buffer_ = Tensor::empty({n});
-    float* buf = buffer_.data<float>();
-    for (std::int64_t i = 0; i < n; ++i) {
-      const float g = grad[i] + wd * p[i];
-      buf[i] = first ? g : mu * buf[i] + g;
-      p[i] -= lr * (nesterov_ ? g + mu * buf[i] : buf[i]);
-    }
+    const bool first = momentum_ != 0.0 && !buffer_.defined();
+    if (first) buffer_ = Tensor::empty({values_.numel()}, rig::DType::f32, values_.device());
+    rig::ops::sgd_update(values_, grads_, buffer_,
+                         {static_cast<float>(learning_rate), static_cast<float>(weight_decay_),
+                          static_cast<float>(momentum_), nesterov_, first});
   }
 
   std::map<std::string, Tensor> state() const override {
@@ -68,7 +56,7 @@ class Sgd final : public rig::Optimizer {
                                          kMomentumBuffer, rig::dtype_name(tensor.dtype()),
                                          rig::to_string(tensor.shape()), values_.numel()));
       }
-      loaded = tensor.reshape({values_.numel()}).clone();
+      loaded = tensor.reshape({values_.numel()}).to(values_.device()).clone();
     }
     if (loaded.defined() && momentum_ == 0.0) {
       throw rig::UserError("sgd: the state has a momentum buffer but momentum is 0");

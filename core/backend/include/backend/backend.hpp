@@ -281,6 +281,13 @@ class Backend {
   // ---- Optimizer updates (flat f32 buffers, in place) ------------------------------------
   virtual void adam_update(std::int64_t n, float* p, const float* grad, float* m, float* v,
                            float* vmax, const AdamUpdate& args) = 0;
+  // buffer may be null (no momentum).
+  virtual void sgd_update(std::int64_t n, float* p, const float* grad, float* buffer,
+                          const SgdUpdate& args) = 0;
+  // One slice per parameter (host memory); ema holds one f32 per slice.
+  virtual void novograd_update(float* p, const float* grad, float* m, float* ema,
+                               const FlatSlice* slices, std::int64_t count,
+                               const NovogradUpdate& args) = 0;
 };
 
 // The backend of `device`; throws std::invalid_argument for a device this

@@ -34,9 +34,9 @@ Unary unary_of(Activation activation);
 
 enum class Binary : std::uint8_t { add, sub, mul, div };
 
-// u8 results: a == b, or a != scalar (compared in double, so 0.5 against an
-// integer tensor is never rounded).
-enum class Compare : std::uint8_t { equal, not_equal_scalar };
+// u8 results: a == b, a < b, or a != scalar (compared in double, so 0.5
+// against an integer tensor is never rounded).
+enum class Compare : std::uint8_t { equal, less, not_equal_scalar };
 
 // One operand of select: element 0 and strides (in elements) over the output
 // shape; stride 0 on broadcast axes (a scalar has all strides 0).

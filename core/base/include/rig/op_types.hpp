@@ -27,6 +27,28 @@ struct AdamUpdate {
   float shrink = 1.0F;         // AdamW's 1 - lr * weight_decay
 };
 
+// One fused torch.optim.SGD step (dampening 0) over flat f32 buffers:
+//   g = grad + weight_decay * p;  without momentum p -= lr * g; else
+//   buf = first ? g : momentum * buf + g;  p -= lr * (nesterov ? g + momentum * buf : buf)
+struct SgdUpdate {
+  float learning_rate = 0.0F;
+  float weight_decay = 0.0F;
+  float momentum = 0.0F;
+  bool nesterov = false;
+  bool first = true;  // the momentum buffer starts as g
+};
+
+// One NovoGrad step (OpenSeq2Seq's): per parameter slice l,
+//   n = sum(g^2) (f64, rounded to f32); ema_l = n while ema_l is 0, else b2 ema_l + c2 n
+//   m = b1 m + (avg / sqrt(ema_l + eps)) g + avg wd p;  p -= lr m
+// with c2 = 1 - b2 and avg = 1 - b1 under grad_averaging (else 1), both
+// computed from the double hyperparameters by the caller.
+struct NovogradUpdate {
+  float learning_rate = 0.0F;
+  float beta1 = 0.95F, beta2 = 0.98F, c2 = 0.02F, epsilon = 1e-8F, weight_decay = 0.0F;
+  float avg = 1.0F;
+};
+
 // The global L2 norm and the largest |g| of a flat f32 gradient buffer (+inf
 // for both when any gradient is inf or NaN), summed in f64 in fixed chunks:
 // the same bits whatever the thread timing.
