@@ -3,10 +3,7 @@
 #include "sim/sim_arena.hpp"
 
 #include <gtest/gtest.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
 
-#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +14,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "fault_death.hpp"
 
 namespace rig::sim {
 namespace {
@@ -361,29 +360,9 @@ TEST(SimArena, InstanceIsOneArenaForTheProcess) {
 
 // Death tests: the child process reads or writes a guard address.
 
-#if defined(__SANITIZE_ADDRESS__)  // GCC
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)  // clang
-#if __has_feature(address_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
-
-// Touches `guarded` from host code, as a bug in rig would. ASan installs its own
-// SIGSEGV handler, which prints a report and exits with a code of its choosing
-// (ASAN_OPTIONS exitcode, abort_on_error). The child restores the default action
-// first, so that what kills it is the fault itself, SIGSEGV, in every build.
+// Touches `guarded` from host code, as a bug in rig would.
 void touch_from_host(std::byte* guarded, bool write) {
-  struct sigaction action {};
-  action.sa_handler = SIG_DFL;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGSEGV, &action, nullptr);
-  const rlimit no_core{0, 0};  // no core file for an expected crash
-  setrlimit(RLIMIT_CORE, &no_core);
+  sim_test::let_the_fault_kill();
   volatile std::byte* p = guarded;  // volatile: the access is not optimised away
   if (write) {
     *p = std::byte{1};
@@ -392,14 +371,7 @@ void touch_from_host(std::byte* guarded, bool write) {
   }
 }
 
-// Killed by SIGSEGV. Only in sanitizer builds, where ASAN_OPTIONS makes ASan
-// keep SIGSEGV to itself (handle_segv=2, allow_user_segv_handler=0: it ignores
-// the sigaction above), the end its report chose is accepted too. Returning
-// without a fault fails either way: gtest reports "failed to die" on its own.
-bool died_of_the_fault(int status) {
-  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV) return true;
-  return kSanitized && !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-}
+using sim_test::died_of_the_fault;
 
 class SimArenaDeathTest : public testing::Test {
  protected:

@@ -3,15 +3,12 @@
 // cannot touch; copies between devices; mixing devices is a clear error;
 // reading a sim tensor's data from the host faults.
 #include <gtest/gtest.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
-
-#include <csignal>
 #include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "fault_death.hpp"
 #include "rig/ops.hpp"
 #include "rig/tensor.hpp"
 #include "test_tensor_util.hpp"
@@ -282,33 +279,10 @@ TEST(SimTensors, MixingDevicesNamesBoth) {
   EXPECT_TRUE(rig_test::contains(message, "sim")) << message;
 }
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
-
-// SIGSEGV; under ASan, which keeps SIGSEGV to itself, any failing end.
-bool died_of_the_fault(int status) {
-  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV) return true;
-  return kSanitized && !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-}
-
 // Reading a sim tensor's data from host code, as a plugin that forgot to copy
 // it would, kills the process with SIGSEGV at that line.
 void read_from_host(const Tensor& t) {
-  struct sigaction action {};
-  action.sa_handler = SIG_DFL;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGSEGV, &action, nullptr);
-  const rlimit no_core{0, 0};
-  setrlimit(RLIMIT_CORE, &no_core);
+  sim_test::let_the_fault_kill();
   const volatile float* p = t.data<float>();
   static_cast<void>(p[0]);
 }
@@ -316,7 +290,7 @@ void read_from_host(const Tensor& t) {
 TEST(SimTensorsDeathTest, HostReadOfASimTensorFaults) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   const Tensor t = Tensor::from_vector(std::vector<float>{1, 2, 3}, {3}, Device::sim());
-  EXPECT_EXIT(read_from_host(t), died_of_the_fault, "");
+  EXPECT_EXIT(read_from_host(t), sim_test::died_of_the_fault, "");
   EXPECT_FLOAT_EQ(t.to_host().to_vector()[1], 2.0F);  // through the backend it is fine
 }
 
