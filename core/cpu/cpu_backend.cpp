@@ -1,6 +1,7 @@
 #include "cpu/cpu_backend.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "backend/caching_allocator.hpp"
@@ -375,8 +376,10 @@ void CpuBackend::unscale(std::int64_t n, DType src_dtype, const void* src, float
   *amax = cpu::unscale(n, src_dtype, src, master, scale);
 }
 
-GradientStats CpuBackend::gradient_stats(const float* grads, std::int64_t n) {
-  return cpu::gradient_stats(grads, n);
+GradientStats CpuBackend::gradient_stats(const float* grads, std::int64_t n, const float* loss) {
+  GradientStats stats = cpu::gradient_stats(grads, n);
+  if (loss != nullptr) stats.loss_finite = std::isfinite(*loss);
+  return stats;
 }
 
 void CpuBackend::larc(const float* values, float* grads, const FlatSlice* slices,

@@ -408,8 +408,8 @@ void SimBackend::unscale(std::int64_t n, DType src_dtype, const void* src, float
   CpuBackend::unscale(n, src_dtype, rw(src), rw(master), scale, rw(amax));
 }
 
-GradientStats SimBackend::gradient_stats(const float* grads, std::int64_t n) {
-  return CpuBackend::gradient_stats(rw(grads), n);
+GradientStats SimBackend::gradient_stats(const float* grads, std::int64_t n, const float* loss) {
+  return CpuBackend::gradient_stats(rw(grads), n, loss != nullptr ? rw(loss) : nullptr);
 }
 
 void SimBackend::larc(const float* values, float* grads, const FlatSlice* slices,

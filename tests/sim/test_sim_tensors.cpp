@@ -3,6 +3,7 @@
 // cannot touch; copies between devices; mixing devices is a clear error;
 // reading a sim tensor's data from the host faults.
 #include <gtest/gtest.h>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -237,9 +238,11 @@ std::vector<std::vector<float>> run_updates(Device device) {
   ops::novograd_update(p, g, m, ema, slices, NovogradUpdate{0.05F});
   ops::larc_(g, p, slices, LarcOptions{0.01, true, 1e-7, 1e-7, 0.1});
   ops::scale_(g, 0.5F);
-  const GradientStats stats = ops::gradient_stats(g);
+  const GradientStats stats = ops::gradient_stats(g, Tensor::scalar(INFINITY, device));
   for (const Tensor& t : {p, g, m, v, buffer, ema}) out.push_back(t.to_host().to_vector());
-  out.push_back({static_cast<float>(stats.norm), static_cast<float>(stats.amax)});
+  out.push_back({static_cast<float>(stats.norm), static_cast<float>(stats.amax),
+                 stats.loss_finite ? 1.0F : 0.0F});
+  EXPECT_FALSE(stats.loss_finite);
   return out;
 }
 

@@ -50,33 +50,44 @@ TEST(GradientNorm, MatchesADoubleReferenceOverManyChunks) {
     squares += static_cast<double>(grads[i]) * grads[i];
   }
   ParameterStore params = store_with_grads(grads);
-  const double norm = gradient_stats(params).norm;
+  const double norm = ops::gradient_stats(params.grads()).norm;
   EXPECT_NEAR(norm, std::sqrt(squares), 1e-6 * std::sqrt(squares));
   // The same bits every time, whatever the threads did.
-  for (int i = 0; i < 5; ++i) EXPECT_EQ(gradient_stats(params).norm, norm);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(ops::gradient_stats(params.grads()).norm, norm);
 }
 
 TEST(GradientNorm, StatsGiveNormAndLargestMagnitudeInOnePass) {
   ParameterStore params = store_with_grads({3.0F, -4.0F, 0.5F});
-  const GradientStats stats = gradient_stats(params);
+  const GradientStats stats = ops::gradient_stats(params.grads());
   EXPECT_DOUBLE_EQ(stats.norm, std::sqrt(25.25));
   EXPECT_DOUBLE_EQ(stats.amax, 4.0);
   ParameterStore nan_params = store_with_grads({1.0F, NAN});
-  EXPECT_EQ(gradient_stats(nan_params).amax, INFINITY);
+  EXPECT_EQ(ops::gradient_stats(nan_params.grads()).amax, INFINITY);
 }
 
 TEST(GradientNorm, NonFiniteGradientGivesNonFiniteNorm) {
   ParameterStore params = store_with_grads({1.0F, INFINITY, 2.0F});
-  EXPECT_FALSE(std::isfinite(gradient_stats(params).norm));
+  EXPECT_FALSE(std::isfinite(ops::gradient_stats(params.grads()).norm));
   ParameterStore nan_params = store_with_grads({1.0F, NAN});
-  EXPECT_FALSE(std::isfinite(gradient_stats(nan_params).norm));
+  EXPECT_FALSE(std::isfinite(ops::gradient_stats(nan_params.grads()).norm));
+}
+
+TEST(GradientNorm, StatsSayWhetherTheStepsLossIsFinite) {
+  ParameterStore params = store_with_grads({3.0F, -4.0F});
+  EXPECT_TRUE(ops::gradient_stats(params.grads()).loss_finite);  // no loss given
+  EXPECT_TRUE(ops::gradient_stats(params.grads(), Tensor::scalar(2.5F)).loss_finite);
+  for (const float loss : {NAN, INFINITY, -INFINITY}) {
+    const GradientStats stats = ops::gradient_stats(params.grads(), Tensor::scalar(loss));
+    EXPECT_FALSE(stats.loss_finite) << loss;
+    EXPECT_DOUBLE_EQ(stats.norm, 5.0);  // the gradients' statistics are still computed
+  }
 }
 
 TEST(GradientNorm, ClipScalesOnlyAboveTheLimit) {
   ParameterStore params = store_with_grads({3.0F, 4.0F});
-  clip_gradients(params, gradient_stats(params).norm, 10.0);
+  clip_gradients(params, ops::gradient_stats(params.grads()).norm, 10.0);
   EXPECT_FLOAT_EQ(params.grads().data<float>()[0], 3.0F);
-  clip_gradients(params, gradient_stats(params).norm, 1.0);
+  clip_gradients(params, ops::gradient_stats(params.grads()).norm, 1.0);
   // torch.nn.utils.clip_grad_norm_: g * max_norm / (norm + 1e-6).
   EXPECT_FLOAT_EQ(params.grads().data<float>()[0], static_cast<float>(3.0 / (5.0 + 1e-6)));
   EXPECT_FLOAT_EQ(params.grads().data<float>()[1], static_cast<float>(4.0 / (5.0 + 1e-6)));

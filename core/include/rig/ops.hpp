@@ -200,9 +200,10 @@ void sgd_update(Tensor& values, const Tensor& grads, Tensor& momentum_buffer,
 void novograd_update(Tensor& values, const Tensor& grads, Tensor& momentum, Tensor& grads_ema,
                      const std::vector<FlatSlice>& slices, const NovogradUpdate& update);
 
-// The global norm and max |g| of a flat f32 buffer (rig/op_types.hpp); the
-// two numbers come back to the host.
-GradientStats gradient_stats(const Tensor& grads);
+// The global norm and max |g| of a flat f32 buffer (rig/op_types.hpp), and
+// whether `loss` (an f32 scalar on the same device, optional) is finite: one
+// trip to the device per training step for the overflow check and clipping.
+GradientStats gradient_stats(const Tensor& grads, const Tensor& loss = {});
 // t *= factor for a contiguous f32 tensor (gradient clipping).
 void scale_(Tensor& t, float factor);
 // LARC's per-parameter trust ratios applied to grads (rig/op_types.hpp), each

@@ -57,13 +57,13 @@ std::string format_progress(std::int64_t done, std::int64_t total, double second
 }
 
 void Console::progress(std::int64_t done, std::int64_t total, double seconds_elapsed,
-                       std::string_view note) const {
+                       const std::function<std::string()>& note) const {
   if (!bar_) return;
   const auto now = std::chrono::steady_clock::now();
   if (done < total && drawn_ && now - last_draw_ < std::chrono::milliseconds(100)) return;
   last_draw_ = now;
   // \r and "erase to end of line" so a shorter line leaves no debris.
-  fmt::print("\r{}\x1b[K", format_progress(done, total, seconds_elapsed, note, 30));
+  fmt::print("\r{}\x1b[K", format_progress(done, total, seconds_elapsed, note(), 30));
   std::fflush(stdout);
   drawn_ = true;
 }

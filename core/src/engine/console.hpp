@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -38,8 +39,9 @@ class Console {
 
   // Redraws the bar (at most 10 times a second, and always at the last step):
   // "  120/300 [=======>        ]  40%  8.3 steps/s  ETA 0:00:21  loss 0.5210".
+  // The note is made only when the bar is drawn (it may read the device).
   void progress(std::int64_t done, std::int64_t total, double seconds_elapsed,
-                std::string_view note) const;
+                const std::function<std::string()>& note) const;
   // Erases the bar (before the final lines, or on exit).
   void clear_bar() const;
 

@@ -4,10 +4,6 @@
 
 namespace rig::engine {
 
-GradientStats gradient_stats(const ParameterStore& params) {
-  return ops::gradient_stats(params.grads());
-}
-
 void clip_gradients(ParameterStore& params, double norm, double max_norm) {
   if (!(norm > max_norm)) return;
   Tensor grads = params.grads();

@@ -39,7 +39,6 @@ struct PhaseTimes {
   double step = 0.0;
   double objects = 0.0;  // over all ranks
   std::int64_t steps = 0;
-  double loss = 0.0;  // summed per-step train loss
   double gradient_norm = 0.0;
 
   void add(const PhaseTimes& o) {
@@ -53,29 +52,54 @@ struct PhaseTimes {
     step += o.step;
     objects += o.objects;
     steps += o.steps;
-    loss += o.loss;
     gradient_norm += o.gradient_norm;
   }
 };
 
-// What all ranks agreed on after a step's backward.
-struct StepAgreement {
-  bool overflow = false;
-  int stop_signal = 0;  // a signal any rank received, or 0
-  double mean_loss = 0.0;
+// The train loss summed over an interval of steps, on the device: read only
+// when the interval's line or summary is written.
+class LossSum {
+ public:
+  explicit LossSum(Device device) : device_(device) { reset(); }
+  void add(const Tensor& step_loss) { sum_ = ops::add(sum_, step_loss); }
+  double mean(std::int64_t steps) const {
+    return static_cast<double>(sum_.item()) / static_cast<double>(std::max<std::int64_t>(steps, 1));
+  }
+  void reset() { sum_ = Tensor::zeros({}, DType::f32, device_); }
+
+ private:
+  Device device_;
+  Tensor sum_;
 };
 
 class TrainingLoop {
  public:
   TrainingLoop(const TrainerParts& parts, const TrainOptions& options, const Console& console)
-      : p_(parts), o_(options), s_(options.settings), console_(console), state_(options.start) {}
+      : p_(parts),
+        o_(options),
+        s_(options.settings),
+        console_(console),
+        state_(options.start),
+        device_(parts.params.values().device()),
+        print_loss_(device_),
+        summary_loss_(device_) {}
 
   TrainResult run();
 
  private:
   // One attempted step; false when an overflow skipped the update.
   bool step(PhaseTimes& times);
-  StepAgreement agree(bool overflow, double loss);
+  // Forward and backward of one micro-batch; returns its loss (f32, on the device).
+  Tensor forward_backward(std::int64_t micro, PhaseTimes& times);
+  // Reduction, unscaling and (several ranks) the agreement: the statistics of
+  // the finished gradients, with step_loss turned into the mean over ranks.
+  GradientStats finish_gradients(Tensor& step_loss, PhaseTimes& times);
+  // The overflow branch: no update; stops when loss scaling cannot help.
+  void skip_update(const GradientStats& grads, const Tensor& step_loss, double loss_scale);
+  void update(const GradientStats& grads, PhaseTimes& times);
+  // Several ranks: the stop signal anyone received, and the mean loss over
+  // ranks (non-finite when any rank's is), in one collective.
+  Tensor agree(const Tensor& step_loss);
   int stop_signal() const {
     return p_.comm.size() > 1 ? agreed_stop_signal_ : StopSignals::received();
   }
@@ -99,6 +123,10 @@ class TrainingLoop {
   const EngineSettings& s_;
   const Console& console_;
   TrainingState state_;
+  Device device_;  // the parameters', the batches' and the loss's
+  LossSum print_loss_;
+  LossSum summary_loss_;
+  Tensor last_loss_;  // the last step's, for the progress bar (read only when drawn)
   TrainResult result_;
   PhaseTimes print_interval_;
   PhaseTimes summary_interval_;
@@ -111,19 +139,15 @@ class TrainingLoop {
   int agreed_stop_signal_ = 0;         // several ranks stop together, at the same step
 };
 
-StepAgreement TrainingLoop::agree(bool overflow, double loss) {
+Tensor TrainingLoop::agree(const Tensor& step_loss) {
   const int signal = StopSignals::received();
-  Tensor flags =
-      Tensor::from_vector(std::vector<float>{overflow ? 1.0F : 0.0F, signal != 0 ? 1.0F : 0.0F,
-                                             static_cast<float>(loss)},
-                          {3});
-  p_.comm.allreduce(flags, ReduceOp::sum)->wait();
-  const float* f = flags.data<float>();
-  StepAgreement agreed;
-  agreed.overflow = f[0] > 0.0F;
-  if (f[1] > 0.0F) agreed.stop_signal = signal != 0 ? signal : SIGTERM;
-  agreed.mean_loss = static_cast<double>(f[2]) / p_.comm.size();
-  return agreed;
+  const Tensor flag =
+      Tensor::from_vector(std::vector<float>{signal != 0 ? 1.0F : 0.0F}, {1}, device_);
+  Tensor sums = ops::concat({flag, step_loss.reshape({1})}, 0);
+  p_.comm.allreduce(sums, ReduceOp::sum)->wait();
+  if (sums.slice(0, 0, 1).item() > 0.0F) agreed_stop_signal_ = signal != 0 ? signal : SIGTERM;
+  return ops::mul_scalar(sums.slice(0, 1, 2).reshape({}),
+                         1.0F / static_cast<float>(p_.comm.size()));
 }
 
 Batch TrainingLoop::next_batch() {
@@ -139,111 +163,134 @@ Batch TrainingLoop::next_batch() {
 
 bool TrainingLoop::step(PhaseTimes& times) {
   const auto step_begin = Clock::now();
-  const std::int64_t step = state_.step;
   const double loss_scale = p_.loss_scaler.scale();
-  const bool samples_due =
-      s_.print_samples_steps && console_.enabled() && (step + 1) % *s_.print_samples_steps == 0;
+  GradientReducer* const reducer = p_.reducer;
+  if (reducer != nullptr && reducer->overlaps()) reducer->arm();
+  p_.params.zero_grad();
+  Tensor step_loss;
+  for (std::int64_t micro = 0; micro < s_.iter_size; ++micro) {
+    const Tensor loss = forward_backward(micro, times);
+    step_loss = micro == 0 ? loss : ops::add(step_loss, loss);
+  }
+  if (s_.iter_size > 1)
+    step_loss = ops::mul_scalar(step_loss, 1.0F / static_cast<float>(s_.iter_size));
+  const GradientStats grads = finish_gradients(step_loss, times);
+  if (!grads.loss_finite || !std::isfinite(grads.norm)) {
+    skip_update(grads, step_loss, loss_scale);
+    return false;
+  }
+  consecutive_overflows_ = 0;
+  update(grads, times);
+  print_loss_.add(step_loss);
+  summary_loss_.add(step_loss);
+  last_loss_ = step_loss;
+  times.step += seconds_between(step_begin, Clock::now());
+  times.steps = 1;
+  ++state_.step;
+  return true;
+}
+
+Tensor TrainingLoop::forward_backward(std::int64_t micro, PhaseTimes& times) {
+  const std::int64_t step = state_.step;
   const auto world = static_cast<std::uint32_t>(p_.comm.size());
   const auto rank = static_cast<std::uint32_t>(p_.comm.rank());
-  GradientReducer* const reducer = p_.reducer;
-  const bool overlap = reducer != nullptr && reducer->overlaps();
-  if (overlap) reducer->arm();
-  p_.params.zero_grad();
-  bool loss_overflow = false;
-  for (std::int64_t micro = 0; micro < s_.iter_size; ++micro) {
-    const auto t0 = Clock::now();
-    Batch batch = next_batch();
-    // Keyed on the micro-batch's place in the global batch, not on the rank:
-    // N processes and one process with iter_size N draw the same dropout.
-    batch.rng = RandomKey{s_.random_seed, static_cast<std::uint64_t>(step), 0,
-                          static_cast<std::uint32_t>(micro) * world + rank};
-    const auto t1 = Clock::now();
-    ModelOutput out = p_.model.forward(batch, Mode::train);
-    const float loss = out.loss.item();
-    const auto t2 = Clock::now();
-    if (!std::isfinite(loss)) {
-      if (!p_.loss_scaler.automatic()) {
-        throw UserError(fmt::format(
-            "train loss is {} at step {}{}: training diverged. Lower the learning rate, set "
-            "max_grad_norm, check the data, or (float16 / mixed) use loss_scaling: Backoff",
-            loss, step, world > 1 ? fmt::format(" on rank {}", rank) : ""));
-      }
-      loss_overflow = true;
-    } else {
-      // The loss is scaled for float16 gradients and averaged over micro-batches,
-      // like one batch iter_size times larger.
-      const double factor = loss_scale / static_cast<double>(s_.iter_size);
-      Tensor scaled =
-          factor != 1.0 ? ops::mul_scalar(out.loss, static_cast<float>(factor)) : out.loss;
-      // The last micro-batch completes the gradients: buckets leave as they fill.
-      std::optional<autograd::ScopedLeafGradListener> listening;
-      if (overlap && micro + 1 == s_.iter_size) listening.emplace(*reducer);
-      scaled.backward();
-      times.loss += loss / static_cast<double>(s_.iter_size);
+  const auto t0 = Clock::now();
+  Batch batch = next_batch();
+  // Keyed on the micro-batch's place in the global batch, not on the rank:
+  // N processes and one process with iter_size N draw the same dropout.
+  batch.rng = RandomKey{s_.random_seed, static_cast<std::uint64_t>(step), 0,
+                        static_cast<std::uint32_t>(micro) * world + rank};
+  const auto t1 = Clock::now();
+  ModelOutput out = p_.model.forward(batch, Mode::train);
+  const auto t2 = Clock::now();
+  // The loss is scaled for float16 gradients and averaged over micro-batches,
+  // like one batch iter_size times larger. A non-finite loss is found with the
+  // gradient statistics, after backward: no read of the device here.
+  const double factor = p_.loss_scaler.scale() / static_cast<double>(s_.iter_size);
+  const Tensor scaled =
+      factor != 1.0 ? ops::mul_scalar(out.loss, static_cast<float>(factor)) : out.loss;
+  {
+    // The last micro-batch completes the gradients: buckets leave as they fill.
+    std::optional<autograd::ScopedLeafGradListener> listening;
+    GradientReducer* const reducer = p_.reducer;
+    if (reducer != nullptr && reducer->overlaps() && micro + 1 == s_.iter_size) {
+      listening.emplace(*reducer);
     }
-    const auto t3 = Clock::now();
-    times.objects += static_cast<double>(batch.num_objects) * world;
-    times.data += seconds_between(t0, t1);
-    times.forward += seconds_between(t1, t2);
-    times.backward += seconds_between(t2, t3);
-    p_.timeline.phase("data", step, t0, t1);
-    p_.timeline.phase("forward", step, t1, t2);
-    p_.timeline.phase("backward", step, t2, t3);
-    if (samples_due && micro + 1 == s_.iter_size) sample_batch_ = std::move(batch);
+    scaled.backward();
   }
+  const auto t3 = Clock::now();
+  times.objects += static_cast<double>(batch.num_objects) * world;
+  times.data += seconds_between(t0, t1);
+  times.forward += seconds_between(t1, t2);
+  times.backward += seconds_between(t2, t3);
+  p_.timeline.phase("data", step, t0, t1);
+  p_.timeline.phase("forward", step, t1, t2);
+  p_.timeline.phase("backward", step, t2, t3);
+  const bool samples_due =
+      s_.print_samples_steps && console_.enabled() && (step + 1) % *s_.print_samples_steps == 0;
+  if (samples_due && micro + 1 == s_.iter_size) sample_batch_ = std::move(batch);
+  const Tensor loss = out.loss.detach();
+  return loss.dtype() == DType::f32 ? loss : loss.to(DType::f32);
+}
 
+GradientStats TrainingLoop::finish_gradients(Tensor& step_loss, PhaseTimes& times) {
   const auto c0 = Clock::now();
+  const double loss_scale = p_.loss_scaler.scale();
+  GradientReducer* const reducer = p_.reducer;
   ReductionStats reduction;
-  if (overlap) reduction = reducer->finish();
+  if (reducer != nullptr && reducer->overlaps()) reduction = reducer->finish();
   // Unscaling moves 16-bit gradients into the f32 masters and divides them by
   // the loss scale: with f32 gradients and scale 1 it has nothing to do.
   if (p_.params.compute_dtype() != DType::f32 || loss_scale != 1.0) {
     p_.params.unscale_grads(1.0 / loss_scale);
   }
-  if (reducer != nullptr && !overlap) reduction = reducer->reduce_all();
-  if (world > 1) {
-    // Every rank must take the same branch below: skip on anyone's overflow,
-    // stop when anyone got a signal. The loss printed is the global mean.
-    const StepAgreement agreed = agree(loss_overflow, times.loss);
-    loss_overflow = agreed.overflow;
-    times.loss = agreed.mean_loss;
-    if (agreed.stop_signal != 0) agreed_stop_signal_ = agreed.stop_signal;
-  }
-  // One pass after the reduction, so every rank agrees on the norm, the
-  // largest gradient (LogMax's statistic) and an overflow any rank saw.
-  const GradientStats grads = gradient_stats(p_.params);
-  const double norm = grads.norm;
+  if (reducer != nullptr && !reducer->overlaps()) reduction = reducer->reduce_all();
+  // Every rank must take the same branch after this: skip on anyone's
+  // overflow, stop when anyone got a signal. The loss printed is the global mean.
+  if (p_.comm.size() > 1) step_loss = agree(step_loss);
+  // One trip to the device after the reduction, so every rank agrees on the
+  // norm, the largest gradient (LogMax's statistic) and an overflow any rank saw.
+  const GradientStats grads = ops::gradient_stats(p_.params.grads(), step_loss);
   const auto c1 = Clock::now();
   times.communication += seconds_between(c0, c1);
   times.comm_busy += reduction.busy_seconds;
   times.comm_bytes += reduction.bytes;
-  p_.timeline.phase("communication", step, c0, c1);
+  p_.timeline.phase("communication", state_.step, c0, c1);
+  return grads;
+}
 
-  const bool overflow = loss_overflow || !std::isfinite(norm);
-  if (overflow) {
-    if (!p_.loss_scaler.automatic()) {
+void TrainingLoop::skip_update(const GradientStats& grads, const Tensor& step_loss,
+                               double loss_scale) {
+  const std::int64_t step = state_.step;
+  if (!p_.loss_scaler.automatic()) {
+    if (!grads.loss_finite) {
       throw UserError(fmt::format(
-          "gradients are not finite (inf or NaN) at step {} and loss_scaling is {}: lower "
-          "the learning rate or loss_scaling, or use loss_scaling: Backoff or LogMax",
-          step, p_.loss_scaler.describe()));
+          "train loss is {} at step {}: training diverged. Lower the learning rate, set "
+          "max_grad_norm, check the data, or (float16 / mixed) use loss_scaling: Backoff",
+          step_loss.item(), step));
     }
-    p_.loss_scaler.update(true, grads.amax);
-    console_.print("*** Overflow at step {}: loss scale {} -> {}, update skipped", step, loss_scale,
-                   p_.loss_scaler.scale());
-    ++result_.skipped_steps;
-    if (++consecutive_overflows_ >= kMaxConsecutiveOverflows) {
-      throw UserError(fmt::format(
-          "gradients overflowed for {} consecutive steps (at step {}, loss scale now {}): "
-          "training diverged; lower the learning rate or set max_grad_norm",
-          consecutive_overflows_, step, p_.loss_scaler.scale()));
-    }
-    sample_batch_.reset();
-    return false;
+    throw UserError(fmt::format(
+        "gradients are not finite (inf or NaN) at step {} and loss_scaling is {}: lower "
+        "the learning rate or loss_scaling, or use loss_scaling: Backoff or LogMax",
+        step, p_.loss_scaler.describe()));
   }
-  consecutive_overflows_ = 0;
+  p_.loss_scaler.update(true, grads.amax);
+  console_.print("*** Overflow at step {}: loss scale {} -> {}, update skipped", step, loss_scale,
+                 p_.loss_scaler.scale());
+  ++result_.skipped_steps;
+  if (++consecutive_overflows_ >= kMaxConsecutiveOverflows) {
+    throw UserError(fmt::format(
+        "gradients overflowed for {} consecutive steps (at step {}, loss scale now {}): "
+        "training diverged; lower the learning rate or set max_grad_norm",
+        consecutive_overflows_, step, p_.loss_scaler.scale()));
+  }
+  sample_batch_.reset();
+}
 
-  if (s_.max_grad_norm) clip_gradients(p_.params, norm, *s_.max_grad_norm);
-  last_learning_rate_ = p_.lr_policy.learning_rate(step);
+void TrainingLoop::update(const GradientStats& grads, PhaseTimes& times) {
+  const auto c1 = Clock::now();
+  if (s_.max_grad_norm) clip_gradients(p_.params, grads.norm, *s_.max_grad_norm);
+  last_learning_rate_ = p_.lr_policy.learning_rate(state_.step);
   if (o_.larc) apply_larc(p_.params, *o_.larc, last_learning_rate_);
   p_.optimizer.step(last_learning_rate_);
   // Pure float16 / bfloat16 keeps its weights representable in that type.
@@ -252,12 +299,8 @@ bool TrainingLoop::step(PhaseTimes& times) {
   p_.loss_scaler.update(false, grads.amax);
   const auto c2 = Clock::now();
   times.optimizer += seconds_between(c1, c2);
-  p_.timeline.phase("optimizer", step, c1, c2);
-  times.step += seconds_between(step_begin, c2);
-  times.gradient_norm += norm;
-  times.steps = 1;
-  ++state_.step;
-  return true;
+  p_.timeline.phase("optimizer", state_.step, c1, c2);
+  times.gradient_norm += grads.norm;
 }
 
 StepCosts costs_per_step(const PhaseTimes& t, int world_size) {
@@ -287,7 +330,7 @@ void TrainingLoop::write_summaries() {
   if (p_.summaries == nullptr || t.steps == 0) return;
   const auto n = static_cast<double>(t.steps);
   Scalars scalars = {
-      {"train_loss", t.loss / n},
+      {"train_loss", summary_loss_.mean(t.steps)},
       {"learning_rate", last_learning_rate_},
       {"global_gradient_norm", t.gradient_norm / n},
       {"loss_scale", p_.loss_scaler.scale()},
@@ -384,7 +427,8 @@ void TrainingLoop::after_step(const PhaseTimes& times) {
 
   if (due(s_.print_loss_steps) || last_step()) {
     const PhaseTimes& t = print_interval_;
-    state_.train_loss = t.loss / static_cast<double>(t.steps);
+    state_.train_loss = print_loss_.mean(t.steps);
+    print_loss_.reset();
     state_.train_loss_step = state_.step;
     console_.print("*** Global step {}: *** Train loss: {:.4f}", state_.step, *state_.train_loss);
     // The data share says at a glance whether the input pipeline keeps up.
@@ -406,6 +450,7 @@ void TrainingLoop::after_step(const PhaseTimes& times) {
   if (!o_.benchmark && (due(s_.save_summaries_steps) || (last_step() && s_.save_summaries_steps))) {
     write_summaries();
     summary_interval_ = {};
+    summary_loss_.reset();
   }
   if (due(s_.save_checkpoint_steps) && !last_step()) save();
   if (due(s_.eval_steps) && !last_step()) evaluate_now();
@@ -446,8 +491,10 @@ TrainResult TrainingLoop::run() {
     PhaseTimes times;
     if (step(times)) after_step(times);
     console_.progress(state_.step - first_step_, o_.max_steps - first_step_,
-                      seconds_between(loop_start, Clock::now()),
-                      fmt::format("loss {:.4f}", times.loss));
+                      seconds_between(loop_start, Clock::now()), [&] {
+                        return last_loss_.defined() ? fmt::format("loss {:.4f}", last_loss_.item())
+                                                    : std::string();
+                      });
     if (stop_signal() != 0) {
       result_.stop_signal = stop_signal();
       break;

@@ -82,11 +82,14 @@ void novograd_update(Tensor& values, const Tensor& grads, Tensor& momentum, Tens
       slices.data(), static_cast<std::int64_t>(slices.size()), update);
 }
 
-GradientStats gradient_stats(const Tensor& grads) {
+GradientStats gradient_stats(const Tensor& grads, const Tensor& loss) {
   constexpr std::string_view kOp = "gradient_stats";
   detail::require_defined(kOp, grads, "grads");
   require_flat_f32(kOp, grads, "grads", grads.numel());
-  return detail::backend_of(grads).gradient_stats(grads.data<float>(), grads.numel());
+  if (loss.defined()) require_flat_f32(kOp, loss, "loss", 1);
+  detail::require_same_device(kOp, {&grads, &loss});
+  return detail::backend_of(grads).gradient_stats(grads.data<float>(), grads.numel(),
+                                                  loss.defined() ? loss.data<float>() : nullptr);
 }
 
 void scale_(Tensor& t, float factor) {

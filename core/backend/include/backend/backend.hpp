@@ -271,8 +271,9 @@ class Backend {
   virtual void unscale(std::int64_t n, DType src_dtype, const void* src, float* master, float scale,
                        float* amax) = 0;
 
-  // Reads the device: the statistics come back to the host.
-  virtual GradientStats gradient_stats(const float* grads, std::int64_t n) = 0;
+  // Reads the device: the statistics come back to the host, with whether the
+  // one f32 at `loss` (a device scalar; may be null) is finite.
+  virtual GradientStats gradient_stats(const float* grads, std::int64_t n, const float* loss) = 0;
   // LARC over `count` parameter slices of the flat buffers (slices: host
   // memory), grads scaled in place.
   virtual void larc(const float* values, float* grads, const FlatSlice* slices, std::int64_t count,

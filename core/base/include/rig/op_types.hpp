@@ -51,10 +51,12 @@ struct NovogradUpdate {
 
 // The global L2 norm and the largest |g| of a flat f32 gradient buffer (+inf
 // for both when any gradient is inf or NaN), summed in f64 in fixed chunks:
-// the same bits whatever the thread timing.
+// the same bits whatever the thread timing. loss_finite: whether the step's
+// loss, read in the same trip to the device, is finite (true when none was given).
 struct GradientStats {
   double norm = 0.0;
   double amax = 0.0;
+  bool loss_finite = true;
 };
 
 // One parameter's elements [offset, offset + size) of the flat buffers.
