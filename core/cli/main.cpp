@@ -11,7 +11,7 @@
 
 #include "commands.hpp"
 #include "config/overrides.hpp"
-#include "engine/launcher_env.hpp"
+#include "launch/launcher_env.hpp"
 #include "engine/run.hpp"
 #include "engine/validate.hpp"
 #include "report/report.hpp"
@@ -218,7 +218,7 @@ int main(int argc, char** argv) {
     return dispatch(argc, argv);
   } catch (const rig::engine::ConfigError& e) {
     // Every process of this host met the same bad input: one line, not one per rank.
-    if (rig::engine::launcher_local_rank() == 0) std::fprintf(stderr, "rig: error: %s\n", e.what());
+    if (rig::launch::launcher_local_rank() == 0) std::fprintf(stderr, "rig: error: %s\n", e.what());
     return kExitBadInput;
   } catch (const rig::UserError& e) {
     std::fprintf(stderr, "rig: error: %s\n", e.what());

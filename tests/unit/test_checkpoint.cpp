@@ -409,7 +409,7 @@ TEST_F(Checkpoints, TransferCopiesMatchingNamesAndShapes) {
 TEST_F(Checkpoints, TransferWidensHalfPrecisionFiles) {
   const fs::path file = dir_ / "half.safetensors";
   const Tensor weight = Tensor::from_vector(std::vector<float>{0.5F, -1.25F, 3.0F}, {3});
-  rig::engine::write_safetensors(
+  rig::formats::write_safetensors(
       file, {{"layer.bias", weight.to(DType::bf16)}, {"norm.running_mean", weight.to(DType::f16)}});
   ParameterStore target;
   declare_small_model(target);

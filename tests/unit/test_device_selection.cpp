@@ -10,7 +10,7 @@
 
 #include "cuda/host/cuda_backend.hpp"
 #include "engine/device_choice.hpp"
-#include "engine/launcher_env.hpp"
+#include "launch/launcher_env.hpp"
 #include "rig/version.hpp"
 #include "user_error_of.hpp"
 
@@ -167,15 +167,15 @@ TEST(DeviceSelection, LauncherLocalRank) {
   ScopedEnv ompi("OMPI_COMM_WORLD_LOCAL_RANK", nullptr);
   ScopedEnv hydra("MPI_LOCALRANKID", nullptr);
   ScopedEnv slurm("SLURM_LOCALID", nullptr);
-  EXPECT_EQ(rig::engine::launcher_local_rank(), 0);
+  EXPECT_EQ(rig::launch::launcher_local_rank(), 0);
   {
     ScopedEnv set("SLURM_LOCALID", "3");
-    EXPECT_EQ(rig::engine::launcher_local_rank(), 3);
+    EXPECT_EQ(rig::launch::launcher_local_rank(), 3);
     ScopedEnv first("OMPI_COMM_WORLD_LOCAL_RANK", "1");  // Open MPI's wins
-    EXPECT_EQ(rig::engine::launcher_local_rank(), 1);
+    EXPECT_EQ(rig::launch::launcher_local_rank(), 1);
   }
   ScopedEnv junk("MPI_LOCALRANKID", "x1");
-  EXPECT_EQ(rig::engine::launcher_local_rank(), 0);
+  EXPECT_EQ(rig::launch::launcher_local_rank(), 0);
 }
 
 TEST(DeviceSelection, BackEndFileMissing) {

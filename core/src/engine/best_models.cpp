@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "engine/checkpoint.hpp"
-#include "engine/checkpoint_files.hpp"
+#include "formats/checkpoint_files.hpp"
 #include "rig/error.hpp"
 
 namespace rig::engine {
@@ -62,11 +62,11 @@ void write_index(const fs::path& root, const Index& index) {
       << YAML::BeginSeq;
   for (const auto& [step, value] : index.entries) {
     out << YAML::Flow << YAML::BeginMap << YAML::Key << "step" << YAML::Value << step << YAML::Key
-        << "value" << YAML::Value << files::yaml_number(value) << YAML::Key << "dir" << YAML::Value
+        << "value" << YAML::Value << formats::files::yaml_number(value) << YAML::Key << "dir" << YAML::Value
         << fmt::format("ckpt-{}", step) << YAML::EndMap;
   }
   out << YAML::EndSeq << YAML::EndMap;
-  files::replace_file_atomically(root / kIndexFile, std::string(out.c_str()) + "\n");
+  formats::files::replace_file_atomically(root / kIndexFile, std::string(out.c_str()) + "\n");
 }
 
 }  // namespace
@@ -116,7 +116,7 @@ void BestModels::record(std::int64_t step, double value) {
   std::vector<fs::path> dropped;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(root, ec)) {
-    const auto ckpt_step = files::checkpoint_step(entry.path());
+    const auto ckpt_step = formats::files::checkpoint_step(entry.path());
     if (ckpt_step && kept.count(*ckpt_step) == 0) dropped.push_back(entry.path());
   }
   for (const auto& dir : dropped) {

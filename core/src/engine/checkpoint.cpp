@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "engine/checkpoint_files.hpp"
+#include "formats/checkpoint_files.hpp"
 #include "rig/error.hpp"
 
 namespace rig::engine {
@@ -29,14 +29,14 @@ std::vector<ParameterInfo> all_parameters(const ParameterStore& params) {
   return all;
 }
 
-void emit_digest(YAML::Emitter& out, const char* name, const files::FileDigest& digest) {
+void emit_digest(YAML::Emitter& out, const char* name, const formats::files::FileDigest& digest) {
   out << YAML::Key << name << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "bytes"
       << YAML::Value << digest.bytes << YAML::Key << "crc32c" << YAML::Value << digest.crc32c
       << YAML::EndMap;
 }
 
-std::string state_yaml(const TrainingState& state, const files::FileDigest& model,
-                       const files::FileDigest& optimizer, const std::string& config_yaml) {
+std::string state_yaml(const TrainingState& state, const formats::files::FileDigest& model,
+                       const formats::files::FileDigest& optimizer, const std::string& config_yaml) {
   auto or_null = [](const YAML::Node& node) {
     return node ? node : YAML::Node(YAML::NodeType::Null);
   };
@@ -48,13 +48,13 @@ std::string state_yaml(const TrainingState& state, const files::FileDigest& mode
   out << YAML::Key << "rng" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key
       << "generator" << YAML::Value << "philox4x32-10" << YAML::Key << "seed" << YAML::Value
       << state.random_seed << YAML::Key << "step" << YAML::Value << state.step << YAML::EndMap;
-  out << YAML::Key << "loss_scale" << YAML::Value << files::yaml_number(state.loss_scale);
+  out << YAML::Key << "loss_scale" << YAML::Value << formats::files::yaml_number(state.loss_scale);
   out << YAML::Key << "loss_scaler" << YAML::Value << or_null(state.loss_scaler);
   out << YAML::Key << "max_steps" << YAML::Value << state.max_steps;
   out << YAML::Key << "train_loss" << YAML::Value;
   if (state.train_loss) {
     out << YAML::Flow << YAML::BeginMap << YAML::Key << "value" << YAML::Value
-        << files::yaml_number(*state.train_loss) << YAML::Key << "step" << YAML::Value
+        << formats::files::yaml_number(*state.train_loss) << YAML::Key << "step" << YAML::Value
         << state.train_loss_step << YAML::EndMap;
   } else {
     out << YAML::Null;
@@ -123,12 +123,12 @@ void verify_file(const fs::path& dir, const YAML::Node& listed, const char* name
   if (!entry || !entry.IsMap()) {
     throw corrupt_state(state_file, fmt::format("'files' does not list {}", name));
   }
-  const files::FileDigest expected{
+  const formats::files::FileDigest expected{
       state_value<std::uint64_t>(entry, "bytes", state_file, "a size"),
       state_value<std::uint32_t>(entry, "crc32c", state_file, "a 32-bit checksum")};
   const std::string fallback =
       fmt::format("delete {} to fall back to an earlier checkpoint", dir.string());
-  const auto found = files::digest_file(file);
+  const auto found = formats::files::digest_file(file);
   if (!found) {
     throw UserError(
         fmt::format("checkpoint file {} is missing or unreadable (state.yaml lists it "
@@ -195,24 +195,24 @@ fs::path save_checkpoint(const fs::path& root, const ParameterStore& params,
   const bool root_existed = fs::is_directory(root, ec);
   fs::create_directories(root, ec);
   if (ec) throw RunError(fmt::format("cannot create {}: {}", root.string(), ec.message()));
-  if (!root_existed && root.has_parent_path()) files::sync_directory(root.parent_path());
+  if (!root_existed && root.has_parent_path()) formats::files::sync_directory(root.parent_path());
   remove_folder(temp_dir);  // left by a run that stopped while saving this step
   fs::create_directory(temp_dir, ec);
   if (ec) throw RunError(fmt::format("cannot create {}: {}", temp_dir.string(), ec.message()));
 
-  NamedTensors model;
+  formats::NamedTensors model;
   for (const auto& p : all_parameters(params)) model.emplace(p.name, master_of(p));
-  const auto model_digest = write_safetensors(temp_dir / kModelFile, model, {{"format", "rig"}});
-  NamedTensors optimizer_state;
+  const auto model_digest = formats::write_safetensors(temp_dir / kModelFile, model, {{"format", "rig"}});
+  formats::NamedTensors optimizer_state;
   if (optimizer != nullptr) {
     for (auto& [name, tensor] : optimizer->state()) optimizer_state.emplace(name, tensor);
   }
   const auto optimizer_digest =
-      write_safetensors(temp_dir / kOptimizerFile, optimizer_state, {{"format", "rig"}});
+      formats::write_safetensors(temp_dir / kOptimizerFile, optimizer_state, {{"format", "rig"}});
   // state.yaml last: a folder with it holds complete files.
-  files::write_synced(temp_dir / kStateFile,
+  formats::files::write_synced(temp_dir / kStateFile,
                       state_yaml(state, model_digest, optimizer_digest, config_yaml));
-  files::sync_directory(temp_dir);
+  formats::files::sync_directory(temp_dir);
 
   // Saving a step twice (a signal right after a periodic save) replaces the
   // old folder; it is moved aside first so that a complete one always exists.
@@ -230,13 +230,13 @@ fs::path save_checkpoint(const fs::path& root, const ParameterStore& params,
     throw RunError(fmt::format("cannot move {} to {}: {}", temp_dir.string(), final_dir.string(),
                                ec.message()));
   }
-  files::sync_directory(root);
+  formats::files::sync_directory(root);
   if (replacing) remove_folder(old_dir);
   return final_dir;
 }
 
 std::optional<fs::path> latest_checkpoint(const fs::path& logdir) {
-  const auto all = files::complete_checkpoints(logdir / "checkpoints");
+  const auto all = formats::files::complete_checkpoints(logdir / "checkpoints");
   if (all.empty()) return std::nullopt;
   return all.back().second;
 }
@@ -254,7 +254,7 @@ void prune_checkpoints(const fs::path& root, int keep) {
   }
   for (const auto& dir : stale) remove_folder(dir);
   if (keep <= 0) return;
-  const auto all = files::complete_checkpoints(root);
+  const auto all = formats::files::complete_checkpoints(root);
   const auto excess = static_cast<std::ptrdiff_t>(all.size()) - keep;
   for (std::ptrdiff_t i = 0; i < excess; ++i)
     remove_folder(all[static_cast<std::size_t>(i)].second);
@@ -271,8 +271,8 @@ Checkpoint load_checkpoint(const fs::path& dir) {
     verify_file(dir, listed, kModelFile);
     verify_file(dir, listed, kOptimizerFile);
   }
-  ckpt.model = read_safetensors(dir / kModelFile);
-  ckpt.optimizer = read_safetensors(dir / kOptimizerFile);
+  ckpt.model = formats::read_safetensors(dir / kModelFile);
+  ckpt.optimizer = formats::read_safetensors(dir / kOptimizerFile);
   return ckpt;
 }
 

@@ -11,7 +11,7 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "engine/safetensors.hpp"
+#include "formats/safetensors.hpp"
 #include "rig/optimizer.hpp"
 #include "rig/parameter_store.hpp"
 
@@ -39,8 +39,8 @@ struct TrainingState {
 
 struct Checkpoint {
   std::filesystem::path dir;
-  NamedTensors model;
-  NamedTensors optimizer;
+  formats::NamedTensors model;
+  formats::NamedTensors optimizer;
   TrainingState state;
 };
 

@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "engine/launcher_env.hpp"
+#include "launch/launcher_env.hpp"
 #include "rig/error.hpp"
 
 namespace rig::engine {
@@ -17,7 +17,7 @@ namespace {
 bool wants_bar(ProgressBar mode) {
   if (mode != ProgressBar::automatic) return mode == ProgressBar::on;
   if (const char* env = std::getenv("RIG_PROGRESS")) return std::strcmp(env, "0") != 0;
-  return isatty(fileno(stdout)) == 1 && !started_by_launcher();
+  return isatty(fileno(stdout)) == 1 && !launch::started_by_launcher();
 }
 
 // H:MM:SS, rounded to seconds.

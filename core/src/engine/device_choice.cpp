@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "engine/launcher_env.hpp"
+#include "launch/launcher_env.hpp"
 #include "rig/error.hpp"
 
 namespace rig::engine {
@@ -128,7 +128,7 @@ DeviceChoice choose_run_device(const config::ResolvedConfig& config, const std::
   if (request == "sim") return sim_choice();
   const auto where = config.where("device");
   const std::string key = where.key_path.empty() ? "device" : where.key_path;
-  return choose_device(request, cuda::probe_cuda(), launcher_local_rank(),
+  return choose_device(request, cuda::probe_cuda(), launch::launcher_local_rank(),
                        fmt::format("{}: {}", where.describe(), key));
 }
 

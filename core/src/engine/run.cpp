@@ -1,19 +1,12 @@
 #include "engine/run.hpp"
 
-#include <algorithm>
-#include <cctype>
-#include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
-#include <set>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "config/resolved_config.hpp"
 #include "engine/checkpoint.hpp"
@@ -23,91 +16,23 @@
 #include "engine/evaluator.hpp"
 #include "engine/inferencer.hpp"
 #include "engine/interactive.hpp"
-#include "engine/launcher_env.hpp"
 #include "engine/rank_agreement.hpp"
 #include "engine/resolve.hpp"
+#include "engine/resume.hpp"
 #include "engine/run_parts.hpp"
 #include "engine/settings.hpp"
-#include "engine/trainer.hpp"
+#include "engine/training_run.hpp"
+#include "launch/launcher_env.hpp"
 #include "rig/error.hpp"
 #include "rig/ops.hpp"
-#include "rig/version.hpp"
 
 namespace rig::engine {
 namespace fs = std::filesystem;
 
 namespace {
 
-// Keys that may change between a run and its resumption without making the
-// checkpoint belong to a different experiment.
-constexpr const char* kScheduleKeys[] = {
-    "max_steps",        "num_epochs",           "logdir",
-    "print_loss_steps", "eval_steps",           "save_checkpoint_steps",
-    "target_loss",      "save_summaries_steps", "print_samples_steps",
-    "num_checkpoints",  "best_model_metric",    "best_model_mode",
-    "num_best_models",  "load_model",
-    "device",            // a run may resume on another device
-    "matmul_precision",  // or at another matmul precision
-};
-
-std::string identity_yaml(const config::ResolvedConfig& cfg) {
-  YAML::Node copy = YAML::Clone(cfg.root);
-  for (const char* key : kScheduleKeys) copy.remove(key);
-  YAML::Emitter out;
-  out << copy;
-  return out.c_str();
-}
-
-void write_logdir_config(const fs::path& logdir, const ResolvedExperiment& exp,
-                         const RunOptions& options) {
-  fs::create_directories(logdir);
-  std::ofstream out(logdir / "config.yaml");
-  out << "# Resolved by rig " << RIG_VERSION << " from " << options.experiment << "\n"
-      << "# command line: " << options.command_line << "\n"
-      << "# mode: " << exp.config.mode << "\n"
-      << exp.config.to_yaml() << "\n";
-  if (!out) throw UserError(fmt::format("cannot write {}", (logdir / "config.yaml").string()));
-}
-
-// --checkpoint latest | best | a ckpt-<step> folder.
-Checkpoint checkpoint_for_evaluation(const fs::path& logdir, const std::string& mode,
-                                     const std::string& which) {
-  if (which == "best") {
-    auto best = best_checkpoint(logdir);
-    if (!best) {
-      throw UserError(fmt::format(
-          "--checkpoint best: {} holds no best model; train with --mode train_eval (which keeps "
-          "num_best_models by best_model_metric) or use --checkpoint latest",
-          (logdir / "best_models").string()));
-    }
-    return load_checkpoint(*best);
-  }
-  if (which != "latest") {
-    if (!fs::is_directory(which)) {
-      throw UserError(fmt::format(
-          "--checkpoint {}: no such folder (expected latest, best or a ckpt-<step> folder)",
-          which));
-    }
-    return load_checkpoint(which);
-  }
-  auto latest = latest_checkpoint(logdir);
-  if (!latest) {
-    throw UserError(
-        fmt::format("{} mode needs a trained model, but {} holds no checkpoint; train first "
-                    "(rig run EXP --mode train) or point --logdir at a trained run",
-                    mode, (logdir / "checkpoints").string()));
-  }
-  return load_checkpoint(*latest);
-}
-
-void print_transfer(const Console& console, const TransferReport& report) {
-  console.print("*** load_model {}: loaded {} tensor(s), {} mismatched, {} missing, {} unused",
-                report.source.string(), report.loaded.size(), report.mismatched.size(),
-                report.missing.size(), report.unused.size());
-  for (const auto& line : report.mismatched)
-    console.print("***   shape differs, kept initial: {}", line);
-  for (const auto& name : report.missing)
-    console.print("***   not in the checkpoint, kept initial: {}", name);
+bool trains(const std::string& mode) {
+  return mode == "train" || mode == "train_eval";
 }
 
 // Several processes: an error on one rank is printed by that rank, then the
@@ -129,52 +54,6 @@ int with_failure_handling(Communicator& comm, const Console& console,
     comm.abort(fmt::format("failed: {}", e.what()), 1);
   }
   return 1;  // not reached: abort() ends the process
-}
-
-// The verdict on target_loss: the exit code. A run that took no step (its
-// checkpoint was already at max_steps) is judged by the loss the checkpoint
-// recorded, said as such, and fails when it recorded none.
-int check_target_loss(const Console& console, const TrainResult& result, double target) {
-  if (!result.final_loss) {
-    console.print(
-        "*** FAILED: target_loss {} cannot be checked: no step ran, and the checkpoint holds no "
-        "train loss (written by an older rig)",
-        target);
-    return 1;
-  }
-  const std::string whose =
-      result.steps_run > 0
-          ? fmt::format("final train loss {:.4f}", *result.final_loss)
-          : fmt::format("train loss {:.4f} recorded by the checkpoint at step {} (no step ran now)",
-                        *result.final_loss, result.final_loss_step);
-  if (*result.final_loss < target) {
-    console.print("*** {}{} is below target_loss {}", static_cast<char>(std::toupper(whose[0])),
-                  whose.substr(1), target);
-    return 0;
-  }
-  console.print("*** FAILED: {} is not below target_loss {}", whose, target);
-  return 1;
-}
-
-// Resuming with another max_steps: one line when the lr policy's rates depend
-// on it (compared at the resume step and across both schedules), else "".
-std::string schedule_change_note(const LrPolicy& now, const LrPolicy& before,
-                                 const std::string& policy, std::int64_t step,
-                                 std::int64_t old_max_steps, std::int64_t new_max_steps) {
-  const std::int64_t span = std::max(old_max_steps, new_max_steps);
-  constexpr std::int64_t kSamples = 64;
-  bool depends = now.learning_rate(step) != before.learning_rate(step);
-  for (std::int64_t i = 0; i <= kSamples && !depends; ++i) {
-    const std::int64_t s = span * i / kSamples;
-    depends = now.learning_rate(s) != before.learning_rate(s);
-  }
-  if (!depends) return "";
-  return fmt::format(
-      "max_steps changed from {} (checkpoint) to {} and lr policy {} depends on it: from step {} "
-      "on the rates are the {}-step schedule's ({:.6g} at step {}; the {}-step schedule gives "
-      "{:.6g} there)",
-      old_max_steps, new_max_steps, policy, step, new_max_steps, now.learning_rate(step), step,
-      old_max_steps, before.learning_rate(step));
 }
 
 std::string plugin_versions(const ResolvedExperiment& exp) {
@@ -237,195 +116,94 @@ ResolvedRun resolve_run(const RunOptions& options) try {
   throw ConfigError(e.what());
 }
 
-}  // namespace
-
-int run(const RunOptions& options) {
-  const std::string& mode = options.mode;
-  ResolvedRun resolved = resolve_run(options);
-  const bool trains = mode == "train" || mode == "train_eval";
-  const bool interactive = mode == "interactive_infer";
-  ResolvedExperiment& primary = resolved.primary;
-  std::optional<ResolvedExperiment>& eval_exp = resolved.eval;
-  EngineSettings& settings = resolved.settings;
-  // The run's matrix-product precision, for every op on this thread.
-  const ops::MatmulPrecisionScope precision_scope(settings.bf16_matmuls ? MatmulPrecision::bf16
-                                                                        : MatmulPrecision::f32);
-  // Before the communicator: a CUDA-aware one needs the device chosen first.
-  const DeviceChoice device = choose_run_device(primary.config, settings.device_request);
-  settings.device = device.device;
-  const fs::path logdir = settings.logdir;
+std::shared_ptr<Communicator> make_run_communicator(const ResolvedExperiment& primary,
+                                                    const EngineSettings& settings) {
   auto comm = primary.plugin(PluginKind::communicator)
                   .make_communicator(primary.params(PluginKind::communicator),
                                      CommunicatorContext{settings.logdir});
-  if (const int launched = launcher_world_size(); comm->size() == 1 && launched > 1) {
+  if (const int launched = launch::launcher_world_size(); comm->size() == 1 && launched > 1) {
     throw ConfigError(fmt::format(
         "this process is one of {} started by an MPI launcher, but the experiment's communicator "
         "is '{}': each process would train alone and write the same logdir; set communicator: "
         "mpi in the experiment (or add --communicator=mpi)",
         launched, primary.plugin(PluginKind::communicator).name()));
   }
+  return comm;
+}
+
+// The data layer, the parameters on the run's device and the model, the
+// ranks' agreement on them, and the run's first lines.
+void build_model(const RunInputs& in, const DeviceChoice& device, BuiltModel& built) {
+  const EngineSettings& settings = in.settings;
+  const std::string& mode = in.options.mode;
+  const Mode plugin_mode = trains(mode) ? Mode::train : (mode == "eval" ? Mode::eval : Mode::infer);
+  built.place = ProcessPlace{in.comm.rank(), in.comm.size()};
+  built.data =
+      on_device(make_data_layer(in.primary, plugin_mode, settings, built.place), settings.device);
+  built.model =
+      make_model(in.primary, plugin_mode, settings, built.place, *built.data, built.params);
+  built.params.allocate(settings.random_seed, settings.compute_dtype, settings.device);
+  check_ranks_agree(
+      in.comm, {in.primary.config.to_yaml(), plugin_versions(in.primary), built.params.numel()});
+  if (!device.note.empty()) in.console.print("*** {}", device.note);
+  in.console.print("*** Experiment {} ({} mode): {} parameters, {} process(es)",
+                   in.options.experiment, mode, built.params.numel(), in.comm.size());
+  if (settings.bf16_matmuls) {
+    in.console.print(
+        "*** Matrix products round their operands to bfloat16 and accumulate in float32 ({})",
+        ops::fast_bf16_products(settings.device)
+            ? "oneDNN's bfloat16 kernels for all but the smallest products"
+            : "this CPU has no bfloat16 dot products: the same numbers, no faster");
+  }
+}
+
+// eval, infer and interactive_infer: a trained checkpoint, then the mode.
+int run_trained_model(const RunInputs& in, BuiltModel& built) {
+  const std::string& mode = in.options.mode;
+  const fs::path logdir = in.settings.logdir;
+  const Checkpoint ckpt = checkpoint_for_evaluation(logdir, mode, in.options.load_from);
+  restore_parameters(ckpt, built.params);
+  in.console.print("*** Restored {} (step {})", ckpt.dir.string(), ckpt.state.step);
+  if (mode == "interactive_infer") {
+    if (in.comm.size() > 1) throw UserError("interactive_infer runs in one process");
+    in.console.print(
+        "*** Interactive infer: one sample per line on stdin, answers on stdout; end with Ctrl-D");
+    interactive_infer(*built.model, *built.data, std::cin, std::cout, in.console);
+  } else if (mode == "eval") {
+    const EvalOptions options =
+        eval_options(*built.data, in.settings.eval_bleu, in.settings.eval_bleu_samples, logdir);
+    print_eval(in.console, evaluate(*built.model, *built.data, in.comm, options), ckpt.state.step);
+  } else {
+    const fs::path output = in.options.infer_output_file.empty()
+                                ? logdir / "infer_output.txt"
+                                : fs::path(in.options.infer_output_file);
+    const auto count = infer(*built.model, *built.data, in.comm, output);
+    in.console.print("*** Wrote {} predictions to {}", count, output.string());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int run(const RunOptions& options) {
+  ResolvedRun resolved = resolve_run(options);
+  EngineSettings& settings = resolved.settings;
+  // The run's matrix-product precision, for every op on this thread.
+  const ops::MatmulPrecisionScope precision_scope(settings.bf16_matmuls ? MatmulPrecision::bf16
+                                                                        : MatmulPrecision::f32);
+  // Before the communicator: a CUDA-aware one needs the device chosen first.
+  const DeviceChoice device = choose_run_device(resolved.primary.config, settings.device_request);
+  settings.device = device.device;
+  const auto comm = make_run_communicator(resolved.primary, settings);
   // interactive_infer answers on stdout, so everything else goes to stderr.
-  const Console console = interactive ? Console(comm->rank() == 0, false, stderr)
-                                      : Console(comm->rank() == 0, resolved.progress);
-  const Mode primary_enum = trains ? Mode::train : (mode == "eval" ? Mode::eval : Mode::infer);
+  const Console console = options.mode == "interactive_infer"
+                              ? Console(comm->rank() == 0, false, stderr)
+                              : Console(comm->rank() == 0, resolved.progress);
+  const RunInputs inputs{options, resolved.primary, resolved.eval, settings, *comm, console};
   return with_failure_handling(*comm, console, [&]() -> int {
-    const ProcessPlace place{comm->rank(), comm->size()};
-    auto data = on_device(make_data_layer(primary, primary_enum, settings, place), settings.device);
-    ParameterStore params;
-    auto model = make_model(primary, primary_enum, settings, place, *data, params);
-    params.allocate(settings.random_seed, settings.compute_dtype, settings.device);
-    check_ranks_agree(*comm, {primary.config.to_yaml(), plugin_versions(primary), params.numel()});
-    if (!device.note.empty()) console.print("*** {}", device.note);
-    console.print("*** Experiment {} ({} mode): {} parameters, {} process(es)", options.experiment,
-                  mode, params.numel(), comm->size());
-    if (settings.bf16_matmuls) {
-      console.print(
-          "*** Matrix products round their operands to bfloat16 and accumulate in "
-          "float32 ({})",
-          ops::fast_bf16_products(settings.device)
-              ? "oneDNN's bfloat16 kernels for all but the smallest products"
-              : "this CPU has no bfloat16 dot products: the same numbers, no faster");
-    }
-
-    if (!trains) {
-      Checkpoint ckpt = checkpoint_for_evaluation(logdir, mode, options.load_from);
-      restore_parameters(ckpt, params);
-      console.print("*** Restored {} (step {})", ckpt.dir.string(), ckpt.state.step);
-      if (interactive) {
-        if (comm->size() > 1) throw UserError("interactive_infer runs in one process");
-        console.print(
-            "*** Interactive infer: one sample per line on stdin, answers on stdout; "
-            "end with Ctrl-D");
-        interactive_infer(*model, *data, std::cin, std::cout, console);
-      } else if (mode == "eval") {
-        print_eval(
-            console,
-            evaluate(*model, *data, *comm,
-                     eval_options(*data, settings.eval_bleu, settings.eval_bleu_samples, logdir)),
-            ckpt.state.step);
-      } else {
-        const fs::path output = options.infer_output_file.empty()
-                                    ? logdir / "infer_output.txt"
-                                    : fs::path(options.infer_output_file);
-        const auto count = infer(*model, *data, *comm, output);
-        console.print("*** Wrote {} predictions to {}", count, output.string());
-      }
-      return 0;
-    }
-
-    // Training.
-    const std::string identity = identity_yaml(primary.config);
-    TrainingState start;
-    std::optional<Checkpoint> resumed;
-    if (!options.benchmark) {
-      auto existing = latest_checkpoint(logdir);
-      if (options.continue_learning) {
-        if (!existing) {
-          throw UserError(
-              fmt::format("--continue_learning: {} holds no checkpoint to resume from; "
-                          "drop the flag to start a new run",
-                          (logdir / "checkpoints").string()));
-        }
-        Checkpoint ckpt = load_checkpoint(*existing);
-        if (ckpt.state.config_hash != config::fnv1a64_hex(identity)) {
-          YAML::Node saved = YAML::LoadFile((ckpt.dir / "state.yaml").string())["config"];
-          // Both sides are identity configs: the schedule keys are already gone.
-          const std::vector<std::string> diffs = config_differences(saved, YAML::Load(identity));
-          throw UserError(fmt::format(
-              "--continue_learning: checkpoint {} was written by a different experiment config "
-              "(only max_steps, num_epochs, logdir and logging intervals may change); differences "
-              "(checkpoint -> now): {}",
-              ckpt.dir.string(),
-              diffs.empty() ? "unknown" : fmt::format("{}", fmt::join(diffs, "; "))));
-        }
-        restore_parameters(ckpt, params);
-        start = ckpt.state;
-        console.print("*** Resuming from {} at step {}", ckpt.dir.string(), start.step);
-        resumed = std::move(ckpt);
-      } else if (existing) {
-        throw UserError(
-            fmt::format("logdir {} already holds checkpoints from an earlier run; resume it with "
-                        "--continue_learning, or start fresh with another --logdir (or delete {})",
-                        logdir.string(), logdir.string()));
-      }
-    }
-    if (!resumed && settings.load_model) {
-      print_transfer(console, load_matching_parameters(*settings.load_model, params));
-    }
-    // Every rank starts from rank 0's weights.
-    if (comm->size() > 1) comm->broadcast(params.values(), 0)->wait();
-    params.publish_values();
-
-    auto optimizer = make_optimizer(primary, settings, place, params);
-    if (resumed) optimizer->load_state(resumed->optimizer);
-
-    const StepPlan plan =
-        plan_steps(settings, data->epoch_size(), place,
-                   options.benchmark ? std::optional(options.bench_steps) : std::nullopt);
-    const std::int64_t max_steps = plan.max_steps;
-    auto lr_policy = make_lr_policy(primary, plan, max_steps);
-    if (resumed && resumed->state.max_steps > 0 && resumed->state.max_steps != max_steps) {
-      const auto note =
-          schedule_change_note(*lr_policy, *make_lr_policy(primary, plan, resumed->state.max_steps),
-                               primary.plugin(PluginKind::lr_policy).name(), start.step,
-                               resumed->state.max_steps, max_steps);
-      if (!note.empty()) console.print("*** {}", note);
-    }
-
-    std::shared_ptr<DataLayer> eval_data;
-    if (eval_exp) {
-      EngineSettings eval_settings = read_settings(eval_exp->config);
-      eval_settings.device = settings.device;  // one model, one device
-      eval_data =
-          on_device(make_data_layer(*eval_exp, Mode::eval, eval_settings, place), settings.device);
-    }
-    if (!options.benchmark && comm->rank() == 0) write_logdir_config(logdir, primary, options);
-
-    auto loss_scaler = make_loss_scaler(settings.loss_scaling, settings.loss_scaling_params);
-    std::optional<LarcSettings> larc;
-    if (settings.larc_params && !settings.larc_params.IsNull()) {
-      larc = read_larc_settings(settings.larc_params);
-    }
-    std::unique_ptr<SummaryWriter> summaries;
-    if (!options.benchmark && comm->rank() == 0 && settings.save_summaries_steps > 0) {
-      summaries = std::make_unique<SummaryWriter>(logdir);
-      // TensorBoard drops earlier values at steps >= this one: the checkpoint's
-      // own step was logged before the checkpoint was written, so it stays.
-      if (resumed) summaries->session_start(start.step + 1);
-    }
-    std::unique_ptr<BestModels> best_models;
-    if (eval_data && !options.benchmark && settings.num_best_models > 0) {
-      best_models = std::make_unique<BestModels>(
-          logdir, settings.best_model_metric, settings.best_model_mode, settings.num_best_models);
-    }
-    Timeline timeline(options.timeline_file, comm->rank());
-    std::unique_ptr<GradientReducer> reducer;
-    if (comm->size() > 1) {
-      reducer = std::make_unique<GradientReducer>(
-          params, *comm,
-          BucketSettings{settings.bucket_cap_mb, settings.fp16_gradient_compression});
-      console.print(
-          "*** Data-parallel over {} processes: {:.2f} MB of gradients in {} bucket(s) of "
-          "at most {} MB{}",
-          comm->size(), static_cast<double>(reducer->bytes_per_step()) / 1e6,
-          reducer->buckets().size(), settings.bucket_cap_mb,
-          settings.fp16_gradient_compression ? ", reduced as float16" : "");
-    }
-
-    TrainerParts parts{*model,          *data,           *optimizer,        *lr_policy,
-                       *comm,           params,          *loss_scaler,      timeline,
-                       eval_data.get(), summaries.get(), best_models.get(), reducer.get()};
-    // state.yaml keeps the identity config, so a mismatch can be explained later.
-    TrainOptions train_options{settings, max_steps, options.benchmark,
-                               logdir,   identity,  config::fnv1a64_hex(identity),
-                               start,    larc};
-    const TrainResult result = train(parts, train_options, console);
-    if (result.stop_signal != 0) return 128 + result.stop_signal;
-
-    if (settings.target_loss && !options.benchmark) {
-      return check_target_loss(console, result, *settings.target_loss);
-    }
-    return 0;
+    BuiltModel built;
+    build_model(inputs, device, built);
+    return trains(options.mode) ? train_model(inputs, built) : run_trained_model(inputs, built);
   });
 }
 

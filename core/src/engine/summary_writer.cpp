@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "engine/tfevents.hpp"
+#include "formats/tfevents.hpp"
 #include "rig/error.hpp"
 
 namespace rig::engine {
@@ -63,7 +63,7 @@ SummaryWriter::SummaryWriter(const fs::path& logdir) {
     throw UserError(
         fmt::format("cannot open {} for appending; is logdir writable?", jsonl_path.string()));
   }
-  events_ << tfevents::frame_record(tfevents::file_version_event(now));
+  events_ << formats::tfevents::frame_record(formats::tfevents::file_version_event(now));
   events_.flush();
   check_written(events_, event_path_);
 }
@@ -75,7 +75,7 @@ SummaryWriter::~SummaryWriter() {
 
 void SummaryWriter::write(std::int64_t step, const Scalars& scalars) {
   const double now = unix_seconds_now();
-  events_ << tfevents::frame_record(tfevents::scalars_event(now, step, scalars));
+  events_ << formats::tfevents::frame_record(formats::tfevents::scalars_event(now, step, scalars));
 
   nlohmann::ordered_json line = nlohmann::ordered_json::object();
   line["step"] = step;
@@ -94,7 +94,7 @@ void SummaryWriter::write(std::int64_t step, const Scalars& scalars) {
 }
 
 void SummaryWriter::session_start(std::int64_t step) {
-  events_ << tfevents::frame_record(tfevents::session_start_event(unix_seconds_now(), step));
+  events_ << formats::tfevents::frame_record(formats::tfevents::session_start_event(unix_seconds_now(), step));
   flush();
 }
 

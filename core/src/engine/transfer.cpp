@@ -40,7 +40,7 @@ fs::path model_file_of(const fs::path& source) {
 TransferReport load_matching_parameters(const fs::path& source, ParameterStore& params) {
   TransferReport report;
   report.source = model_file_of(source);
-  const NamedTensors saved = read_safetensors(report.source);
+  const formats::NamedTensors saved = formats::read_safetensors(report.source);
 
   std::vector<ParameterInfo> all = params.parameters();
   all.insert(all.end(), params.buffer_infos().begin(), params.buffer_infos().end());

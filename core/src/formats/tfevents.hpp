@@ -10,7 +10,7 @@
 #include <string_view>
 #include <utility>
 
-namespace rig::engine::tfevents {
+namespace rig::formats::tfevents {
 
 // The version string TensorBoard expects in a file's first event.
 inline constexpr std::string_view kFileVersion = "brain.Event:2";
@@ -28,4 +28,4 @@ std::string session_start_event(double wall_time, std::int64_t step);
 // the data, masked CRC-32C of the data.
 std::string frame_record(std::string_view data);
 
-}  // namespace rig::engine::tfevents
+}  // namespace rig::formats::tfevents

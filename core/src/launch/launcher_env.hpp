@@ -3,7 +3,7 @@
 // multi-process launch has a communicator, and a GPU is picked per local rank.
 #pragma once
 
-namespace rig::engine {
+namespace rig::launch {
 
 // The number of processes the launcher started (Open MPI, PMI, Slurm); 1 when
 // not started by one.
@@ -17,4 +17,4 @@ bool started_by_launcher();
 // Slurm); 0 when not started by one.
 int launcher_local_rank();
 
-}  // namespace rig::engine
+}  // namespace rig::launch

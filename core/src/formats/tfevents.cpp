@@ -1,10 +1,10 @@
-#include "engine/tfevents.hpp"
+#include "formats/tfevents.hpp"
 
 #include <bit>
 
 #include "util/crc32c.hpp"
 
-namespace rig::engine::tfevents {
+namespace rig::formats::tfevents {
 namespace {
 
 // Protobuf wire types.
@@ -115,4 +115,4 @@ std::string frame_record(std::string_view data) {
   return record;
 }
 
-}  // namespace rig::engine::tfevents
+}  // namespace rig::formats::tfevents

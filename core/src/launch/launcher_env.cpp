@@ -1,4 +1,4 @@
-#include "engine/launcher_env.hpp"
+#include "launch/launcher_env.hpp"
 
 #include <charconv>
 #include <cstdlib>
@@ -6,7 +6,7 @@
 #include <optional>
 #include <string_view>
 
-namespace rig::engine {
+namespace rig::launch {
 
 namespace {
 
@@ -40,4 +40,4 @@ int launcher_local_rank() {
       .value_or(0);
 }
 
-}  // namespace rig::engine
+}  // namespace rig::launch

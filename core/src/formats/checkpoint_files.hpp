@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-namespace rig::engine::files {
+namespace rig::formats::files {
 
 // Owns one open file descriptor; closes it on destruction.
 class FileDescriptor {
@@ -84,4 +84,4 @@ std::optional<std::int64_t> checkpoint_step(const std::filesystem::path& dir);
 std::vector<std::pair<std::int64_t, std::filesystem::path>> complete_checkpoints(
     const std::filesystem::path& root);
 
-}  // namespace rig::engine::files
+}  // namespace rig::formats::files

@@ -7,10 +7,10 @@
 #include <map>
 #include <string>
 
-#include "engine/checkpoint_files.hpp"
+#include "formats/checkpoint_files.hpp"
 #include "rig/tensor.hpp"
 
-namespace rig::engine {
+namespace rig::formats {
 
 using NamedTensors = std::map<std::string, Tensor>;
 
@@ -22,4 +22,4 @@ files::FileDigest write_safetensors(const std::filesystem::path& file, const Nam
 // Reads every tensor; throws UserError naming the file if it is truncated or corrupt.
 NamedTensors read_safetensors(const std::filesystem::path& file);
 
-}  // namespace rig::engine
+}  // namespace rig::formats

@@ -1,4 +1,4 @@
-#include "engine/safetensors.hpp"
+#include "formats/safetensors.hpp"
 
 #include <cstdint>
 #include <fstream>
@@ -9,7 +9,7 @@
 
 #include "rig/error.hpp"
 
-namespace rig::engine {
+namespace rig::formats {
 namespace {
 
 std::string safetensors_dtype(DType dtype) {
@@ -118,4 +118,4 @@ NamedTensors read_safetensors(const std::filesystem::path& file) {
   return tensors;
 }
 
-}  // namespace rig::engine
+}  // namespace rig::formats

@@ -1,4 +1,4 @@
-#include "engine/checkpoint_files.hpp"
+#include "formats/checkpoint_files.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -16,7 +16,7 @@
 #include "rig/error.hpp"
 #include "util/crc32c.hpp"
 
-namespace rig::engine::files {
+namespace rig::formats::files {
 namespace fs = std::filesystem;
 
 namespace {
@@ -153,4 +153,4 @@ std::vector<std::pair<std::int64_t, fs::path>> complete_checkpoints(const fs::pa
   return found;
 }
 
-}  // namespace rig::engine::files
+}  // namespace rig::formats::files
