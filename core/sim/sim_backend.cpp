@@ -1,9 +1,11 @@
 #include "sim/sim_backend.hpp"
 
 #include <cstring>
+#include <stdexcept>
 #include <vector>
 
 #include "backend/caching_allocator.hpp"
+#include "rig/error.hpp"
 #include "sim/sim_arena.hpp"
 
 namespace rig {
@@ -65,10 +67,17 @@ backend::BatchNormPrepare rw(backend::BatchNormPrepare a) {
   return a;
 }
 
-// The arena as the caching allocator's source of memory.
+// The arena as the caching allocator's source of memory. The first
+// allocation creates the arena: a bad RIG_SIM_MEMORY_GB is the user's to fix.
 class ArenaMemory final : public backend::RawMemory {
  public:
-  std::byte* allocate(std::size_t bytes) override { return SimArena::instance().allocate(bytes); }
+  std::byte* allocate(std::size_t bytes) override {
+    try {
+      return SimArena::instance().allocate(bytes);
+    } catch (const std::invalid_argument& e) {
+      throw UserError(e.what());
+    }
+  }
   void release(std::byte* data) noexcept override { SimArena::instance().release(data); }
 };
 

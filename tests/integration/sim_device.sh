@@ -54,6 +54,10 @@ grep -q "Global step 40:" mlp-sim.log || fail "the sim run did not train"
 same_results mlp-cpu.log mlp-sim.log
 same_checkpoints mlp-cpu mlp-sim 40
 
+echo "== a bad RIG_SIM_MEMORY_GB is the user's to fix: exit 2, one line"
+RIG_SIM_MEMORY_GB=abc expect_error "^rig: error: RIG_SIM_MEMORY_GB='abc': expected a whole number of GiB" \
+  run "$tiny" --logdir bad-size --device=sim
+
 echo "== mlp: eval, infer and interactive_infer on sim print what the CPU prints"
 for mode in eval infer; do
   for device in cpu sim; do
