@@ -56,9 +56,10 @@ TEST(TensorAllocator, ReusesBlocksAndCountsExactly) {
   CountingMemory raw;
   {
     CachingAllocator a(raw, true, std::size_t{1} << 30U);
-    const auto [p1, c1] = a.allocate(1000);
-    const auto [p2, c2] = a.allocate(100000);
+    const auto [p1, c1, streamp1] = a.allocate(1000);
+    const auto [p2, c2, streamp2] = a.allocate(100000);
     EXPECT_EQ(c1, 1024U);
+    EXPECT_EQ(streamp1, 0U);  // the host has one stream
     EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p1) % 64, 0U);
     EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p2) % 64, 0U);
     auto s = a.stats();
@@ -72,7 +73,7 @@ TEST(TensorAllocator, ReusesBlocksAndCountsExactly) {
     EXPECT_EQ(s.current_bytes, c1);
     EXPECT_EQ(s.peak_bytes, c1 + c2);
     EXPECT_EQ(s.cached_bytes, c2);
-    const auto [p3, c3] = a.allocate(99000);  // the same size class: the cached block
+    const auto [p3, c3, streamp3] = a.allocate(99000);  // the same size class: the cached block
     EXPECT_EQ(p3, p2);
     EXPECT_EQ(a.stats().system_allocations, 2U);
     EXPECT_EQ(a.stats().cached_bytes, 0U);

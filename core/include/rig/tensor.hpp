@@ -36,12 +36,17 @@ class RIG_API Storage {
   const std::byte* data() const { return data_; }
   std::size_t size() const { return size_; }
   Device device() const { return device_; }
+  // The device stream the bytes were allocated for (0: the default stream;
+  // the CPU and sim devices have no other). A caching pool reuses a freed
+  // block on that stream without waiting for the device.
+  std::uintptr_t stream() const { return stream_; }
 
  private:
   std::byte* data_ = nullptr;  // owned through the allocator; returned in the destructor
   std::size_t size_ = 0;
   std::size_t capacity_ = 0;  // the allocator's block size
   Device device_;
+  std::uintptr_t stream_ = 0;
 };
 
 class Tensor;

@@ -21,10 +21,11 @@ Storage::Storage(std::size_t bytes, Device device) : size_(bytes), device_(devic
   const backend::Block block = backend::backend_for(device).memory(device).allocate(bytes);
   data_ = block.data;
   capacity_ = block.capacity;
+  stream_ = block.stream;
 }
 
 Storage::~Storage() {
-  backend::backend_for(device_).memory(device_).deallocate({data_, capacity_});
+  backend::backend_for(device_).memory(device_).deallocate({data_, capacity_, stream_});
 }
 
 }  // namespace rig

@@ -4,14 +4,20 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "rig/allocator_stats.hpp"
 
 namespace rig::backend {
 
+// A device stream (CUDA's cudaStream_t) as a number; 0 is the device's
+// default stream, the only one of the CPU and sim devices.
+using StreamId = std::uintptr_t;
+
 struct Block {
   std::byte* data = nullptr;  // in the device's address space
   std::size_t capacity = 0;   // the pool's size class: at least the bytes asked for
+  StreamId stream = 0;        // the stream it was allocated for (stream-ordered reuse)
 };
 
 class MemoryPool {
