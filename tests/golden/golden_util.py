@@ -2,7 +2,7 @@
 
 Each tests/golden/gen_<area>.py builds cases with `case(...)` and calls
 `write("<area>", cases)`, producing tests/golden/<area>.json, which the C++
-tests read (tests/unit/golden.hpp) without needing torch. Run with Debian's
+tests read (tests/support/golden.hpp) without needing torch. Run with Debian's
 python3-torch (`/usr/bin/python3 tests/golden/gen_ops.py`) or any newer torch.
 """
 import json

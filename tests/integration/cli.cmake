@@ -141,7 +141,7 @@ set_tests_properties(cli.fashion_mnist_experiment PROPERTIES
 # evaluated and resumed through the real binary; corrupt and empty inputs.
 if(TARGET PkgConfig::RIG_TURBOJPEG AND TARGET rig-data_layer-image_folder AND TARGET rig-model-resnet)
   add_executable(rig_make_jpeg_tree make_jpeg_tree.cpp)
-  target_include_directories(rig_make_jpeg_tree PRIVATE ${PROJECT_SOURCE_DIR}/tests/unit)
+  target_include_directories(rig_make_jpeg_tree PRIVATE ${PROJECT_SOURCE_DIR}/tests/support)
   target_compile_options(rig_make_jpeg_tree PRIVATE ${RIG_WARNINGS})
   target_link_libraries(rig_make_jpeg_tree PRIVATE PkgConfig::RIG_TURBOJPEG)
   add_test(NAME cli.image_folder

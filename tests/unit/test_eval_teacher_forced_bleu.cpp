@@ -5,33 +5,25 @@
 // the result is the metric "teacher_forced_bleu", printed with a label that
 // says it is not a translation score, and the real "BLEU" stays as it was.
 // Checked against rig::bleu::corpus_bleu on strings known in advance (stub
-// model and data), and end to end for the transformer plugin on
-// synthetic_text against the argmax of its teacher-forced logits computed
-// here from a copy of the network.
+// model and data); the transformer plugin's own test
+// (plugins/models/transformer/test_transformer.cpp) checks it end to end.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <map>
 #include <memory>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
-#include "config/defaults.hpp"
 #include "engine/console.hpp"
 #include "engine/evaluator.hpp"
-#include "network.hpp"
-#include "params.hpp"
 #include "rig/bleu.hpp"
 #include "rig/data_layer.hpp"
 #include "rig/model.hpp"
-#include "rig/ops.hpp"
-#include "teacher_forcing.hpp"
 #include "test_plugins_util.hpp"
 
 namespace {
@@ -218,122 +210,6 @@ TEST(EvalTeacherForcedBleu, ScoredLikeTheDecodedOutputUnderItsOwnName) {
   const Evaluated c = run_eval(with, data, false);
   EXPECT_EQ(c.result.metrics.count("BLEU"), 0U);
   EXPECT_EQ(c.result.metrics.count("teacher_forced_bleu"), 0U);
-}
-
-// ---- the transformer plugin end to end ------------------------------------------------
-
-TEST(EvalTeacherForcedBleu, TransformerKeepsTheReferenceLengthUpToTheFirstEos) {
-  // Argmax rows: an EOS mid-row, none within the reference, EOS first.
-  const Tensor argmax = ids_tensor({{5, 1, 7, 8}, {5, 6, 7, 8}, {1, 5, 6, 7}, {9, 9, 9, 1}});
-  const Tensor lengths = Tensor::from_vector(std::vector<std::int64_t>{4, 2, 3, 4}, {4});
-  const Tensor got = rig_transformer::teacher_forced_predictions(argmax, lengths, kEos, 0);
-  EXPECT_EQ(got.shape(), argmax.shape());
-  EXPECT_EQ(got.to_int_vector(),
-            (std::vector<std::int64_t>{5, 1, 0, 0, 5, 6, 0, 0, 1, 0, 0, 0, 9, 9, 9, 1}));
-  EXPECT_THROW(
-      rig_transformer::teacher_forced_predictions(argmax.to(rig::DType::f32), lengths, kEos, 0),
-      std::invalid_argument);
-  EXPECT_THROW(rig_transformer::teacher_forced_predictions(argmax, lengths.slice(0, 0, 3), kEos, 0),
-               std::invalid_argument);
-}
-
-YAML::Node transformer_params(const rig_test::LoadedPlugin& plugin) {
-  const YAML::Node schema = plugin.schema();
-  YAML::Node params = YAML::Load(
-      "{encoder_params: {encoder_layers: 1, hidden_size: 16, num_heads: 2, filter_size: 32, "
-      "attention_dropout: 0.0, relu_dropout: 0.0, layer_postprocess_dropout: 0.0}, "
-      "decoder_params: {num_hidden_layers: 1, hidden_size: 16, num_heads: 2, filter_size: 32, "
-      "attention_dropout: 0.0, relu_dropout: 0.0, layer_postprocess_dropout: 0.0, beam_size: 2, "
-      "extra_decode_length: 2}}");
-  rig::config::fill_defaults(rig::config::SchemaDoc(schema, "model 'transformer'"), schema, params,
-                             "", nullptr);
-  return params;
-}
-
-TEST(EvalTeacherForcedBleu, TransformerScoresItsTeacherForcedArgmax) {
-  const rig_test::LoadedPlugin transformer("model", "transformer");
-  const rig_test::LoadedPlugin synthetic("data_layer", "synthetic_text");
-  const rig_test::LoadedPlugin adam("optimizer", "adam");
-  const std::unique_ptr<rig::DataLayer> data = synthetic.data_layer(
-      synthetic.params("{vocab_size: 12, source_length: 5, target_length: 6, num_samples: 10}"),
-      rig::Mode::eval, 4, 0, 1, 3);
-  const YAML::Node params = transformer_params(transformer);
-  rig::ParameterStore store;
-  const rig::RunContext run;
-  const std::unique_ptr<rig::Model> model =
-      transformer.descriptor->make_model(params, rig::ModelContext{run, data->info(), store});
-  store.allocate(11);
-  // Half-trained on the eval pairs themselves: some teacher-forced tokens
-  // right, some wrong, some EOS too early.
-  const auto opt =
-      adam.descriptor->make_optimizer(adam.params(), rig::OptimizerContext{run, store});
-  for (int step = 0; step < 12; ++step) {
-    data->start_epoch(0);
-    while (auto batch = data->next_batch()) {
-      store.zero_grad();
-      model->forward(*batch, rig::Mode::train).loss.backward();
-      opt->step(0.01);
-    }
-  }
-
-  // The expectation: the argmax of the teacher-forced logits of a copy of
-  // the network, cut here at the reference length and the first EOS, decoded
-  // by the data layer; real BLEU: the data layer's decoding of infer().
-  rig::ParameterStore copy_store;
-  rig_transformer::Network copy(copy_store, rig_transformer::parse_params(params, data->info()),
-                                rig::DType::f32);
-  copy_store.allocate(11);
-  copy_store.values().copy_from(store.values());
-  copy_store.publish_values();
-  std::vector<std::string> forced, decoded, references;
-  double correct = 0.0, tokens = 0.0;
-  data->start_epoch(0);
-  {
-    rig::NoGradGuard no_grad;
-    while (auto batch = data->next_batch()) {
-      const Tensor& target = batch->at("target_ids");
-      const rig_transformer::Encoded encoded =
-          copy.encode(batch->at("source_ids"), batch->at("source_lengths"), false, {});
-      const Tensor argmax = rig::ops::argmax(copy.decode(target, encoded, false, {}), -1);
-      const std::vector<std::int64_t> best = argmax.to_int_vector();
-      const std::vector<std::int64_t> lengths = batch->at("target_lengths").to_int_vector();
-      const std::vector<std::int64_t> reference = target.to_int_vector();
-      const std::int64_t width = target.size(1);
-      Rows rows;
-      for (std::size_t r = 0; r < lengths.size(); ++r) {
-        std::vector<std::int64_t> row;
-        for (std::int64_t t = 0; t < lengths[r]; ++t) {
-          const auto at = r * static_cast<std::size_t>(width) + static_cast<std::size_t>(t);
-          correct += best[at] == reference[at] ? 1.0 : 0.0;
-          tokens += 1.0;
-          if (!row.empty() && row.back() == kEos) continue;  // cut after the first EOS
-          row.push_back(best[at]);
-        }
-        rows.push_back(row);
-      }
-      for (const auto& line : data->decode(*batch, ids_tensor(rows))) forced.push_back(line);
-      for (const auto& line : data->decode(*batch, model->infer(*batch))) decoded.push_back(line);
-      for (const auto& line : data->decode_targets(*batch)) references.push_back(line);
-    }
-  }
-  ASSERT_EQ(forced.size(), 10U);
-  const double accuracy = correct / tokens;
-  ASSERT_GT(accuracy, 0.2) << "too little training for a meaningful test";
-  ASSERT_LT(accuracy, 0.95) << "too much training for a meaningful test";
-  const rig::bleu::Options bleu_options;
-  const double expected_forced = rig::bleu::corpus_bleu(forced, references, bleu_options).score;
-  const double expected_real = rig::bleu::corpus_bleu(decoded, references, bleu_options).score;
-
-  // In the XML report (--gtest_output=xml): the numbers this run compared.
-  RecordProperty("teacher_forced_token_accuracy", fmt::format("{:.4f}", accuracy));
-  RecordProperty("teacher_forced_bleu", fmt::format("{:.4f}", expected_forced));
-  RecordProperty("BLEU", fmt::format("{:.4f}", expected_real));
-  const Evaluated got = run_eval(*model, *data, true);
-  EXPECT_DOUBLE_EQ(got.result.metrics.at("teacher_forced_bleu").value(), expected_forced);
-  EXPECT_DOUBLE_EQ(got.result.metrics.at("BLEU").value(), expected_real);
-  EXPECT_NEAR(got.result.metrics.at("teacher_forced_token_accuracy").value(), accuracy, 1e-12);
-  EXPECT_GT(expected_forced, 0.0);
-  EXPECT_LT(expected_forced, 100.0);
 }
 
 }  // namespace

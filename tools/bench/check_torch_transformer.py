@@ -1,7 +1,7 @@
 """Checks that torch_transformer.py (the PyTorch side of transformer_train and
 transformer_beam) computes what rig's transformer plugin computes: it loads the
 weights of tests/golden/transformer.json (gen_transformer.py's float64
-reference, which tests/unit checks the plugin against) and compares the
+reference, which the plugin's own test checks it against) and compares the
 logits, the label-smoothed loss, every parameter's gradient and the beam
 search decodes (beam 2 and 4, here with incremental decoding and caches).
 

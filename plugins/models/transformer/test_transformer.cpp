@@ -3,7 +3,8 @@
 // transcription (tests/golden/transformer.json from
 // tests/golden/gen_transformer.py), cached decoding against the full decoder,
 // beam search (a toy language model with known answers, greedy decoding,
-// scores), and learning to reverse sequences through the plugin.
+// scores), learning to reverse sequences through the plugin, and the
+// evaluator's BLEU of its teacher-forced predictions.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,14 +21,17 @@
 
 #include "beam_search.hpp"
 #include "config/defaults.hpp"
+#include "engine/evaluator.hpp"
 #include "golden.hpp"
 #include "network.hpp"
 #include "params.hpp"
 #include "rig/autograd.hpp"
+#include "rig/bleu.hpp"
 #include "rig/error.hpp"
 #include "rig/nn.hpp"
 #include "rig/ops.hpp"
 #include "rig/random.hpp"
+#include "teacher_forcing.hpp"
 #include "test_plugins_util.hpp"
 #include "test_tensor_util.hpp"
 #include "user_error_of.hpp"
@@ -86,21 +90,26 @@ struct Tiny {
   }
 };
 
+// Rows of ids padded with PAD to the longest: [rows, width].
+Tensor ids_tensor(const Rows& rows) {
+  std::size_t width = 0;
+  for (const auto& r : rows) width = std::max(width, r.size());
+  std::vector<std::int64_t> ids(rows.size() * width, kPad);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    std::copy(rows[i].begin(), rows[i].end(), ids.begin() + static_cast<std::ptrdiff_t>(i * width));
+  }
+  return Tensor::from_vector(
+      ids, {static_cast<std::int64_t>(rows.size()), static_cast<std::int64_t>(width)});
+}
+
 // A text2text batch per the contract: rows (EOS included) padded with PAD.
 rig::Batch text_batch(const Rows& source, const Rows& target) {
   const auto pack = [](const Rows& rows, rig::Batch& batch, const std::string& name) {
-    std::size_t width = 0;
-    for (const auto& r : rows) width = std::max(width, r.size());
-    std::vector<std::int64_t> ids(rows.size() * width, kPad);
     std::vector<std::int64_t> lengths;
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      std::copy(rows[i].begin(), rows[i].end(),
-                ids.begin() + static_cast<std::ptrdiff_t>(i * width));
-      lengths.push_back(static_cast<std::int64_t>(rows[i].size()));
-    }
-    const auto n = static_cast<std::int64_t>(rows.size());
-    batch.tensors[name + "_ids"] = Tensor::from_vector(ids, {n, static_cast<std::int64_t>(width)});
-    batch.tensors[name + "_lengths"] = Tensor::from_vector(lengths, {n});
+    for (const auto& r : rows) lengths.push_back(static_cast<std::int64_t>(r.size()));
+    batch.tensors[name + "_ids"] = ids_tensor(rows);
+    batch.tensors[name + "_lengths"] =
+        Tensor::from_vector(lengths, {static_cast<std::int64_t>(rows.size())});
   };
   rig::Batch batch;
   pack(source, batch, "source");
@@ -829,6 +838,126 @@ TEST_F(PluginTransformer, LearnsToReverseSequences) {
     }
     EXPECT_GE(exact, 36) << "beam " << beam;
   }
+}
+
+// ---- teacher-forced BLEU --------------------------------------------------------------
+// The evaluator's "teacher_forced_bleu" (tests/unit/test_eval_teacher_forced_bleu.cpp
+// checks its scoring on known strings) of the transformer's teacher-forced
+// predictions: the argmax of the teacher-forced logits, kept up to the
+// reference length and the first EOS.
+
+// What the engine's evaluator reports for `model` on `data`, BLEU on.
+rig::Metrics evaluate_with_bleu(rig::Model& model, rig::DataLayer& data) {
+  const rig_test::LoadedPlugin local("communicator", "local");
+  const std::unique_ptr<rig::Communicator> comm =
+      local.descriptor->make_communicator(local.params(), rig::CommunicatorContext{});
+  rig::engine::EvalOptions options;
+  options.bleu = true;
+  options.print_samples = 0;
+  return rig::engine::evaluate(model, data, *comm, options).metrics;
+}
+
+TEST(TransformerTeacherForcing, KeepsTheReferenceLengthUpToTheFirstEos) {
+  // Argmax rows: an EOS mid-row, none within the reference, EOS first.
+  const Tensor argmax = ids_tensor({{5, 1, 7, 8}, {5, 6, 7, 8}, {1, 5, 6, 7}, {9, 9, 9, 1}});
+  const Tensor lengths = Tensor::from_vector(std::vector<std::int64_t>{4, 2, 3, 4}, {4});
+  const Tensor got = rig_transformer::teacher_forced_predictions(argmax, lengths, kEos, 0);
+  EXPECT_EQ(got.shape(), argmax.shape());
+  EXPECT_EQ(got.to_int_vector(),
+            (std::vector<std::int64_t>{5, 1, 0, 0, 5, 6, 0, 0, 1, 0, 0, 0, 9, 9, 9, 1}));
+  EXPECT_THROW(
+      rig_transformer::teacher_forced_predictions(argmax.to(rig::DType::f32), lengths, kEos, 0),
+      std::invalid_argument);
+  EXPECT_THROW(rig_transformer::teacher_forced_predictions(argmax, lengths.slice(0, 0, 3), kEos, 0),
+               std::invalid_argument);
+}
+
+TEST_F(PluginTransformer, EvaluatorScoresTheTeacherForcedArgmax) {
+  const rig_test::LoadedPlugin synthetic("data_layer", "synthetic_text");
+  const std::unique_ptr<rig::DataLayer> data = synthetic.data_layer(
+      synthetic.params("{vocab_size: 12, source_length: 5, target_length: 6, num_samples: 10}"),
+      rig::Mode::eval, 4, 0, 1, 3);
+  const std::string tiny =
+      "{encoder_params: {encoder_layers: 1, hidden_size: 16, num_heads: 2, filter_size: 32, "
+      "attention_dropout: 0.0, relu_dropout: 0.0, layer_postprocess_dropout: 0.0}, "
+      "decoder_params: {num_hidden_layers: 1, hidden_size: 16, num_heads: 2, filter_size: 32, "
+      "attention_dropout: 0.0, relu_dropout: 0.0, layer_postprocess_dropout: 0.0, beam_size: 2, "
+      "extra_decode_length: 2}}";
+  rig::ParameterStore store;
+  const rig::RunContext run;
+  const std::unique_ptr<rig::Model> net = model(tiny, data->info(), store);
+  store.allocate(11);
+  // Half-trained on the eval pairs themselves: some teacher-forced tokens
+  // right, some wrong, some EOS too early.
+  const auto opt =
+      adam.descriptor->make_optimizer(adam.params(), rig::OptimizerContext{run, store});
+  for (int step = 0; step < 12; ++step) {
+    data->start_epoch(0);
+    while (auto batch = data->next_batch()) {
+      store.zero_grad();
+      net->forward(*batch, rig::Mode::train).loss.backward();
+      opt->step(0.01);
+    }
+  }
+
+  // The expectation: the argmax of the teacher-forced logits of a copy of
+  // the network, cut here at the reference length and the first EOS, decoded
+  // by the data layer; real BLEU: the data layer's decoding of infer().
+  rig::ParameterStore copy_store;
+  rig_transformer::Network copy(
+      copy_store, rig_transformer::parse_params(params(tiny), data->info()), rig::DType::f32);
+  copy_store.allocate(11);
+  copy_store.values().copy_from(store.values());
+  copy_store.publish_values();
+  std::vector<std::string> forced, decoded, references;
+  double correct = 0.0, tokens = 0.0;
+  data->start_epoch(0);
+  {
+    rig::NoGradGuard no_grad;
+    while (auto batch = data->next_batch()) {
+      const Tensor& target = batch->at("target_ids");
+      const rig_transformer::Encoded encoded =
+          copy.encode(batch->at("source_ids"), batch->at("source_lengths"), false, {});
+      const Tensor argmax = rig::ops::argmax(copy.decode(target, encoded, false, {}), -1);
+      const std::vector<std::int64_t> best = argmax.to_int_vector();
+      const std::vector<std::int64_t> lengths = batch->at("target_lengths").to_int_vector();
+      const std::vector<std::int64_t> reference = target.to_int_vector();
+      const std::int64_t width = target.size(1);
+      Rows rows;
+      for (std::size_t r = 0; r < lengths.size(); ++r) {
+        std::vector<std::int64_t> row;
+        for (std::int64_t t = 0; t < lengths[r]; ++t) {
+          const auto at = r * static_cast<std::size_t>(width) + static_cast<std::size_t>(t);
+          correct += best[at] == reference[at] ? 1.0 : 0.0;
+          tokens += 1.0;
+          if (!row.empty() && row.back() == kEos) continue;  // cut after the first EOS
+          row.push_back(best[at]);
+        }
+        rows.push_back(row);
+      }
+      for (const auto& line : data->decode(*batch, ids_tensor(rows))) forced.push_back(line);
+      for (const auto& line : data->decode(*batch, net->infer(*batch))) decoded.push_back(line);
+      for (const auto& line : data->decode_targets(*batch)) references.push_back(line);
+    }
+  }
+  ASSERT_EQ(forced.size(), 10U);
+  const double accuracy = correct / tokens;
+  ASSERT_GT(accuracy, 0.2) << "too little training for a meaningful test";
+  ASSERT_LT(accuracy, 0.95) << "too much training for a meaningful test";
+  const rig::bleu::Options bleu_options;
+  const double expected_forced = rig::bleu::corpus_bleu(forced, references, bleu_options).score;
+  const double expected_real = rig::bleu::corpus_bleu(decoded, references, bleu_options).score;
+
+  // In the XML report (--gtest_output=xml): the numbers this run compared.
+  RecordProperty("teacher_forced_token_accuracy", fmt::format("{:.4f}", accuracy));
+  RecordProperty("teacher_forced_bleu", fmt::format("{:.4f}", expected_forced));
+  RecordProperty("BLEU", fmt::format("{:.4f}", expected_real));
+  const rig::Metrics got = evaluate_with_bleu(*net, *data);
+  EXPECT_DOUBLE_EQ(got.at("teacher_forced_bleu").value(), expected_forced);
+  EXPECT_DOUBLE_EQ(got.at("BLEU").value(), expected_real);
+  EXPECT_NEAR(got.at("teacher_forced_token_accuracy").value(), accuracy, 1e-12);
+  EXPECT_GT(expected_forced, 0.0);
+  EXPECT_LT(expected_forced, 100.0);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// Writes JPEG files with TurboJPEG's compressor, for the image_folder unit test
-// and benchmark. Needs libturbojpeg (RIG_HAVE_TURBOJPEG).
+// Writes JPEG files with TurboJPEG's compressor, for the image_folder plugin's
+// test, its benchmark and tests/integration. Needs libturbojpeg.
 #pragma once
 
 #include <turbojpeg.h>

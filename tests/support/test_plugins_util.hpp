@@ -1,4 +1,5 @@
-// Loads the built plugin shared objects for the plugin unit tests.
+// Loads the built plugin shared objects for the plugin unit tests (each
+// plugin's test_<name>.cpp) and the unit tests of librig that drive plugins.
 #pragma once
 
 #include <gtest/gtest.h>

@@ -10,7 +10,6 @@
 #include <map>
 #include <memory>
 #include <numeric>
-#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -26,8 +25,6 @@ namespace {
 namespace fs = std::filesystem;
 using rig::Mode;
 
-const std::string kPluginFile =
-    std::string(RIG_BUILD_DIR) + "/plugins/rig-data_layer-parallel_text.so";
 const std::string kSpecials = "<pad>\t0\n</s>\t0\n<s>\t0\n<unk>\t0\n";
 // Source (German) ids 4..8, target (English) ids 4..9.
 const std::string kSrcVocab = kSpecials + "▁hallo\t-1\n▁welt\t-2\n.\t-3\n▁guten\t-4\n▁tag\t-5\n";
@@ -47,12 +44,10 @@ std::vector<rig::Batch> epoch(rig::DataLayer& data) {
 
 class DataParallelText : public ::testing::Test {
  protected:
-  std::optional<rig_test::LoadedPlugin> plugin;
+  rig_test::LoadedPlugin plugin{"data_layer", "parallel_text"};
   fs::path root;
 
   void SetUp() override {
-    if (!fs::exists(kPluginFile)) GTEST_SKIP() << "parallel_text not built (no libsentencepiece)";
-    plugin.emplace("data_layer", "parallel_text");
     std::string pattern = (fs::temp_directory_path() / "rig-parallel-text-XXXXXX").string();
     ASSERT_NE(mkdtemp(pattern.data()), nullptr);
     root = pattern;
@@ -74,7 +69,7 @@ class DataParallelText : public ::testing::Test {
   // The layer over train.{de,en} (or the files `params` names) in `mode`.
   std::unique_ptr<rig::DataLayer> make(const std::string& params, Mode mode,
                                        std::int64_t batch_size, int rank = 0, int world_size = 1) {
-    YAML::Node all = plugin->params(params);
+    YAML::Node all = plugin.params(params);
     const auto set = [&](const char* key, const std::string& file) {
       if (!all[key]) all[key] = path(file);
     };
@@ -85,7 +80,7 @@ class DataParallelText : public ::testing::Test {
         !YAML::Load(params)["target_file"]) {
       all["target_file"] = path("train.en");
     }
-    return plugin->data_layer(all, mode, batch_size, rank, world_size, 7);
+    return plugin.data_layer(all, mode, batch_size, rank, world_size, 7);
   }
 
   // `n` pairs of 1..6 pieces (line i: i % 6 + 1 source pieces, (i * 5) % 7 + 1 target pieces).

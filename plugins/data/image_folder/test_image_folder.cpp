@@ -2,8 +2,6 @@
 // decoding, crop geometry, sharding, resuming, prefetch order and bad input.
 #include <gtest/gtest.h>
 
-#ifdef RIG_HAVE_TURBOJPEG
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -454,11 +452,3 @@ TEST_F(DataImageFolder, DecodePrintsClassIds) {
 }
 
 }  // namespace
-
-#else
-
-TEST(DataImageFolder, NeedsTurboJpeg) {
-  GTEST_SKIP() << "built without libturbojpeg: the image_folder data layer is not built";
-}
-
-#endif

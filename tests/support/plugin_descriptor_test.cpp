@@ -1,0 +1,38 @@
+// Part of every in-tree plugin's test (rig_add_plugin_test defines
+// RIG_TEST_PLUGIN_KIND and RIG_TEST_PLUGIN_NAME): the plugin's descriptor and
+// schema as rig expects them.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "test_plugins_util.hpp"
+
+namespace {
+
+TEST(PluginDescriptor, KindNameFactoryAndSchema) {
+  const rig_test::LoadedPlugin plugin(RIG_TEST_PLUGIN_KIND, RIG_TEST_PLUGIN_NAME);
+  const rig::PluginDescriptor& d = *plugin.descriptor;
+  EXPECT_EQ(d.abi_version, rig::kPluginAbiVersion);
+  EXPECT_EQ(rig::to_string(d.kind), RIG_TEST_PLUGIN_KIND);
+  EXPECT_EQ(std::string(d.name), RIG_TEST_PLUGIN_NAME);
+  EXPECT_FALSE(std::string(d.summary).empty());
+  const int factories = (d.make_model != nullptr) + (d.make_data_layer != nullptr) +
+                        (d.make_optimizer != nullptr) + (d.make_lr_policy != nullptr) +
+                        (d.make_communicator != nullptr);
+  EXPECT_EQ(factories, 1);
+  // An object without other keys, every property typed and described.
+  const YAML::Node schema = plugin.schema();
+  EXPECT_EQ(schema["type"].as<std::string>(), "object");
+  EXPECT_FALSE(schema["additionalProperties"].as<bool>());
+  ASSERT_TRUE(schema["properties"].IsMap());
+  for (const auto& property : schema["properties"]) {
+    SCOPED_TRACE(property.first.as<std::string>());
+    EXPECT_TRUE(property.second["type"]) << "no type";
+    EXPECT_TRUE(property.second["description"]) << "no description";
+  }
+  for (const auto& key : schema["required"]) {
+    EXPECT_TRUE(schema["properties"][key.as<std::string>()]) << key.as<std::string>();
+  }
+}
+
+}  // namespace
