@@ -13,6 +13,8 @@
 # - best_model_metric BLEU keeps the best checkpoint, and eval of it
 #   reproduces its BLEU;
 # - resuming mid-epoch gives the same weights as a straight run, bit for bit;
+# - device: sim (memory the host cannot touch) writes the CPU's checkpoint,
+#   BLEU and interactive translations;
 # - bad files exit 2 with one line naming the file.
 # Needs spm_train / spm_encode (Debian package sentencepiece); exits 77
 # (skipped) without them.
@@ -216,6 +218,18 @@ grep -q "^  offset: [1-9]" runs/tokens/checkpoints/ckpt-150/state.yaml ||
   fail "step 150 of token batches should be mid-epoch"
 cmp runs/tokens_straight/checkpoints/ckpt-300/model.safetensors \
   runs/tokens/checkpoints/ckpt-300/model.safetensors
+
+echo "== device: sim: parallel_text, train_eval with beam-search BLEU and interactive_infer give the CPU's bytes"
+check "$rig" run translation.yaml --mode train_eval --logdir runs/sim --max_steps=150 --device=sim > sim.log
+for f in model.safetensors optimizer.safetensors; do
+  cmp runs/b/checkpoints/ckpt-150/$f runs/sim/checkpoints/ckpt-150/$f
+done
+grep -q "Eval BLEU score" sim.log || fail "no BLEU on sim"
+diff <(grep -E "BLEU|loss" b1.log | grep -v "saved") <(grep -E "BLEU|loss" sim.log | grep -v "saved") ||
+  fail "losses or BLEU on sim differ from the CPU's"
+"$rig" run translation.yaml --device=sim --mode interactive_infer < typed.txt > typed_sim.out 2> typed_sim.err ||
+  { cat typed_sim.err; fail "interactive_infer on sim failed"; }
+cmp typed.out typed_sim.out || fail "interactive_infer on sim translates differently"
 
 echo "== bad files: exit 2, one line naming the file"
 head -n 1999 train.tok.tgt > short.tok.tgt
