@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "fault_death.hpp"
+#include "rig/batch.hpp"
 #include "rig/ops.hpp"
 #include "rig/tensor.hpp"
 #include "test_tensor_util.hpp"
@@ -255,6 +256,26 @@ TEST(SimTensors, SelectionsComparisonsAndUpdatesGiveTheCpusBits) {
     EXPECT_EQ(0, std::memcmp(cpu[i].data(), sim[i].data(), cpu[i].size() * sizeof(float)))
         << "result " << i << " differs";
   }
+}
+
+TEST(SimTensors, ABatchMovedToSimKeepsTheDataLayersHostTensors) {
+  Batch batch;
+  batch.tensors["ids"] = Tensor::from_vector(ids({3, 1, 4}), {3});
+  batch.num_objects = 3;
+  const Batch moved = batch.to(Device::sim());
+  EXPECT_EQ(moved.at("ids").device(), Device::sim());
+  EXPECT_EQ(moved.num_objects, 3);
+  // The host copy is the data layer's own tensor: no device read.
+  EXPECT_EQ(moved.host("ids").raw_data(), batch.at("ids").raw_data());
+  const Batch back = moved.to(Device::cpu());
+  EXPECT_EQ(back.at("ids").raw_data(), batch.at("ids").raw_data());
+  EXPECT_TRUE(back.host_tensors.empty());
+  // A batch made on the device has no host copy: host() reads it.
+  Batch on_sim;
+  on_sim.tensors["x"] = Tensor::from_vector(std::vector<float>{2.5F}, {1}, Device::sim());
+  EXPECT_EQ(on_sim.host("x").device(), Device::cpu());
+  EXPECT_FLOAT_EQ(on_sim.host("x").item(), 2.5F);
+  EXPECT_EQ(batch.to(Device::cpu()).at("ids").raw_data(), batch.at("ids").raw_data());
 }
 
 TEST(SimTensors, CopiesBetweenDevicesKeepEveryDtype) {

@@ -17,10 +17,25 @@ const Tensor& Batch::at(const std::string& name) const {
       names.empty() ? std::string("(none)") : fmt::format("{}", fmt::join(names, ", "))));
 }
 
+Tensor Batch::host(const std::string& name) const {
+  if (auto it = host_tensors.find(name); it != host_tensors.end()) return it->second;
+  const Tensor& t = at(name);
+  return t.device() == Device::cpu() ? t : t.to_host();
+}
+
 Batch Batch::to(Device device) const {
   Batch moved = *this;
+  moved.host_tensors.clear();
   for (auto& [name, tensor] : moved.tensors) {
-    if (tensor.defined()) tensor = tensor.to(device);
+    if (!tensor.defined() || tensor.device() == device) continue;
+    if (device.is_cpu()) {
+      // Back to the host: the data layer's own tensors where they were kept.
+      const auto kept = host_tensors.find(name);
+      tensor = kept != host_tensors.end() ? kept->second : tensor.to_host();
+    } else {
+      if (tensor.device().is_cpu()) moved.host_tensors.emplace(name, tensor);
+      tensor = tensor.to(device);
+    }
   }
   return moved;
 }
