@@ -2,8 +2,8 @@
 // it, through the real plugins: the `resnet` model (cifar style, depth 20,
 // projection shortcuts) on 28x28x1 images (Fashion-MNIST's shape), batch
 // 128, 10 classes, and the `sgd` optimizer (momentum 0.9, weight decay 1e-4).
-// A step: zero the gradients, forward to the loss (with the model's Acc@1 /
-// Acc@5 metrics), backward, optimizer step. The batch is made before timing,
+// A step: zero the gradients, forward to the loss (the model computes its
+// Acc@1 / Acc@5 metrics only in eval), backward, optimizer step, the loss read. The batch is made before timing,
 // so no data loading is timed. tools/bench/torch_layers.py resnet20_train is
 // the same step in PyTorch.
 #include <cstdint>

@@ -5,8 +5,8 @@
 // layer post-process: transformer-base's), fp32, on a batch of 32 sentence
 // pairs of 32 tokens (31 random tokens, then EOS; no padding).
 //   transformer_train  one whole training step: zero the gradients, forward
-//                      to the label-smoothed (0.1) loss (with the model's
-//                      token accuracy metric), backward, and a step of the
+//                      to the label-smoothed (0.1) loss (the model's token
+//                      accuracy is an eval metric), backward, and a step of the
 //                      `adam` plugin (transformer-base's betas 0.9 / 0.997,
 //                      epsilon 1e-9); reported in target tokens per second.
 //   transformer_beam   Model::infer: encoding and beam search (beam 4, alpha

@@ -14,16 +14,16 @@ bench_layers.cpp): eager mode, float32, torch.set_num_threads(N).
                a whole training step of ResNet-20 (He et al. 2016, cifar
                style, 1x1 conv + BN projection shortcuts, torchvision naming)
                on 28x28x1 images, batch 128, 10 classes: zero_grad, forward,
-               cross-entropy loss, loss.item() and Acc@1 / Acc@5 (as rig's
-               resnet model computes them), backward, torch.optim.SGD step
+               cross-entropy loss, loss.item() (rig's models compute Acc@1 /
+               Acc@5 only in eval), backward, torch.optim.SGD step
                (momentum 0.9, weight decay 1e-4). Reports images per second.
   transformer_train
                a whole training step of rig's transformer plugin's model
                (torch_transformer.py: 3 + 3 pre-norm layers, d 256, 4 heads,
                ffn 1024, shared 8192-token embedding, dropout 0.1) on 32 x 32
                source and target tokens: zero_grad, forward, OpenSeq2Seq's
-               label-smoothed loss (0.1), loss.item() and token accuracy,
-               backward, torch.optim.Adam (fused; betas 0.9 / 0.997, eps
+               label-smoothed loss (0.1), loss.item() (no token accuracy: rig
+               computes it only in eval), backward, torch.optim.Adam (fused; betas 0.9 / 0.997, eps
                1e-9). Reports target tokens per second.
   transformer_beam
                beam search (beam 4, alpha 0.6) of the same model on 32 source
@@ -204,10 +204,6 @@ def bench_resnet20_train(args):
         loss = nn.functional.cross_entropy(logits, labels)
         loss.backward()
         optimizer.step()
-        with torch.no_grad():  # the metrics rig's resnet model reports every step
-            top5 = logits.topk(5, dim=1).indices
-            last["acc1"] = (top5[:, 0] == labels).sum().item()
-            last["acc5"] = (top5 == labels[:, None]).any(dim=1).sum().item()
         last["loss"] = loss.item()
 
     rss_before = max_rss_bytes()
@@ -254,8 +250,6 @@ def bench_transformer_train(args):
             loss = torch_transformer.smoothed_cross_entropy(logits, target, weights, 0.1)
         loss.backward()
         optimizer.step()
-        with torch.no_grad():  # the metrics rig's transformer model reports every step
-            last["accuracy"] = ((logits.argmax(-1) == target) * weights).sum().item()
         last["loss"] = loss.item()
 
     rss_before = max_rss_bytes()
