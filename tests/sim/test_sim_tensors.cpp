@@ -295,6 +295,17 @@ TEST(SimTensors, CopiesBetweenDevicesKeepEveryDtype) {
   EXPECT_EQ(back.to_vector(), m.to_host().transpose(0, 1).contiguous().to_vector());
 }
 
+TEST(SimTensors, LikeFactoriesKeepShapeDtypeAndDevice) {
+  const Tensor x = Tensor::ones({2, 3}, DType::bf16, Device::sim()).transpose(0, 1);
+  for (const Tensor& t : {Tensor::empty_like(x), Tensor::zeros_like(x)}) {
+    EXPECT_EQ(t.shape(), (Shape{3, 2}));
+    EXPECT_EQ(t.dtype(), DType::bf16);
+    EXPECT_EQ(t.device(), Device::sim());
+    EXPECT_TRUE(t.is_contiguous());
+  }
+  EXPECT_EQ(Tensor::zeros_like(x).to_vector(), std::vector<float>(6, 0.0F));
+}
+
 TEST(SimTensors, MixingDevicesNamesBoth) {
   const Tensor a = Tensor::ones({2, 2});
   const Tensor b = Tensor::ones({2, 2}, DType::f32, Device::sim());

@@ -78,6 +78,9 @@ class RIG_API Tensor {
   static Tensor ones(Shape shape, DType dtype = DType::f32, Device device = Device::cpu());
   static Tensor full(Shape shape, float value, DType dtype = DType::f32,
                      Device device = Device::cpu());
+  // Contiguous, with x's shape, dtype and device (x may be strided).
+  static Tensor empty_like(const Tensor& x) { return empty(x.shape(), x.dtype(), x.device()); }
+  static Tensor zeros_like(const Tensor& x) { return zeros(x.shape(), x.dtype(), x.device()); }
   // Host values copied to `device`.
   static Tensor from_vector(const std::vector<float>& values, Shape shape,
                             Device device = Device::cpu());
