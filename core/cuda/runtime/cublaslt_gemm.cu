@@ -1,0 +1,210 @@
+#include "cuda/runtime/cublaslt_gemm.cuh"
+
+#include <cstdint>
+#include <string>
+
+#include "cuda/runtime/cuda_error.hpp"
+#include "cuda/runtime/device_guard.hpp"
+
+namespace rig::cuda {
+
+// LtEpilogue mirrors cublasLtEpilogue_t value for value.
+static_assert(static_cast<std::uint32_t>(LtEpilogue::default_) == CUBLASLT_EPILOGUE_DEFAULT);
+static_assert(static_cast<std::uint32_t>(LtEpilogue::relu) == CUBLASLT_EPILOGUE_RELU);
+static_assert(static_cast<std::uint32_t>(LtEpilogue::relu_aux) == CUBLASLT_EPILOGUE_RELU_AUX);
+static_assert(static_cast<std::uint32_t>(LtEpilogue::bias) == CUBLASLT_EPILOGUE_BIAS);
+static_assert(static_cast<std::uint32_t>(LtEpilogue::relu_bias) == CUBLASLT_EPILOGUE_RELU_BIAS);
+static_assert(static_cast<std::uint32_t>(LtEpilogue::relu_aux_bias) ==
+              CUBLASLT_EPILOGUE_RELU_AUX_BIAS);
+static_assert(static_cast<std::uint32_t>(LtEpilogue::drelu) == CUBLASLT_EPILOGUE_DRELU);
+static_assert(static_cast<std::uint32_t>(LtEpilogue::drelu_bgrad) == CUBLASLT_EPILOGUE_DRELU_BGRAD);
+static_assert(static_cast<std::uint32_t>(LtEpilogue::gelu) == CUBLASLT_EPILOGUE_GELU);
+static_assert(static_cast<std::uint32_t>(LtEpilogue::gelu_aux) == CUBLASLT_EPILOGUE_GELU_AUX);
+static_assert(static_cast<std::uint32_t>(LtEpilogue::gelu_bias) == CUBLASLT_EPILOGUE_GELU_BIAS);
+static_assert(static_cast<std::uint32_t>(LtEpilogue::gelu_aux_bias) ==
+              CUBLASLT_EPILOGUE_GELU_AUX_BIAS);
+static_assert(static_cast<std::uint32_t>(LtEpilogue::dgelu) == CUBLASLT_EPILOGUE_DGELU);
+static_assert(static_cast<std::uint32_t>(LtEpilogue::dgelu_bgrad) == CUBLASLT_EPILOGUE_DGELU_BGRAD);
+static_assert(static_cast<std::uint32_t>(LtEpilogue::bgrada) == CUBLASLT_EPILOGUE_BGRADA);
+static_assert(static_cast<std::uint32_t>(LtEpilogue::bgradb) == CUBLASLT_EPILOGUE_BGRADB);
+
+void check_cublas(cublasStatus_t status, const char* call, const std::string& context) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  std::string what = std::string(call) + " failed: " + cublasLtGetStatusName(status) + ": " +
+                     cublasLtGetStatusString(status);
+  if (!context.empty()) what += " for " + context;
+  throw CublasLtError(status, what);
+}
+
+namespace {
+
+cudaDataType_t data_type(GemmType type) {
+  switch (type) {
+    case GemmType::f32:
+      return CUDA_R_32F;
+    case GemmType::f16:
+      return CUDA_R_16F;
+    case GemmType::bf16:
+      return CUDA_R_16BF;
+  }
+  return CUDA_R_32F;
+}
+
+// RAII for the descriptors of one call.
+struct MatmulDesc {
+  cublasLtMatmulDesc_t desc = nullptr;
+  ~MatmulDesc() {
+    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+  }
+};
+struct Layout {
+  cublasLtMatrixLayout_t layout = nullptr;
+  ~Layout() {
+    if (layout != nullptr) cublasLtMatrixLayoutDestroy(layout);
+  }
+};
+struct Preference {
+  cublasLtMatmulPreference_t preference = nullptr;
+  ~Preference() {
+    if (preference != nullptr) cublasLtMatmulPreferenceDestroy(preference);
+  }
+};
+
+template <typename T>
+void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const T& value,
+         const char* name, const std::string& context) {
+  check_cublas(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)), name,
+               context);
+}
+
+void make_layout(Layout& out, const LtLayout& layout, const std::string& context) {
+  check_cublas(cublasLtMatrixLayoutCreate(&out.layout, data_type(layout.type),
+                                          static_cast<std::uint64_t>(layout.rows),
+                                          static_cast<std::uint64_t>(layout.cols), layout.ld),
+               "cublasLtMatrixLayoutCreate", context);
+}
+
+// The largest power of two (up to 256) dividing the address: the heuristic's
+// choice depends on pointer alignment, so it is part of the cache key.
+unsigned alignment(const void* pointer) {
+  const auto address = reinterpret_cast<std::uintptr_t>(pointer);
+  unsigned align = 1;
+  while (align < 256 && address % (align * 2) == 0) align *= 2;
+  return align;
+}
+
+}  // namespace
+
+CublasLtGemm::CublasLtGemm(int device) : device_(device) {
+  DeviceGuard guard(device);
+  check_cublas(cublasLtCreate(&handle_), "cublasLtCreate");
+  try {
+    RIG_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
+  } catch (...) {
+    cublasLtDestroy(handle_);
+    throw;
+  }
+}
+
+CublasLtGemm::~CublasLtGemm() {
+  DeviceGuard guard(device_);
+  // The workspace may still be in use by queued products: wait for the device.
+  cudaDeviceSynchronize();
+  cudaFree(workspace_);
+  cublasLtDestroy(handle_);
+}
+
+void CublasLtGemm::run(const LtPlan& plan, const void* a, const void* b, const void* c, void* d,
+                       void* bias, void* aux, cudaStream_t stream) {
+  DeviceGuard guard(device_);
+  if (plan.m == 0 || plan.n == 0) {
+    if (plan.bias_role == BiasRole::bias_grad && plan.bias_length > 0) {
+      RIG_CUDA_CHECK(cudaMemsetAsync(
+          bias, 0, static_cast<std::size_t>(plan.bias_length) * size_of(plan.bias_type), stream));
+    }
+    return;
+  }
+  const std::string context = plan.describe();
+  MatmulDesc desc;
+  const cublasComputeType_t compute =
+      plan.compute == GemmCompute::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  check_cublas(cublasLtMatmulDescCreate(&desc.desc, compute, data_type(plan.scale_type)),
+               "cublasLtMatmulDescCreate", context);
+  const cublasOperation_t transa = plan.transa ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t transb = plan.transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  set(desc.desc, CUBLASLT_MATMUL_DESC_TRANSA, transa, "CUBLASLT_MATMUL_DESC_TRANSA", context);
+  set(desc.desc, CUBLASLT_MATMUL_DESC_TRANSB, transb, "CUBLASLT_MATMUL_DESC_TRANSB", context);
+  const auto epilogue = static_cast<cublasLtEpilogue_t>(plan.epilogue);
+  set(desc.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue, "CUBLASLT_MATMUL_DESC_EPILOGUE", context);
+  // The erf GELU's backward leaves its bias gradient to the own kernel too.
+  const bool lt_bias = plan.bias_role != BiasRole::none && !plan.own_bias_grad;
+  if (lt_bias) {
+    set(desc.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, "CUBLASLT_MATMUL_DESC_BIAS_POINTER",
+        context);
+    const auto bias_type = static_cast<std::int32_t>(data_type(plan.bias_type));
+    set(desc.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type,
+        "CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE", context);
+  }
+  // Own work reads or writes the aux buffer after the matmul; cuBLASLt only
+  // where its epilogue does (DEFAULT / BIAS take no aux pointer).
+  const bool lt_aux = plan.aux_role != AuxRole::none && plan.own_work == OwnWork::none;
+  if (lt_aux) {
+    set(desc.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux,
+        "CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER", context);
+    const std::int64_t aux_ld = plan.aux_ld;
+    set(desc.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, aux_ld,
+        "CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD", context);
+    if (plan.aux_role == AuxRole::write_gelu_input || plan.aux_role == AuxRole::read_gelu_input) {
+      const auto aux_type = static_cast<std::int32_t>(data_type(plan.aux_type));
+      set(desc.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, aux_type,
+          "CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE", context);
+    }
+  }
+  Layout la, lb, lc, ld;
+  make_layout(la, plan.a, context);
+  make_layout(lb, plan.b, context);
+  make_layout(lc, plan.c, context);
+  make_layout(ld, plan.d, context);
+
+  const std::string key = context + " align " + std::to_string(alignment(a)) + " " +
+                          std::to_string(alignment(b)) + " " + std::to_string(alignment(c)) + " " +
+                          std::to_string(alignment(d)) + " " + std::to_string(alignment(bias)) +
+                          " " + std::to_string(alignment(aux));
+  cublasLtMatmulAlgo_t algo{};
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto found = algorithms_.find(key);
+    if (found != algorithms_.end()) {
+      algo = found->second;
+    } else {
+      Preference preference;
+      check_cublas(cublasLtMatmulPreferenceCreate(&preference.preference),
+                   "cublasLtMatmulPreferenceCreate", context);
+      const std::uint64_t workspace_bytes = kWorkspaceBytes;
+      check_cublas(cublasLtMatmulPreferenceSetAttribute(preference.preference,
+                                                        CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                        &workspace_bytes, sizeof(workspace_bytes)),
+                   "cublasLtMatmulPreferenceSetAttribute", context);
+      cublasLtMatmulHeuristicResult_t result{};
+      int found_count = 0;
+      ++heuristic_queries_;
+      check_cublas(cublasLtMatmulAlgoGetHeuristic(handle_, desc.desc, la.layout, lb.layout,
+                                                  lc.layout, ld.layout, preference.preference, 1,
+                                                  &result, &found_count),
+                   "cublasLtMatmulAlgoGetHeuristic", context);
+      if (found_count == 0) {
+        throw CublasLtError(CUBLAS_STATUS_NOT_SUPPORTED,
+                            "cublasLtMatmulAlgoGetHeuristic found no algorithm for " + context);
+      }
+      algo = result.algo;
+      algorithms_.emplace(key, algo);
+    }
+  }
+  const float alpha = plan.alpha;
+  const float beta = plan.beta;
+  check_cublas(cublasLtMatmul(handle_, desc.desc, &alpha, a, la.layout, b, lb.layout, &beta, c,
+                              lc.layout, d, ld.layout, &algo, workspace_, kWorkspaceBytes, stream),
+               "cublasLtMatmul", context);
+}
+
+}  // namespace rig::cuda

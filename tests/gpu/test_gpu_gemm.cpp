@@ -1,0 +1,302 @@
+// cuBLASLt products (cuda/runtime/cublaslt_gemm.cuh) against the CPU
+// interpreter of cuBLASLt's semantics (cuda/gemm/lt_interpreter.hpp) on the
+// same inputs: f32, TF32, f16 and bf16, the bias / relu / GELU (tanh) / aux /
+// backward / bias-gradient epilogues and beta = 1 accumulation.
+//
+// Tolerances, per element, |got - want| <= u (|want| + 2 k_scale): u = 1e-6
+// for f32 (accumulation order), 2e-3 for TF32 (inputs rounded to 10 bits),
+// and the output's half-ulp-and-more for f16 (1e-3) and bf16 (8e-3); inputs are
+// uniform in [-1, 1], so k_scale = sqrt(k) + 1 bounds the typical |sum|.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/gemm/gemm_plan.hpp"
+#include "cuda/gemm/lt_interpreter.hpp"
+#include "cuda/runtime/cublaslt_gemm.cuh"
+#include "gpu_test.hpp"
+
+namespace {
+
+using rig::cuda::EpilogueKind;
+using rig::cuda::GemmActivation;
+using rig::cuda::GemmRequest;
+using rig::cuda::GemmType;
+using rig::cuda::LtPlan;
+using rig_gpu_test::kDevice;
+
+class GpuGemm : public rig_gpu_test::GpuTest {};
+
+void cuda_ok(cudaError_t code, const char* what) {
+  ASSERT_EQ(code, cudaSuccess) << what << ": " << cudaGetErrorString(code);
+}
+
+// A host buffer and its device copy.
+struct Twin {
+  std::vector<std::uint8_t> host;
+  void* device = nullptr;
+  explicit Twin(std::size_t bytes) : host(std::max<std::size_t>(bytes, 16)) {
+    cuda_ok(cudaMalloc(&device, host.size()), "cudaMalloc");
+  }
+  ~Twin() { cudaFree(device); }
+  Twin(const Twin&) = delete;
+  Twin& operator=(const Twin&) = delete;
+  void upload() {
+    cuda_ok(cudaMemcpy(device, host.data(), host.size(), cudaMemcpyHostToDevice), "up");
+  }
+  std::vector<std::uint8_t> download() const {
+    std::vector<std::uint8_t> out(host.size());
+    cudaMemcpy(out.data(), device, out.size(), cudaMemcpyDeviceToHost);
+    return out;
+  }
+};
+
+double unit_for(GemmType out, bool tf32) {
+  if (tf32) return 2e-3;
+  switch (out) {
+    case GemmType::f32:
+      return 1e-6;
+    case GemmType::f16:
+      return 1e-3;
+    case GemmType::bf16:
+      return 8e-3;
+  }
+  return 0.0;
+}
+
+void fill(std::vector<std::uint8_t>& bytes, GemmType type, std::mt19937& rng, double value_or_nan) {
+  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+  const std::int64_t count = static_cast<std::int64_t>(bytes.size() / rig::cuda::size_of(type));
+  for (std::int64_t i = 0; i < count; ++i) {
+    rig::cuda::store_element(type, bytes.data(), i,
+                             std::isnan(value_or_nan) ? value_or_nan : uniform(rng));
+  }
+}
+
+// Runs `r` on the device and with the interpreter; compares D, the bias
+// gradient and the aux output.
+void check(const GemmRequest& r, unsigned seed, rig::cuda::CublasLtGemm* shared = nullptr) {
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const LtPlan plan = rig::cuda::plan_gemm(r);
+  SCOPED_TRACE(plan.describe());
+  std::mt19937 rng(seed);
+  const auto bytes = [](GemmType t, std::int64_t n) {
+    return static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * rig::cuda::size_of(t);
+  };
+  Twin a(bytes(r.a_type, (r.trans_a ? r.k : r.m) * r.lda));
+  Twin b(bytes(r.b_type, (r.trans_b ? r.n : r.k) * r.ldb));
+  Twin c(bytes(r.c_type, r.m * r.ldc));
+  Twin bias(bytes(r.c_type, std::max(r.m, r.n)));
+  Twin aux(static_cast<std::size_t>(std::max<std::int64_t>(plan.aux_bytes(), 16)));
+  fill(a.host, r.a_type, rng, 0.0);
+  fill(b.host, r.b_type, rng, 0.0);
+  fill(c.host, r.c_type, rng, r.beta == 0.0F ? std::numeric_limits<double>::quiet_NaN() : 0.0);
+  fill(bias.host, r.c_type, rng, 0.0);
+  const bool mask = plan.aux_role == rig::cuda::AuxRole::read_relu_mask ||
+                    plan.aux_role == rig::cuda::AuxRole::write_relu_mask;
+  if (mask) {
+    for (auto& byte : aux.host) byte = static_cast<std::uint8_t>(rng());
+  } else {
+    fill(aux.host, plan.aux_type, rng, 0.0);
+  }
+  for (Twin* t : {&a, &b, &c, &bias, &aux}) t->upload();
+
+  // The interpreter on host copies.
+  std::vector<std::uint8_t> want_c = c.host, want_bias = bias.host, want_aux = aux.host;
+  const auto host_of = [&](rig::cuda::RigOperand o) -> const void* {
+    return o == rig::cuda::RigOperand::a ? a.host.data() : b.host.data();
+  };
+  rig::cuda::interpret_lt_matmul(plan, host_of(plan.a_is), host_of(plan.b_is), want_c.data(),
+                                 want_c.data(), want_bias.data(), want_aux.data());
+  rig::cuda::interpret_own_work(plan, want_c.data(), want_bias.data(), want_aux.data());
+
+  // cuBLASLt, then the own work (the erf GELU) on the host copy of its output.
+  cudaStream_t stream = nullptr;
+  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  {
+    rig::cuda::CublasLtGemm own(kDevice);
+    rig::cuda::CublasLtGemm& gemm = shared != nullptr ? *shared : own;
+    const auto device_of = [&](rig::cuda::RigOperand o) -> const void* {
+      return o == rig::cuda::RigOperand::a ? a.device : b.device;
+    };
+    gemm.run(plan, device_of(plan.a_is), device_of(plan.b_is), c.device, c.device, bias.device,
+             aux.device, stream);
+    cuda_ok(cudaStreamSynchronize(stream), "sync");
+  }
+  cudaStreamDestroy(stream);
+  std::vector<std::uint8_t> got_c = c.download(), got_bias = bias.download(),
+                            got_aux = aux.download();
+  rig::cuda::interpret_own_work(plan, got_c.data(), got_bias.data(), got_aux.data());
+
+  const double u = unit_for(r.c_type, plan.compute == rig::cuda::GemmCompute::tf32);
+  const double k_scale = std::sqrt(static_cast<double>(r.k)) + 1.0;
+  int bad = 0;
+  const auto near = [&](const char* what, std::int64_t index, double g, double w, double scale) {
+    const double tol = u * (std::abs(w) + 2.0 * scale);
+    if ((std::isnan(g) && std::isnan(w)) || std::abs(g - w) <= tol) return;
+    if (++bad <= 5) {
+      ADD_FAILURE() << what << "[" << index << "]: cuBLASLt " << g << ", interpreter " << w
+                    << " (tolerance " << tol << ")";
+    }
+  };
+  for (std::int64_t i = 0;
+       i < static_cast<std::int64_t>(want_c.size() / rig::cuda::size_of(r.c_type)); ++i) {
+    near("D", i, rig::cuda::load_element(r.c_type, got_c.data(), i),
+         rig::cuda::load_element(r.c_type, want_c.data(), i), k_scale);
+  }
+  if (plan.bias_role == rig::cuda::BiasRole::bias_grad) {
+    const double sum_scale = k_scale * std::sqrt(static_cast<double>(std::max(plan.n, plan.k)));
+    for (std::int64_t i = 0; i < plan.bias_length; ++i) {
+      near("bias gradient", i, rig::cuda::load_element(plan.bias_type, got_bias.data(), i),
+           rig::cuda::load_element(plan.bias_type, want_bias.data(), i), 4.0 * sum_scale);
+    }
+  }
+  if (plan.aux_role == rig::cuda::AuxRole::write_gelu_input) {
+    for (std::int64_t j = 0; j < plan.n; ++j) {
+      for (std::int64_t i = 0; i < plan.m; ++i) {
+        const std::int64_t x = i + j * plan.aux_ld;
+        near("aux", x, rig::cuda::load_element(plan.aux_type, got_aux.data(), x),
+             rig::cuda::load_element(plan.aux_type, want_aux.data(), x), k_scale);
+      }
+    }
+  }
+  if (plan.aux_role == rig::cuda::AuxRole::write_relu_mask) {
+    for (std::int64_t j = 0; j < plan.n; ++j) {
+      for (std::int64_t i = 0; i < plan.m; ++i) {
+        const std::int64_t x = i + j * plan.aux_ld;
+        const bool g = ((got_aux[static_cast<std::size_t>(x / 8)] >> (x % 8)) & 1U) != 0;
+        const bool w = ((want_aux[static_cast<std::size_t>(x / 8)] >> (x % 8)) & 1U) != 0;
+        // A pre-activation within rounding of 0 may fall either way.
+        const double d = rig::cuda::load_element(r.c_type, want_c.data(), i + j * plan.d.ld);
+        if (g != w && std::abs(d) > u * 2.0 * k_scale && ++bad <= 5) {
+          ADD_FAILURE() << "relu mask bit " << x << ": cuBLASLt " << g << ", interpreter " << w;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+GemmRequest product(std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb, GemmType in,
+                    GemmType out, std::int64_t pad = 0) {
+  GemmRequest r;
+  r.m = m;
+  r.n = n;
+  r.k = k;
+  r.trans_a = ta;
+  r.trans_b = tb;
+  r.lda = std::max<std::int64_t>(1, ta ? m : k) + pad;
+  r.ldb = std::max<std::int64_t>(1, tb ? k : n) + pad;
+  r.ldc = n + pad;
+  r.a_type = r.b_type = in;
+  r.c_type = out;
+  return r;
+}
+
+TEST_F(GpuGemm, F32OddShapesEveryTranspose) {
+  for (const bool ta : {false, true}) {
+    for (const bool tb : {false, true}) {
+      GemmRequest r = product(37, 45, 29, ta, tb, GemmType::f32, GemmType::f32, 3);
+      r.alpha = 1.5F;
+      check(r, 1);
+    }
+  }
+}
+
+TEST_F(GpuGemm, F32BetaOneAccumulates) {
+  GemmRequest r = product(64, 48, 40, true, false, GemmType::f32, GemmType::f32);
+  r.beta = 1.0F;
+  check(r, 2);
+}
+
+TEST_F(GpuGemm, Tf32) {
+  GemmRequest r = product(64, 96, 128, false, true, GemmType::f32, GemmType::f32);
+  r.allow_tf32 = true;
+  check(r, 3);
+}
+
+TEST_F(GpuGemm, HalfTypesWithBias) {
+  for (const GemmType in : {GemmType::f16, GemmType::bf16}) {
+    for (const GemmType out : {in, GemmType::f32}) {
+      GemmRequest r = product(32, 64, 48, false, true, in, out);  // y = x W^T + b
+      r.epilogue.bias = true;
+      check(r, 4);
+    }
+  }
+}
+
+TEST_F(GpuGemm, ReluForwardWithMask) {
+  for (const GemmType in : {GemmType::f32, GemmType::bf16}) {
+    GemmRequest r = product(40, 56, 32, false, true, in, in);
+    r.epilogue = {EpilogueKind::forward, GemmActivation::relu, true, true, 128};
+    check(r, 5);
+    r.epilogue = {EpilogueKind::forward, GemmActivation::relu, true, false, 0};
+    check(r, 6);
+  }
+}
+
+TEST_F(GpuGemm, GeluTanhForwardWithAux) {
+  for (const GemmType in : {GemmType::f16, GemmType::bf16}) {
+    GemmRequest r = product(40, 56, 32, false, true, in, in);
+    r.epilogue = {EpilogueKind::forward, GemmActivation::gelu_tanh, true, true, 64};
+    check(r, 7);
+    r.epilogue = {EpilogueKind::forward, GemmActivation::gelu_tanh, false, false, 0};
+    check(r, 8);
+  }
+}
+
+TEST_F(GpuGemm, GeluErfForwardLeavesTheActivationToRig) {
+  GemmRequest r = product(24, 40, 16, false, true, GemmType::f32, GemmType::f32);
+  r.epilogue = {EpilogueKind::forward, GemmActivation::gelu_erf, true, true, 40};
+  check(r, 9);
+}
+
+TEST_F(GpuGemm, ReluAndGeluBackwardWithBiasGradient) {
+  GemmRequest r = product(48, 32, 64, false, false, GemmType::f16, GemmType::f16);  // dY W
+  r.epilogue = {EpilogueKind::backward, GemmActivation::relu, true, true, 128};
+  check(r, 10);
+  r.epilogue = {EpilogueKind::backward, GemmActivation::relu, false, true, 128};
+  check(r, 11);
+  r = product(48, 32, 64, false, false, GemmType::bf16, GemmType::bf16);
+  r.epilogue = {EpilogueKind::backward, GemmActivation::gelu_tanh, true, true, 32};
+  check(r, 12);
+  r.epilogue = {EpilogueKind::backward, GemmActivation::gelu_erf, true, true, 32};
+  check(r, 13);
+}
+
+TEST_F(GpuGemm, WeightGradientBiasGradientsAccumulating) {
+  // dW += dY^T X (BGRADB gives db) and dW += X^T dY (BGRADA).
+  GemmRequest r = product(48, 40, 64, true, false, GemmType::f32, GemmType::f32);
+  r.beta = 1.0F;
+  r.epilogue.kind = EpilogueKind::bias_grad_a;
+  check(r, 14);
+  r = product(40, 48, 64, true, false, GemmType::f16, GemmType::f16);
+  r.beta = 1.0F;
+  r.epilogue.kind = EpilogueKind::bias_grad_b;
+  check(r, 15);
+}
+
+TEST_F(GpuGemm, EmptyProducts) {
+  GemmRequest r = product(16, 24, 0, false, false, GemmType::f32, GemmType::f32);
+  r.beta = 0.5F;
+  check(r, 16);
+  r = product(0, 24, 8, false, false, GemmType::f32, GemmType::f32);
+  r.ldc = 24;
+  check(r, 17);
+}
+
+TEST_F(GpuGemm, TheAlgorithmIsChosenOncePerPlan) {
+  rig::cuda::CublasLtGemm gemm(kDevice);
+  const GemmRequest r = product(32, 32, 32, false, false, GemmType::f32, GemmType::f32);
+  check(r, 18, &gemm);
+  check(r, 19, &gemm);
+  EXPECT_EQ(gemm.heuristic_queries(), 1U);
+}
+
+}  // namespace
