@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <source_location>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -251,15 +252,20 @@ TEST(SimtEmulator, TheSeedShufflesTheInterleavingDeterministically) {
 
 // ---- barrier divergence ----------------------------------------------------------
 
-inline constexpr unsigned kHalfSyncLine = __LINE__ + 5;
+// The lines of HalfSync's two sync() calls, recorded by the kernel itself.
+unsigned half_sync_lines[2] = {0, 0};
+
 struct HalfSync {
   bool other_sync;  // the other half waits at a second sync() instead of returning
   template <class Ctx>
   void operator()(Ctx& ctx) const {
-    if (ctx.thread_rank() < 16)
+    if (ctx.thread_rank() < 16) {
+      half_sync_lines[0] = std::source_location::current().line() + 1;
       ctx.sync();
-    else if (other_sync)
+    } else if (other_sync) {
+      half_sync_lines[1] = std::source_location::current().line() + 1;
       ctx.sync();
+    }
   }
 };
 
@@ -271,7 +277,7 @@ TEST(SimtEmulator, ASyncThatHalfTheBlockSkipsIsBarrierDivergence) {
   EXPECT_NE(what.find("barrier divergence"), std::string::npos) << what;
   EXPECT_NE(what.find("block ("), std::string::npos) << what;
   EXPECT_NE(what.find("threads 0-15 wait at sync() in tests/simt/test_emulator.cpp:" +
-                      std::to_string(kHalfSyncLine)),
+                      std::to_string(half_sync_lines[0])),
             std::string::npos)
       << what;
   EXPECT_NE(what.find("threads 16-31 have exited"), std::string::npos) << what;
@@ -282,10 +288,10 @@ TEST(SimtEmulator, TwoDifferentSyncCallsAreBarrierDivergence) {
     emulate(LaunchShape{Dim3{1}, Dim3{64}, 0}, HalfSync{true});
   });
   EXPECT_NE(what.find("barrier divergence"), std::string::npos) << what;
-  EXPECT_NE(what.find("test_emulator.cpp:" + std::to_string(kHalfSyncLine) + ":"),
+  EXPECT_NE(what.find("test_emulator.cpp:" + std::to_string(half_sync_lines[0]) + ":"),
             std::string::npos)
       << what;
-  EXPECT_NE(what.find("test_emulator.cpp:" + std::to_string(kHalfSyncLine + 1) + ":"),
+  EXPECT_NE(what.find("test_emulator.cpp:" + std::to_string(half_sync_lines[1]) + ":"),
             std::string::npos)
       << what;
   EXPECT_NE(what.find("threads 16-63 wait at sync()"), std::string::npos) << what;
@@ -452,6 +458,29 @@ TEST(SimtEmulator, ADivergedLaunchLeavesNothingBehind) {
               }).find("barrier divergence"),
               std::string::npos);
   }
+}
+
+// Counts the destructors of the kernels' locals.
+int destroyed = 0;
+struct CountsDestruction {
+  ~CountsDestruction() { ++destroyed; }
+};
+
+struct DivergesWithACounter {
+  template <class Ctx>
+  void operator()(Ctx& ctx) const {
+    CountsDestruction local;
+    if (ctx.thread_rank() % 2 == 0) ctx.sync();
+  }
+};
+
+TEST(SimtEmulator, AStoppedLaunchUnwindsTheThreadsWaitingInside) {
+  destroyed = 0;
+  EXPECT_NE(simt_error([] {
+              emulate(LaunchShape{Dim3{1}, Dim3{64}, 0}, DivergesWithACounter{});
+            }),
+            "");
+  EXPECT_EQ(destroyed, 64);  // 32 returned, 32 unwound from their sync()
 }
 
 struct Nested {

@@ -66,7 +66,12 @@ void check_block(const DeviceProperties& d, const KernelResources& k) {
 // and the "NVIDIA A100 Tensor Core GPU Architecture" and "NVIDIA H100 Tensor
 // Core GPU Architecture" whitepapers (108 SMs on the A100, 132 on the H100
 // SXM5). The byte counts and reservedSharedMemPerBlock (1 KiB) are those
-// cudaGetDeviceProperties reports on these parts.
+// cudaGetDeviceProperties reports on these parts. Checked on a device: an H200
+// (cc 9.0, the H100's SM: 132 SMs, 233472/232448/49152 bytes of shared memory,
+// 1024 reserved) reported exactly h100_sxm()'s numbers, and blocks_per_sm
+// agreed with cudaOccupancyMaxActiveBlocksPerMultiprocessor on all 720
+// combinations tried (12 block sizes x 12 shared-memory sizes x kernels of 10,
+// 32, 55, 108 and 167 registers).
 DeviceProperties DeviceProperties::a100_sxm() {
   DeviceProperties d;
   d.name = "NVIDIA A100-SXM4-80GB";

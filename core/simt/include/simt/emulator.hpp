@@ -22,6 +22,9 @@
 // Shared memory (shared<T>() and reduce_scratch<T>()) is filled with 0xFF
 // bytes at the start of every block, so a float read before it is written is
 // a NaN: a missing barrier shows up as NaNs or stale values in the results.
+// Both are heap allocations of exactly their size, so under AddressSanitizer
+// (RIG_SANITIZE) a kernel reading or writing past them is reported; each
+// fiber's stack sits above a guard page, so a stack overflow faults.
 //
 // An exception thrown by the kernel body stops the launch and is rethrown by
 // emulate() as it is.
