@@ -9,8 +9,10 @@
 // uniform in [-1, 1], so k_scale = sqrt(k) + 1 bounds the typical |sum|.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -249,6 +251,41 @@ TEST_F(GpuGemm, GeluTanhForwardWithAux) {
     r.epilogue = {EpilogueKind::forward, GemmActivation::gelu_tanh, false, false, 0};
     check(r, 8);
   }
+}
+
+// cuBLASLt's GELU is the tanh form, not rig's default erf form: D, read
+// against the saved pre-activation, is nearer to the tanh GELU by far.
+TEST_F(GpuGemm, CuBlasLtsGeluIsTheTanhForm) {
+  GemmRequest r = product(64, 64, 64, false, true, GemmType::f32, GemmType::f32);
+  r.alpha = 2.0F;  // pre-activations spread over [-8, 8], where the forms differ
+  r.epilogue = {EpilogueKind::forward, GemmActivation::gelu_tanh, false, true, 64};
+  const LtPlan plan = rig::cuda::plan_gemm(r);
+  std::mt19937 rng(20);
+  Twin a(static_cast<std::size_t>(r.m * r.lda) * 4), b(static_cast<std::size_t>(r.n * r.ldb) * 4);
+  Twin c(static_cast<std::size_t>(r.m * r.ldc) * 4),
+      aux(static_cast<std::size_t>(plan.aux_bytes()));
+  fill(a.host, GemmType::f32, rng, 0.0);
+  fill(b.host, GemmType::f32, rng, 0.0);
+  a.upload();
+  b.upload();
+  {
+    rig::cuda::CublasLtGemm gemm(kDevice);
+    gemm.run(plan, b.device, a.device, c.device, c.device, nullptr, aux.device, nullptr);
+    cuda_ok(cudaDeviceSynchronize(), "sync");
+  }
+  const std::vector<std::uint8_t> d = c.download(), pre = aux.download();
+  double from_tanh = 0.0, from_erf = 0.0;
+  for (std::int64_t j = 0; j < plan.n; ++j) {
+    for (std::int64_t i = 0; i < plan.m; ++i) {
+      const double x = rig::cuda::load_element(GemmType::f32, pre.data(), i + j * plan.aux_ld);
+      const double y = rig::cuda::load_element(GemmType::f32, d.data(), i + j * plan.d.ld);
+      from_tanh = std::max(from_tanh, std::abs(y - rig::cuda::gelu_tanh(x)));
+      from_erf = std::max(from_erf, std::abs(y - rig::cuda::gelu_erf(x)));
+    }
+  }
+  std::printf("cuBLASLt GELU: max |D - gelu_tanh(aux)| %.3g, max |D - gelu_erf(aux)| %.3g\n",
+              from_tanh, from_erf);
+  EXPECT_LT(from_tanh * 10.0, from_erf);
 }
 
 TEST_F(GpuGemm, GeluErfForwardLeavesTheActivationToRig) {
