@@ -6,6 +6,7 @@
 
 #include "cpu/parallel.hpp"
 #include "cpu/simd.hpp"
+#include "rig/math/cross_entropy.hpp"
 
 namespace rig::cpu {
 
@@ -41,7 +42,8 @@ struct Forward {
       const float row_lse = m + std::log(V::sum(es));
       lse[r] = row_lse;
       const float target = xr[labels[r]];
-      loss[r] = row_lse - (on - off) * target - (off != 0.0F ? off * V::sum(xs) : 0.0F);
+      loss[r] =
+          math::smoothed_row_loss(row_lse, target, off != 0.0F ? V::sum(xs) : 0.0F, {on, off});
     }
   }
 };
@@ -59,12 +61,14 @@ struct Backward {
       const float s = row_scale != nullptr ? scale * row_scale[r] : scale;
       const float shift = lse[r];
       std::int64_t j = 0;
-      for (; j + W <= c; j += W) V::store(dr + j, (V::exp(V::load(xr + j) - shift) - off) * s);
+      for (; j + W <= c; j += W) {
+        V::store(dr + j, math::smoothed_grad(V::exp(V::load(xr + j) - shift), off, s));
+      }
       if (j < c) {
         const F v = V::load_partial(xr + j, c - j, 0.0F);
-        V::store_partial(dr + j, (V::exp(v - shift) - off) * s, c - j);
+        V::store_partial(dr + j, math::smoothed_grad(V::exp(v - shift), off, s), c - j);
       }
-      dr[labels[r]] -= (on - off) * s;
+      dr[labels[r]] -= math::smoothed_label_correction({on, off}, s);
     }
   }
 };

@@ -7,6 +7,7 @@
 #include "cpu/parallel.hpp"
 #include "rig/half.hpp"
 #include "rig/kernel_attributes.hpp"
+#include "rig/math/philox.hpp"
 
 namespace rig::cpu {
 namespace {
@@ -19,17 +20,12 @@ namespace {
 constexpr std::int64_t kLanes = 32;
 constexpr std::int64_t kGroup = 4 * kLanes;
 
-struct Stream {
-  std::uint32_t key0, key1, rank, step_lo, step_hi_purpose;
-  std::uint32_t threshold;  // keep when (bits >> 8) >= threshold, i.e. uniform >= p
+// The stream's five Philox words and the keep threshold (rig/math/philox.hpp).
+struct Stream : math::PhiloxStream {
+  std::uint32_t threshold;
   explicit Stream(const RandomKey& k, float p)
-      : key0(static_cast<std::uint32_t>(k.seed)),
-        key1(static_cast<std::uint32_t>(k.seed >> 32U)),
-        rank(k.rank),
-        step_lo(static_cast<std::uint32_t>(k.step)),
-        step_hi_purpose(k.purpose ^ static_cast<std::uint32_t>(k.step >> 32U)),
-        // (m * 2^-24 >= p) <=> (m >= p * 2^24): the product is exact.
-        threshold(static_cast<std::uint32_t>(std::ceil(static_cast<double>(p) * 0x1.0p24))) {}
+      : math::PhiloxStream(math::PhiloxStream::of(k.seed, k.step, k.rank, k.purpose)),
+        threshold(math::dropout_threshold(p)) {}
 };
 
 // Forced inline so that it is compiled for each RIG_CPU_KERNEL target.
@@ -142,7 +138,7 @@ RIG_INLINE void forward_groups(const ForwardArgs& a, std::int64_t begin, std::in
     const T* x = src + first;
     T* y = dst + first;
     for (std::int64_t i = 0; i < n; ++i) {
-      y[i] = E::store((bits[i] >> 8U) >= threshold ? E::load(x[i]) * scale : 0.0F);
+      y[i] = E::store(math::dropout_keeps(bits[i], threshold) ? E::load(x[i]) * scale : 0.0F);
     }
     if (mask == nullptr) continue;
     std::uint32_t* words = mask + first / 32;
@@ -150,7 +146,7 @@ RIG_INLINE void forward_groups(const ForwardArgs& a, std::int64_t begin, std::in
       std::uint32_t word = 0;
 #pragma GCC unroll 1
       for (std::int64_t j = 0; j < 32; ++j) {
-        word |= static_cast<std::uint32_t>((bits[w * 32 + j] >> 8U) >= threshold) << j;
+        word |= static_cast<std::uint32_t>(math::dropout_keeps(bits[w * 32 + j], threshold)) << j;
       }
       words[w] = word;
     }
@@ -211,7 +207,7 @@ RIG_CPU_KERNEL void mask_bytes(const Stream& s, std::uint8_t* m, std::int64_t n,
   for (std::int64_t g = -skip; g < n; g += kGroup) {
     philox_group(s, (first + static_cast<std::uint64_t>(g + skip)) / 4, bits);
     for (std::int64_t i = std::max<std::int64_t>(0, -g); i < kGroup && g + i < n; ++i) {
-      m[g + i] = (bits[i] >> 8U) >= s.threshold ? 1 : 0;
+      m[g + i] = math::dropout_keeps(bits[i], s.threshold) ? 1 : 0;
     }
   }
 }

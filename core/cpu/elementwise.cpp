@@ -8,6 +8,7 @@
 #include "cpu/simd.hpp"
 #include "rig/half.hpp"
 #include "rig/kernel_attributes.hpp"
+#include "rig/math/activations.hpp"
 
 namespace rig::cpu {
 
@@ -133,10 +134,10 @@ struct UnaryKernel {
              [](const F& gv, const F& xv) RIG_SIMD_LAMBDA { return gv * V::gelu_tanh_grad(xv); });
         return;
       case Unary::tanh:
-        for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i] * (1.0F - y[i] * y[i]);
+        for (std::int64_t i = 0; i < n; ++i) dx[i] = math::tanh_backward(g[i], y[i]);
         return;
       case Unary::sigmoid:
-        for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i] * y[i] * (1.0F - y[i]);
+        for (std::int64_t i = 0; i < n; ++i) dx[i] = math::sigmoid_backward(g[i], y[i]);
         return;
       case Unary::add_scalar:
         for (std::int64_t i = 0; i < n; ++i) dx[i] = g[i];
@@ -299,10 +300,10 @@ struct ActivationBackward {
         });
         break;
       case Activation::tanh:
-        for (std::int64_t c = 0; c < w; ++c) d[c] = gr[c] * (1.0F - sr[c] * sr[c]);
+        for (std::int64_t c = 0; c < w; ++c) d[c] = math::tanh_backward(gr[c], sr[c]);
         break;
       case Activation::sigmoid:
-        for (std::int64_t c = 0; c < w; ++c) d[c] = gr[c] * sr[c] * (1.0F - sr[c]);
+        for (std::int64_t c = 0; c < w; ++c) d[c] = math::sigmoid_backward(gr[c], sr[c]);
         break;
     }
   }

@@ -1,9 +1,11 @@
 #include "cpu/optimizer_updates.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "cpu/parallel.hpp"
 #include "cpu/simd.hpp"
+#include "rig/math/optimizer.hpp"
 
 namespace rig::cpu {
 
@@ -18,16 +20,8 @@ struct AdamKernel {
   using F = typename V::F;
 
   static RIG_SIMD_INLINE F update(F& pv, const F& gv, F& mv, F& vv, F* vmaxv, const AdamUpdate& a) {
-    pv = pv * a.shrink;
-    const F g = gv + pv * a.coupled_decay;
-    mv = mv * a.beta1 + g * (1.0F - a.beta1);
-    vv = vv * a.beta2 + g * g * (1.0F - a.beta2);
-    F d = vv;
-    if (vmaxv != nullptr) {
-      d = V::max(*vmaxv, vv);
-      *vmaxv = d;
-    }
-    return pv - a.step_size * mv / (V::sqrt(d) * a.inv_bc2_sqrt + a.epsilon);
+    math::adam_step<V>(pv, gv, mv, vv, vmaxv, a);
+    return pv;
   }
 
   static RIG_SIMD_INLINE void run(std::int64_t begin, std::int64_t end, float* p, const float* grad,
@@ -59,6 +53,10 @@ struct AdamKernel {
   }
 };
 
+struct ScalarSqrt {
+  static float sqrt(float x) { return std::sqrt(x); }
+};
+
 }  // namespace
 
 void adam_update(std::int64_t n, float* p, const float* grad, float* m, float* v, float* vmax,
@@ -72,33 +70,17 @@ void adam_update(std::int64_t n, float* p, const float* grad, float* m, float* v
 
 void sgd_update(std::int64_t n, float* p, const float* grad, float* buffer, const SgdUpdate& a) {
   constexpr std::int64_t kGrain = 1 << 15;
-  const float lr = a.learning_rate;
-  const float wd = a.weight_decay;
-  const float mu = a.momentum;
-  if (buffer == nullptr) {
-    parallel_for(n, kGrain, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t i = begin; i < end; ++i) p[i] -= lr * (grad[i] + wd * p[i]);
-    });
-    return;
-  }
   parallel_for(n, kGrain, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t i = begin; i < end; ++i) {
-      const float g = grad[i] + wd * p[i];
-      buffer[i] = a.first ? g : mu * buffer[i] + g;
-      p[i] -= lr * (a.nesterov ? g + mu * buffer[i] : buffer[i]);
+    if (buffer == nullptr) {
+      for (std::int64_t i = begin; i < end; ++i) math::sgd_step(p[i], grad[i], nullptr, a);
+    } else {
+      for (std::int64_t i = begin; i < end; ++i) math::sgd_step(p[i], grad[i], buffer + i, a);
     }
   });
 }
 
 void novograd_update(float* p_all, const float* g_all, float* m_all, float* ema,
                      const FlatSlice* slices, std::int64_t count, const NovogradUpdate& a) {
-  const float lr = a.learning_rate;
-  const float b1 = a.beta1;
-  const float b2 = a.beta2;
-  const float c2 = a.c2;
-  const float eps = a.epsilon;
-  const float wd = a.weight_decay;
-  const float avg = a.avg;
   for (std::int64_t l = 0; l < count; ++l) {
     const auto [offset, n] = slices[l];
     float* __restrict p = p_all + offset;
@@ -106,16 +88,9 @@ void novograd_update(float* p_all, const float* g_all, float* m_all, float* ema,
     float* __restrict m = m_all + offset;
     double sum_sq = 0.0;
     for (std::int64_t i = 0; i < n; ++i) sum_sq += static_cast<double>(g[i]) * g[i];
-    const auto g2 = static_cast<float>(sum_sq);
-    ema[l] = ema[l] == 0.0F ? g2 : ema[l] * b2 + g2 * c2;
-    // d = (g * scale + wd * p) * avg, folded into two factors.
-    const float g_factor = avg / std::sqrt(ema[l] + eps);
-    const float p_factor = avg * wd;
-    for (std::int64_t i = 0; i < n; ++i) {
-      const float mi = b1 * m[i] + (g_factor * g[i] + p_factor * p[i]);
-      m[i] = mi;
-      p[i] -= lr * mi;
-    }
+    ema[l] = math::novograd_ema(ema[l], sum_sq, a);
+    const math::NovogradFactors factors = math::novograd_factors<ScalarSqrt>(ema[l], a);
+    for (std::int64_t i = 0; i < n; ++i) math::novograd_step(p[i], g[i], m[i], factors, a);
   }
 }
 

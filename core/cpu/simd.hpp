@@ -18,6 +18,9 @@
 
 #pragma GCC diagnostic ignored "-Wpsabi"
 
+// After the pragma: its templates return vectors too (always inlined).
+#include "rig/math/activations.hpp"
+
 #define RIG_SIMD_INLINE inline __attribute__((always_inline))
 // For lambdas passed to SIMD helpers: `[](const F& v) RIG_SIMD_LAMBDA { ... }`.
 #define RIG_SIMD_LAMBDA __attribute__((always_inline))
@@ -157,51 +160,14 @@ struct Vec {
     return ax < 0.625F ? small : big;
   }
 
-  static RIG_SIMD_INLINE F sigmoid(const F& x) { return 1.0F / (1.0F + exp(-x)); }
+  static RIG_SIMD_INLINE F sigmoid(const F& x) { return math::sigmoid<Vec>(x); }
 
-  // erf: the rational approximation XLA and Eigen use for float, on [-4, 4].
-  static RIG_SIMD_INLINE F erf(const F& x) {
-    const F four = splat(4.0F);
-    F xc = x > four ? four : x;
-    xc = xc < -four ? -four : xc;
-    const F x2 = xc * xc;
-    F p = splat(-2.72614225801306e-10F);
-    p = p * x2 + 2.77068142495902e-08F;
-    p = p * x2 - 2.10102402082508e-06F;
-    p = p * x2 - 5.69250639462346e-05F;
-    p = p * x2 - 7.34990630326855e-04F;
-    p = p * x2 - 2.95459980854025e-03F;
-    p = p * x2 - 1.60960333262415e-02F;
-    p = p * xc;
-    F q = splat(-1.45660718464996e-05F);
-    q = q * x2 - 2.13374055278905e-04F;
-    q = q * x2 - 1.68282697438203e-03F;
-    q = q * x2 - 7.37332916720468e-03F;
-    q = q * x2 - 1.42647390514189e-02F;
-    F r = p / q;
-    const F one = splat(1.0F);
-    r = r > one ? one : r;
-    return r < -one ? -one : r;
-  }
-
-  static constexpr float kSqrtHalf = 0.70710678118654752F;
-  static constexpr float kInvSqrt2Pi = 0.39894228040143268F;
-  static constexpr float kSqrt2OverPi = 0.79788456080286536F;
-  static constexpr float kGeluTanh = 0.044715F;
-
-  static RIG_SIMD_INLINE F gelu(const F& x) { return 0.5F * x * (1.0F + erf(x * kSqrtHalf)); }
-  static RIG_SIMD_INLINE F gelu_grad(const F& x) {
-    const F cdf = 0.5F * (1.0F + erf(x * kSqrtHalf));
-    return cdf + x * (kInvSqrt2Pi * exp(-0.5F * x * x));
-  }
-  static RIG_SIMD_INLINE F gelu_tanh(const F& x) {
-    return 0.5F * x * (1.0F + tanh(kSqrt2OverPi * (x + kGeluTanh * x * x * x)));
-  }
-  static RIG_SIMD_INLINE F gelu_tanh_grad(const F& x) {
-    const F t = tanh(kSqrt2OverPi * (x + kGeluTanh * x * x * x));
-    const F du = kSqrt2OverPi * (1.0F + 3.0F * kGeluTanh * x * x);
-    return 0.5F * (1.0F + t) + 0.5F * x * (1.0F - t * t) * du;
-  }
+  // The activations of rig/math/activations.hpp, this vector type being the policy.
+  static RIG_SIMD_INLINE F erf(const F& x) { return math::erf_rational(x); }
+  static RIG_SIMD_INLINE F gelu(const F& x) { return math::gelu<Vec>(x); }
+  static RIG_SIMD_INLINE F gelu_grad(const F& x) { return math::gelu_grad<Vec>(x); }
+  static RIG_SIMD_INLINE F gelu_tanh(const F& x) { return math::gelu_tanh<Vec>(x); }
+  static RIG_SIMD_INLINE F gelu_tanh_grad(const F& x) { return math::gelu_tanh_grad<Vec>(x); }
 };
 
 // The lane count kernels run with: the widest the running CPU supports, 16

@@ -2,11 +2,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <bit>
-#include <limits>
 
 #include "cpu/parallel.hpp"
 #include "rig/half.hpp"
+#include "rig/math/bits.hpp"
 
 namespace rig::cpu {
 
@@ -26,20 +25,18 @@ float unscale_into(std::int64_t n, const Src* src, float* master, float s, Widen
       for (std::int64_t i = begin; i < end; ++i) {
         const float g = widen(src[i]) * s;
         master[i] = g;
-        m = std::max(m, std::bit_cast<std::uint32_t>(g) & 0x7FFFFFFFU);
+        m = std::max(m, math::abs_bits(g));
       }
     } else {
       for (std::int64_t i = begin; i < end; ++i) {
-        m = std::max(m, std::bit_cast<std::uint32_t>(widen(src[i]) * s) & 0x7FFFFFFFU);
+        m = std::max(m, math::abs_bits(widen(src[i]) * s));
       }
     }
     std::uint32_t seen = amax.load(std::memory_order_relaxed);
     while (m > seen && !amax.compare_exchange_weak(seen, m, std::memory_order_relaxed)) {
     }
   });
-  const std::uint32_t bits = amax.load();
-  if (bits >= 0x7F800000U) return std::numeric_limits<float>::infinity();
-  return std::bit_cast<float>(bits);
+  return math::amax_of_abs_bits(amax.load());
 }
 
 }  // namespace

@@ -1,51 +1,26 @@
-// Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3",
-// SC'11; the constants of Random123) and the streams built on it.
+// The random streams on Philox4x32-10 (rig/math/philox.hpp, shared with the GPU).
 #include "rig/random.hpp"
 
 #include <cmath>
 #include <numbers>
 
 #include "rig/kernel_attributes.hpp"
+#include "rig/math/philox.hpp"
 
 namespace rig {
 
 namespace {
 
-constexpr std::uint32_t kM0 = 0xD2511F53U;
-constexpr std::uint32_t kM1 = 0xCD9E8D57U;
-constexpr std::uint32_t kW0 = 0x9E3779B9U;  // golden ratio
-constexpr std::uint32_t kW1 = 0xBB67AE85U;  // sqrt(3) - 1
-
-inline std::array<std::uint32_t, 4> philox(std::array<std::uint32_t, 4> c,
-                                           std::array<std::uint32_t, 2> k) {
-  for (int round = 0; round < 10; ++round) {
-    if (round > 0) {
-      k[0] += kW0;
-      k[1] += kW1;
-    }
-    const std::uint64_t p0 = static_cast<std::uint64_t>(kM0) * c[0];
-    const std::uint64_t p1 = static_cast<std::uint64_t>(kM1) * c[2];
-    c = {static_cast<std::uint32_t>(p1 >> 32U) ^ c[1] ^ k[0], static_cast<std::uint32_t>(p1),
-         static_cast<std::uint32_t>(p0 >> 32U) ^ c[3] ^ k[1], static_cast<std::uint32_t>(p0)};
-  }
-  return c;
+// Block b of the stream `key` (the layout of rig/math/philox.hpp).
+inline std::array<std::uint32_t, 4> stream_block(const math::PhiloxStream& stream,
+                                                 std::uint64_t b) {
+  const math::PhiloxBlock block = stream.block(b);
+  return {block.v[0], block.v[1], block.v[2], block.v[3]};
 }
 
-// The Philox key and the counter of block `block` of a stream (see random.hpp).
-struct Stream {
-  std::array<std::uint32_t, 2> key;
-  std::array<std::uint32_t, 4> counter;  // counter[0] and the top of counter[1] take the block
-  explicit Stream(const RandomKey& k)
-      : key{static_cast<std::uint32_t>(k.seed), static_cast<std::uint32_t>(k.seed >> 32U)},
-        counter{0, k.rank, static_cast<std::uint32_t>(k.step),
-                k.purpose ^ static_cast<std::uint32_t>(k.step >> 32U)} {}
-  std::array<std::uint32_t, 4> block(std::uint64_t b) const {
-    std::array<std::uint32_t, 4> c = counter;
-    c[0] = static_cast<std::uint32_t>(b);
-    c[1] ^= static_cast<std::uint32_t>(b >> 32U) << 16U;
-    return philox(c, key);
-  }
-};
+inline math::PhiloxStream stream_of(const RandomKey& k) {
+  return math::PhiloxStream::of(k.seed, k.step, k.rank, k.purpose);
+}
 
 // Box-Muller of two 32-bit draws; u1 in (0, 1] keeps the log finite.
 inline float box_muller(std::uint32_t a, std::uint32_t b, float mean, float std) {
@@ -84,11 +59,13 @@ RandomKey RandomKey::derive(std::string_view name) const {
 
 std::array<std::uint32_t, 4> philox4x32(std::array<std::uint32_t, 4> counter,
                                         std::array<std::uint32_t, 2> key) {
-  return philox(counter, key);
+  const math::PhiloxBlock out =
+      math::philox4x32_10({{counter[0], counter[1], counter[2], counter[3]}}, key[0], key[1]);
+  return {out.v[0], out.v[1], out.v[2], out.v[3]};
 }
 
 std::uint32_t random_bits(const RandomKey& key, std::uint64_t index) {
-  return Stream(key).block(index / 4)[index % 4];
+  return stream_of(key).bits(index);
 }
 
 float uniform_float(std::uint32_t bits) {
@@ -97,7 +74,7 @@ float uniform_float(std::uint32_t bits) {
 
 void fill_uniform(const RandomKey& key, float* out, std::int64_t n, float low, float high,
                   std::uint64_t first) {
-  const Stream stream(key);
+  const math::PhiloxStream stream = stream_of(key);
   const float range = high - low;
   std::array<std::uint32_t, 4> bits{};
   std::uint64_t have = ~std::uint64_t{0};  // the block in `bits`
@@ -105,7 +82,7 @@ void fill_uniform(const RandomKey& key, float* out, std::int64_t n, float low, f
     const std::uint64_t index = first + static_cast<std::uint64_t>(i);
     if (index / 4 != have) {
       have = index / 4;
-      bits = stream.block(have);
+      bits = stream_block(stream, have);
     }
     // range * u is exact in double (24 + 24 bits), so this rounds the same
     // with or without FMA contraction, on every platform.
@@ -117,7 +94,7 @@ void fill_uniform(const RandomKey& key, float* out, std::int64_t n, float low, f
 
 void fill_normal(const RandomKey& key, float* out, std::int64_t n, float mean, float std,
                  std::uint64_t first) {
-  const Stream stream(key);
+  const math::PhiloxStream stream = stream_of(key);
   std::array<std::uint32_t, 4> bits{};
   std::uint64_t have = ~std::uint64_t{0};
   for (std::int64_t i = 0; i < n; ++i) {
@@ -125,7 +102,7 @@ void fill_normal(const RandomKey& key, float* out, std::int64_t n, float mean, f
     const std::uint64_t j = first + static_cast<std::uint64_t>(i);
     if (j / 2 != have) {
       have = j / 2;
-      bits = stream.block(have);
+      bits = stream_block(stream, have);
     }
     const std::size_t o = 2 * (j % 2);
     out[i] = box_muller(bits[o], bits[o + 1], mean, std);

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cuda/runtime/cublaslt_library.cuh"
 #include "cuda/runtime/cuda_error.hpp"
 #include "cuda/runtime/device_guard.hpp"
 
@@ -30,8 +31,8 @@ static_assert(static_cast<std::uint32_t>(LtEpilogue::bgradb) == CUBLASLT_EPILOGU
 
 void check_cublas(cublasStatus_t status, const char* call, const std::string& context) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
-  std::string what = std::string(call) + " failed: " + cublasLtGetStatusName(status) + ": " +
-                     cublasLtGetStatusString(status);
+  std::string what = std::string(call) + " failed: " + cublaslt().get_status_name(status) + ": " +
+                     cublaslt().get_status_string(status);
   if (!context.empty()) what += " for " + context;
   throw CublasLtError(status, what);
 }
@@ -54,33 +55,33 @@ cudaDataType_t data_type(GemmType type) {
 struct MatmulDesc {
   cublasLtMatmulDesc_t desc = nullptr;
   ~MatmulDesc() {
-    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+    if (desc != nullptr) cublaslt().desc_destroy(desc);
   }
 };
 struct Layout {
   cublasLtMatrixLayout_t layout = nullptr;
   ~Layout() {
-    if (layout != nullptr) cublasLtMatrixLayoutDestroy(layout);
+    if (layout != nullptr) cublaslt().layout_destroy(layout);
   }
 };
 struct Preference {
   cublasLtMatmulPreference_t preference = nullptr;
   ~Preference() {
-    if (preference != nullptr) cublasLtMatmulPreferenceDestroy(preference);
+    if (preference != nullptr) cublaslt().preference_destroy(preference);
   }
 };
 
 template <typename T>
 void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const T& value,
          const char* name, const std::string& context) {
-  check_cublas(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)), name,
+  check_cublas(cublaslt().desc_set_attribute(desc, attribute, &value, sizeof(value)), name,
                context);
 }
 
 void make_layout(Layout& out, const LtLayout& layout, const std::string& context) {
-  check_cublas(cublasLtMatrixLayoutCreate(&out.layout, data_type(layout.type),
-                                          static_cast<std::uint64_t>(layout.rows),
-                                          static_cast<std::uint64_t>(layout.cols), layout.ld),
+  check_cublas(cublaslt().layout_create(&out.layout, data_type(layout.type),
+                                        static_cast<std::uint64_t>(layout.rows),
+                                        static_cast<std::uint64_t>(layout.cols), layout.ld),
                "cublasLtMatrixLayoutCreate", context);
 }
 
@@ -97,11 +98,11 @@ unsigned alignment(const void* pointer) {
 
 CublasLtGemm::CublasLtGemm(int device) : device_(device) {
   DeviceGuard guard(device);
-  check_cublas(cublasLtCreate(&handle_), "cublasLtCreate");
+  check_cublas(cublaslt().create(&handle_), "cublasLtCreate");
   try {
     RIG_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
   } catch (...) {
-    cublasLtDestroy(handle_);
+    cublaslt().destroy(handle_);
     throw;
   }
 }
@@ -111,7 +112,7 @@ CublasLtGemm::~CublasLtGemm() {
   // The workspace may still be in use by queued products: wait for the device.
   cudaDeviceSynchronize();
   cudaFree(workspace_);
-  cublasLtDestroy(handle_);
+  cublaslt().destroy(handle_);
 }
 
 void CublasLtGemm::run(const LtPlan& plan, const void* a, const void* b, const void* c, void* d,
@@ -128,7 +129,7 @@ void CublasLtGemm::run(const LtPlan& plan, const void* a, const void* b, const v
   MatmulDesc desc;
   const cublasComputeType_t compute =
       plan.compute == GemmCompute::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  check_cublas(cublasLtMatmulDescCreate(&desc.desc, compute, data_type(plan.scale_type)),
+  check_cublas(cublaslt().desc_create(&desc.desc, compute, data_type(plan.scale_type)),
                "cublasLtMatmulDescCreate", context);
   const cublasOperation_t transa = plan.transa ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t transb = plan.transb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -178,20 +179,20 @@ void CublasLtGemm::run(const LtPlan& plan, const void* a, const void* b, const v
       algo = found->second;
     } else {
       Preference preference;
-      check_cublas(cublasLtMatmulPreferenceCreate(&preference.preference),
+      check_cublas(cublaslt().preference_create(&preference.preference),
                    "cublasLtMatmulPreferenceCreate", context);
       const std::uint64_t workspace_bytes = kWorkspaceBytes;
-      check_cublas(cublasLtMatmulPreferenceSetAttribute(preference.preference,
-                                                        CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                        &workspace_bytes, sizeof(workspace_bytes)),
+      check_cublas(cublaslt().preference_set_attribute(preference.preference,
+                                                       CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                       &workspace_bytes, sizeof(workspace_bytes)),
                    "cublasLtMatmulPreferenceSetAttribute", context);
       cublasLtMatmulHeuristicResult_t result{};
       int found_count = 0;
       ++heuristic_queries_;
-      check_cublas(cublasLtMatmulAlgoGetHeuristic(handle_, desc.desc, la.layout, lb.layout,
-                                                  lc.layout, ld.layout, preference.preference, 1,
-                                                  &result, &found_count),
-                   "cublasLtMatmulAlgoGetHeuristic", context);
+      check_cublas(
+          cublaslt().algo_get_heuristic(handle_, desc.desc, la.layout, lb.layout, lc.layout,
+                                        ld.layout, preference.preference, 1, &result, &found_count),
+          "cublasLtMatmulAlgoGetHeuristic", context);
       if (found_count == 0) {
         throw CublasLtError(CUBLAS_STATUS_NOT_SUPPORTED,
                             "cublasLtMatmulAlgoGetHeuristic found no algorithm for " + context);
@@ -202,9 +203,10 @@ void CublasLtGemm::run(const LtPlan& plan, const void* a, const void* b, const v
   }
   const float alpha = plan.alpha;
   const float beta = plan.beta;
-  check_cublas(cublasLtMatmul(handle_, desc.desc, &alpha, a, la.layout, b, lb.layout, &beta, c,
-                              lc.layout, d, ld.layout, &algo, workspace_, kWorkspaceBytes, stream),
-               "cublasLtMatmul", context);
+  check_cublas(
+      cublaslt().matmul(handle_, desc.desc, &alpha, a, la.layout, b, lb.layout, &beta, c, lc.layout,
+                        d, ld.layout, &algo, workspace_, kWorkspaceBytes, stream),
+      "cublasLtMatmul", context);
 }
 
 }  // namespace rig::cuda

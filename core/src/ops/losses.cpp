@@ -10,6 +10,7 @@
 
 #include "ops/op_util.hpp"
 #include "rig/autograd.hpp"
+#include "rig/math/cross_entropy.hpp"
 #include "rig/ops.hpp"
 
 namespace rig::ops {
@@ -116,8 +117,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smo
   }
   const Tensor y = checked_labels("cross_entropy", labels, classes);
   // torch: target = (1 - s) one_hot + s / C.
-  const float off = label_smoothing / static_cast<float>(classes);
-  const float on = 1.0F - label_smoothing + off;
+  const math::SmoothedTargets targets = math::torch_smoothing(label_smoothing, classes);
+  const float on = targets.on;
+  const float off = targets.off;
   const Tensor x = logits.detach().contiguous();
   const XentResult r = xent_forward(x, y, on, off);
   Tensor loss = detail::empty_on(x, {});
@@ -183,8 +185,9 @@ Tensor padded_cross_entropy(const Tensor& logits, const Tensor& labels, const Te
   const double low = vocab > 1 ? (1.0 - confidence) / static_cast<double>(vocab - 1) : 0.0;
   const double constant = -((confidence > 0.0 ? confidence * std::log(confidence) : 0.0) +
                             static_cast<double>(vocab - 1) * low * std::log(low + 1e-20));
-  const auto on = static_cast<float>(confidence);
-  const auto off = static_cast<float>(low);
+  const math::SmoothedTargets targets = math::openseq2seq_smoothing(label_smoothing, vocab);
+  const float on = targets.on;
+  const float off = targets.off;
 
   const Tensor x = logits.detach().contiguous().reshape({rows, vocab});
   const Tensor wc = w.detach().contiguous();
