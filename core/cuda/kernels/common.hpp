@@ -1,0 +1,66 @@
+// Helpers shared by the kernel bodies of core/cuda/kernels/: written once over
+// the execution context (simt/context.hpp), compiled by the host compiler for
+// the SIMT emulator and by nvcc for the GPU. No CUDA headers, no intrinsics,
+// no __shared__: everything comes from the context and rig/math.
+#pragma once
+
+#include <cstdint>
+
+#include "rig/hd.hpp"
+#include "rig/math/bits.hpp"
+#include "simt/context.hpp"
+#include "simt/launch_config.hpp"
+
+namespace rig::kernels {
+
+// Block threads of the kernels: a multiple of the warp size.
+inline constexpr unsigned kBlockThreads = 256;
+
+RIG_HD_INLINE float neg_inf() {
+  return math::bits_float(0xFF800000U);
+}
+RIG_HD_INLINE float pos_inf() {
+  return math::bits_float(0x7F800000U);
+}
+
+// The row of a row-wise launch (simt::plan_rows): rows beyond the grid's x
+// extent continue over grid.y. The whole block returns when it is >= rows.
+template <class Ctx>
+RIG_HD_INLINE std::int64_t block_row(const Ctx& ctx) {
+  return static_cast<std::int64_t>(ctx.block_idx().x) +
+         static_cast<std::int64_t>(ctx.block_idx().y) * ctx.grid_dim().x;
+}
+
+// Global index of the thread and stride of a grid-stride loop over a 1-D grid.
+template <class Ctx>
+RIG_HD_INLINE std::int64_t global_thread(const Ctx& ctx) {
+  return static_cast<std::int64_t>(ctx.block_idx().x) * ctx.block_threads() + ctx.thread_rank();
+}
+template <class Ctx>
+RIG_HD_INLINE std::int64_t grid_threads(const Ctx& ctx) {
+  return static_cast<std::int64_t>(ctx.grid_dim().x) * ctx.block_threads();
+}
+
+// Threads of a row-wise kernel's block for rows of `cols` elements: enough
+// warps to cover the row, at most kBlockThreads.
+inline unsigned row_block_threads(std::int64_t cols) {
+  const std::int64_t warps = (cols + simt::kWarpSize - 1) / simt::kWarpSize;
+  const std::int64_t threads = (warps < 1 ? 1 : warps) * simt::kWarpSize;
+  return threads > kBlockThreads ? kBlockThreads : static_cast<unsigned>(threads);
+}
+
+// One block per row, no dynamic shared memory.
+inline simt::LaunchShape plan_row_kernel(const simt::DeviceProperties& device, std::int64_t rows,
+                                         std::int64_t cols, int registers = 32) {
+  return simt::plan_rows(device, rows,
+                         simt::KernelResources{row_block_threads(cols), 0, registers});
+}
+
+// Grid-stride over n items with kBlockThreads threads per block.
+inline simt::LaunchShape plan_grid_stride(const simt::DeviceProperties& device, std::int64_t n,
+                                          int per_thread = 1, int registers = 32) {
+  return simt::plan_elementwise(device, n, simt::KernelResources{kBlockThreads, 0, registers},
+                                per_thread);
+}
+
+}  // namespace rig::kernels
