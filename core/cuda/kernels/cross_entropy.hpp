@@ -1,0 +1,95 @@
+// Cross-entropy of logits [rows, c] against i64 labels with smoothed targets
+// (Backend::cross_entropy_*, core/cpu/cross_entropy.cpp, rig/math/cross_entropy.hpp),
+// one block per row; no probability matrix is ever materialised:
+//   forward: lse = log-sum-exp of the row, loss = smoothed_row_loss(lse,
+//     x[label], sum(x) when off != 0, {on, off});
+//   backward, in place over the logits allowed (dx may be x): dx_j = (exp(x_j
+//     - lse) - off) s, minus (on - off) s at the label, with s = scale *
+//     (*scale_factor or 1) * (row_scale[r] or 1).
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/kernels/common.hpp"
+#include "rig/math/cross_entropy.hpp"
+#include "rig/math/device_math.hpp"
+#include "simt/collectives.hpp"
+
+namespace rig::kernels {
+
+struct CrossEntropyForward {
+  const float* x = nullptr;              // [rows, c]
+  const std::int64_t* labels = nullptr;  // [rows], in [0, c)
+  float* loss = nullptr;                 // [rows]
+  float* lse = nullptr;                  // [rows]
+  std::int64_t rows = 0, c = 0;
+  math::SmoothedTargets targets{};  // {on, off}
+
+  simt::LaunchShape plan(const simt::DeviceProperties& device) const {
+    return plan_row_kernel(device, rows, c);
+  }
+
+  template <class Ctx>
+  RIG_HD void operator()(Ctx& ctx) const {
+    using M = math::DeviceMath;
+    const std::int64_t row = block_row(ctx);
+    if (row >= rows) return;
+    const std::int64_t first = ctx.thread_rank();
+    const std::int64_t step = ctx.block_threads();
+    const float* xr = x + row * c;
+    float m = neg_inf();
+    for (std::int64_t j = first; j < c; j += step) m = simt::Max{}(m, xr[j]);
+    m = simt::block_max(ctx, m);
+    float es = 0.0F, xs = 0.0F;
+    for (std::int64_t j = first; j < c; j += step) {
+      const float v = xr[j];
+      es += M::exp(v - m);
+      xs += v;
+    }
+    es = simt::block_sum(ctx, es);
+    if (targets.off != 0.0F) xs = simt::block_sum(ctx, xs);  // uniform over the block
+    if (ctx.thread_rank() == 0) {
+      const float row_lse = m + M::log(es);
+      lse[row] = row_lse;
+      loss[row] = math::smoothed_row_loss(row_lse, xr[labels[row]], targets.off != 0.0F ? xs : 0.0F,
+                                          targets);
+    }
+  }
+};
+
+struct CrossEntropyBackward {
+  const float* x = nullptr;              // [rows, c] logits
+  const std::int64_t* labels = nullptr;  // [rows]
+  const float* lse = nullptr;            // [rows], from the forward
+  const float* row_scale = nullptr;      // [rows] or null (1)
+  const float* scale_factor = nullptr;   // one f32 of the device, or null (1)
+  float scale = 1.0F;
+  float* dx = nullptr;  // [rows, c]; may be x itself (in place)
+  std::int64_t rows = 0, c = 0;
+  math::SmoothedTargets targets{};
+
+  simt::LaunchShape plan(const simt::DeviceProperties& device) const {
+    return plan_row_kernel(device, rows, c);
+  }
+
+  template <class Ctx>
+  RIG_HD void operator()(Ctx& ctx) const {
+    using M = math::DeviceMath;
+    const std::int64_t row = block_row(ctx);
+    if (row >= rows) return;
+    const float factor = scale_factor != nullptr ? *scale_factor : 1.0F;
+    const float base = scale * factor;
+    const float s = row_scale != nullptr ? base * row_scale[row] : base;
+    const float shift = lse[row];
+    const std::int64_t label = labels[row];
+    const float* xr = x + row * c;
+    float* dr = dx + row * c;
+    // Each element is read and written by one thread only: in place is safe.
+    for (std::int64_t j = ctx.thread_rank(); j < c; j += ctx.block_threads()) {
+      const float grad = math::smoothed_grad(M::exp(xr[j] - shift), targets.off, s);
+      dr[j] = j == label ? grad - math::smoothed_label_correction(targets, s) : grad;
+    }
+  }
+};
+
+}  // namespace rig::kernels
