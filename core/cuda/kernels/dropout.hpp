@@ -1,0 +1,84 @@
+// Dropout (Backend::dropout_forward/backward, core/cpu/dropout.cpp): element
+// i is kept when math::dropout_keeps(stream.bits(i), threshold) with the
+// stream math::PhiloxStream::of(key.seed, key.step, key.rank, key.purpose) and
+// threshold math::dropout_threshold(p); dst = keep ? src * scale : 0 for f32,
+// f16 and bf16 (computed in f32), mask bit i % 32 of word i / 32 = kept.
+//   DropoutForward: each warp takes chunks of 128 elements (one Philox block,
+//     4 elements, per lane); the 8 lanes of a mask word combine their bits
+//     with shuffles and the first writes the word. As on the CPU, the last
+//     word's bits past n are those of the stream's next elements.
+//   DropoutBackward: dx = bit ? grad * scale : 0, grid-stride per element.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/kernels/common.hpp"
+#include "cuda/kernels/element_type.hpp"
+#include "rig/math/philox.hpp"
+
+namespace rig::kernels {
+
+inline constexpr std::int64_t kDropoutChunk = 4 * simt::kWarpSize;  // elements per warp step
+
+struct DropoutForward {
+  math::PhiloxStream stream{};  // PhiloxStream::of(key.seed, key.step, key.rank, key.purpose)
+  std::uint32_t threshold = 0;  // math::dropout_threshold(p)
+  float scale = 1.0F;
+  ElementType type = ElementType::f32;
+  const void* src = nullptr;
+  void* dst = nullptr;                 // may be src
+  std::uint32_t* mask_bits = nullptr;  // [ceil(n / 32)] or null
+  std::int64_t n = 0;
+
+  simt::LaunchShape plan(const simt::DeviceProperties& device) const {
+    const std::int64_t chunks = (n + kDropoutChunk - 1) / kDropoutChunk;
+    return plan_grid_stride(device, chunks * simt::kWarpSize, 1, 48);
+  }
+
+  template <class Ctx>
+  RIG_HD void operator()(Ctx& ctx) const {
+    const std::int64_t chunks = (n + kDropoutChunk - 1) / kDropoutChunk;
+    const std::int64_t words = (n + 31) / 32;
+    const unsigned lane = ctx.lane();
+    const std::int64_t warps = grid_threads(ctx) / simt::kWarpSize;
+    // Warp-uniform loop: every lane of a warp runs the same iterations.
+    for (std::int64_t c = global_thread(ctx) / simt::kWarpSize; c < chunks; c += warps) {
+      const std::int64_t block = c * simt::kWarpSize + lane;
+      const math::PhiloxBlock r = stream.block(static_cast<std::uint64_t>(block));
+      std::uint32_t word = 0;
+      for (unsigned k = 0; k < 4; ++k) {
+        const bool keep = math::dropout_keeps(r.v[k], threshold);
+        const std::int64_t i = 4 * block + k;
+        if (i < n) store_element(dst, type, i, keep ? load_element(src, type, i) * scale : 0.0F);
+        word |= static_cast<std::uint32_t>(keep) << (4U * (lane % 8U) + k);
+      }
+      if (mask_bits == nullptr) continue;  // uniform over the launch
+      for (unsigned mask = 1; mask < 8; mask *= 2) word |= ctx.shfl_xor(word, mask);
+      const std::int64_t w = c * 4 + lane / 8;
+      if (lane % 8 == 0 && w < words) mask_bits[w] = word;
+    }
+  }
+};
+
+struct DropoutBackward {
+  const std::uint32_t* mask_bits = nullptr;
+  float scale = 1.0F;
+  ElementType type = ElementType::f32;
+  const void* grad = nullptr;
+  void* dx = nullptr;  // may be grad
+  std::int64_t n = 0;
+
+  simt::LaunchShape plan(const simt::DeviceProperties& device) const {
+    return plan_grid_stride(device, n);
+  }
+
+  template <class Ctx>
+  RIG_HD void operator()(Ctx& ctx) const {
+    for (std::int64_t i = global_thread(ctx); i < n; i += grid_threads(ctx)) {
+      const bool keep = ((mask_bits[i / 32] >> (i % 32)) & 1U) != 0;
+      store_element(dx, type, i, keep ? load_element(grad, type, i) * scale : 0.0F);
+    }
+  }
+};
+
+}  // namespace rig::kernels
