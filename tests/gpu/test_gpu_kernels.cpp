@@ -1,0 +1,238 @@
+// The kernels of core/cuda/kernels on a real GPU (through librig_cuda's
+// rig::cuda::run) against the CPU back end on the same inputs: the tolerances
+// of the emulator's tests (tests/kernels) where exp and log are involved,
+// bit equality for the families that share their element math with the CPU
+// (optimizer updates, unscale, dropout). Odd shapes throughout.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "cuda/runtime/device_properties.cuh"
+#include "cuda/runtime/kernel_runs.cuh"
+#include "device_array.hpp"
+#include "gpu_test.hpp"
+#include "kernel_test_util.hpp"
+
+namespace {
+
+using namespace rig::kernels;
+using rig::kernels::test::bit_equal;
+using rig::kernels::test::close;
+using rig::kernels::test::cpu;
+using rig::kernels::test::uniform;
+using rig_gpu_test::DeviceArray;
+
+class GpuKernels : public rig_gpu_test::GpuTest {};
+
+constexpr std::int64_t kShapes[][2] = {{1, 1}, {3, 33}, {37, 257}, {64, 1000}, {5, 4099}};
+
+rig::backend::StridedPlan<2> row_plan(std::int64_t rows, std::int64_t cols) {
+  rig::backend::StridedPlan<2> plan;
+  plan.ndim = 2;
+  plan.shape[0] = rows;
+  plan.shape[1] = cols;
+  for (int k = 0; k < 2; ++k) {
+    plan.strides[k][0] = cols;
+    plan.strides[k][1] = 1;
+  }
+  return plan;
+}
+
+std::vector<std::uint8_t> some_mask(std::size_t n, std::uint32_t seed) {
+  std::vector<std::uint8_t> mask(n);
+  for (std::size_t i = 0; i < n; ++i) mask[i] = ((i * 2654435761U + seed) >> 7) % 3 != 0;
+  return mask;
+}
+
+TEST_F(GpuKernels, SoftmaxMatchesCpu) {
+  for (const auto& [rows, cols] : kShapes) {
+    for (const bool log : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << rows << "x" << cols << " log " << log);
+      const auto n = static_cast<std::size_t>(rows * cols);
+      const std::vector<float> x = uniform(rows * cols, -8.0F, 8.0F, 3);
+      const std::vector<float> g = uniform(rows * cols, -1.0F, 1.0F, 4);
+      const std::vector<std::uint8_t> mask = some_mask(n, 5);
+      std::vector<float> want_y(n), want_dx(n);
+      cpu().softmax_forward(row_plan(rows, cols), x.data(), mask.data(), want_y.data(), log);
+      cpu().softmax_backward(want_y.data(), g.data(), want_dx.data(), rows, cols, log);
+
+      const DeviceArray<float> dx_in(x), dg(g), dy_cpu(want_y);
+      const DeviceArray<std::uint8_t> dmask(mask);
+      DeviceArray<float> dy(n), ddx(n);
+      rig::cuda::run(SoftmaxForward{dx_in.data(), dmask.data(), dy.data(), rows, cols, log},
+                     nullptr);
+      rig::cuda::run(SoftmaxBackward{dy_cpu.data(), dg.data(), ddx.data(), rows, cols, log},
+                     nullptr);
+      EXPECT_TRUE(close(dy.to_host(), want_y, log ? 2e-5F : 1e-7F, log ? 2e-6F : 2e-5F));
+      EXPECT_TRUE(close(ddx.to_host(), want_dx, 1e-6F, 1e-5F));
+    }
+  }
+}
+
+TEST_F(GpuKernels, LayerNormMatchesCpu) {
+  for (const auto& [rows, d] : kShapes) {
+    SCOPED_TRACE(::testing::Message() << rows << "x" << d);
+    const auto n = static_cast<std::size_t>(rows * d);
+    const std::vector<float> x = uniform(rows * d, -3.0F, 5.0F, 6);
+    const std::vector<float> g = uniform(rows * d, -1.0F, 1.0F, 7);
+    const std::vector<float> gamma = uniform(d, 0.5F, 1.5F, 8);
+    const std::vector<float> beta = uniform(d, -0.5F, 0.5F, 9);
+    std::vector<float> y(n), mean(rows), rstd(rows), dx(n), dgamma(d), dbeta(d);
+    cpu().layer_norm_forward(x.data(), gamma.data(), beta.data(), y.data(), mean.data(),
+                             rstd.data(), rows, d, 1e-5F);
+    std::vector<float> scratch(static_cast<std::size_t>(cpu().layer_norm_scratch_size(rows, d)));
+    cpu().layer_norm_backward(x.data(), gamma.data(), mean.data(), rstd.data(), g.data(), dx.data(),
+                              dgamma.data(), dbeta.data(), rows, d, scratch.data());
+
+    const DeviceArray<float> gx(x), gg(g), ggamma(gamma), gbeta(beta);
+    DeviceArray<float> gy(n), gmean(rows), grstd(rows), gdx(n), gdgamma(d), gdbeta(d);
+    rig::cuda::run(LayerNormForward{gx.data(), ggamma.data(), gbeta.data(), gy.data(), gmean.data(),
+                                    grstd.data(), rows, d, 1e-5F},
+                   nullptr);
+    rig::cuda::run(LayerNormBackwardDx{gx.data(), ggamma.data(), gmean.data(), grstd.data(),
+                                       gg.data(), gdx.data(), rows, d},
+                   nullptr);
+    rig::cuda::run(LayerNormBackwardParams{gx.data(), gmean.data(), grstd.data(), gg.data(),
+                                           gdgamma.data(), gdbeta.data(), rows, d},
+                   nullptr);
+    EXPECT_TRUE(close(gy.to_host(), y, 1e-5F, 1e-5F));
+    EXPECT_TRUE(close(gmean.to_host(), mean, 1e-6F, 1e-5F));
+    EXPECT_TRUE(close(grstd.to_host(), rstd, 1e-6F, 1e-5F));
+    EXPECT_TRUE(close(gdx.to_host(), dx, 1e-5F, 1e-4F));
+    EXPECT_TRUE(close(gdgamma.to_host(), dgamma, 1e-4F, 1e-4F));
+    EXPECT_TRUE(close(gdbeta.to_host(), dbeta, 1e-4F, 1e-4F));
+  }
+}
+
+TEST_F(GpuKernels, CrossEntropyWritesTheGradientInPlace) {
+  for (const auto& [rows, c] : kShapes) {
+    SCOPED_TRACE(::testing::Message() << rows << "x" << c);
+    const auto n = static_cast<std::size_t>(rows * c);
+    const std::vector<float> x = uniform(rows * c, -6.0F, 6.0F, 10);
+    std::vector<std::int64_t> labels(static_cast<std::size_t>(rows));
+    for (std::int64_t r = 0; r < rows; ++r) labels[static_cast<std::size_t>(r)] = (r * 7919) % c;
+    const std::vector<float> row_scale = uniform(rows, 0.0F, 2.0F, 11);
+    const rig::math::SmoothedTargets q = rig::math::torch_smoothing(0.1F, c);
+    const float factor = 0.75F;
+    std::vector<float> loss(rows), lse(rows), dx(n);
+    cpu().cross_entropy_forward(x.data(), labels.data(), rows, c, q.on, q.off, loss.data(),
+                                lse.data());
+    cpu().cross_entropy_backward(x.data(), labels.data(), lse.data(), row_scale.data(), 0.5F,
+                                 &factor, rows, c, q.on, q.off, dx.data());
+
+    DeviceArray<float> gx(x);
+    const DeviceArray<std::int64_t> glabels(labels);
+    const DeviceArray<float> gscale(row_scale), gfactor(std::vector<float>{factor});
+    DeviceArray<float> gloss(rows), glse(rows);
+    rig::cuda::run(
+        CrossEntropyForward{gx.data(), glabels.data(), gloss.data(), glse.data(), rows, c, q},
+        nullptr);
+    rig::cuda::run(CrossEntropyBackward{gx.data(), glabels.data(), glse.data(), gscale.data(),
+                                        gfactor.data(), 0.5F, gx.data(), rows, c, q},
+                   nullptr);
+    EXPECT_TRUE(close(gloss.to_host(), loss, 2e-5F, 2e-6F));
+    EXPECT_TRUE(close(glse.to_host(), lse, 2e-5F, 2e-6F));
+    EXPECT_TRUE(close(gx.to_host(), dx, 1e-7F, 2e-5F));  // in place over the logits
+  }
+}
+
+TEST_F(GpuKernels, OptimizerUpdatesAreBitEqualToCpu) {
+  for (const std::int64_t n : {1, 31, 4099, 1 << 20}) {
+    SCOPED_TRACE(n);
+    const std::vector<float> p0 = uniform(n, -1.0F, 1.0F, 12);
+    const std::vector<float> grad = uniform(n, -0.1F, 0.1F, 13);
+    const std::vector<float> m0 = uniform(n, -0.01F, 0.01F, 14);
+    const std::vector<float> v0 = uniform(n, 0.0F, 0.001F, 15);
+    rig::AdamUpdate a;
+    a.step_size = 1e-3F;
+    a.inv_bc2_sqrt = 1.2F;
+    a.coupled_decay = 0.01F;
+    a.shrink = 0.999F;
+    for (const bool amsgrad : {false, true}) {
+      std::vector<float> p = p0, m = m0, v = v0, vmax = v0;
+      cpu().adam_update(n, p.data(), grad.data(), m.data(), v.data(),
+                        amsgrad ? vmax.data() : nullptr, a);
+      DeviceArray<float> gp(p0), gm(m0), gv(v0), gvmax(v0);
+      const DeviceArray<float> gg(grad);
+      rig::cuda::run(AdamUpdateKernel{n, gp.data(), gg.data(), gm.data(), gv.data(),
+                                      amsgrad ? gvmax.data() : nullptr, a},
+                     nullptr);
+      EXPECT_TRUE(bit_equal(gp.to_host(), p));
+      EXPECT_TRUE(bit_equal(gm.to_host(), m));
+      EXPECT_TRUE(bit_equal(gv.to_host(), v));
+      if (amsgrad) {
+        EXPECT_TRUE(bit_equal(gvmax.to_host(), vmax));
+      }
+    }
+    rig::SgdUpdate s;
+    s.learning_rate = 0.1F;
+    s.weight_decay = 1e-4F;
+    s.momentum = 0.9F;
+    s.nesterov = true;
+    s.first = false;
+    std::vector<float> p = p0, buffer = m0;
+    cpu().sgd_update(n, p.data(), grad.data(), buffer.data(), s);
+    DeviceArray<float> gp(p0), gbuffer(m0);
+    const DeviceArray<float> gg(grad);
+    rig::cuda::run(SgdUpdateKernel{n, gp.data(), gg.data(), gbuffer.data(), s}, nullptr);
+    EXPECT_TRUE(bit_equal(gp.to_host(), p));
+    EXPECT_TRUE(bit_equal(gbuffer.to_host(), buffer));
+  }
+}
+
+TEST_F(GpuKernels, UnscaleAndOverflowCheckMatchCpu) {
+  for (const std::int64_t n : {1, 257, 1 << 20}) {
+    for (const bool overflow : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << n << " overflow " << overflow);
+      std::vector<float> g = uniform(n, -4.0F, 4.0F, 16);
+      if (overflow) g[static_cast<std::size_t>(n / 2)] = INFINITY;
+      std::vector<float> want(static_cast<std::size_t>(n));
+      float want_amax = 0.0F;
+      cpu().unscale(n, rig::DType::f32, g.data(), want.data(), 0.125F, &want_amax);
+
+      const DeviceArray<float> gsrc(g);
+      DeviceArray<float> gmaster(static_cast<std::size_t>(n)), gamax(1);
+      UnscalePartials partials{n, ElementType::f32, gsrc.data(), gmaster.data(), 0.125F};
+      const std::uint32_t blocks = partials.plan(rig::cuda::current_device_properties()).grid.x;
+      DeviceArray<std::uint32_t> bits(blocks);
+      DeviceArray<double> sums(blocks), total(1);
+      partials.partial_amax_bits = bits.data();
+      partials.partial_sum_squares = sums.data();
+      rig::cuda::run(partials, nullptr);
+      rig::cuda::run(UnscaleFinish{bits.data(), sums.data(), blocks, gamax.data(), total.data()},
+                     nullptr);
+      EXPECT_TRUE(bit_equal(gmaster.to_host(), want));
+      EXPECT_TRUE(bit_equal(gamax.to_host(), std::vector<float>{want_amax}));
+    }
+  }
+}
+
+TEST_F(GpuKernels, DropoutMasksAreBitEqualToCpu) {
+  const rig::RandomKey key{1234, 56, 3, rig::purpose_id("gpu.dropout")};
+  for (const std::int64_t n : {1, 33, 100003}) {
+    SCOPED_TRACE(n);
+    const float p = 0.3F, scale = 1.0F / 0.7F;
+    const std::vector<float> x = uniform(n, -1.0F, 1.0F, 17);
+    const auto words = static_cast<std::size_t>((n + 31) / 32);
+    std::vector<float> y(static_cast<std::size_t>(n)), dx(static_cast<std::size_t>(n));
+    std::vector<std::uint32_t> mask(words);
+    cpu().dropout_forward(key, p, scale, rig::DType::f32, x.data(), y.data(), n, mask.data());
+    cpu().dropout_backward(mask.data(), scale, rig::DType::f32, x.data(), dx.data(), n);
+
+    const DeviceArray<float> gx(x);
+    DeviceArray<float> gy(static_cast<std::size_t>(n)), gdx(static_cast<std::size_t>(n));
+    DeviceArray<std::uint32_t> gmask(words);
+    const auto stream = rig::math::PhiloxStream::of(key.seed, key.step, key.rank, key.purpose);
+    rig::cuda::run(DropoutForward{stream, rig::math::dropout_threshold(p), scale, ElementType::f32,
+                                  gx.data(), gy.data(), gmask.data(), n},
+                   nullptr);
+    rig::cuda::run(DropoutBackward{gmask.data(), scale, ElementType::f32, gx.data(), gdx.data(), n},
+                   nullptr);
+    EXPECT_TRUE(bit_equal(gmask.to_host(), mask));
+    EXPECT_TRUE(bit_equal(gy.to_host(), y));
+    EXPECT_TRUE(bit_equal(gdx.to_host(), dx));
+  }
+}
+
+}  // namespace
