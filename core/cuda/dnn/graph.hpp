@@ -1,0 +1,214 @@
+// cuDNN graphs as plain host data: the tensors (dimensions, strides, types,
+// unique ids) and the operation nodes of one cuDNN operation graph, built
+// from rig's kernel shapes (backend/kernel_args.hpp). No cuDNN in here: this
+// is built in every configuration; dnn/cudnn_graphs.cpp, the one translation
+// unit that includes cuDNN's headers, turns a Graph into cuDNN's backend
+// descriptors, checks it against a device description and runs it.
+//
+// A Graph's key() names everything that makes its cuDNN plan: the cache of
+// finalized plans (CudnnGraphs) is keyed by it.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/kernel_args.hpp"
+
+namespace rig::cuda::dnn {
+
+// Element types of graph tensors (cudnnDataType_t's, those rig uses).
+enum class DnnType : std::uint8_t { f32, f16, bf16, i32, i64, u8, boolean };
+const char* dnn_type_name(DnnType type);
+
+// One tensor of a graph. Strides are in elements. A virtual tensor lives
+// inside the graph only (no pointer at execution); a by-value tensor is a
+// scalar passed by host pointer at execution (epsilon, scales).
+struct TensorDesc {
+  std::int64_t uid = 0;
+  DnnType type = DnnType::f32;
+  std::vector<std::int64_t> dims;
+  std::vector<std::int64_t> strides;
+  bool is_virtual = false;
+  bool by_value = false;
+};
+
+// Operation kinds, each a cuDNN backend operation descriptor.
+enum class OpKind : std::uint8_t {
+  conv_forward,          // CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR
+  conv_backward_data,    // ..._CONVOLUTION_BACKWARD_DATA_DESCRIPTOR
+  conv_backward_filter,  // ..._CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR
+  pointwise,             // ..._POINTWISE_DESCRIPTOR
+  reduction,             // ..._REDUCTION_DESCRIPTOR
+  matmul,                // ..._MATMUL_DESCRIPTOR
+  norm_forward,          // ..._NORM_FORWARD_DESCRIPTOR (batch norm, training)
+  norm_backward,         // ..._NORM_BACKWARD_DESCRIPTOR (batch norm)
+  rng,                   // ..._RNG_DESCRIPTOR (Bernoulli, Philox)
+};
+
+// The pointwise modes rig's graphs use (cudnnPointwiseMode_t's).
+enum class PointwiseMode : std::uint8_t {
+  add,
+  sub,
+  mul,
+  div,
+  exp,
+  log,
+  identity,  // a cast when the types differ
+  cmp_ge,
+  cmp_lt,
+  logical_and,
+  gen_index,      // y = the index along `axis`
+  binary_select,  // y = t ? x : b
+};
+
+enum class ReduceMode : std::uint8_t { add, max };
+
+// The role of an operand of a node (which attribute of the operation it is).
+enum class Slot : std::uint8_t {
+  x,  // conv x, pointwise x, reduction x, norm x
+  w,  // conv weights
+  y,  // conv y, pointwise y, reduction y, norm y, rng y
+  dx,
+  dw,
+  dy,
+  b,  // pointwise second input, matmul B
+  t,  // pointwise condition (binary_select)
+  a,  // matmul A
+  c,  // matmul C
+  scale,
+  bias,
+  epsilon,
+  momentum,
+  mean,
+  inv_variance,
+  running_mean_in,
+  running_var_in,
+  running_mean_out,
+  running_var_out,
+  dscale,
+  dbias,
+  seed,
+  offset,
+};
+const char* slot_name(Slot slot);
+
+struct Node {
+  OpKind kind = OpKind::pointwise;
+  std::vector<std::pair<Slot, std::int64_t>> operands;  // (role, tensor uid)
+  // Convolutions: 2-d, cross-correlation.
+  std::array<std::int64_t, 2> padding{0, 0}, stride{1, 1}, dilation{1, 1};
+  PointwiseMode pointwise = PointwiseMode::identity;
+  std::int64_t axis = 0;  // gen_index
+  // The type a pointwise op computes in (f32; i32 for gen_index, boolean
+  // for comparisons and logic).
+  DnnType math = DnnType::f32;
+  ReduceMode reduce = ReduceMode::add;
+  double probability = 0.0;  // rng: the Bernoulli probability of a 1 (keep)
+
+  std::int64_t operand(Slot slot) const;  // 0 where the node has none
+};
+
+struct Graph {
+  std::string name;
+  // The type the operations compute in (convolutions, matmuls, reductions).
+  DnnType compute = DnnType::f32;
+  // f32 convolutions may use TF32 tensor cores (cuDNN's engines with the
+  // TENSOR_CORE numerical note on f32 data). Off: rig's f32 is f32.
+  bool allow_tf32 = false;
+  std::vector<TensorDesc> tensors;
+  std::vector<Node> nodes;
+
+  const TensorDesc* tensor(std::int64_t uid) const;
+  // Everything that makes the plan, as text: equal keys, equal graphs.
+  std::string key() const;
+};
+
+// Contiguous strides of `dims` (row-major, last axis fastest).
+std::vector<std::int64_t> packed_strides(const std::vector<std::int64_t>& dims);
+
+// ---- The unique ids of the tensors the caller binds at execution -------------------
+
+namespace uid {
+// Convolutions.
+inline constexpr std::int64_t x = 1, w = 2, y = 3, bias = 4, dx = 5, dw = 6, dy = 7, dbias = 8;
+// Batch norm (scale = gamma, bias = beta; by value: epsilon, momentum).
+inline constexpr std::int64_t bn_scale = 10, bn_bias = 11, bn_epsilon = 12, bn_momentum = 13,
+                              bn_mean = 14, bn_inv_variance = 15, bn_running_mean_in = 16,
+                              bn_running_var_in = 17, bn_running_mean_out = 18,
+                              bn_running_var_out = 19, bn_dscale = 20, bn_dbias = 21;
+// Attention. attn_scale, dropout_scale and neg_inf are by value (host f32);
+// seq_len_q / seq_len_kv are i32 [B, 1, 1, 1]; seed and offset i64 [1,1,1,1];
+// keep is rig's dropout keep mask as 0 / 1 of q's type (f16 / bf16) [B, H,
+// Tq, Tk]: cuDNN 9.19 refuses a u8 operand there (its graph build throws
+// "argument not found" through the C API); stats f32 [B, H, Tq, 1]
+// (max + log sum of the softmax's exponentials, per row).
+inline constexpr std::int64_t q = 30, k = 31, v = 32, o = 33, stats = 34, attn_scale = 35,
+                              seq_len_q = 36, seq_len_kv = 37, seed = 38, offset = 39, keep = 40,
+                              dropout_scale = 41, neg_inf = 42, d_o = 43, dq = 44, dk = 45, dv = 46,
+                              causal_shift = 47;
+// Virtual tensors get ids from here up.
+inline constexpr std::int64_t first_virtual = 1000;
+}  // namespace uid
+
+// ---- rig's graphs --------------------------------------------------------------------
+
+// The element type of a convolution's x, w, y (and gradients); computed in
+// f32. f16 / bf16 tensors are NCHW like f32.
+enum class ConvType : std::uint8_t { f32, f16, bf16 };
+
+// y = conv(x, w) (+ bias[c_out] when s.bias): x [n, c_in, h, w], w [c_out,
+// c_in / groups, kh, kw], y [n, c_out, out_h, out_w], contiguous NCHW.
+Graph conv2d_forward_graph(const backend::Conv2dShape& s, ConvType type = ConvType::f32);
+// dx from dy and w (the data gradient, "dgrad").
+Graph conv2d_backward_data_graph(const backend::Conv2dShape& s, ConvType type = ConvType::f32);
+// dw from x and dy (the filter gradient, "wgrad").
+Graph conv2d_backward_filter_graph(const backend::Conv2dShape& s, ConvType type = ConvType::f32);
+// The bias gradient (the sum of dy over n, out_h, out_w) has no graph: cuDNN
+// 9.19 has no engine for a lone reduction (its heuristics return none for an
+// H200), so it stays with rig's own reduction kernel.
+
+// Batch norm in training over x [n, c, inner] (f32, contiguous; cuDNN sees
+// [n, c, inner, 1]): y = (x - mean) * inv_variance * scale + bias with the
+// batch's mean and biased variance; writes mean and inv_variance ([1, c, 1, 1],
+// for the backward) and, when `running_stats`, running = (1 - momentum)
+// running + momentum * batch, the variance unbiased (n inner / (n inner - 1)),
+// as rig's batch_norm_prepare with unbias = count / (count - 1).
+Graph batch_norm_forward_training_graph(const backend::BatchNormShape& s, bool running_stats);
+// dx, dscale, dbias from x, dy, scale and the forward's mean and inv_variance
+// (rig's batch_norm_backward with batch_stats).
+Graph batch_norm_backward_graph(const backend::BatchNormShape& s);
+
+// ---- Attention -----------------------------------------------------------------------
+
+// Where attention dropout's keep bits come from (see docs in cudnn_graphs.hpp).
+enum class AttentionDropout : std::uint8_t {
+  none,
+  philox,  // cuDNN's generator: Bernoulli(1 - p) from (seed, offset); its own bits
+  mask,    // rig's keep mask (uid::keep, q's type, [B, H, Tq, Tk]): the CPU's bits
+};
+
+// Scaled-dot-product attention on f16 / bf16 q, k, v, o ([B, H, T, D] with
+// any HeadStrides, last axis contiguous), f32 softmax, as
+// backend::attention_forward: out = dropout(softmax(q k^T scale, masked)) v.
+struct AttentionGraphShape {
+  std::int64_t b = 0, h = 0, tq = 0, tk = 0, d = 0;
+  ConvType type = ConvType::bf16;  // f16 or bf16
+  bool causal = false;             // query i sees keys j <= i + (tk - tq)
+  bool padding = false;            // key (and query) padding from seq_len_q / seq_len_kv
+  AttentionDropout dropout = AttentionDropout::none;
+  float dropout_probability = 0.0F;  // philox: the probability of dropping
+  backend::HeadStrides q_strides, k_strides, v_strides, o_strides;
+  // Contiguous [B, H, T, D] strides for all four.
+  static AttentionGraphShape packed(std::int64_t b, std::int64_t h, std::int64_t tq,
+                                    std::int64_t tk, std::int64_t d);
+};
+
+// out (uid::o) and the softmax statistics (uid::stats) for the backward.
+Graph attention_forward_graph(const AttentionGraphShape& s);
+// dq, dk, dv from q, k, v, o, dout (uid::d_o) and stats; the same dropout.
+Graph attention_backward_graph(const AttentionGraphShape& s);
+
+}  // namespace rig::cuda::dnn

@@ -1,0 +1,233 @@
+// The GPU-less support check: every graph rig builds (core/cuda/dnn) for a
+// representative set of shapes -- ResNet-20 on CIFAR's convolutions and batch
+// norms, a Transformer base's attention -- is built by cuDNN and planned for
+// each committed device description (tests/gpu/devices/*.json): the operation
+// graph finalizes, the heuristics return at least one engine (without TF32
+// for f32 convolutions) and an execution plan finalizes for it. No GPU is
+// needed; cuDNN (libcudnn.so.9) is, and every test skips with the reason
+// where it cannot be loaded.
+//
+// What cuDNN 9.19 needs to plan without a GPU (found here, on a machine
+// without a driver): precompiled engines (convolutions) need nothing but the
+// description. Runtime-compiled engines (batch norm, attention) need a
+// libcuda.so.1 even to be listed by the heuristics ("this->libcuda ==
+// nullptr", CUDNN_STATUS_NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING), so this
+// test loads the CUDA install's driver stub (stubs/libcuda.so, soname
+// libcuda.so.1) itself where no driver is installed; their plans then compile
+// (NVRTC) but cannot finalize, because finalizing loads the kernel into the
+// driver, which the stub refuses (cuLibraryLoadData: error 34,
+// CUDA_ERROR_STUB_LIBRARY). For those graphs the check is therefore: the
+// operation graph finalizes, the heuristics name an engine, and its plan
+// compiles and fails only at the driver's load. With a real driver (a GPU
+// machine) every plan must finalize.
+#include <dlfcn.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cuda/dnn/cudnn_graphs.hpp"
+
+namespace dnn = rig::cuda::dnn;
+
+namespace {
+
+bool& driver_is_stub() {
+  static bool stub = false;
+  return stub;
+}
+
+struct Device {
+  std::string name;  // the file's name
+  std::unique_ptr<dnn::DeviceDescription> description;
+};
+
+// The committed descriptions, loaded once; empty with `why` set when cuDNN
+// cannot be loaded.
+const std::vector<Device>& devices(std::string& why) {
+  static std::string reason;
+  static const std::vector<Device> loaded = [] {
+    std::vector<Device> out;
+    // The driver, else the CUDA install's stub under the driver's soname,
+    // loaded globally before cuDNN looks for libcuda.so.1.
+    if (dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+      if (dlopen(RIG_CUDA_DRIVER_STUB, RTLD_NOW | RTLD_GLOBAL) != nullptr) {
+        std::printf("no CUDA driver: planning with the stub %s\n", RIG_CUDA_DRIVER_STUB);
+        driver_is_stub() = true;
+      }
+    }
+    if (!dnn::cudnn_load_error().empty()) {
+      reason = dnn::cudnn_load_error();
+      return out;
+    }
+    std::vector<std::filesystem::path> files;
+    for (const auto& entry : std::filesystem::directory_iterator(RIG_CUDNN_DEVICES_DIR)) {
+      if (entry.path().extension() == ".json") files.push_back(entry.path());
+    }
+    std::sort(files.begin(), files.end());
+    for (const auto& file : files) {
+      std::ifstream in(file);
+      std::stringstream text;
+      text << in.rdbuf();
+      out.push_back({file.filename().string(), dnn::DeviceDescription::from_json(text.str())});
+    }
+    if (out.empty()) reason = std::string("no device descriptions in ") + RIG_CUDNN_DEVICES_DIR;
+    return out;
+  }();
+  why = reason;
+  return loaded;
+}
+
+struct Case {
+  std::string name;
+  dnn::Graph graph;
+};
+
+rig::backend::Conv2dShape conv(std::int64_t n, std::int64_t c_in, std::int64_t c_out,
+                               std::int64_t k, std::int64_t stride, std::int64_t size,
+                               bool bias = false) {
+  rig::backend::Conv2dShape s;
+  s.n = n;
+  s.c_in = c_in;
+  s.h = s.w = size;
+  s.c_out = c_out;
+  s.kernel_h = s.kernel_w = k;
+  s.stride_h = s.stride_w = stride;
+  s.pad_h = s.pad_w = k / 2;
+  s.out_h = s.out_w = (size + 2 * (k / 2) - k) / stride + 1;
+  s.bias = bias;
+  return s;
+}
+
+const char* type_name(dnn::ConvType t) {
+  return t == dnn::ConvType::f32 ? "f32" : t == dnn::ConvType::f16 ? "f16" : "bf16";
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  // ResNet-20 on CIFAR-10 (batch 128): the stem, the 3x3 convolutions of the
+  // three stages (stride 1, and stride 2 into stages 2 and 3), the 1x1
+  // stride-2 downsamples.
+  struct Conv {
+    const char* name;
+    rig::backend::Conv2dShape shape;
+  };
+  const std::vector<Conv> convs = {
+      {"stem_3x16_3x3_32", conv(128, 3, 16, 3, 1, 32)},
+      {"s1_16x16_3x3_32", conv(128, 16, 16, 3, 1, 32)},
+      {"s2_16x32_3x3s2_32", conv(128, 16, 32, 3, 2, 32)},
+      {"s2_32x32_3x3_16", conv(128, 32, 32, 3, 1, 16)},
+      {"s3_32x64_3x3s2_16", conv(128, 32, 64, 3, 2, 16)},
+      {"s3_64x64_3x3_8", conv(128, 64, 64, 3, 1, 8)},
+      {"down_16x32_1x1s2_32", conv(128, 16, 32, 1, 2, 32)},
+      {"down_32x64_1x1s2_16", conv(128, 32, 64, 1, 2, 16)},
+  };
+  for (dnn::ConvType type : {dnn::ConvType::f32, dnn::ConvType::f16, dnn::ConvType::bf16}) {
+    for (const Conv& c : convs) {
+      const std::string base = std::string(type_name(type)) + "_" + c.name;
+      out.push_back({"conv_fwd_" + base, dnn::conv2d_forward_graph(c.shape, type)});
+      if (c.shape.c_in != 3) {
+        out.push_back({"conv_dgrad_" + base, dnn::conv2d_backward_data_graph(c.shape, type)});
+      }
+      out.push_back({"conv_wgrad_" + base, dnn::conv2d_backward_filter_graph(c.shape, type)});
+    }
+  }
+  // A biased convolution, a grouped one and a dilated one (f32).
+  out.push_back({"conv_fwd_f32_bias", dnn::conv2d_forward_graph(conv(32, 16, 16, 3, 1, 32, true))});
+  rig::backend::Conv2dShape grouped = conv(32, 32, 32, 3, 1, 16);
+  grouped.groups = 4;
+  out.push_back({"conv_fwd_f32_groups4", dnn::conv2d_forward_graph(grouped)});
+  out.push_back({"conv_dgrad_f32_groups4", dnn::conv2d_backward_data_graph(grouped)});
+  out.push_back({"conv_wgrad_f32_groups4", dnn::conv2d_backward_filter_graph(grouped)});
+  rig::backend::Conv2dShape dilated = conv(32, 16, 16, 3, 1, 16);
+  dilated.dilation_h = dilated.dilation_w = 2;
+  dilated.pad_h = dilated.pad_w = 2;
+  out.push_back({"conv_fwd_f32_dilation2", dnn::conv2d_forward_graph(dilated)});
+  // ResNet-20's batch norms.
+  for (const rig::backend::BatchNormShape& s : std::vector<rig::backend::BatchNormShape>{
+           {128, 16, 32 * 32}, {128, 32, 16 * 16}, {128, 64, 8 * 8}}) {
+    const std::string base = std::to_string(s.c) + "x" + std::to_string(s.inner);
+    out.push_back({"bn_fwd_running_" + base, dnn::batch_norm_forward_training_graph(s, true)});
+    out.push_back({"bn_fwd_" + base, dnn::batch_norm_forward_training_graph(s, false)});
+    out.push_back({"bn_bwd_" + base, dnn::batch_norm_backward_graph(s)});
+  }
+  // A Transformer base's attention: H = 8, D = 64.
+  for (std::int64_t b : {8, 32}) {
+    for (std::int64_t t : {32, 128, 256}) {
+      for (dnn::ConvType type : {dnn::ConvType::bf16, dnn::ConvType::f16}) {
+        for (int variant = 0; variant < 4; ++variant) {
+          dnn::AttentionGraphShape s = dnn::AttentionGraphShape::packed(b, 8, t, t, 64);
+          s.type = type;
+          s.causal = variant == 1 || variant == 3;
+          s.padding = variant == 2 || variant == 3;
+          const std::string base = std::string(type_name(type)) + "_b" + std::to_string(b) + "_t" +
+                                   std::to_string(t) + (s.causal ? "_causal" : "") +
+                                   (s.padding ? "_padding" : "");
+          out.push_back({"attn_fwd_" + base, dnn::attention_forward_graph(s)});
+          if (b == 8 && t == 128) {
+            for (dnn::AttentionDropout dropout :
+                 {dnn::AttentionDropout::philox, dnn::AttentionDropout::mask}) {
+              s.dropout = dropout;
+              s.dropout_probability = 0.1F;
+              const std::string d =
+                  dropout == dnn::AttentionDropout::philox ? "_dropout_philox" : "_dropout_mask";
+              out.push_back({"attn_fwd_" + base + d, dnn::attention_forward_graph(s)});
+            }
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+const std::vector<Case>& all_cases() {
+  static const std::vector<Case> list = cases();
+  return list;
+}
+
+class CudnnPlan : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(CudnnPlan, FinalizesOnEveryDescribedDevice) {
+  std::string why;
+  const std::vector<Device>& list = devices(why);
+  if (list.empty()) GTEST_SKIP() << why;
+  const Case& c = all_cases()[GetParam()];
+  for (const Device& device : list) {
+    const dnn::SupportReport r = dnn::check_support(c.graph, *device.description);
+    const bool ok = driver_is_stub() ? r.supported_without_driver() : r.supported();
+    EXPECT_TRUE(ok) << c.name << " on " << device.name << ": " << r.error
+                    << " (graph finalized: " << r.graph_finalized
+                    << ", engine configs: " << r.engine_configs << ", usable: " << r.usable_configs
+                    << ")\n  " << c.graph.key();
+    if (ok) {
+      std::printf(
+          "%s on %s: %s, %lld engine configs, %s\n", c.name.c_str(), device.name.c_str(),
+          r.engine.empty() ? "" : r.engine.c_str(), static_cast<long long>(r.engine_configs),
+          r.supported()
+              ? ("plan finalized, workspace " + std::to_string(r.workspace_bytes) + " bytes")
+                    .c_str()
+              : "plan compiled; its load needs the driver (stub)");
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Graphs, CudnnPlan, ::testing::Range<std::size_t>(0, all_cases().size()),
+                         [](const ::testing::TestParamInfo<std::size_t>& info) {
+                           return all_cases()[info.param].name;
+                         });
+
+TEST(CudnnPlanSetup, LoadsCudnnAndTheDescriptions) {
+  std::string why;
+  const std::vector<Device>& list = devices(why);
+  if (list.empty()) GTEST_SKIP() << why;
+  std::printf("cuDNN %zu, %zu device description(s)\n", dnn::cudnn_version(), list.size());
+  EXPECT_GE(dnn::cudnn_version(), 90800U);
+}
+
+}  // namespace

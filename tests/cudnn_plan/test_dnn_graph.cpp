@@ -1,0 +1,105 @@
+// rig's cuDNN graphs as host data (core/cuda/dnn/graph.hpp): shapes, strides
+// and keys. No cuDNN needed.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "cuda/dnn/graph.hpp"
+
+namespace dnn = rig::cuda::dnn;
+
+namespace {
+
+rig::backend::Conv2dShape conv(std::int64_t c_in, std::int64_t c_out, std::int64_t k,
+                               std::int64_t stride, std::int64_t size) {
+  rig::backend::Conv2dShape s;
+  s.n = 4;
+  s.c_in = c_in;
+  s.h = s.w = size;
+  s.c_out = c_out;
+  s.kernel_h = s.kernel_w = k;
+  s.stride_h = s.stride_w = stride;
+  s.pad_h = s.pad_w = k / 2;
+  s.out_h = s.out_w = (size + 2 * (k / 2) - k) / stride + 1;
+  return s;
+}
+
+}  // namespace
+
+TEST(DnnGraph, ConvForwardDeclaresNchwTensors) {
+  const dnn::Graph g = dnn::conv2d_forward_graph(conv(16, 32, 3, 2, 32));
+  ASSERT_EQ(g.nodes.size(), 1U);
+  EXPECT_EQ(g.nodes[0].kind, dnn::OpKind::conv_forward);
+  EXPECT_EQ(g.tensor(dnn::uid::x)->dims, (std::vector<std::int64_t>{4, 16, 32, 32}));
+  EXPECT_EQ(g.tensor(dnn::uid::x)->strides, (std::vector<std::int64_t>{16384, 1024, 32, 1}));
+  EXPECT_EQ(g.tensor(dnn::uid::w)->dims, (std::vector<std::int64_t>{32, 16, 3, 3}));
+  EXPECT_EQ(g.tensor(dnn::uid::y)->dims, (std::vector<std::int64_t>{4, 32, 16, 16}));
+  EXPECT_EQ(g.nodes[0].stride, (std::array<std::int64_t, 2>{2, 2}));
+  EXPECT_EQ(g.nodes[0].padding, (std::array<std::int64_t, 2>{1, 1}));
+}
+
+TEST(DnnGraph, GroupsShrinkTheFilter) {
+  rig::backend::Conv2dShape s = conv(16, 32, 3, 1, 8);
+  s.groups = 4;
+  EXPECT_EQ(dnn::conv2d_backward_filter_graph(s).tensor(dnn::uid::dw)->dims,
+            (std::vector<std::int64_t>{32, 4, 3, 3}));
+}
+
+TEST(DnnGraph, BiasIsAFusedAdd) {
+  rig::backend::Conv2dShape s = conv(3, 16, 3, 1, 32);
+  s.bias = true;
+  const dnn::Graph g = dnn::conv2d_forward_graph(s);
+  ASSERT_EQ(g.nodes.size(), 2U);
+  EXPECT_EQ(g.nodes[1].pointwise, dnn::PointwiseMode::add);
+  EXPECT_TRUE(g.tensor(g.nodes[0].operand(dnn::Slot::y))->is_virtual);
+}
+
+TEST(DnnGraph, KeysTellShapesTypesAndOptionsApart) {
+  std::set<std::string> keys;
+  keys.insert(dnn::conv2d_forward_graph(conv(16, 16, 3, 1, 32)).key());
+  keys.insert(dnn::conv2d_forward_graph(conv(16, 16, 3, 2, 32)).key());
+  keys.insert(dnn::conv2d_forward_graph(conv(16, 16, 3, 1, 32), dnn::ConvType::f16).key());
+  keys.insert(dnn::conv2d_backward_data_graph(conv(16, 16, 3, 1, 32)).key());
+  keys.insert(dnn::conv2d_backward_filter_graph(conv(16, 16, 3, 1, 32)).key());
+  dnn::AttentionGraphShape a = dnn::AttentionGraphShape::packed(8, 8, 64, 64, 64);
+  keys.insert(dnn::attention_forward_graph(a).key());
+  a.causal = true;
+  keys.insert(dnn::attention_forward_graph(a).key());
+  a.dropout = dnn::AttentionDropout::philox;
+  a.dropout_probability = 0.1F;
+  keys.insert(dnn::attention_forward_graph(a).key());
+  a.dropout_probability = 0.2F;
+  keys.insert(dnn::attention_forward_graph(a).key());
+  EXPECT_EQ(keys.size(), 9U);
+  EXPECT_EQ(dnn::conv2d_forward_graph(conv(16, 16, 3, 1, 32)).key(),
+            dnn::conv2d_forward_graph(conv(16, 16, 3, 1, 32)).key());
+}
+
+TEST(DnnGraph, BatchNormViewsInnerAsHeight) {
+  const dnn::Graph g = dnn::batch_norm_forward_training_graph({8, 16, 64}, true);
+  EXPECT_EQ(g.tensor(dnn::uid::x)->dims, (std::vector<std::int64_t>{8, 16, 64, 1}));
+  EXPECT_EQ(g.tensor(dnn::uid::bn_mean)->dims, (std::vector<std::int64_t>{1, 16, 1, 1}));
+  EXPECT_TRUE(g.tensor(dnn::uid::bn_epsilon)->by_value);
+  EXPECT_NE(g.tensor(dnn::uid::bn_running_var_out), nullptr);
+  EXPECT_EQ(dnn::batch_norm_forward_training_graph({8, 16, 64}, false)
+                .tensor(dnn::uid::bn_running_var_out),
+            nullptr);
+}
+
+TEST(DnnGraph, AttentionReadsKTransposed) {
+  const dnn::Graph g =
+      dnn::attention_forward_graph(dnn::AttentionGraphShape::packed(2, 8, 32, 48, 64));
+  EXPECT_EQ(g.tensor(dnn::uid::k)->dims, (std::vector<std::int64_t>{2, 8, 64, 48}));
+  EXPECT_EQ(g.tensor(dnn::uid::k)->strides,
+            (std::vector<std::int64_t>{8 * 48 * 64, 48 * 64, 1, 64}));
+  EXPECT_EQ(g.tensor(dnn::uid::stats)->dims, (std::vector<std::int64_t>{2, 8, 32, 1}));
+}
+
+TEST(DnnGraph, AttentionRejectsWhatCudnnCannotDo) {
+  dnn::AttentionGraphShape a = dnn::AttentionGraphShape::packed(2, 8, 32, 48, 64);
+  a.causal = true;  // tq != tk
+  EXPECT_THROW(dnn::attention_forward_graph(a), std::invalid_argument);
+  a = dnn::AttentionGraphShape::packed(2, 8, 32, 32, 64);
+  a.type = dnn::ConvType::f32;
+  EXPECT_THROW(dnn::attention_forward_graph(a), std::invalid_argument);
+}
