@@ -1,0 +1,292 @@
+// cuDNN graphs (core/cuda/dnn) on a GPU against cpu_backend() on the same
+// inputs: convolution forward / dgrad / wgrad (f32, no TF32), batch-norm
+// training forward and backward, attention forward (bf16 operands, f32
+// softmax; causal; rig's dropout mask). Skips without a GPU, and without
+// cuDNN.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "cuda/dnn/cudnn_graphs.hpp"
+#include "device_array.hpp"
+#include "gpu_test.hpp"
+#include "rig/dtype.hpp"
+
+namespace dnn = rig::cuda::dnn;
+using rig_gpu_test::DeviceArray;
+
+namespace {
+
+class CudnnGraphTest : public rig_gpu_test::GpuTest {
+ protected:
+  void SetUp() override {
+    GpuTest::SetUp();
+    if (IsSkipped()) return;
+    if (!dnn::cudnn_load_error().empty()) GTEST_SKIP() << dnn::cudnn_load_error();
+    RIG_CUDA_CHECK(cudaSetDevice(rig_gpu_test::kDevice));
+    RIG_CUDA_CHECK(cudaStreamCreate(&stream_));
+    graphs_ = std::make_unique<dnn::CudnnGraphs>();
+  }
+  void TearDown() override {
+    graphs_.reset();
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+ public:
+  // Runs `graph` with a workspace of its own.
+  void run(const dnn::Graph& graph, const std::vector<dnn::Binding>& bindings) {
+    const std::size_t bytes = graphs_->workspace_bytes(graph);
+    DeviceArray<std::byte> workspace(bytes);
+    graphs_->execute(graph, bindings, bytes == 0 ? nullptr : workspace.data(), bytes, stream_);
+    RIG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+ protected:
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<dnn::CudnnGraphs> graphs_;
+};
+
+std::vector<float> random_values(std::size_t n, std::uint32_t seed, float scale = 1.0F) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> out(n);
+  for (float& x : out) x = dist(gen);
+  return out;
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, float rel,
+                  float abs, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (!(std::fabs(got[i] - want[i]) <= abs + rel * std::fabs(want[i]))) {
+      if (++bad <= 5) ADD_FAILURE() << what << "[" << i << "]: " << got[i] << " vs " << want[i];
+    }
+  }
+  EXPECT_EQ(bad, 0U) << what;
+}
+
+rig::backend::Conv2dShape test_conv() {
+  rig::backend::Conv2dShape s;
+  s.n = 4;
+  s.c_in = 8;
+  s.h = s.w = 13;
+  s.c_out = 12;
+  s.kernel_h = s.kernel_w = 3;
+  s.stride_h = s.stride_w = 2;
+  s.pad_h = s.pad_w = 1;
+  s.groups = 2;
+  s.out_h = s.out_w = (13 + 2 - 3) / 2 + 1;
+  return s;
+}
+
+std::size_t count(const std::vector<std::int64_t>& dims) {
+  std::size_t n = 1;
+  for (std::int64_t d : dims) n *= static_cast<std::size_t>(d);
+  return n;
+}
+
+}  // namespace
+
+TEST_F(CudnnGraphTest, ConvForwardWithBiasMatchesCpu) {
+  rig::backend::Conv2dShape s = test_conv();
+  s.bias = true;
+  const dnn::Graph g = dnn::conv2d_forward_graph(s);
+  const auto x = random_values(count(g.tensor(dnn::uid::x)->dims), 1);
+  const auto w = random_values(count(g.tensor(dnn::uid::w)->dims), 2);
+  const auto b = random_values(static_cast<std::size_t>(s.c_out), 3);
+  std::vector<float> want(count(g.tensor(dnn::uid::y)->dims));
+  rig::backend::cpu_backend().conv2d_forward(s, x.data(), w.data(), b.data(), want.data());
+  DeviceArray<float> dx(x), dw(w), db(b), dy(want.size());
+  run(g, {{dnn::uid::x, dx.data()},
+          {dnn::uid::w, dw.data()},
+          {dnn::uid::bias, db.data()},
+          {dnn::uid::y, dy.data()}});
+  expect_close(dy.to_host(), want, 1e-4F, 1e-4F, "y");
+  std::printf("engine: %s\n", graphs_->engine(g).c_str());
+}
+
+TEST_F(CudnnGraphTest, ConvBackwardDataAndFilterMatchCpu) {
+  const rig::backend::Conv2dShape s = test_conv();
+  const dnn::Graph dgrad = dnn::conv2d_backward_data_graph(s);
+  const dnn::Graph wgrad = dnn::conv2d_backward_filter_graph(s);
+  const auto x = random_values(count(dgrad.tensor(dnn::uid::dx)->dims), 4);
+  const auto w = random_values(count(dgrad.tensor(dnn::uid::w)->dims), 5);
+  const auto gy = random_values(count(dgrad.tensor(dnn::uid::dy)->dims), 6);
+  std::vector<float> want_dx(x.size()), want_dw(w.size()),
+      want_db(static_cast<std::size_t>(s.c_out));
+  rig::backend::cpu_backend().conv2d_backward(s, x.data(), w.data(), gy.data(), want_dx.data(),
+                                              want_dw.data(), want_db.data());
+  DeviceArray<float> d_x(x), d_w(w), d_gy(gy), d_dx(x.size()), d_dw(w.size());
+  run(dgrad, {{dnn::uid::dy, d_gy.data()}, {dnn::uid::w, d_w.data()}, {dnn::uid::dx, d_dx.data()}});
+  run(wgrad, {{dnn::uid::x, d_x.data()}, {dnn::uid::dy, d_gy.data()}, {dnn::uid::dw, d_dw.data()}});
+  expect_close(d_dx.to_host(), want_dx, 1e-4F, 1e-4F, "dx");
+  expect_close(d_dw.to_host(), want_dw, 1e-4F, 1e-3F, "dw");
+}
+
+TEST_F(CudnnGraphTest, PlansAreCachedByKey) {
+  const rig::backend::Conv2dShape s = test_conv();
+  const std::size_t before = graphs_->plans_built();
+  graphs_->workspace_bytes(dnn::conv2d_forward_graph(s));
+  graphs_->workspace_bytes(dnn::conv2d_forward_graph(s));
+  EXPECT_EQ(graphs_->plans_built(), before + 1);
+  graphs_->workspace_bytes(dnn::conv2d_backward_data_graph(s));
+  EXPECT_EQ(graphs_->plans_built(), before + 2);
+}
+
+TEST_F(CudnnGraphTest, BatchNormTrainingMatchesCpu) {
+  const rig::backend::BatchNormShape s{16, 8, 49};
+  const std::size_t n = static_cast<std::size_t>(s.n * s.c * s.inner);
+  const auto c = static_cast<std::size_t>(s.c);
+  const auto x = random_values(n, 7, 2.0F);
+  const auto gamma = random_values(c, 8);
+  const auto beta = random_values(c, 9);
+  const auto gy = random_values(n, 10);
+  std::vector<float> running_mean(c, 0.5F), running_var(c, 2.0F);
+  const float eps = 1e-5F, momentum = 0.1F;
+  const float count_per_channel = static_cast<float>(s.n * s.inner);
+  // The CPU: stats, prepare, apply, backward.
+  rig::backend::Backend& cpu = rig::backend::cpu_backend();
+  std::vector<float> mean(c), var(c), invstd(c), scale(c), shift(c), y(n);
+  std::vector<float> cpu_rm = running_mean, cpu_rv = running_var;
+  cpu.batch_norm_stats(s, x.data(), mean.data(), var.data());
+  rig::backend::BatchNormPrepare p;
+  p.c = s.c;
+  p.momentum = momentum;
+  p.eps = eps;
+  p.unbias = count_per_channel / (count_per_channel - 1.0F);
+  p.mean = mean.data();
+  p.var = var.data();
+  p.running_mean = cpu_rm.data();
+  p.running_var = cpu_rv.data();
+  p.gamma = gamma.data();
+  p.beta = beta.data();
+  p.invstd = invstd.data();
+  p.scale = scale.data();
+  p.shift = shift.data();
+  cpu.batch_norm_prepare(p);
+  cpu.batch_norm_apply(s, x.data(), scale.data(), shift.data(), y.data());
+  std::vector<float> dx(n), dgamma(c), dbeta(c);
+  cpu.batch_norm_backward(s, x.data(), gy.data(), mean.data(), invstd.data(), gamma.data(), true,
+                          dx.data(), dgamma.data(), dbeta.data());
+  // cuDNN.
+  const dnn::Graph fwd = dnn::batch_norm_forward_training_graph(s, true);
+  DeviceArray<float> d_x(x), d_gamma(gamma), d_beta(beta), d_y(n), d_mean(c), d_inv(c),
+      d_rm(running_mean), d_rv(running_var), d_gy(gy), d_dx(n), d_dgamma(c), d_dbeta(c);
+  run(fwd, {{dnn::uid::x, d_x.data()},
+            {dnn::uid::bn_scale, d_gamma.data()},
+            {dnn::uid::bn_bias, d_beta.data()},
+            {dnn::uid::bn_epsilon, &eps},
+            {dnn::uid::bn_momentum, &momentum},
+            {dnn::uid::y, d_y.data()},
+            {dnn::uid::bn_mean, d_mean.data()},
+            {dnn::uid::bn_inv_variance, d_inv.data()},
+            {dnn::uid::bn_running_mean_in, d_rm.data()},
+            {dnn::uid::bn_running_var_in, d_rv.data()},
+            {dnn::uid::bn_running_mean_out, d_rm.data()},
+            {dnn::uid::bn_running_var_out, d_rv.data()}});
+  expect_close(d_y.to_host(), y, 1e-4F, 1e-4F, "y");
+  expect_close(d_mean.to_host(), mean, 1e-5F, 1e-5F, "mean");
+  expect_close(d_inv.to_host(), invstd, 1e-4F, 1e-5F, "inv_variance");
+  expect_close(d_rm.to_host(), cpu_rm, 1e-5F, 1e-5F, "running_mean");
+  expect_close(d_rv.to_host(), cpu_rv, 1e-4F, 1e-5F, "running_var");
+  const dnn::Graph bwd = dnn::batch_norm_backward_graph(s);
+  run(bwd, {{dnn::uid::x, d_x.data()},
+            {dnn::uid::dy, d_gy.data()},
+            {dnn::uid::bn_scale, d_gamma.data()},
+            {dnn::uid::bn_mean, d_mean.data()},
+            {dnn::uid::bn_inv_variance, d_inv.data()},
+            {dnn::uid::dx, d_dx.data()},
+            {dnn::uid::bn_dscale, d_dgamma.data()},
+            {dnn::uid::bn_dbias, d_dbeta.data()}});
+  expect_close(d_dx.to_host(), dx, 1e-3F, 1e-4F, "dx");
+  expect_close(d_dgamma.to_host(), dgamma, 1e-4F, 1e-4F, "dgamma");
+  expect_close(d_dbeta.to_host(), dbeta, 1e-4F, 1e-4F, "dbeta");
+}
+
+namespace {
+
+// bf16 attention against the CPU's f32 attention on the same (bf16-rounded)
+// values, with bf16 products as the GPU has them.
+void attention_case(CudnnGraphTest& test, bool causal, bool dropout,
+                    void (CudnnGraphTest::*run)(const dnn::Graph&,
+                                                const std::vector<dnn::Binding>&)) {
+  dnn::AttentionGraphShape s = dnn::AttentionGraphShape::packed(2, 4, 64, 64, 64);
+  s.type = dnn::ConvType::bf16;
+  s.causal = causal;
+  s.dropout = dropout ? dnn::AttentionDropout::mask : dnn::AttentionDropout::none;
+  const std::size_t n = static_cast<std::size_t>(s.b * s.h * s.tq * s.d);
+  const std::size_t probs = static_cast<std::size_t>(s.b * s.h * s.tq * s.tk);
+  std::vector<float> q = random_values(n, 11), k = random_values(n, 12), v = random_values(n, 13);
+  std::vector<std::uint16_t> qb(n), kb(n), vb(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    qb[i] = rig::float_to_bfloat16(q[i]);
+    kb[i] = rig::float_to_bfloat16(k[i]);
+    vb[i] = rig::float_to_bfloat16(v[i]);
+    q[i] = rig::bfloat16_to_float(qb[i]);
+    k[i] = rig::bfloat16_to_float(kb[i]);
+    v[i] = rig::bfloat16_to_float(vb[i]);
+  }
+  const float p_drop = 0.25F;
+  std::vector<std::uint8_t> keep(probs, 1);
+  std::vector<std::uint16_t> keep_bf16(probs, rig::float_to_bfloat16(1.0F));
+  std::mt19937 gen(14);
+  for (std::size_t i = 0; i < probs && dropout; ++i) {
+    keep[i] = std::uniform_real_distribution<float>(0.0F, 1.0F)(gen) >= p_drop ? 1 : 0;
+    keep_bf16[i] = rig::float_to_bfloat16(static_cast<float>(keep[i]));
+  }
+  rig::backend::AttentionShape a;
+  a.b = s.b;
+  a.h = s.h;
+  a.tq = s.tq;
+  a.tk = s.tk;
+  a.d = s.d;
+  a.scale = 1.0F / std::sqrt(static_cast<float>(s.d));
+  a.causal = causal;
+  a.keep = dropout ? keep.data() : nullptr;
+  a.keep_scale = 1.0F / (1.0F - p_drop);
+  a.bf16_products = true;
+  const rig::backend::HeadStrides hs{s.h * s.tq * s.d, s.tq * s.d, s.d};
+  std::vector<float> want(n);
+  rig::backend::cpu_backend().attention_forward(a, q.data(), hs, k.data(), hs, v.data(), hs,
+                                                want.data(), hs, nullptr);
+  const dnn::Graph g = dnn::attention_forward_graph(s);
+  DeviceArray<std::uint16_t> dq(qb), dk(kb), dv(vb), dout(n), dkeep(keep_bf16);
+  DeviceArray<float> stats(static_cast<std::size_t>(s.b * s.h * s.tq));
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  std::vector<dnn::Binding> bindings{
+      {dnn::uid::q, dq.data()},        {dnn::uid::k, dk.data()},
+      {dnn::uid::v, dv.data()},        {dnn::uid::o, dout.data()},
+      {dnn::uid::stats, stats.data()}, {dnn::uid::attn_scale, &a.scale},
+      {dnn::uid::neg_inf, &neg_inf}};
+  if (dropout) {
+    bindings.push_back({dnn::uid::keep, dkeep.data()});
+    bindings.push_back({dnn::uid::dropout_scale, &a.keep_scale});
+  }
+  (test.*run)(g, bindings);
+  std::vector<float> got(n);
+  const std::vector<std::uint16_t> out = dout.to_host();
+  for (std::size_t i = 0; i < n; ++i) got[i] = rig::bfloat16_to_float(out[i]);
+  expect_close(got, want, 2e-2F, 2e-2F, "out");
+}
+
+}  // namespace
+
+TEST_F(CudnnGraphTest, AttentionForwardMatchesCpu) {
+  attention_case(*this, false, false, &CudnnGraphTest::run);
+}
+
+TEST_F(CudnnGraphTest, CausalAttentionForwardMatchesCpu) {
+  attention_case(*this, true, false, &CudnnGraphTest::run);
+}
+
+TEST_F(CudnnGraphTest, AttentionWithRigsDropoutMaskMatchesCpu) {
+  attention_case(*this, false, true, &CudnnGraphTest::run);
+}
