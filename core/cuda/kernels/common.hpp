@@ -63,4 +63,32 @@ inline simt::LaunchShape plan_grid_stride(const simt::DeviceProperties& device, 
                                 per_thread);
 }
 
+// The most axes of the kernels' n-d iterations (backend::kMaxStridedDims,
+// the rank of a StridedPlan): shapes and strides travel in the kernel
+// structs as plain arrays of this size.
+inline constexpr int kMaxDims = 16;
+
+// Element offsets of N operands at element `linear` of a row-major
+// iteration over shape[0, ndim) (the last axis fastest), operand k stepping
+// strides[k][d] along axis d.
+template <int N, int D>
+RIG_HD_INLINE void strided_offsets(std::int64_t linear, int ndim, const std::int64_t (&shape)[D],
+                                   const std::int64_t (&strides)[N][D], std::int64_t (&off)[N]) {
+  for (int k = 0; k < N; ++k) off[k] = 0;
+  for (int d = ndim - 1; d >= 0; --d) {
+    const std::int64_t size = shape[d];
+    const std::int64_t c = linear % size;
+    linear /= size;
+    for (int k = 0; k < N; ++k) off[k] += c * strides[k][d];
+  }
+}
+
+// The number of elements of shape[0, ndim).
+template <int D>
+RIG_HD_INLINE std::int64_t shape_elements(int ndim, const std::int64_t (&shape)[D]) {
+  std::int64_t n = 1;
+  for (int d = 0; d < ndim; ++d) n *= shape[d];
+  return n;
+}
+
 }  // namespace rig::kernels

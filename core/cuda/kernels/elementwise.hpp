@@ -1,0 +1,343 @@
+// Elementwise f32 kernels (backend.hpp "Elementwise", core/cpu/elementwise.cpp):
+//   UnaryForward / UnaryBackward: Backend::unary / unary_backward, grid-stride
+//     per element. UnaryOp lists backend::Unary's operations in its order (the
+//     launcher casts one into the other).
+//   BinaryKernel: Backend::binary, out = a op b over a broadcasting plan
+//     (backend::StridedPlan<3>: operands 0 out, 1 a, 2 b) whose shape and
+//     strides travel as plain arrays.
+//   BiasActivation: Backend::bias_activation, y = act(y + bias) per row in
+//     place; pre (gelu only, as on the CPU) receives y + bias.
+//   ActivationBackward (+ ColumnTotals): Backend::activation_backward and
+//     activation_backward_bf16. dz = g * act'(saved) (times relu_scale for
+//     relu) and db = column sums of dz in the CPU's order: rows in blocks of
+//     kActivationRowBlock, each block summed in row order from 0 into its own
+//     partial row, then the partial rows summed in block order from 0. One
+//     thread per (row block, column), so db does not depend on scheduling.
+// The per-element math is rig/math (activations.hpp) over math::DeviceMath.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/kernels/common.hpp"
+#include "rig/half.hpp"
+#include "rig/math/activations.hpp"
+#include "rig/math/device_math.hpp"
+#include "rig/op_types.hpp"
+
+namespace rig::kernels {
+
+// backend::Unary's values, in its order.
+enum class UnaryOp : std::uint8_t {
+  neg,
+  exp,
+  log,
+  sqrt,
+  rsqrt,
+  relu,
+  gelu,
+  gelu_tanh,
+  tanh,
+  sigmoid,
+  add_scalar,
+  mul_scalar,
+  pow_scalar,
+};
+
+// backend::Binary's values, in its order.
+enum class BinaryOp : std::uint8_t { add, sub, mul, div };
+
+// pow with the common exponents done exactly, as core/cpu/elementwise.cpp does.
+RIG_HD_INLINE float pow_scalar(float x, float p) {
+  if (p == 2.0F) return x * x;
+  if (p == 1.0F) return x;
+  if (p == 0.5F) return ::sqrtf(x);
+  if (p == -1.0F) return 1.0F / x;
+  if (p == 3.0F) return x * x * x;
+  if (p == -0.5F) return 1.0F / ::sqrtf(x);
+  return ::powf(x, p);
+}
+
+RIG_HD_INLINE float unary_value(UnaryOp op, float x, float s) {
+  using M = math::DeviceMath;
+  switch (op) {
+    case UnaryOp::neg:
+      return -x;
+    case UnaryOp::exp:
+      return M::exp(x);
+    case UnaryOp::log:
+      return M::log(x);
+    case UnaryOp::sqrt:
+      return M::sqrt(x);
+    case UnaryOp::rsqrt:
+      return 1.0F / M::sqrt(x);
+    case UnaryOp::relu:
+      return x < 0.0F ? 0.0F : x;  // NaN propagates
+    case UnaryOp::gelu:
+      return math::gelu<M>(x);
+    case UnaryOp::gelu_tanh:
+      return math::gelu_tanh<M>(x);
+    case UnaryOp::tanh:
+      return M::tanh(x);
+    case UnaryOp::sigmoid:
+      return math::sigmoid<M>(x);
+    case UnaryOp::add_scalar:
+      return x + s;
+    case UnaryOp::mul_scalar:
+      return x * s;
+    case UnaryOp::pow_scalar:
+      return pow_scalar(x, s);
+  }
+  return x;
+}
+
+// dx = g * op'(x) from the forward's input x or output y (what the CPU reads).
+RIG_HD_INLINE float unary_grad(UnaryOp op, float g, const float* x, const float* y, std::int64_t i,
+                               float s) {
+  using M = math::DeviceMath;
+  switch (op) {
+    case UnaryOp::neg:
+      return -g;
+    case UnaryOp::exp:
+      return g * y[i];
+    case UnaryOp::log:
+      return g / x[i];
+    case UnaryOp::sqrt:
+      return g * 0.5F / y[i];
+    case UnaryOp::rsqrt: {
+      const float yi = y[i];
+      return g * -0.5F * yi * yi * yi;
+    }
+    case UnaryOp::relu:
+      return y[i] > 0.0F ? g : 0.0F;
+    case UnaryOp::gelu:
+      return g * math::gelu_grad<M>(x[i]);
+    case UnaryOp::gelu_tanh:
+      return g * math::gelu_tanh_grad<M>(x[i]);
+    case UnaryOp::tanh:
+      return math::tanh_backward(g, y[i]);
+    case UnaryOp::sigmoid:
+      return math::sigmoid_backward(g, y[i]);
+    case UnaryOp::add_scalar:
+      return g;
+    case UnaryOp::mul_scalar:
+      return g * s;
+    case UnaryOp::pow_scalar:
+      if (s == 2.0F) return g * 2.0F * x[i];
+      if (s == 0.0F) return 0.0F;
+      return g * s * pow_scalar(x[i], s - 1.0F);
+  }
+  return g;
+}
+
+struct UnaryForward {
+  UnaryOp op = UnaryOp::neg;
+  const float* x = nullptr;
+  float* y = nullptr;  // may be x
+  std::int64_t n = 0;
+  float scalar = 0.0F;
+
+  simt::LaunchShape plan(const simt::DeviceProperties& device) const {
+    return plan_grid_stride(device, n);
+  }
+
+  template <class Ctx>
+  RIG_HD void operator()(Ctx& ctx) const {
+    for (std::int64_t i = global_thread(ctx); i < n; i += grid_threads(ctx)) {
+      y[i] = unary_value(op, x[i], scalar);
+    }
+  }
+};
+
+struct UnaryBackward {
+  UnaryOp op = UnaryOp::neg;
+  const float* g = nullptr;
+  const float* x = nullptr;  // the forward's input, or null when op' does not read it
+  const float* y = nullptr;  // the forward's output, or null when op' does not read it
+  float* dx = nullptr;       // may be g
+  std::int64_t n = 0;
+  float scalar = 0.0F;
+
+  simt::LaunchShape plan(const simt::DeviceProperties& device) const {
+    return plan_grid_stride(device, n);
+  }
+
+  template <class Ctx>
+  RIG_HD void operator()(Ctx& ctx) const {
+    for (std::int64_t i = global_thread(ctx); i < n; i += grid_threads(ctx)) {
+      dx[i] = unary_grad(op, g[i], x, y, i, scalar);
+    }
+  }
+};
+
+RIG_HD_INLINE float binary_value(BinaryOp op, float a, float b) {
+  switch (op) {
+    case BinaryOp::add:
+      return a + b;
+    case BinaryOp::sub:
+      return a - b;
+    case BinaryOp::mul:
+      return a * b;
+    case BinaryOp::div:
+      return a / b;
+  }
+  return a;
+}
+
+// out = a op b: ndim, shape and strides are a backend::StridedPlan<3>'s
+// (operands 0 out, 1 a, 2 b; element strides, 0 on broadcast axes).
+struct BinaryKernel {
+  BinaryOp op = BinaryOp::add;
+  int ndim = 1;
+  std::int64_t shape[kMaxDims] = {};
+  std::int64_t strides[3][kMaxDims] = {};
+  const float* a = nullptr;
+  const float* b = nullptr;
+  float* out = nullptr;
+
+  simt::LaunchShape plan(const simt::DeviceProperties& device) const {
+    return plan_grid_stride(device, shape_elements(ndim, shape));
+  }
+
+  template <class Ctx>
+  RIG_HD void operator()(Ctx& ctx) const {
+    const std::int64_t n = shape_elements(ndim, shape);
+    for (std::int64_t i = global_thread(ctx); i < n; i += grid_threads(ctx)) {
+      std::int64_t off[3];
+      strided_offsets(i, ndim, shape, strides, off);
+      out[off[0]] = binary_value(op, a[off[1]], b[off[2]]);
+    }
+  }
+};
+
+RIG_HD_INLINE float activation_value(Activation act, float v) {
+  using M = math::DeviceMath;
+  switch (act) {
+    case Activation::none:
+      return v;
+    case Activation::relu:
+      return v < 0.0F ? 0.0F : v;
+    case Activation::gelu:
+      return math::gelu<M>(v);
+    case Activation::tanh:
+      return M::tanh(v);
+    case Activation::sigmoid:
+      return math::sigmoid<M>(v);
+  }
+  return v;
+}
+
+// g * act'(saved); saved is the output (relu, tanh, sigmoid) or the
+// pre-activation (gelu); none gives g.
+RIG_HD_INLINE float activation_grad(Activation act, float g, float saved, float relu_scale) {
+  switch (act) {
+    case Activation::none:
+      return g;
+    case Activation::relu:
+      return saved > 0.0F ? g * relu_scale : 0.0F;
+    case Activation::gelu:
+      return g * math::gelu_grad<math::DeviceMath>(saved);
+    case Activation::tanh:
+      return math::tanh_backward(g, saved);
+    case Activation::sigmoid:
+      return math::sigmoid_backward(g, saved);
+  }
+  return g;
+}
+
+// In place on y [rows, cols]. Launch nothing when bias is null and the
+// activation none (the CPU returns).
+struct BiasActivation {
+  float* y = nullptr;
+  float* pre = nullptr;         // [rows, cols] or null; written for gelu only
+  const float* bias = nullptr;  // [cols] or null
+  std::int64_t rows = 0, cols = 0;
+  Activation activation = Activation::none;
+
+  simt::LaunchShape plan(const simt::DeviceProperties& device) const {
+    return plan_grid_stride(device, rows * cols);
+  }
+
+  template <class Ctx>
+  RIG_HD void operator()(Ctx& ctx) const {
+    const std::int64_t n = rows * cols;
+    for (std::int64_t i = global_thread(ctx); i < n; i += grid_threads(ctx)) {
+      float v = y[i];
+      if (bias != nullptr) v += bias[i % cols];
+      if (pre != nullptr && activation == Activation::gelu) pre[i] = v;
+      y[i] = activation_value(activation, v);
+    }
+  }
+};
+
+// Rows per partial row of db (the CPU's kRowBlock).
+inline constexpr std::int64_t kActivationRowBlock = 64;
+
+RIG_HD_INLINE std::int64_t activation_row_blocks(std::int64_t rows) {
+  return (rows + kActivationRowBlock - 1) / kActivationRowBlock;
+}
+
+// One thread per (row block, column): dz (f32) and/or dz_bf16 (rounded to
+// nearest even) for the block's rows, and the block's column sum into
+// db_partial[block * cols + column] (summed in row order from 0). With one
+// row block (rows <= 64) pass db itself as db_partial; with more, pass
+// activation_row_blocks(rows) * cols floats of scratch and run ColumnTotals
+// after. Any of dz, dz_bf16, db_partial may be null. To match the CPU:
+// Backend::activation_backward writes no dz for Activation::none (pass
+// null), and launches nothing when it is none and db is null.
+struct ActivationBackward {
+  Activation activation = Activation::none;
+  const float* g = nullptr;
+  const float* saved = nullptr;  // null for none
+  float* dz = nullptr;
+  std::uint16_t* dz_bf16 = nullptr;
+  float* db_partial = nullptr;
+  std::int64_t rows = 0, cols = 0;
+  float relu_scale = 1.0F;
+
+  simt::LaunchShape plan(const simt::DeviceProperties& device) const {
+    return plan_grid_stride(device, activation_row_blocks(rows) * cols);
+  }
+
+  template <class Ctx>
+  RIG_HD void operator()(Ctx& ctx) const {
+    const std::int64_t items = activation_row_blocks(rows) * cols;
+    for (std::int64_t t = global_thread(ctx); t < items; t += grid_threads(ctx)) {
+      const std::int64_t block = t / cols, c = t % cols;
+      const std::int64_t r0 = block * kActivationRowBlock;
+      const std::int64_t r1 = r0 + kActivationRowBlock < rows ? r0 + kActivationRowBlock : rows;
+      float sum = 0.0F;
+      for (std::int64_t r = r0; r < r1; ++r) {
+        const std::int64_t i = r * cols + c;
+        const float d =
+            activation_grad(activation, g[i], saved != nullptr ? saved[i] : 0.0F, relu_scale);
+        if (dz != nullptr) dz[i] = d;
+        if (dz_bf16 != nullptr) dz_bf16[i] = float_to_bfloat16_bits(d);
+        sum += d;
+      }
+      if (db_partial != nullptr) db_partial[block * cols + c] = sum;
+    }
+  }
+};
+
+// out[c] = sum over b of partial[b * cols + c], in order b = 0, 1, ... from 0
+// (the second stage of ActivationBackward's db).
+struct ColumnTotals {
+  const float* partial = nullptr;  // [blocks, cols]
+  float* out = nullptr;            // [cols]
+  std::int64_t blocks = 0, cols = 0;
+
+  simt::LaunchShape plan(const simt::DeviceProperties& device) const {
+    return plan_grid_stride(device, cols);
+  }
+
+  template <class Ctx>
+  RIG_HD void operator()(Ctx& ctx) const {
+    for (std::int64_t c = global_thread(ctx); c < cols; c += grid_threads(ctx)) {
+      float total = 0.0F;
+      for (std::int64_t b = 0; b < blocks; ++b) total += partial[b * cols + c];
+      out[c] = total;
+    }
+  }
+};
+
+}  // namespace rig::kernels
