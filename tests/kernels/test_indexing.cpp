@@ -1,0 +1,228 @@
+#include "cuda/kernels/indexing.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstring>
+
+#include "backend/kernel_args.hpp"
+#include "kernel_test_util.hpp"
+
+namespace rig::kernels::test {
+namespace {
+
+static_assert(sizeof(RowPieceArg) == sizeof(backend::RowPiece));
+static_assert(offsetof(RowPieceArg, bytes) == offsetof(backend::RowPiece, bytes));
+static_assert(offsetof(RowPieceArg, dst_offset) == offsetof(backend::RowPiece, dst_offset));
+
+// Index values in [0, limit) with repeats, as i32 or i64 bytes.
+std::vector<std::uint8_t> indices(std::int64_t k, std::int64_t limit, DType type,
+                                  std::uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::vector<std::uint8_t> out(static_cast<std::size_t>(k) * dtype_size(type));
+  for (std::int64_t t = 0; t < k; ++t) {
+    const auto v = static_cast<std::int64_t>(gen() % static_cast<std::uint32_t>(limit));
+    if (type == DType::i32) {
+      const auto v32 = static_cast<std::int32_t>(v);
+      std::memcpy(out.data() + 4 * t, &v32, 4);
+    } else {
+      std::memcpy(out.data() + 8 * t, &v, 8);
+    }
+  }
+  return out;
+}
+
+std::vector<std::uint8_t> random_bytes(std::int64_t n, std::uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::vector<std::uint8_t> v(static_cast<std::size_t>(n));
+  for (auto& b : v) b = static_cast<std::uint8_t>(gen());
+  return v;
+}
+
+struct Dims {
+  std::int64_t outer, n, inner, k;
+};
+constexpr Dims kDims[] = {{1, 10, 1, 7}, {3, 5, 33, 12}, {2, 50, 8, 1}, {1, 4, 70, 40}};
+
+TEST(KernelIndexing, IndexSelectAndIndexAddBitEqualToCpu) {
+  for (const Dims d : kDims) {
+    for (const DType it : {DType::i32, DType::i64}) {
+      const std::vector<std::uint8_t> idx = indices(d.k, d.n, it, 3);
+      const backend::ConstBuffer index{idx.data(), it, Shape{d.k}};
+      for (const int bytes : {1, 2, 4, 8}) {
+        SCOPED_TRACE(::testing::Message() << d.outer << "x" << d.n << "x" << d.inner << " k " << d.k
+                                          << " " << dtype_name(it) << " bytes " << bytes);
+        const std::vector<std::uint8_t> x = random_bytes(d.outer * d.n * d.inner * bytes, 4);
+        const auto out_bytes = static_cast<std::size_t>(d.outer * d.k * d.inner * bytes);
+        std::vector<std::uint8_t> want(out_bytes, 1), got(out_bytes, 2);
+        cpu().index_select(x.data(), static_cast<std::size_t>(bytes), d.outer, d.n, d.inner, index,
+                           want.data());
+        run(IndexSelect{x.data(), bytes, d.outer, d.n, d.inner, idx.data(), it, d.k, got.data()});
+        EXPECT_TRUE(bit_equal(got, want));
+      }
+      SCOPED_TRACE(::testing::Message() << d.outer << "x" << d.n << "x" << d.inner << " k " << d.k
+                                        << " " << dtype_name(it) << " index_add");
+      const std::vector<float> grad = uniform(d.outer * d.k * d.inner, -1.0F, 1.0F, 5);
+      const std::vector<float> dx0 = uniform(d.outer * d.n * d.inner, -1.0F, 1.0F, 6);
+      std::vector<float> want = dx0, got = dx0;
+      cpu().index_add(grad.data(), d.outer, d.n, d.inner, index, want.data());
+      for (const std::uint64_t emu_seed : kSeeds) {
+        got = dx0;
+        run(IndexAdd{grad.data(), d.outer, d.n, d.inner, idx.data(), it, d.k, got.data()},
+            emu_seed);
+        EXPECT_TRUE(bit_equal(got, want));  // index order: the CPU's sums
+      }
+    }
+  }
+}
+
+struct GatherCase {
+  Shape x_shape, index_shape;
+  int axis;
+};
+
+TEST(KernelIndexing, GatherAndBackwardBitEqualToCpu) {
+  const GatherCase cases[] = {
+      {{7}, {12}, 0},
+      {{4, 9}, {4, 20}, 1},       // along the last axis, repeats
+      {{6, 5}, {10, 3}, 0},       // along the first, index narrower than x
+      {{3, 5, 4}, {2, 8, 3}, 1},  // the middle axis, smaller off-axis extents
+      {{2, 3, 1, 4}, {2, 3, 1, 6}, 3},
+  };
+  for (const GatherCase& c : cases) {
+    for (const DType it : {DType::i32, DType::i64}) {
+      SCOPED_TRACE(::testing::Message()
+                   << to_string(c.x_shape) << " index " << to_string(c.index_shape) << " axis "
+                   << c.axis << " " << dtype_name(it));
+      const std::int64_t along = c.x_shape[static_cast<std::size_t>(c.axis)];
+      const std::int64_t k = shape_numel(c.index_shape);
+      const std::vector<std::uint8_t> idx = indices(k, along, it, 8);
+      const backend::ConstBuffer index{idx.data(), it, c.index_shape};
+      const Strides xs = contiguous_strides(c.x_shape);
+      const auto rank = static_cast<int>(c.x_shape.size());
+
+      const std::vector<float> x = uniform(shape_numel(c.x_shape), -1.0F, 1.0F, 9);
+      std::vector<float> want(static_cast<std::size_t>(k)), got(want.size(), 5.0F);
+      cpu().gather(backend::ConstBuffer{x.data(), DType::f32, c.x_shape}, c.axis, index,
+                   want.data());
+      Gather g{.x = x.data(),
+               .element_bytes = 4,
+               .rank = rank,
+               .axis = c.axis,
+               .index = idx.data(),
+               .index_type = it,
+               .out = got.data()};
+      GatherBackward b{.rank = rank, .axis = c.axis, .index = idx.data(), .index_type = it};
+      for (int d = 0; d < rank; ++d) {
+        g.index_shape[d] = b.index_shape[d] = c.index_shape[static_cast<std::size_t>(d)];
+        g.x_strides[d] = b.x_strides[d] = xs[static_cast<std::size_t>(d)];
+      }
+      run(g);
+      EXPECT_TRUE(bit_equal(got, want));
+
+      const std::vector<float> grad = uniform(k, -1.0F, 1.0F, 10);
+      std::vector<float> want_dx(x.size(), 0.0F);
+      cpu().gather_backward(grad.data(), c.axis, index, want_dx.data(), c.x_shape);
+      for (const std::uint64_t emu_seed : kSeeds) {
+        std::vector<float> dx(x.size(), 0.0F);
+        b.grad = grad.data();
+        b.dx = dx.data();
+        run(b, emu_seed);
+        EXPECT_TRUE(bit_equal(dx, want_dx));
+      }
+    }
+  }
+}
+
+TEST(KernelIndexing, SelectAndMaskedFillBitEqualToCpu) {
+  const Shape shape{3, 5, 7};
+  struct Case {
+    Strides cond, a, b;
+  };
+  const Case cases[] = {
+      {{35, 7, 1}, {35, 7, 1}, {35, 7, 1}},
+      {{0, 1, 0}, {1, 3, 15}, {7, 0, 1}},   // broadcast cond, transposed a, broadcast b
+      {{35, 7, 1}, {0, 0, 0}, {35, 7, 1}},  // masked fill: a is one value
+  };
+  for (const Case& c : cases) {
+    for (const int bytes : {1, 2, 4, 8}) {
+      SCOPED_TRACE(::testing::Message() << "bytes " << bytes);
+      const std::vector<std::uint8_t> cond = [] {
+        std::vector<std::uint8_t> m = random_bytes(105, 11);
+        for (auto& v : m) v = v % 3 == 0 ? 0 : v;  // nonzero values other than 1 count as true
+        return m;
+      }();
+      const std::vector<std::uint8_t> a = random_bytes(105 * bytes, 12);
+      const std::vector<std::uint8_t> b = random_bytes(105 * bytes, 13);
+      std::vector<std::uint8_t> want(static_cast<std::size_t>(105 * bytes), 1), got(want.size(), 2);
+      cpu().select(shape, static_cast<std::size_t>(bytes), {cond.data(), c.cond}, {a.data(), c.a},
+                   {b.data(), c.b}, want.data());
+      Select k{.ndim = 3,
+               .cond = cond.data(),
+               .a = a.data(),
+               .b = b.data(),
+               .out = got.data(),
+               .element_bytes = bytes};
+      for (int d = 0; d < 3; ++d) {
+        const auto u = static_cast<std::size_t>(d);
+        k.shape[d] = shape[u];
+        k.strides[0][d] = c.cond[u];
+        k.strides[1][d] = c.a[u];
+        k.strides[2][d] = c.b[u];
+      }
+      run(k);
+      EXPECT_TRUE(bit_equal(got, want));
+    }
+  }
+}
+
+TEST(KernelIndexing, RowCopiesBitEqualToCpu) {
+  // Odd piece sizes and offsets (narrow words), aligned ones (16-byte words),
+  // and one piece longer than a chunk.
+  for (const std::int64_t rows : {1, 3, 17}) {
+    const std::int64_t sizes[] = {5, 16, 32, 3, rows == 1 ? kRowChunkBytes + 40 : 48};
+    std::vector<std::vector<std::uint8_t>> sources;
+    std::vector<backend::RowPiece> pieces;
+    std::int64_t row_bytes = 0, max_bytes = 0;
+    for (std::size_t p = 0; p < std::size(sizes); ++p) {
+      sources.push_back(random_bytes(rows * sizes[p], static_cast<std::uint32_t>(20 + p)));
+      pieces.push_back(
+          {reinterpret_cast<const std::byte*>(sources.back().data()), sizes[p], row_bytes});
+      row_bytes += sizes[p];
+      max_bytes = std::max(max_bytes, sizes[p]);
+    }
+    SCOPED_TRACE(::testing::Message() << "rows " << rows << " row bytes " << row_bytes);
+    const auto total = static_cast<std::size_t>(rows * row_bytes);
+    std::vector<std::uint8_t> want(total, 1), got(total, 2);
+    auto* wp = reinterpret_cast<std::byte*>(want.data());
+    auto* gp = reinterpret_cast<std::byte*>(got.data());
+    cpu().concat_rows(pieces.data(), static_cast<std::int64_t>(pieces.size()), wp, row_bytes, rows);
+    std::vector<RowPieceArg> args(pieces.size());
+    std::memcpy(args.data(), pieces.data(), pieces.size() * sizeof(RowPieceArg));
+    run(ConcatRows{args.data(), static_cast<std::int64_t>(args.size()), gp, row_bytes, rows,
+                   max_bytes});
+    EXPECT_TRUE(bit_equal(got, want));
+
+    for (const std::int64_t offset : {0, 5, 21}) {
+      for (const std::int64_t bytes : {std::int64_t{1}, std::int64_t{16}, row_bytes - 21}) {
+        SCOPED_TRACE(::testing::Message() << "offset " << offset << " bytes " << bytes);
+        const auto packed = static_cast<std::size_t>(rows * bytes);
+        std::vector<std::uint8_t> want_x(packed, 3), got_x(packed, 4);
+        cpu().extract_rows(wp, row_bytes, offset, reinterpret_cast<std::byte*>(want_x.data()),
+                           bytes, rows);
+        run(ExtractRows{wp, row_bytes, offset, reinterpret_cast<std::byte*>(got_x.data()), bytes,
+                        rows});
+        EXPECT_TRUE(bit_equal(got_x, want_x));
+
+        std::vector<std::uint8_t> want_z = want, got_z = want;
+        cpu().zero_rows(reinterpret_cast<std::byte*>(want_z.data()), row_bytes, offset, bytes,
+                        rows);
+        run(ZeroRows{reinterpret_cast<std::byte*>(got_z.data()), row_bytes, offset, bytes, rows});
+        EXPECT_TRUE(bit_equal(got_z, want_z));
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rig::kernels::test
