@@ -195,7 +195,7 @@ struct BinaryKernel {
   float* out = nullptr;
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
-    return plan_grid_stride(device, shape_elements(ndim, shape));
+    return plan_grid_stride(device, shape_elements(ndim, shape), 1, 40);  // ptxas: 40
   }
 
   template <class Ctx>
@@ -295,7 +295,7 @@ struct ActivationBackward {
   float relu_scale = 1.0F;
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
-    return plan_grid_stride(device, activation_row_blocks(rows) * cols);
+    return plan_grid_stride(device, activation_row_blocks(rows) * cols, 1, 38);  // ptxas: 38
   }
 
   template <class Ctx>
