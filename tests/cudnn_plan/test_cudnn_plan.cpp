@@ -1,11 +1,14 @@
 // The GPU-less support check: every graph rig builds (core/cuda/dnn) for a
 // representative set of shapes -- ResNet-20 on CIFAR's convolutions and batch
-// norms, a Transformer base's attention -- is built by cuDNN and planned for
-// each committed device description (tests/gpu/devices/*.json): the operation
-// graph finalizes, the heuristics return at least one engine (without TF32
-// for f32 convolutions) and an execution plan finalizes for it. No GPU is
-// needed; cuDNN (libcudnn.so.9) is, and every test skips with the reason
-// where it cannot be loaded.
+// norms, a Transformer base's attention forward and backward -- is built by
+// cuDNN and planned for each committed device description
+// (tests/gpu/devices/*.json): the operation graph finalizes, the heuristics
+// return at least one engine (without TF32 for f32 convolutions, and without
+// the NONDETERMINISTIC numerical note unless the graph allows it) and an
+// execution plan finalizes for it. Each line printed names the engine chosen
+// and whether it is deterministic; a graph with no deterministic engine says
+// "NO DETERMINISTIC ENGINE". No GPU is needed; cuDNN (libcudnn.so.9) is, and
+// every test skips with the reason where it cannot be loaded.
 //
 // What cuDNN 9.19 needs to plan without a GPU (found here, on a machine
 // without a driver): precompiled engines (convolutions) need nothing but the
@@ -88,6 +91,11 @@ struct Case {
   dnn::Graph graph;
 };
 
+dnn::Graph allowing_nondeterminism(dnn::Graph g) {
+  g.allow_nondeterministic = true;
+  return g;
+}
+
 rig::backend::Conv2dShape conv(std::int64_t n, std::int64_t c_in, std::int64_t c_out,
                                std::int64_t k, std::int64_t stride, std::int64_t size,
                                bool bias = false) {
@@ -137,6 +145,12 @@ std::vector<Case> cases() {
       out.push_back({"conv_wgrad_" + base, dnn::conv2d_backward_filter_graph(c.shape, type)});
     }
   }
+  // What the deterministic filter costs wgrad: the same graphs allowing
+  // nondeterministic engines (as cuDNN's heuristics would pick them).
+  for (const Conv& c : convs) {
+    out.push_back({std::string("conv_wgrad_nondeterministic_f32_") + c.name,
+                   allowing_nondeterminism(dnn::conv2d_backward_filter_graph(c.shape))});
+  }
   // A biased convolution, a grouped one and a dilated one (f32).
   out.push_back({"conv_fwd_f32_bias", dnn::conv2d_forward_graph(conv(32, 16, 16, 3, 1, 32, true))});
   rig::backend::Conv2dShape grouped = conv(32, 32, 32, 3, 1, 16);
@@ -156,9 +170,9 @@ std::vector<Case> cases() {
     out.push_back({"bn_fwd_" + base, dnn::batch_norm_forward_training_graph(s, false)});
     out.push_back({"bn_bwd_" + base, dnn::batch_norm_backward_graph(s)});
   }
-  // A Transformer base's attention: H = 8, D = 64.
+  // A Transformer base's attention, forward and backward: H = 8, D = 64.
   for (std::int64_t b : {8, 32}) {
-    for (std::int64_t t : {32, 128, 256}) {
+    for (std::int64_t t : {32, 64, 128, 256}) {
       for (dnn::ConvType type : {dnn::ConvType::bf16, dnn::ConvType::f16}) {
         for (int variant = 0; variant < 4; ++variant) {
           dnn::AttentionGraphShape s = dnn::AttentionGraphShape::packed(b, 8, t, t, 64);
@@ -169,7 +183,8 @@ std::vector<Case> cases() {
                                    std::to_string(t) + (s.causal ? "_causal" : "") +
                                    (s.padding ? "_padding" : "");
           out.push_back({"attn_fwd_" + base, dnn::attention_forward_graph(s)});
-          if (b == 8 && t == 128) {
+          out.push_back({"attn_bwd_" + base, dnn::attention_backward_graph(s)});
+          if ((b == 8 && t == 128) || (b == 32 && t == 256)) {
             for (dnn::AttentionDropout dropout :
                  {dnn::AttentionDropout::philox, dnn::AttentionDropout::mask}) {
               s.dropout = dropout;
@@ -177,7 +192,13 @@ std::vector<Case> cases() {
               const std::string d =
                   dropout == dnn::AttentionDropout::philox ? "_dropout_philox" : "_dropout_mask";
               out.push_back({"attn_fwd_" + base + d, dnn::attention_forward_graph(s)});
+              out.push_back({"attn_bwd_" + base + d, dnn::attention_backward_graph(s)});
             }
+            s.dropout = dnn::AttentionDropout::none;
+            // cuDNN's default backward: dq by atomics, nondeterministic engines allowed.
+            s.allow_nondeterministic = true;
+            out.push_back({"attn_bwd_nondeterministic_" + base, dnn::attention_backward_graph(s)});
+            s.allow_nondeterministic = false;
           }
         }
       }
@@ -205,14 +226,19 @@ TEST_P(CudnnPlan, FinalizesOnEveryDescribedDevice) {
                     << " (graph finalized: " << r.graph_finalized
                     << ", engine configs: " << r.engine_configs << ", usable: " << r.usable_configs
                     << ")\n  " << c.graph.key();
+    if (r.no_deterministic_engine) {
+      std::printf("%s on %s: NO DETERMINISTIC ENGINE (%lld engine configs, all nondeterministic)\n",
+                  c.name.c_str(), device.name.c_str(), static_cast<long long>(r.engine_configs));
+    }
     if (ok) {
-      std::printf(
-          "%s on %s: %s, %lld engine configs, %s\n", c.name.c_str(), device.name.c_str(),
-          r.engine.empty() ? "" : r.engine.c_str(), static_cast<long long>(r.engine_configs),
-          r.supported()
-              ? ("plan finalized, workspace " + std::to_string(r.workspace_bytes) + " bytes")
-                    .c_str()
-              : "plan compiled; its load needs the driver (stub)");
+      std::printf("%s on %s: %s, %lld engine configs (%lld nondeterministic), %s\n", c.name.c_str(),
+                  device.name.c_str(), r.engine.empty() ? "" : r.engine.c_str(),
+                  static_cast<long long>(r.engine_configs),
+                  static_cast<long long>(r.nondeterministic_configs),
+                  r.supported() ? ("plan finalized, workspace " +
+                                   std::to_string(r.workspace_bytes) + " bytes")
+                                      .c_str()
+                                : "plan compiled; its load needs the driver (stub)");
     }
   }
 }

@@ -103,3 +103,85 @@ TEST(DnnGraph, AttentionRejectsWhatCudnnCannotDo) {
   a.type = dnn::ConvType::f32;
   EXPECT_THROW(dnn::attention_forward_graph(a), std::invalid_argument);
 }
+
+TEST(DnnGraph, AttentionForwardStatsAreOptional) {
+  dnn::AttentionGraphShape a = dnn::AttentionGraphShape::packed(2, 8, 32, 32, 64);
+  EXPECT_NE(dnn::attention_forward_graph(a).tensor(dnn::uid::stats), nullptr);
+  a.stats = false;
+  const dnn::Graph inference = dnn::attention_forward_graph(a);
+  EXPECT_EQ(inference.tensor(dnn::uid::stats), nullptr);
+  EXPECT_NE(inference.tensor(dnn::uid::o), nullptr);
+}
+
+TEST(DnnGraph, AttentionBackwardDeclaresWhatTheCallerBinds) {
+  dnn::AttentionGraphShape a = dnn::AttentionGraphShape::packed(2, 8, 32, 48, 64);
+  a.padding = true;
+  a.dropout = dnn::AttentionDropout::philox;
+  a.dropout_probability = 0.1F;
+  const dnn::Graph g = dnn::attention_backward_graph(a);
+  for (std::int64_t id :
+       {dnn::uid::q, dnn::uid::k, dnn::uid::v, dnn::uid::o, dnn::uid::d_o, dnn::uid::stats,
+        dnn::uid::dq, dnn::uid::dk, dnn::uid::dv, dnn::uid::attn_scale, dnn::uid::neg_inf,
+        dnn::uid::seq_len_q, dnn::uid::seq_len_kv, dnn::uid::seed, dnn::uid::offset,
+        dnn::uid::dropout_scale, dnn::uid::dropout_scale_inv}) {
+    const dnn::TensorDesc* t = g.tensor(id);
+    ASSERT_NE(t, nullptr) << id;
+    EXPECT_FALSE(t->is_virtual || t->scratch || t->value) << id;
+  }
+  EXPECT_EQ(g.tensor(dnn::uid::keep), nullptr);
+  // k and v are read as [B, H, D, Tk]; dk and dv are written [B, H, Tk, D].
+  EXPECT_EQ(g.tensor(dnn::uid::v)->dims, (std::vector<std::int64_t>{2, 8, 64, 48}));
+  EXPECT_EQ(g.tensor(dnn::uid::dv)->dims, (std::vector<std::int64_t>{2, 8, 48, 64}));
+  EXPECT_EQ(g.tensor(dnn::uid::dq)->dims, (std::vector<std::int64_t>{2, 8, 32, 64}));
+  // softmax_sum lives in the workspace; the deterministic graph has no dq accumulator.
+  ASSERT_NE(g.tensor(dnn::uid::softmax_sum), nullptr);
+  EXPECT_TRUE(g.tensor(dnn::uid::softmax_sum)->scratch);
+  EXPECT_EQ(g.tensor(dnn::uid::dq_accum), nullptr);
+  EXPECT_FALSE(g.allow_nondeterministic);
+  int reshapes = 0, overridden = 0;
+  for (const dnn::Node& n : g.nodes) {
+    reshapes += n.kind == dnn::OpKind::reshape;
+    overridden += n.kind == dnn::OpKind::matmul && n.operand(dnn::Slot::m_override) != 0;
+  }
+  EXPECT_EQ(reshapes, 3);    // P^T, dS^T, k as [B, H, Tk, D]
+  EXPECT_EQ(overridden, 5);  // every matmul, under padding
+}
+
+TEST(DnnGraph, AttentionBackwardWithoutDropoutMultipliesByAConstantOne) {
+  const dnn::Graph g =
+      dnn::attention_backward_graph(dnn::AttentionGraphShape::packed(2, 8, 32, 32, 64));
+  const dnn::TensorDesc* one = g.tensor(dnn::uid::one);
+  ASSERT_NE(one, nullptr);
+  EXPECT_TRUE(one->by_value);
+  EXPECT_EQ(one->value, 1.0F);
+  EXPECT_EQ(g.tensor(dnn::uid::dropout_scale_inv), nullptr);
+  EXPECT_EQ(g.tensor(dnn::uid::neg_inf), nullptr);
+}
+
+TEST(DnnGraph, NondeterministicAttentionBackwardAccumulatesDqInScratch) {
+  dnn::AttentionGraphShape a = dnn::AttentionGraphShape::packed(2, 8, 32, 32, 64);
+  const std::string deterministic = dnn::attention_backward_graph(a).key();
+  a.allow_nondeterministic = true;
+  const dnn::Graph g = dnn::attention_backward_graph(a);
+  EXPECT_TRUE(g.allow_nondeterministic);
+  ASSERT_NE(g.tensor(dnn::uid::dq_accum), nullptr);
+  EXPECT_TRUE(g.tensor(dnn::uid::dq_accum)->scratch);
+  EXPECT_EQ(g.tensor(dnn::uid::dq_accum)->type, dnn::DnnType::f32);
+  EXPECT_NE(g.key(), deterministic);
+}
+
+TEST(DnnGraph, DeterminismIsPartOfTheKey) {
+  dnn::Graph g = dnn::conv2d_backward_filter_graph(conv(16, 16, 3, 1, 32));
+  const std::string key = g.key();
+  g.allow_nondeterministic = true;
+  EXPECT_NE(g.key(), key);
+}
+
+TEST(DnnGraph, AttentionBackwardRejectsWhatCudnnCannotDo) {
+  dnn::AttentionGraphShape a = dnn::AttentionGraphShape::packed(2, 8, 32, 48, 64);
+  a.causal = true;  // tq != tk
+  EXPECT_THROW(dnn::attention_backward_graph(a), std::invalid_argument);
+  a = dnn::AttentionGraphShape::packed(2, 8, 32, 32, 64);
+  a.type = dnn::ConvType::f32;
+  EXPECT_THROW(dnn::attention_backward_graph(a), std::invalid_argument);
+}

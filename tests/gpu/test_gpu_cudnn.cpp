@@ -1,8 +1,10 @@
 // cuDNN graphs (core/cuda/dnn) on a GPU against cpu_backend() on the same
 // inputs: convolution forward / dgrad / wgrad (f32, no TF32), batch-norm
 // training forward and backward, attention forward (bf16 operands, f32
-// softmax; causal; rig's dropout mask). Skips without a GPU, and without
-// cuDNN.
+// softmax; causal; rig's dropout mask) and attention backward (dq, dk, dv
+// from the GPU forward's out and stats; causal, key and query padding, rig's
+// dropout mask, cuDNN's Philox dropout with its keep bits read back through
+// an identity v). Skips without a GPU, and without cuDNN.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +20,7 @@
 #include "device_array.hpp"
 #include "gpu_test.hpp"
 #include "rig/dtype.hpp"
+#include "rig/random.hpp"
 
 namespace dnn = rig::cuda::dnn;
 using rig_gpu_test::DeviceArray;
@@ -289,4 +292,265 @@ TEST_F(CudnnGraphTest, CausalAttentionForwardMatchesCpu) {
 
 TEST_F(CudnnGraphTest, AttentionWithRigsDropoutMaskMatchesCpu) {
   attention_case(*this, false, true, &CudnnGraphTest::run);
+}
+
+// ---- Attention backward ----------------------------------------------------------------
+
+namespace {
+
+struct BackwardCase {
+  bool causal = false;
+  bool padding = false;
+  dnn::AttentionDropout dropout = dnn::AttentionDropout::none;
+  dnn::ConvType type = dnn::ConvType::bf16;
+};
+
+// f16 / bf16 bits of x, and x rounded to them.
+std::uint16_t to_half_bits(float x, dnn::ConvType type) {
+  return type == dnn::ConvType::bf16 ? rig::float_to_bfloat16(x) : rig::float_to_half(x);
+}
+float from_half_bits(std::uint16_t x, dnn::ConvType type) {
+  return type == dnn::ConvType::bf16 ? rig::bfloat16_to_float(x) : rig::half_to_float(x);
+}
+
+struct HalfTensor {
+  std::vector<float> values;  // rounded
+  std::vector<std::uint16_t> bits;
+};
+
+HalfTensor half_values(std::vector<float> x, dnn::ConvType type) {
+  HalfTensor t;
+  t.bits.resize(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    t.bits[i] = to_half_bits(x[i], type);
+    x[i] = from_half_bits(t.bits[i], type);
+  }
+  t.values = std::move(x);
+  return t;
+}
+
+std::vector<float> to_floats(const std::vector<std::uint16_t>& bits, dnn::ConvType type) {
+  std::vector<float> out(bits.size());
+  for (std::size_t i = 0; i < bits.size(); ++i) out[i] = from_half_bits(bits[i], type);
+  return out;
+}
+
+// Compares [B, H, T, D] tensors on the rows t < valid[b]; the tolerance's
+// absolute part is relative to the largest |want|.
+void expect_rows_close(const std::vector<float>& got, const std::vector<float>& want,
+                       std::int64_t b_count, std::int64_t h_count, std::int64_t t_count,
+                       std::int64_t d_count, const std::vector<std::int32_t>& valid, float rel,
+                       float abs_of_max, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  float max = 0.0F;
+  for (float w : want) max = std::max(max, std::fabs(w));
+  const float abs = abs_of_max * max;
+  std::size_t bad = 0, compared = 0;
+  for (std::int64_t b = 0; b < b_count; ++b) {
+    for (std::int64_t h = 0; h < h_count; ++h) {
+      for (std::int64_t t = 0; t < valid[static_cast<std::size_t>(b)]; ++t) {
+        for (std::int64_t d = 0; d < d_count; ++d) {
+          const auto i = static_cast<std::size_t>(((b * h_count + h) * t_count + t) * d_count + d);
+          ++compared;
+          if (!(std::fabs(got[i] - want[i]) <= abs + rel * std::fabs(want[i]))) {
+            if (++bad <= 5) {
+              ADD_FAILURE() << what << "[b " << b << " h " << h << " t " << t << " d " << d
+                            << "]: " << got[i] << " vs " << want[i] << " (max |want| " << max
+                            << ")";
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0U) << what << ": " << bad << " of " << compared << " values off";
+  EXPECT_GT(max, 0.0F) << what << " is all zeros";
+}
+
+class AttentionBackwardTest : public CudnnGraphTest {
+ protected:
+  // Runs forward then backward on the GPU and compares dq, dk, dv with the
+  // CPU's attention_backward from the same inputs (and, for Philox, the
+  // keep bits cuDNN drew).
+  void check(const BackwardCase& c) {
+    dnn::AttentionGraphShape s = dnn::AttentionGraphShape::packed(2, 4, 64, 64, 64);
+    s.type = c.type;
+    s.causal = c.causal;
+    s.padding = c.padding;
+    s.dropout = c.dropout;
+    const float p_drop = c.dropout == dnn::AttentionDropout::none ? 0.0F : 0.25F;
+    s.dropout_probability = p_drop;
+    const std::size_t n = static_cast<std::size_t>(s.b * s.h * s.tq * s.d);
+    const std::size_t probs = static_cast<std::size_t>(s.b * s.h * s.tq * s.tk);
+    const std::vector<std::int32_t> len_q =
+        c.padding ? std::vector<std::int32_t>{64, 41} : std::vector<std::int32_t>{64, 64};
+    const std::vector<std::int32_t> len_kv =
+        c.padding ? std::vector<std::int32_t>{64, 29} : std::vector<std::int32_t>{64, 64};
+    const HalfTensor q = half_values(random_values(n, 21), c.type);
+    const HalfTensor k = half_values(random_values(n, 22), c.type);
+    const HalfTensor v = half_values(random_values(n, 23), c.type);
+    std::vector<float> g = random_values(n, 24);
+    for (std::int64_t b = 0; b < s.b; ++b) {  // no gradient into padded query rows
+      for (std::int64_t h = 0; h < s.h; ++h) {
+        for (std::int64_t i = len_q[static_cast<std::size_t>(b)]; i < s.tq; ++i) {
+          for (std::int64_t d = 0; d < s.d; ++d) {
+            g[static_cast<std::size_t>(((b * s.h + h) * s.tq + i) * s.d + d)] = 0.0F;
+          }
+        }
+      }
+    }
+    const HalfTensor dout = half_values(g, c.type);
+    // Dropout: rig's bits (the CPU's stream) or cuDNN's (read back below).
+    std::vector<std::uint8_t> keep(probs, 1);
+    const rig::RandomKey key{77, 3, 0, rig::purpose_id("gpu.cudnn.attention")};
+    if (c.dropout == dnn::AttentionDropout::mask) {
+      rig::backend::cpu_backend().dropout_mask(key, p_drop, keep.data(),
+                                               static_cast<std::int64_t>(probs), 0);
+    }
+    std::vector<std::uint16_t> keep_half(probs);
+    for (std::size_t i = 0; i < probs; ++i) {
+      keep_half[i] = to_half_bits(static_cast<float>(keep[i]), c.type);
+    }
+    const float scale = 1.0F / std::sqrt(static_cast<float>(s.d));
+    const float keep_scale = 1.0F / (1.0F - p_drop);
+    const float keep_scale_inv = 1.0F - p_drop;
+    const float neg_inf = -std::numeric_limits<float>::infinity();
+    const std::vector<std::int64_t> seed{12345}, offset{678};
+    DeviceArray<std::uint16_t> d_q(q.bits), d_k(k.bits), d_v(v.bits), d_out(n), d_dout(dout.bits),
+        d_dq(n), d_dk(n), d_dv(n), d_keep(keep_half);
+    DeviceArray<float> d_stats(static_cast<std::size_t>(s.b * s.h * s.tq));
+    DeviceArray<std::int32_t> d_len_q(len_q), d_len_kv(len_kv);
+    DeviceArray<std::int64_t> d_seed(seed), d_offset(offset);
+    std::vector<dnn::Binding> common{{dnn::uid::q, d_q.data()},
+                                     {dnn::uid::k, d_k.data()},
+                                     {dnn::uid::o, d_out.data()},
+                                     {dnn::uid::stats, d_stats.data()},
+                                     {dnn::uid::attn_scale, &scale},
+                                     {dnn::uid::neg_inf, &neg_inf},
+                                     {dnn::uid::seq_len_q, d_len_q.data()},
+                                     {dnn::uid::seq_len_kv, d_len_kv.data()},
+                                     {dnn::uid::seed, d_seed.data()},
+                                     {dnn::uid::offset, d_offset.data()},
+                                     {dnn::uid::keep, d_keep.data()},
+                                     {dnn::uid::dropout_scale, &keep_scale},
+                                     {dnn::uid::dropout_scale_inv, &keep_scale_inv}};
+    const auto with = [&](std::vector<dnn::Binding> extra) {
+      std::vector<dnn::Binding> all = common;
+      all.insert(all.end(), extra.begin(), extra.end());
+      return all;  // run_bound passes on what the graph declares
+    };
+    const dnn::Graph fwd = dnn::attention_forward_graph(s);
+    const dnn::Graph bwd = dnn::attention_backward_graph(s);
+    if (c.dropout == dnn::AttentionDropout::philox) {
+      // cuDNN's keep bits: with v = I (tk == d) out is the dropped weights,
+      // zero exactly where dropped. Same seed and offset: the same bits.
+      std::vector<float> eye(n, 0.0F);
+      for (std::int64_t bh = 0; bh < s.b * s.h; ++bh) {
+        for (std::int64_t j = 0; j < s.tk; ++j) {
+          eye[static_cast<std::size_t>((bh * s.tk + j) * s.d + j)] = 1.0F;
+        }
+      }
+      const HalfTensor identity = half_values(eye, c.type);
+      DeviceArray<std::uint16_t> d_eye(identity.bits);
+      run_bound(fwd, with({{dnn::uid::v, d_eye.data()}}));
+      const std::vector<float> weights = to_floats(d_out.to_host(), c.type);
+      for (std::size_t i = 0; i < probs; ++i) keep[i] = weights[i] != 0.0F ? 1 : 0;
+    }
+    run_bound(fwd, with({{dnn::uid::v, d_v.data()}}));
+    const std::vector<dnn::Binding> backward_bindings = with({{dnn::uid::v, d_v.data()},
+                                                              {dnn::uid::d_o, d_dout.data()},
+                                                              {dnn::uid::dq, d_dq.data()},
+                                                              {dnn::uid::dk, d_dk.data()},
+                                                              {dnn::uid::dv, d_dv.data()}});
+    run_bound(bwd, backward_bindings);
+    const std::vector<std::uint16_t> dq_bits = d_dq.to_host(), dk_bits = d_dk.to_host(),
+                                     dv_bits = d_dv.to_host();
+    // Deterministic: a second run gives the same bits.
+    run_bound(bwd, backward_bindings);
+    EXPECT_TRUE(d_dq.to_host() == dq_bits) << "dq differs between two runs";
+    EXPECT_TRUE(d_dk.to_host() == dk_bits) << "dk differs between two runs";
+    EXPECT_TRUE(d_dv.to_host() == dv_bits) << "dv differs between two runs";
+    std::printf("attention backward engine: %s, workspace %zu bytes\n",
+                graphs_->engine(bwd).c_str(), graphs_->workspace_bytes(bwd));
+
+    // The CPU from the same inputs: mask [B, 1, Tq, Tk] for the padding.
+    std::vector<std::uint8_t> allowed(static_cast<std::size_t>(s.b * s.tq * s.tk));
+    for (std::int64_t b = 0; b < s.b; ++b) {
+      for (std::int64_t i = 0; i < s.tq; ++i) {
+        for (std::int64_t j = 0; j < s.tk; ++j) {
+          allowed[static_cast<std::size_t>((b * s.tq + i) * s.tk + j)] =
+              i < len_q[static_cast<std::size_t>(b)] && j < len_kv[static_cast<std::size_t>(b)];
+        }
+      }
+    }
+    rig::backend::AttentionShape a;
+    a.b = s.b;
+    a.h = s.h;
+    a.tq = s.tq;
+    a.tk = s.tk;
+    a.d = s.d;
+    a.scale = scale;
+    a.causal = c.causal;
+    if (c.padding) {
+      a.mask = allowed.data();
+      a.mask_strides = {s.tq * s.tk, 0, s.tk, 1};
+    }
+    if (c.dropout != dnn::AttentionDropout::none) {
+      a.keep = keep.data();
+      a.keep_scale = keep_scale;
+    }
+    a.bf16_products = c.type == dnn::ConvType::bf16;
+    const rig::backend::HeadStrides hs{s.h * s.tq * s.d, s.tq * s.d, s.d};
+    std::vector<float> out(n), p(probs), dq(n), dk(n), dv(n);
+    rig::backend::Backend& cpu = rig::backend::cpu_backend();
+    cpu.attention_forward(a, q.values.data(), hs, k.values.data(), hs, v.values.data(), hs,
+                          out.data(), hs, p.data());
+    cpu.attention_backward(a, q.values.data(), hs, k.values.data(), hs, v.values.data(), hs,
+                           p.data(), dout.values.data(), hs, dq.data(), hs, dk.data(), hs,
+                           dv.data(), hs);
+    expect_rows_close(to_floats(d_out.to_host(), c.type), out, s.b, s.h, s.tq, s.d, len_q, 3e-2F,
+                      2e-2F, "out");
+    expect_rows_close(to_floats(dq_bits, c.type), dq, s.b, s.h, s.tq, s.d, len_q, 5e-2F, 2e-2F,
+                      "dq");
+    expect_rows_close(to_floats(dk_bits, c.type), dk, s.b, s.h, s.tk, s.d, len_kv, 5e-2F, 2e-2F,
+                      "dk");
+    expect_rows_close(to_floats(dv_bits, c.type), dv, s.b, s.h, s.tk, s.d, len_kv, 5e-2F, 2e-2F,
+                      "dv");
+  }
+
+  // run() with only the bindings the graph declares.
+  void run_bound(const dnn::Graph& graph, const std::vector<dnn::Binding>& all) {
+    std::vector<dnn::Binding> bound;
+    for (const dnn::Binding& b : all) {
+      const dnn::TensorDesc* t = graph.tensor(b.uid);
+      if (t != nullptr && !t->is_virtual) bound.push_back(b);
+    }
+    run(graph, bound);
+  }
+};
+
+}  // namespace
+
+TEST_F(AttentionBackwardTest, PlainMatchesCpu) {
+  check({});
+}
+
+TEST_F(AttentionBackwardTest, CausalMatchesCpu) {
+  check({.causal = true});
+}
+
+TEST_F(AttentionBackwardTest, PaddingMatchesCpuOnValidRows) {
+  check({.padding = true});
+}
+
+TEST_F(AttentionBackwardTest, CausalPaddingF16MatchesCpuOnValidRows) {
+  check({.causal = true, .padding = true, .type = dnn::ConvType::f16});
+}
+
+TEST_F(AttentionBackwardTest, RigsDropoutMaskMatchesCpu) {
+  check({.causal = true, .dropout = dnn::AttentionDropout::mask});
+}
+
+TEST_F(AttentionBackwardTest, PhiloxDropoutMatchesCpuWithCudnnsBits) {
+  check({.padding = true, .dropout = dnn::AttentionDropout::philox});
 }

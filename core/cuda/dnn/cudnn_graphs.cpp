@@ -7,6 +7,8 @@
 #include <cudnn_graph.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <utility>
 #include <vector>
 
 namespace rig::cuda::dnn {
@@ -332,6 +334,18 @@ void build_node(BuiltGraph& built, const Graph& graph, const Node& node) {
       op.set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_ADESC, tensor(Slot::a), "matmul a");
       op.set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_BDESC, tensor(Slot::b), "matmul b");
       op.set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_CDESC, tensor(Slot::c), "matmul c");
+      if (has(Slot::m_override)) {
+        op.set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC,
+                          tensor(Slot::m_override), "matmul m override");
+      }
+      if (has(Slot::n_override)) {
+        op.set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC,
+                          tensor(Slot::n_override), "matmul n override");
+      }
+      if (has(Slot::k_override)) {
+        op.set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC,
+                          tensor(Slot::k_override), "matmul k override");
+      }
       op.finalize("finalizing a matmul operation");
       built.parts.push_back(std::move(mm));
       built.operations.push_back(std::move(op));
@@ -403,6 +417,14 @@ void build_node(BuiltGraph& built, const Graph& graph, const Node& node) {
       built.operations.push_back(std::move(op));
       break;
     }
+    case OpKind::reshape: {
+      Descriptor op(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+      op.set_descriptor(CUDNN_ATTR_OPERATION_RESHAPE_XDESC, tensor(Slot::x), "reshape x");
+      op.set_descriptor(CUDNN_ATTR_OPERATION_RESHAPE_YDESC, tensor(Slot::y), "reshape y");
+      op.finalize("finalizing a reshape operation");
+      built.operations.push_back(std::move(op));
+      break;
+    }
   }
 }
 
@@ -450,6 +472,11 @@ bool forbids_tf32(const Graph& graph) {
       continue;
     }
     for (const auto& [slot, id] : n.operands) {
+      // The inputs decide: an f32 output (attention's dq accumulator) is no TF32.
+      if (slot != Slot::x && slot != Slot::w && slot != Slot::dy && slot != Slot::a &&
+          slot != Slot::b) {
+        continue;
+      }
       const TensorDesc* t = graph.tensor(id);
       if (t != nullptr && t->type == DnnType::f32 && !t->is_virtual) return true;
     }
@@ -461,8 +488,17 @@ bool forbids_tf32(const Graph& graph) {
 struct EngineInfo {
   std::int64_t index = -1;
   std::vector<cudnnBackendNumericalNote_t> notes;
+  std::vector<cudnnBackendBehaviorNote_t> behavior;
+  bool has(cudnnBackendNumericalNote_t note) const {
+    return std::find(notes.begin(), notes.end(), note) != notes.end();
+  }
+  bool nondeterministic() const { return has(CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC); }
   std::string describe() const {
     std::string text = "engine " + std::to_string(index);
+    if (std::find(behavior.begin(), behavior.end(), CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) !=
+        behavior.end()) {
+      text += " runtime_compiled";
+    }
     for (cudnnBackendNumericalNote_t note : notes) {
       switch (note) {
         case CUDNN_NUMERICAL_NOTE_TENSOR_CORE:
@@ -490,6 +526,7 @@ struct EngineInfo {
           break;
       }
     }
+    if (!nondeterministic()) text += " (deterministic)";
     return text;
   }
 };
@@ -513,40 +550,43 @@ EngineInfo engine_info(const Descriptor& config) {
     info.notes.assign(notes,
                       notes + std::min<std::int64_t>(count, CUDNN_NUMERICAL_NOTE_TYPE_COUNT));
   }
+  cudnnBackendBehaviorNote_t behavior[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT] = {};
+  if (cudnn().get_attribute(engine.get(), CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
+                            CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &count,
+                            behavior) == CUDNN_STATUS_SUCCESS) {
+    info.behavior.assign(behavior,
+                         behavior + std::min<std::int64_t>(count, CUDNN_BEHAVIOR_NOTE_TYPE_COUNT));
+  }
   return info;
 }
 
-// The heuristics' engine configs for the graph on the device, in their order
-// (mode A; the fallback list when A has none).
-std::vector<Descriptor> engine_configs(const BuiltGraph& built, cudnnBackendDescriptor_t device) {
-  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-    Descriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-    heuristics.set_descriptor(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, built.graph,
-                              "heuristics graph");
-    heuristics.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, mode, "heuristics mode");
-    heuristics.set(CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR, device,
-                   "heuristics device");
-    heuristics.finalize(mode == CUDNN_HEUR_MODE_A ? "heuristics (mode A)"
-                                                  : "heuristics (fallback)");
-    std::int64_t count = 0;
-    check(cudnn().get_attribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr),
-          "counting the heuristics' results");
-    if (count == 0) continue;
-    std::vector<Descriptor> configs;
-    std::vector<cudnnBackendDescriptor_t> raw;
-    for (std::int64_t i = 0; i < count; ++i) {
-      configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-      raw.push_back(configs.back().get());
-    }
-    std::int64_t returned = 0;
-    check(cudnn().get_attribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &returned, raw.data()),
-          "reading the heuristics' results");
-    configs.resize(static_cast<std::size_t>(std::min(returned, count)));
-    return configs;
+// The heuristics' engine configs for the graph on the device in `mode`, in
+// their order.
+std::vector<Descriptor> engine_configs(const BuiltGraph& built, cudnnBackendDescriptor_t device,
+                                       cudnnBackendHeurMode_t mode) {
+  Descriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  heuristics.set_descriptor(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, built.graph, "heuristics graph");
+  heuristics.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, mode, "heuristics mode");
+  heuristics.set(CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR, device,
+                 "heuristics device");
+  heuristics.finalize(mode == CUDNN_HEUR_MODE_A ? "heuristics (mode A)" : "heuristics (fallback)");
+  std::int64_t count = 0;
+  check(cudnn().get_attribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                              CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr),
+        "counting the heuristics' results");
+  if (count == 0) return {};
+  std::vector<Descriptor> configs;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (std::int64_t i = 0; i < count; ++i) {
+    configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    raw.push_back(configs.back().get());
   }
-  return {};
+  std::int64_t returned = 0;
+  check(cudnn().get_attribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                              CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &returned, raw.data()),
+        "reading the heuristics' results");
+  configs.resize(static_cast<std::size_t>(std::min(returned, count)));
+  return configs;
 }
 
 // A finalized plan, or why none.
@@ -557,67 +597,99 @@ struct PlanResult {
   SupportReport report;
 };
 
+// Finalizes plans for the heuristics' configs in order (mode A's, then, where
+// none of those is usable and finalizes, the fallback list's), skipping
+// engines that use TF32 where the graph forbids it and engines marked
+// nondeterministic unless the graph allows them.
 PlanResult make_plan(const Graph& graph, const BuiltGraph& built, cudnnBackendDescriptor_t device,
                      int max_plans) {
   PlanResult result;
   SupportReport& report = result.report;
   report.graph_finalized = true;
-  std::vector<Descriptor> configs = engine_configs(built, device);
-  report.engine_configs = static_cast<std::int64_t>(configs.size());
   const bool no_tf32 = forbids_tf32(graph);
-  for (Descriptor& config : configs) {
-    const EngineInfo info = engine_info(config);
-    if (no_tf32 && std::find(info.notes.begin(), info.notes.end(),
-                             CUDNN_NUMERICAL_NOTE_TENSOR_CORE) != info.notes.end()) {
-      continue;
-    }
-    ++report.usable_configs;
-    if (report.plans_finalized >= max_plans) continue;
-    Descriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-    cudnnBackendDescriptor_t raw = config.get();
-    cudnnStatus_t status =
-        cudnn().set_attribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
-                              CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &raw);
-    if (status == CUDNN_STATUS_SUCCESS) {
-      status = cudnn().set_attribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP,
-                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &device);
-    }
-    if (status == CUDNN_STATUS_SUCCESS) status = cudnn().finalize(plan.get());
-    if (status != CUDNN_STATUS_SUCCESS) {
-      if (report.error.empty()) {
-        report.error = info.describe() +
-                       ": finalizing the plan: " + cudnn().get_error_string(status) + " (" +
-                       last_error_text() + ")";
+  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+    if (report.plans_finalized > 0 || report.plan_needs_driver) break;
+    std::vector<Descriptor> configs;
+    if (mode == CUDNN_HEUR_MODE_A) {
+      configs = engine_configs(built, device, mode);
+    } else {
+      try {
+        configs = engine_configs(built, device, mode);
+      } catch (const CudnnError&) {
+        if (report.engine_configs == 0) throw;  // mode A had none either: the reason
       }
-      // A runtime-compiled engine is compiled (NVRTC), then loaded into the
-      // driver: with no driver, or the CUDA install's stub (which answers
-      // CUDA_ERROR_STUB_LIBRARY), every such plan fails the same way.
-      if (status == CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER) {
-        report.plan_needs_driver = true;
-        break;
+    }
+    report.engine_configs += static_cast<std::int64_t>(configs.size());
+    const char* list = mode == CUDNN_HEUR_MODE_A ? "" : ", from the fallback list";
+    for (Descriptor& config : configs) {
+      const EngineInfo info = engine_info(config);
+      if (no_tf32 && info.has(CUDNN_NUMERICAL_NOTE_TENSOR_CORE)) continue;
+      if (info.nondeterministic()) {
+        ++report.nondeterministic_configs;
+        if (!graph.allow_nondeterministic) continue;
       }
-      continue;
+      ++report.usable_configs;
+      if (report.plans_finalized >= max_plans) continue;
+      Descriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+      cudnnBackendDescriptor_t raw = config.get();
+      cudnnStatus_t status =
+          cudnn().set_attribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+                                CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &raw);
+      if (status == CUDNN_STATUS_SUCCESS) {
+        status = cudnn().set_attribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP,
+                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &device);
+      }
+      if (status == CUDNN_STATUS_SUCCESS) status = cudnn().finalize(plan.get());
+      if (status != CUDNN_STATUS_SUCCESS) {
+        if (report.error.empty()) {
+          report.error = info.describe() +
+                         ": finalizing the plan: " + cudnn().get_error_string(status) + " (" +
+                         last_error_text() + ")";
+        }
+        // A runtime-compiled engine is compiled (NVRTC), then loaded into the
+        // driver: with no driver, or the CUDA install's stub (which answers
+        // CUDA_ERROR_STUB_LIBRARY), every such plan fails the same way. The
+        // engine is the one a GPU would get.
+        if (status == CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER) {
+          report.plan_needs_driver = true;
+          report.engine = info.describe() + list;
+          break;
+        }
+        continue;
+      }
+      std::int64_t workspace = 0;
+      std::int64_t count = 0;
+      check(cudnn().get_attribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                  CUDNN_TYPE_INT64, 1, &count, &workspace),
+            "reading the plan's workspace size");
+      if (report.plans_finalized == 0) {
+        result.plan = std::move(plan);
+        result.workspace = workspace;
+        result.engine = info.describe() + list;
+        report.workspace_bytes = workspace;
+        report.engine = result.engine;
+      }
+      ++report.plans_finalized;
     }
-    std::int64_t workspace = 0;
-    std::int64_t count = 0;
-    check(cudnn().get_attribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                CUDNN_TYPE_INT64, 1, &count, &workspace),
-          "reading the plan's workspace size");
-    if (report.plans_finalized == 0) {
-      result.plan = std::move(plan);
-      result.workspace = workspace;
-      result.engine = info.describe();
-      report.workspace_bytes = workspace;
-      report.engine = result.engine;
-    }
-    ++report.plans_finalized;
   }
   if (report.engine_configs == 0 && report.error.empty()) {
     report.error = "the heuristics (mode A and fallback) found no engine";
   } else if (report.usable_configs == 0 && report.error.empty()) {
-    report.error =
-        "every engine the heuristics found uses TF32 tensor cores, which the graph "
-        "forbids";
+    if (report.nondeterministic_configs > 0 && !graph.allow_nondeterministic) {
+      report.no_deterministic_engine = true;
+      report.error = "no deterministic engine: of the " + std::to_string(report.engine_configs) +
+                     " engine configs the heuristics found (mode A and fallback), " +
+                     std::to_string(report.nondeterministic_configs) +
+                     " are marked nondeterministic, which the graph forbids "
+                     "(Graph::allow_nondeterministic)";
+      if (report.nondeterministic_configs < report.engine_configs) {
+        report.error += ", and the others use TF32, which it forbids too";
+      }
+    } else {
+      report.error =
+          "every engine the heuristics found uses TF32 tensor cores, which the graph "
+          "forbids";
+    }
   }
   return result;
 }
@@ -675,9 +747,54 @@ SupportReport check_support(const Graph& graph, const DeviceDescription& device,
 struct CudnnGraphs::Plan {
   std::unique_ptr<BuiltGraph> graph;
   Descriptor plan;
-  std::int64_t workspace = 0;
+  std::int64_t workspace = 0;  // cuDNN's and the scratch tensors
   std::string engine;
+  std::vector<std::pair<std::int64_t, std::int64_t>> scratch;  // (uid, workspace offset)
+  std::vector<std::pair<std::int64_t, float>> constants;       // (uid, value); never resized
 };
+
+namespace {
+
+std::int64_t element_bytes(DnnType type) {
+  switch (type) {
+    case DnnType::f32:
+    case DnnType::i32:
+      return 4;
+    case DnnType::f16:
+    case DnnType::bf16:
+      return 2;
+    case DnnType::i64:
+      return 8;
+    case DnnType::u8:
+    case DnnType::boolean:
+      return 1;
+  }
+  return 4;
+}
+
+constexpr std::int64_t kWorkspaceAlignment = 256;
+
+std::int64_t aligned(std::int64_t bytes) {
+  return (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
+}
+
+// Places the graph's scratch tensors after cuDNN's workspace and collects
+// its constants.
+void lay_out(const Graph& graph, CudnnGraphs::Plan& plan) {
+  std::int64_t offset = aligned(plan.workspace);
+  for (const TensorDesc& t : graph.tensors) {
+    if (t.by_value && t.value) plan.constants.emplace_back(t.uid, *t.value);
+    if (!t.scratch) continue;
+    // The extent of the tensor's strides, in elements.
+    std::int64_t extent = 1;
+    for (std::size_t i = 0; i < t.dims.size(); ++i) extent += (t.dims[i] - 1) * t.strides[i];
+    plan.scratch.emplace_back(t.uid, offset);
+    offset += aligned(extent * element_bytes(t.type));
+  }
+  if (!plan.scratch.empty()) plan.workspace = offset;
+}
+
+}  // namespace
 
 CudnnGraphs::CudnnGraphs() {
   cudnnHandle_t handle = nullptr;
@@ -721,6 +838,7 @@ CudnnGraphs::Plan& CudnnGraphs::plan(const Graph& graph) {
   plan->plan = std::move(result.plan);
   plan->workspace = result.workspace;
   plan->engine = result.engine;
+  lay_out(graph, *plan);
   ++plans_built_;
   Plan& out = *plan;
   plans_.emplace(key, std::move(plan));
@@ -749,8 +867,22 @@ void CudnnGraphs::execute(const Graph& graph, std::span<const Binding> bindings,
   std::vector<void*> pointers;
   for (const TensorDesc& t : graph.tensors) {
     if (t.is_virtual) continue;
+    if (t.scratch) {
+      const auto placed = std::find_if(p.scratch.begin(), p.scratch.end(),
+                                       [&](const auto& s) { return s.first == t.uid; });
+      ids.push_back(t.uid);
+      pointers.push_back(static_cast<std::byte*>(workspace) + placed->second);
+      continue;
+    }
     const auto bound = std::find_if(bindings.begin(), bindings.end(),
                                     [&](const Binding& b) { return b.uid == t.uid; });
+    if ((bound == bindings.end() || bound->data == nullptr) && t.value) {
+      const auto constant = std::find_if(p.constants.begin(), p.constants.end(),
+                                         [&](const auto& c) { return c.first == t.uid; });
+      ids.push_back(t.uid);
+      pointers.push_back(&constant->second);
+      continue;
+    }
     if (bound == bindings.end() || bound->data == nullptr) {
       throw CudnnError(CUDNN_STATUS_BAD_PARAM,
                        graph.name + ": tensor " + std::to_string(t.uid) + " is not bound");

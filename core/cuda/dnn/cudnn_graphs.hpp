@@ -68,13 +68,26 @@ class DeviceDescription {
 
 // What cuDNN said of one graph on one device.
 struct SupportReport {
-  bool graph_finalized = false;     // the operation graph is valid
-  std::int64_t engine_configs = 0;  // the heuristics' answers (mode A, else fallback)
-  std::int64_t usable_configs = 0;  // of those, without TF32 where the graph forbids it
+  bool graph_finalized = false;  // the operation graph is valid
+  // The heuristics' answers: mode A's, and the fallback list's where none of
+  // mode A's was usable and finalized.
+  std::int64_t engine_configs = 0;
+  // Of those, the ones with the NONDETERMINISTIC numerical note (skipped
+  // unless Graph::allow_nondeterministic).
+  std::int64_t nondeterministic_configs = 0;
+  // Usable: without TF32 where the graph forbids it, deterministic unless the
+  // graph allows otherwise.
+  std::int64_t usable_configs = 0;
   std::int64_t plans_finalized = 0;
-  std::int64_t workspace_bytes = -1;  // of the first plan that finalized
-  std::string engine;                 // its engine's global index and notes
-  std::string error;                  // the first failure, with cuDNN's own text
+  std::int64_t workspace_bytes = -1;  // cuDNN's, of the first plan that finalized
+  // The chosen engine: its global index and notes ("engine 8 tensor_core
+  // (deterministic)"), of the first plan that finalized or, where the driver
+  // is the stub, of the first usable config whose plan compiled.
+  std::string engine;
+  std::string error;  // the first failure, with cuDNN's own text
+  // Every engine the heuristics found is nondeterministic and the graph does
+  // not allow that: no plan (error says so).
+  bool no_deterministic_engine = false;
   // A plan failed to finalize with CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER:
   // a runtime-compiled engine (batch norm, attention) compiles its kernel and
   // loads it into the driver when its plan finalizes, which the driver stub
@@ -111,10 +124,13 @@ class CudnnGraphs {
   CudnnGraphs(const CudnnGraphs&) = delete;
   CudnnGraphs& operator=(const CudnnGraphs&) = delete;
 
-  // The plan's workspace (building and caching the plan if it is new).
+  // The plan's workspace (building and caching the plan if it is new):
+  // cuDNN's own and, after it, the graph's scratch tensors.
   std::size_t workspace_bytes(const Graph& graph);
-  // Queues the graph on `stream`: every non-virtual tensor bound, `workspace`
-  // at least workspace_bytes(graph) bytes of device memory (null when 0).
+  // Queues the graph on `stream`: every non-virtual tensor bound except the
+  // graph's constants and scratch tensors (TensorDesc), `workspace` at least
+  // workspace_bytes(graph) bytes of device memory (null when 0), 256-byte
+  // aligned.
   void execute(const Graph& graph, std::span<const Binding> bindings, void* workspace,
                std::size_t workspace_size, cudaStream_t stream);
 

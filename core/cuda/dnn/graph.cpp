@@ -27,9 +27,10 @@ const char* dnn_type_name(DnnType type) {
 
 const char* slot_name(Slot slot) {
   static constexpr const char* names[] = {
-      "x",       "w",      "y",       "dx",     "dw",      "dy",       "b",    "t",
-      "a",       "c",      "scale",   "bias",   "epsilon", "momentum", "mean", "inv_var",
-      "rmean_i", "rvar_i", "rmean_o", "rvar_o", "dscale",  "dbias",    "seed", "offset"};
+      "x",     "w",       "y",       "dx",     "dw",      "dy",      "b",
+      "t",     "a",       "c",       "scale",  "bias",    "epsilon", "momentum",
+      "mean",  "inv_var", "rmean_i", "rvar_i", "rmean_o", "rvar_o",  "dscale",
+      "dbias", "seed",    "offset",  "m_over", "n_over",  "k_over"};
   return names[static_cast<int>(slot)];
 }
 
@@ -49,10 +50,13 @@ const TensorDesc* Graph::tensor(std::int64_t id) const {
 
 std::string Graph::key() const {
   std::ostringstream out;
-  out << name << " compute " << dnn_type_name(compute) << (allow_tf32 ? " tf32" : "") << ";";
+  out << name << " compute " << dnn_type_name(compute) << (allow_tf32 ? " tf32" : "")
+      << (allow_nondeterministic ? " nondeterministic" : "") << ";";
   for (const TensorDesc& t : tensors) {
     out << " t" << t.uid << ":" << dnn_type_name(t.type) << (t.is_virtual ? "v" : "")
-        << (t.by_value ? "s" : "") << "[";
+        << (t.by_value ? "s" : "") << (t.scratch ? "w" : "");
+    if (t.value) out << "=" << *t.value;
+    out << "[";
     for (std::int64_t d : t.dims) out << d << ",";
     out << "/";
     for (std::int64_t s : t.strides) out << s << ",";
@@ -119,18 +123,32 @@ class Builder {
   std::int64_t tensor(std::int64_t id, DnnType type, std::vector<std::int64_t> dims,
                       std::vector<std::int64_t> strides = {}) {
     if (strides.empty()) strides = packed_strides(dims);
-    graph_.tensors.push_back({id, type, std::move(dims), std::move(strides), false, false});
+    graph_.tensors.push_back(
+        {id, type, std::move(dims), std::move(strides), false, false, false, {}});
     return id;
   }
   std::int64_t scalar(std::int64_t id, DnnType type = DnnType::f32) {
-    graph_.tensors.push_back({id, type, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true});
+    graph_.tensors.push_back({id, type, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true, false, {}});
+    return id;
+  }
+  // A by-value constant of the graph (bound by CudnnGraphs).
+  std::int64_t constant(std::int64_t id, float value) {
+    scalar(id);
+    graph_.tensors.back().value = value;
+    return id;
+  }
+  // Device memory of the graph's own (see TensorDesc::scratch).
+  std::int64_t scratch(std::int64_t id, DnnType type, std::vector<std::int64_t> dims) {
+    tensor(id, type, std::move(dims));
+    graph_.tensors.back().scratch = true;
     return id;
   }
   std::int64_t virtual_tensor(DnnType type, std::vector<std::int64_t> dims,
                               std::vector<std::int64_t> strides = {}) {
     if (strides.empty()) strides = packed_strides(dims);
     const std::int64_t id = next_virtual_++;
-    graph_.tensors.push_back({id, type, std::move(dims), std::move(strides), true, false});
+    graph_.tensors.push_back(
+        {id, type, std::move(dims), std::move(strides), true, false, false, {}});
     return id;
   }
   const std::vector<std::int64_t>& dims(std::int64_t id) const { return graph_.tensor(id)->dims; }
@@ -179,6 +197,20 @@ class Builder {
   std::int64_t matmul(std::int64_t a, std::int64_t b, std::int64_t c) {
     node(OpKind::matmul, {{Slot::a, a}, {Slot::b, b}, {Slot::c, c}});
     return c;
+  }
+  // Attaches the per-batch M / N / K (0: none) to the last matmul.
+  void override_matmul(std::int64_t m, std::int64_t n, std::int64_t k) {
+    Node& mm = graph_.nodes.back();
+    if (m != 0) mm.operands.emplace_back(Slot::m_override, m);
+    if (n != 0) mm.operands.emplace_back(Slot::n_override, n);
+    if (k != 0) mm.operands.emplace_back(Slot::k_override, k);
+  }
+  // y = x seen with other dims / strides (and type).
+  std::int64_t reshape(std::int64_t x, DnnType type, std::vector<std::int64_t> dims,
+                       std::vector<std::int64_t> strides) {
+    const std::int64_t out = virtual_tensor(type, std::move(dims), std::move(strides));
+    node(OpKind::reshape, {{Slot::x, x}, {Slot::y, out}});
+    return out;
   }
 
   Graph take() { return std::move(graph_); }
@@ -359,18 +391,19 @@ std::vector<std::int64_t> transposed(const backend::HeadStrides& s) {
   return {s.batch, s.head, 1, s.time};
 }
 
-// The masked, scaled scores s = q k^T scale (masked to -inf) of [B, H, Tq, Tk].
-std::int64_t masked_scores(Builder& g, const AttentionGraphShape& s) {
-  const std::vector<std::int64_t> scores{s.b, s.h, s.tq, s.tk};
-  // k is declared [B, H, D, Tk] (transposed strides): the matmul's B.
-  const std::int64_t raw = g.virtual_tensor(DnnType::f32, scores);
-  g.matmul(uid::q, uid::k, raw);
-  g.scalar(uid::attn_scale);
-  std::int64_t out = g.pointwise(PointwiseMode::mul, raw, uid::attn_scale);
+// Declares what the masks of `s` read: neg_inf, seq_len_q and seq_len_kv.
+void declare_mask_inputs(Builder& g, const AttentionGraphShape& s) {
   if (s.padding || s.causal) g.scalar(uid::neg_inf);
   if (s.padding) {
     g.tensor(uid::seq_len_q, DnnType::i32, {s.b, 1, 1, 1});
     g.tensor(uid::seq_len_kv, DnnType::i32, {s.b, 1, 1, 1});
+  }
+}
+
+// Sets the entries of scores [B, H, Tq, Tk] that the padding and causal masks
+// hide to neg_inf.
+std::int64_t apply_masks(Builder& g, const AttentionGraphShape& s, std::int64_t out) {
+  if (s.padding) {
     const std::int64_t row = g.gen_index(out, 2);
     const std::int64_t col = g.gen_index(out, 3);
     const std::int64_t row_ok =
@@ -391,6 +424,18 @@ std::int64_t masked_scores(Builder& g, const AttentionGraphShape& s) {
                       ok);
   }
   return out;
+}
+
+// The masked, scaled scores s = q k^T scale (masked to -inf) of [B, H, Tq, Tk].
+std::int64_t masked_scores(Builder& g, const AttentionGraphShape& s) {
+  const std::vector<std::int64_t> scores{s.b, s.h, s.tq, s.tk};
+  // k is declared [B, H, D, Tk] (transposed strides): the matmul's B.
+  const std::int64_t raw = g.virtual_tensor(DnnType::f32, scores);
+  g.matmul(uid::q, uid::k, raw);
+  g.scalar(uid::attn_scale);
+  const std::int64_t out = g.pointwise(PointwiseMode::mul, raw, uid::attn_scale);
+  declare_mask_inputs(g, s);
+  return apply_masks(g, s, out);
 }
 
 // Applies dropout to the probabilities p: p * keep * dropout_scale.
@@ -427,15 +472,17 @@ Graph attention_forward_graph(const AttentionGraphShape& s) {
   Builder g("attention_forward");
   declare_qkv(g, s);
   g.tensor(uid::o, io, {s.b, s.h, s.tq, s.d}, head_strides(s.o_strides));
-  g.tensor(uid::stats, DnnType::f32, {s.b, s.h, s.tq, 1});
+  if (s.stats) g.tensor(uid::stats, DnnType::f32, {s.b, s.h, s.tq, 1});
   const std::int64_t scores = masked_scores(g, s);
   // Softmax with its statistics: stats = max + log(sum exp(s - max)).
   const std::int64_t max = g.reduce_last(ReduceMode::max, scores);
   const std::int64_t shifted = g.pointwise(PointwiseMode::sub, scores, max);
   const std::int64_t e = g.pointwise(PointwiseMode::exp, shifted);
   const std::int64_t sum = g.reduce_last(ReduceMode::add, e);
-  const std::int64_t log_sum = g.pointwise(PointwiseMode::log, sum);
-  g.pointwise(PointwiseMode::add, max, log_sum, DnnType::f32, DnnType::f32, 0, uid::stats);
+  if (s.stats) {
+    const std::int64_t log_sum = g.pointwise(PointwiseMode::log, sum);
+    g.pointwise(PointwiseMode::add, max, log_sum, DnnType::f32, DnnType::f32, 0, uid::stats);
+  }
   const std::int64_t p = g.pointwise(PointwiseMode::div, e, sum);
   const std::int64_t dropped = apply_dropout(g, s, p);
   const std::int64_t p_io = g.pointwise(PointwiseMode::identity, dropped, 0, io);
@@ -445,7 +492,94 @@ Graph attention_forward_graph(const AttentionGraphShape& s) {
 
 Graph attention_backward_graph(const AttentionGraphShape& s) {
   check_attention(s);
-  throw std::logic_error("cuDNN attention backward: not built yet");
+  const DnnType io = dnn_type(s.type);
+  Builder g("attention_backward");
+  g.graph().allow_nondeterministic = s.allow_nondeterministic;
+  const std::vector<std::int64_t> rows{s.b, s.h, s.tq, 1};
+  const std::vector<std::int64_t> scores{s.b, s.h, s.tq, s.tk};
+  // The transposed [B, H, Tk, Tq] view of a packed scores tensor.
+  const std::vector<std::int64_t> scores_t{s.b, s.h, s.tk, s.tq};
+  const std::vector<std::int64_t> scores_t_strides{s.h * s.tq * s.tk, s.tq * s.tk, 1, s.tk};
+  // q [B, H, Tq, D]; k and v as [B, H, D, Tk] (the B of q k^T and dOut v^T).
+  g.tensor(uid::q, io, {s.b, s.h, s.tq, s.d}, head_strides(s.q_strides));
+  g.tensor(uid::k, io, {s.b, s.h, s.d, s.tk}, transposed(s.k_strides));
+  g.tensor(uid::v, io, {s.b, s.h, s.d, s.tk}, transposed(s.v_strides));
+  g.tensor(uid::o, io, {s.b, s.h, s.tq, s.d}, head_strides(s.o_strides));
+  g.tensor(uid::d_o, io, {s.b, s.h, s.tq, s.d}, head_strides(s.o_strides));
+  g.tensor(uid::stats, DnnType::f32, rows);
+  g.tensor(uid::dq, io, {s.b, s.h, s.tq, s.d}, head_strides(s.q_strides));
+  g.tensor(uid::dk, io, {s.b, s.h, s.tk, s.d}, head_strides(s.k_strides));
+  g.tensor(uid::dv, io, {s.b, s.h, s.tk, s.d}, head_strides(s.v_strides));
+  g.scalar(uid::attn_scale);
+  declare_mask_inputs(g, s);
+  const std::int64_t len_q = s.padding ? uid::seq_len_q : 0;
+  const std::int64_t len_kv = s.padding ? uid::seq_len_kv : 0;
+  const bool dropout = s.dropout != AttentionDropout::none;
+  // The keep bits: cuDNN's generator (the forward's seed and offset make the
+  // forward's bits again) or rig's mask.
+  std::int64_t keep = 0;
+  if (s.dropout == AttentionDropout::philox) {
+    g.tensor(uid::seed, DnnType::i64, {1, 1, 1, 1});
+    g.tensor(uid::offset, DnnType::i64, {1, 1, 1, 1});
+    keep = g.virtual_tensor(DnnType::f32, scores);
+    Node& n = g.node(OpKind::rng,
+                     {{Slot::y, keep}, {Slot::seed, uid::seed}, {Slot::offset, uid::offset}});
+    n.probability = 1.0 - static_cast<double>(s.dropout_probability);
+  } else if (s.dropout == AttentionDropout::mask) {
+    keep = g.tensor(uid::keep, io, scores);
+  }
+  if (dropout) {
+    g.scalar(uid::dropout_scale);
+    g.scalar(uid::dropout_scale_inv);
+  }
+  // softmax_sum = rowsum(dOut * out) * dropout_scale_inv: the rows' <P, dP>.
+  const std::int64_t d_o_o = g.pointwise(PointwiseMode::mul, uid::d_o, uid::o);
+  const std::int64_t d_o_o_sum = g.reduce_last(ReduceMode::add, d_o_o);
+  g.scratch(uid::softmax_sum, DnnType::f32, rows);
+  g.pointwise(PointwiseMode::mul, d_o_o_sum,
+              dropout ? uid::dropout_scale_inv : g.constant(uid::one, 1.0F), DnnType::f32,
+              DnnType::f32, 0, uid::softmax_sum);
+  // P = exp(q k^T scale - stats), masked.
+  const std::int64_t raw = g.virtual_tensor(DnnType::f32, scores);
+  g.matmul(uid::q, uid::k, raw);
+  g.override_matmul(len_q, len_kv, 0);
+  const std::int64_t scaled = g.pointwise(PointwiseMode::mul, raw, uid::attn_scale);
+  const std::int64_t centered = g.pointwise(PointwiseMode::sub, scaled, uid::stats);
+  const std::int64_t p = g.pointwise(PointwiseMode::exp, apply_masks(g, s, centered));
+  // dv = (P keep dropout_scale)^T dOut.
+  std::int64_t p_dropped = p;
+  if (dropout) {
+    p_dropped = g.pointwise(PointwiseMode::mul, p_dropped, keep);
+    p_dropped = g.pointwise(PointwiseMode::mul, p_dropped, uid::dropout_scale);
+  }
+  g.matmul(g.reshape(p_dropped, io, scores_t, scores_t_strides), uid::d_o, uid::dv);
+  g.override_matmul(len_kv, 0, len_q);
+  // dS = P (dOut v^T keep - softmax_sum) dropout_scale attn_scale.
+  std::int64_t ds = g.virtual_tensor(DnnType::f32, scores);
+  g.matmul(uid::d_o, uid::v, ds);
+  g.override_matmul(len_q, len_kv, 0);
+  if (dropout) ds = g.pointwise(PointwiseMode::mul, ds, keep);
+  ds = g.pointwise(PointwiseMode::sub, ds, uid::softmax_sum);
+  ds = g.pointwise(PointwiseMode::mul, ds, p);
+  if (dropout) ds = g.pointwise(PointwiseMode::mul, ds, uid::dropout_scale);
+  ds = g.pointwise(PointwiseMode::mul, ds, uid::attn_scale);
+  // dk = dS^T q.
+  g.matmul(g.reshape(ds, io, scores_t, scores_t_strides), uid::q, uid::dk);
+  g.override_matmul(len_kv, 0, len_q);
+  // dq = dS k, k seen as [B, H, Tk, D]. Deterministic: straight into dq (cuDNN
+  // keeps dP in its workspace); else through an f32 accumulator of atomics.
+  const std::int64_t k_rows =
+      g.reshape(uid::k, io, {s.b, s.h, s.tk, s.d}, head_strides(s.k_strides));
+  if (s.allow_nondeterministic) {
+    g.scratch(uid::dq_accum, DnnType::f32, {s.b, s.h, s.tq, s.d});
+    g.matmul(ds, k_rows, uid::dq_accum);
+    g.override_matmul(len_q, 0, len_kv);
+    g.pointwise(PointwiseMode::identity, uid::dq_accum, 0, io, DnnType::f32, 0, uid::dq);
+  } else {
+    g.matmul(ds, k_rows, uid::dq);
+    g.override_matmul(len_q, 0, len_kv);
+  }
+  return g.take();
 }
 
 }  // namespace rig::cuda::dnn

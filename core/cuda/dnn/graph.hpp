@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,7 +26,12 @@ const char* dnn_type_name(DnnType type);
 
 // One tensor of a graph. Strides are in elements. A virtual tensor lives
 // inside the graph only (no pointer at execution); a by-value tensor is a
-// scalar passed by host pointer at execution (epsilon, scales).
+// scalar passed by host pointer at execution (epsilon, scales); one with a
+// `value` is a constant of the graph, bound by CudnnGraphs itself. A scratch
+// tensor is device memory that only the graph uses between its own kernels
+// (cuDNN's attention backward wants some of its intermediates non-virtual):
+// CudnnGraphs places it in the workspace, after cuDNN's own part, and the
+// caller binds nothing for it.
 struct TensorDesc {
   std::int64_t uid = 0;
   DnnType type = DnnType::f32;
@@ -33,6 +39,8 @@ struct TensorDesc {
   std::vector<std::int64_t> strides;
   bool is_virtual = false;
   bool by_value = false;
+  bool scratch = false;
+  std::optional<float> value;  // by-value constants
 };
 
 // Operation kinds, each a cuDNN backend operation descriptor.
@@ -46,6 +54,7 @@ enum class OpKind : std::uint8_t {
   norm_forward,          // ..._NORM_FORWARD_DESCRIPTOR (batch norm, training)
   norm_backward,         // ..._NORM_BACKWARD_DESCRIPTOR (batch norm)
   rng,                   // ..._RNG_DESCRIPTOR (Bernoulli, Philox)
+  reshape,               // ..._RESHAPE_DESCRIPTOR (a view: transposes, casts)
 };
 
 // The pointwise modes rig's graphs use (cudnnPointwiseMode_t's).
@@ -92,6 +101,10 @@ enum class Slot : std::uint8_t {
   dbias,
   seed,
   offset,
+  // Matmul: the actual M / N / K per batch (i32 [B, 1, 1, 1]), for padding.
+  m_override,
+  n_override,
+  k_override,
 };
 const char* slot_name(Slot slot);
 
@@ -118,6 +131,10 @@ struct Graph {
   // f32 convolutions may use TF32 tensor cores (cuDNN's engines with the
   // TENSOR_CORE numerical note on f32 data). Off: rig's f32 is f32.
   bool allow_tf32 = false;
+  // Engines with the NONDETERMINISTIC numerical note (atomics: results that
+  // differ from run to run) may run. Off: rig's training is reproducible, and
+  // a graph with no deterministic engine has no plan (SupportReport says so).
+  bool allow_nondeterministic = false;
   std::vector<TensorDesc> tensors;
   std::vector<Node> nodes;
 
@@ -149,6 +166,13 @@ inline constexpr std::int64_t q = 30, k = 31, v = 32, o = 33, stats = 34, attn_s
                               seq_len_q = 36, seq_len_kv = 37, seed = 38, offset = 39, keep = 40,
                               dropout_scale = 41, neg_inf = 42, d_o = 43, dq = 44, dk = 45, dv = 46,
                               causal_shift = 47;
+// Attention backward: dropout_scale_inv (by value, f32) is 1 / dropout_scale,
+// bound with dropout_scale; d_o is dOut, dq / dk / dv the gradients, strided
+// as q / k / v (d_o as o). Graph-owned (bound by CudnnGraphs, not the caller):
+// one (the constant 1), softmax_sum (scratch f32 [B, H, Tq, 1]: the rows'
+// sum of dOut * out) and dq_accum (scratch f32 [B, H, Tq, D], the
+// nondeterministic dq's atomic accumulator).
+inline constexpr std::int64_t dropout_scale_inv = 48, one = 49, softmax_sum = 50, dq_accum = 51;
 // Virtual tensors get ids from here up.
 inline constexpr std::int64_t first_virtual = 1000;
 }  // namespace uid
@@ -200,15 +224,34 @@ struct AttentionGraphShape {
   bool padding = false;            // key (and query) padding from seq_len_q / seq_len_kv
   AttentionDropout dropout = AttentionDropout::none;
   float dropout_probability = 0.0F;  // philox: the probability of dropping
+  // Forward: write the softmax statistics (uid::stats), which the backward
+  // reads. Off for inference.
+  bool stats = true;
+  // Backward: let dq accumulate with atomics (cuDNN's faster default; other
+  // bits on every run) instead of the deterministic dP-workspace kernels, and
+  // let engines marked nondeterministic run.
+  bool allow_nondeterministic = false;
   backend::HeadStrides q_strides, k_strides, v_strides, o_strides;
   // Contiguous [B, H, T, D] strides for all four.
   static AttentionGraphShape packed(std::int64_t b, std::int64_t h, std::int64_t tq,
                                     std::int64_t tk, std::int64_t d);
 };
 
-// out (uid::o) and the softmax statistics (uid::stats) for the backward.
+// out (uid::o) and, where s.stats, the softmax statistics (uid::stats) for
+// the backward.
 Graph attention_forward_graph(const AttentionGraphShape& s);
-// dq, dk, dv from q, k, v, o, dout (uid::d_o) and stats; the same dropout.
+// dq, dk, dv (uid::dq / dk / dv, q's type) from q, k, v, o, dout (uid::d_o)
+// and the forward's stats, with the forward's mask and dropout (philox: the
+// same seed and offset regenerate the same bits; mask: the same keep mask),
+// as backend::attention_backward. The graph cuDNN's frontend builds for
+// sdpa_backward (cuDNN 9.10+): softmax_sum = rowsum(dOut * out) *
+// dropout_scale_inv; P = exp(scores - stats), masked; dv = (P keep
+// dropout_scale)^T dOut; dS = P (dOut v^T keep - softmax_sum) dropout_scale
+// attn_scale; dk = dS^T q; dq = dS k. Binds: q, k, v, o, d_o, stats,
+// attn_scale, dq, dk, dv; neg_inf where causal or padding; seq_len_q /
+// seq_len_kv where padding; seed, offset (philox) or keep (mask) and
+// dropout_scale, dropout_scale_inv where dropout. f16 / bf16 only: cuDNN has
+// no f32 SDPA backward.
 Graph attention_backward_graph(const AttentionGraphShape& s);
 
 }  // namespace rig::cuda::dnn
