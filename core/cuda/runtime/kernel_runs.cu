@@ -1,5 +1,6 @@
 // The kernels whose results are compared with the CPU back end within
-// tolerances (they call exp / log, whose last bits differ between libraries).
+// tolerances: they call exp / log / tanh, whose last bits differ between
+// libraries, or sum floats in another order than the CPU's SIMD lanes.
 #include "cuda/runtime/kernel_runs.inl"
 
 namespace rig::cuda {
@@ -13,5 +14,11 @@ template void run<kernels::LayerNormBackwardParams>(const kernels::LayerNormBack
 template void run<kernels::CrossEntropyForward>(const kernels::CrossEntropyForward&, cudaStream_t);
 template void run<kernels::CrossEntropyBackward>(const kernels::CrossEntropyBackward&,
                                                  cudaStream_t);
+template void run<kernels::UnaryForward>(const kernels::UnaryForward&, cudaStream_t);
+template void run<kernels::UnaryBackward>(const kernels::UnaryBackward&, cudaStream_t);
+template void run<kernels::BiasActivation>(const kernels::BiasActivation&, cudaStream_t);
+template void run<kernels::ActivationBackward>(const kernels::ActivationBackward&, cudaStream_t);
+template void run<kernels::ColumnTotals>(const kernels::ColumnTotals&, cudaStream_t);
+template void run<kernels::SumAxis>(const kernels::SumAxis&, cudaStream_t);
 
 }  // namespace rig::cuda

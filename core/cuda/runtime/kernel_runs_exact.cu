@@ -1,7 +1,8 @@
 // The kernels whose bits must equal the CPU back end's: optimizer updates,
-// dropout and unscale share their per-element math with it (rig/math/), and
-// this file is compiled with -fmad=false (core/cuda/CMakeLists.txt) so that
-// nvcc does not contract a * b + c into one rounding where g++ rounds twice.
+// dropout and unscale share their per-element math with it (rig/math/);
+// copies, casts, indexing, selection and f64 sums have no rounding to differ
+// in. The file is compiled with -fmad=false (core/cuda/CMakeLists.txt) so
+// that nvcc does not contract a * b + c into one rounding where g++ rounds twice.
 #include "cuda/runtime/kernel_runs.inl"
 
 namespace rig::cuda {
@@ -12,5 +13,23 @@ template void run<kernels::UnscalePartials>(const kernels::UnscalePartials&, cud
 template void run<kernels::UnscaleFinish>(const kernels::UnscaleFinish&, cudaStream_t);
 template void run<kernels::DropoutForward>(const kernels::DropoutForward&, cudaStream_t);
 template void run<kernels::DropoutBackward>(const kernels::DropoutBackward&, cudaStream_t);
+template void run<kernels::BinaryKernel>(const kernels::BinaryKernel&, cudaStream_t);
+template void run<kernels::CopyStrided>(const kernels::CopyStrided&, cudaStream_t);
+template void run<kernels::FillStrided>(const kernels::FillStrided&, cudaStream_t);
+template void run<kernels::CopyContiguous>(const kernels::CopyContiguous&, cudaStream_t);
+template void run<kernels::SumPartials>(const kernels::SumPartials&, cudaStream_t);
+template void run<kernels::SumFinish>(const kernels::SumFinish&, cudaStream_t);
+template void run<kernels::MaxAxis>(const kernels::MaxAxis&, cudaStream_t);
+template void run<kernels::MaxAxisBackward>(const kernels::MaxAxisBackward&, cudaStream_t);
+template void run<kernels::IndexSelect>(const kernels::IndexSelect&, cudaStream_t);
+template void run<kernels::IndexAdd>(const kernels::IndexAdd&, cudaStream_t);
+template void run<kernels::Gather>(const kernels::Gather&, cudaStream_t);
+template void run<kernels::GatherBackward>(const kernels::GatherBackward&, cudaStream_t);
+template void run<kernels::Select>(const kernels::Select&, cudaStream_t);
+template void run<kernels::ConcatRows>(const kernels::ConcatRows&, cudaStream_t);
+template void run<kernels::ExtractRows>(const kernels::ExtractRows&, cudaStream_t);
+template void run<kernels::ZeroRows>(const kernels::ZeroRows&, cudaStream_t);
+template void run<kernels::Argmax>(const kernels::Argmax&, cudaStream_t);
+template void run<kernels::TopK>(const kernels::TopK&, cudaStream_t);
 
 }  // namespace rig::cuda
