@@ -181,6 +181,35 @@ TEST_F(GpuKernels, OptimizerUpdatesAreBitEqualToCpu) {
   }
 }
 
+TEST_F(GpuKernels, NovogradMatchesCpu) {
+  const std::vector<rig::FlatSlice> slices = {{0, 1}, {1, 0}, {1, 70000}, {70001, 33}, {70034, 3}};
+  const std::int64_t n = 70037;
+  rig::NovogradUpdate a;
+  a.learning_rate = 0.01F;
+  a.weight_decay = 0.001F;
+  a.avg = 0.05F;
+  std::vector<float> p = uniform(n, -1.0F, 1.0F, 20), m = uniform(n, -0.1F, 0.1F, 21);
+  std::vector<float> ema(slices.size(), 0.0F);
+  DeviceArray<float> gp(p), gm(m), gema(ema);
+  DeviceArray<std::uint8_t> gslices(slices.size() * sizeof(rig::FlatSlice));
+  RIG_CUDA_CHECK(cudaMemcpy(gslices.data(), slices.data(), gslices.size(), cudaMemcpyHostToDevice));
+  const auto count = static_cast<std::int64_t>(slices.size());
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<float> g = uniform(n, -2.0F, 2.0F, 22 + static_cast<std::uint32_t>(step));
+    cpu().novograd_update(p.data(), g.data(), m.data(), ema.data(), slices.data(), count, a);
+    const DeviceArray<float> gg(g);
+    rig::cuda::run(
+        NovogradUpdateKernel{gp.data(), gg.data(), gm.data(), gema.data(),
+                             reinterpret_cast<const rig::FlatSlice*>(gslices.data()), count, a},
+        nullptr);
+    RIG_CUDA_CHECK(cudaDeviceSynchronize());  // g lives until here
+  }
+  // The slices' f64 sums run in another order than the CPU's and are rounded to f32.
+  EXPECT_TRUE(close(gema.to_host(), ema, 0.0F, 1e-6F));
+  EXPECT_TRUE(close(gp.to_host(), p, 1e-7F, 1e-5F));
+  EXPECT_TRUE(close(gm.to_host(), m, 1e-7F, 1e-5F));
+}
+
 TEST_F(GpuKernels, UnscaleAndOverflowCheckMatchCpu) {
   for (const std::int64_t n : {1, 257, 1 << 20}) {
     for (const bool overflow : {false, true}) {

@@ -13,6 +13,7 @@
 #include "cuda/kernels/elementwise.hpp"
 #include "cuda/kernels/indexing.hpp"
 #include "cuda/kernels/layer_norm.hpp"
+#include "cuda/kernels/novograd.hpp"
 #include "cuda/kernels/optimizer.hpp"
 #include "cuda/kernels/reduce.hpp"
 #include "cuda/kernels/selection.hpp"
@@ -35,6 +36,7 @@ RIG_CUDA_DECLARE_RUN(CrossEntropyForward)
 RIG_CUDA_DECLARE_RUN(CrossEntropyBackward)
 RIG_CUDA_DECLARE_RUN(AdamUpdateKernel)
 RIG_CUDA_DECLARE_RUN(SgdUpdateKernel)
+RIG_CUDA_DECLARE_RUN(NovogradUpdateKernel)
 RIG_CUDA_DECLARE_RUN(UnscalePartials)
 RIG_CUDA_DECLARE_RUN(UnscaleFinish)
 RIG_CUDA_DECLARE_RUN(DropoutForward)

@@ -9,6 +9,8 @@ namespace rig::cuda {
 
 template void run<kernels::AdamUpdateKernel>(const kernels::AdamUpdateKernel&, cudaStream_t);
 template void run<kernels::SgdUpdateKernel>(const kernels::SgdUpdateKernel&, cudaStream_t);
+template void run<kernels::NovogradUpdateKernel>(const kernels::NovogradUpdateKernel&,
+                                                 cudaStream_t);
 template void run<kernels::UnscalePartials>(const kernels::UnscalePartials&, cudaStream_t);
 template void run<kernels::UnscaleFinish>(const kernels::UnscaleFinish&, cudaStream_t);
 template void run<kernels::DropoutForward>(const kernels::DropoutForward&, cudaStream_t);
