@@ -147,6 +147,48 @@ TEST(DnnGraph, AttentionBackwardDeclaresWhatTheCallerBinds) {
   EXPECT_EQ(overridden, 5);  // every matmul, under padding
 }
 
+TEST(DnnGraph, PaddedAttentionForwardOverridesBothMatmuls) {
+  dnn::AttentionGraphShape a = dnn::AttentionGraphShape::packed(2, 8, 32, 32, 64);
+  a.padding = true;
+  const dnn::Graph g = dnn::attention_forward_graph(a);
+  std::vector<const dnn::Node*> matmuls;
+  for (const dnn::Node& n : g.nodes) {
+    if (n.kind == dnn::OpKind::matmul) matmuls.push_back(&n);
+  }
+  ASSERT_EQ(matmuls.size(), 2U);
+  // q k^T: M = seq_len_q, N = seq_len_kv; P v: M = seq_len_q, K = seq_len_kv.
+  EXPECT_EQ(matmuls[0]->operand(dnn::Slot::m_override), dnn::uid::seq_len_q);
+  EXPECT_EQ(matmuls[0]->operand(dnn::Slot::n_override), dnn::uid::seq_len_kv);
+  EXPECT_EQ(matmuls[1]->operand(dnn::Slot::m_override), dnn::uid::seq_len_q);
+  EXPECT_EQ(matmuls[1]->operand(dnn::Slot::k_override), dnn::uid::seq_len_kv);
+  a.padding = false;
+  for (const dnn::Node& n : dnn::attention_forward_graph(a).nodes) {
+    EXPECT_EQ(n.operand(dnn::Slot::m_override), 0);
+  }
+}
+
+TEST(DnnGraph, MaskDropoutBackwardFoldsTheScaleIntoTheMask) {
+  dnn::AttentionGraphShape a = dnn::AttentionGraphShape::packed(2, 8, 32, 32, 64);
+  a.dropout = dnn::AttentionDropout::mask;
+  const dnn::Graph g = dnn::attention_backward_graph(a);
+  ASSERT_NE(g.tensor(dnn::uid::keep), nullptr);
+  EXPECT_FALSE(g.tensor(dnn::uid::keep)->is_virtual);
+  EXPECT_NE(g.tensor(dnn::uid::dropout_scale), nullptr);
+  EXPECT_EQ(g.tensor(dnn::uid::dropout_scale_inv), nullptr);
+  ASSERT_NE(g.tensor(dnn::uid::one), nullptr);  // softmax_sum's factor
+  // dropout_scale is read once: keep * dropout_scale.
+  int reads = 0;
+  for (const dnn::Node& n : g.nodes) {
+    for (const auto& [slot, id] : n.operands) {
+      if (id == dnn::uid::dropout_scale) {
+        ++reads;
+        EXPECT_EQ(n.operand(dnn::Slot::x), dnn::uid::keep);
+      }
+    }
+  }
+  EXPECT_EQ(reads, 1);
+}
+
 TEST(DnnGraph, AttentionBackwardWithoutDropoutMultipliesByAConstantOne) {
   const dnn::Graph g =
       dnn::attention_backward_graph(dnn::AttentionGraphShape::packed(2, 8, 32, 32, 64));

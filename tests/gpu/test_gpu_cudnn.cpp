@@ -346,12 +346,22 @@ void expect_rows_close(const std::vector<float>& got, const std::vector<float>& 
   for (float w : want) max = std::max(max, std::fabs(w));
   const float abs = abs_of_max * max;
   std::size_t bad = 0, compared = 0;
+  // The largest error and where, printed for every tensor (pass or fail): a
+  // forward that is off shows in `out` before it shows in the gradients.
+  float worst = -1.0F;
+  std::string worst_at;
   for (std::int64_t b = 0; b < b_count; ++b) {
     for (std::int64_t h = 0; h < h_count; ++h) {
       for (std::int64_t t = 0; t < valid[static_cast<std::size_t>(b)]; ++t) {
         for (std::int64_t d = 0; d < d_count; ++d) {
           const auto i = static_cast<std::size_t>(((b * h_count + h) * t_count + t) * d_count + d);
           ++compared;
+          if (std::fabs(got[i] - want[i]) > worst) {
+            worst = std::fabs(got[i] - want[i]);
+            worst_at = "b " + std::to_string(b) + " h " + std::to_string(h) + " t " +
+                       std::to_string(t) + " d " + std::to_string(d) + ": " +
+                       std::to_string(got[i]) + " vs " + std::to_string(want[i]);
+          }
           if (!(std::fabs(got[i] - want[i]) <= abs + rel * std::fabs(want[i]))) {
             if (++bad <= 5) {
               ADD_FAILURE() << what << "[b " << b << " h " << h << " t " << t << " d " << d
@@ -363,6 +373,8 @@ void expect_rows_close(const std::vector<float>& got, const std::vector<float>& 
       }
     }
   }
+  std::printf("%s: %zu of %zu values off; largest error %g at [%s] (max |want| %g)\n", what, bad,
+              compared, static_cast<double>(worst), worst_at.c_str(), static_cast<double>(max));
   EXPECT_EQ(bad, 0U) << what << ": " << bad << " of " << compared << " values off";
   EXPECT_GT(max, 0.0F) << what << " is all zeros";
 }

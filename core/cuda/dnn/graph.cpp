@@ -427,14 +427,20 @@ std::int64_t apply_masks(Builder& g, const AttentionGraphShape& s, std::int64_t 
 }
 
 // The masked, scaled scores s = q k^T scale (masked to -inf) of [B, H, Tq, Tk].
+// Under padding the matmul carries M = seq_len_q and N = seq_len_kv as its
+// overrides, as cudnn-frontend's sdpa does: cuDNN's fused forward takes the
+// sequence lengths from there. Without them (cuDNN 9.14 on an H200) it ran
+// the GEN_INDEX / CMP_LT / BINARY_SELECT padding mask as if every key were
+// valid: the padded batch's output was that of all Tk keys.
 std::int64_t masked_scores(Builder& g, const AttentionGraphShape& s) {
   const std::vector<std::int64_t> scores{s.b, s.h, s.tq, s.tk};
+  declare_mask_inputs(g, s);
   // k is declared [B, H, D, Tk] (transposed strides): the matmul's B.
   const std::int64_t raw = g.virtual_tensor(DnnType::f32, scores);
   g.matmul(uid::q, uid::k, raw);
+  if (s.padding) g.override_matmul(uid::seq_len_q, uid::seq_len_kv, 0);
   g.scalar(uid::attn_scale);
   const std::int64_t out = g.pointwise(PointwiseMode::mul, raw, uid::attn_scale);
-  declare_mask_inputs(g, s);
   return apply_masks(g, s, out);
 }
 
@@ -487,6 +493,7 @@ Graph attention_forward_graph(const AttentionGraphShape& s) {
   const std::int64_t dropped = apply_dropout(g, s, p);
   const std::int64_t p_io = g.pointwise(PointwiseMode::identity, dropped, 0, io);
   g.matmul(p_io, uid::v, uid::o);
+  if (s.padding) g.override_matmul(uid::seq_len_q, 0, uid::seq_len_kv);
   return g.take();
 }
 
@@ -516,8 +523,17 @@ Graph attention_backward_graph(const AttentionGraphShape& s) {
   const std::int64_t len_kv = s.padding ? uid::seq_len_kv : 0;
   const bool dropout = s.dropout != AttentionDropout::none;
   // The keep bits: cuDNN's generator (the forward's seed and offset make the
-  // forward's bits again) or rig's mask.
+  // forward's bits again) or rig's mask. With rig's mask the graph folds
+  // dropout_scale into it (scaled = keep dropout_scale, 0 or 1 / (1 - p)) and
+  // multiplies by neither dropout_scale nor dropout_scale_inv elsewhere:
+  // cuDNN 9.14's backward (H200) computed softmax_sum as rowsum(dOut * out)
+  // without the dropout_scale_inv factor when the keep bits were a tensor
+  // (with Philox it applied it), which left dq and dk off by P (1 - 1 /
+  // (1 - p)) rowsum(dOut * out) per score. With the scale inside the mask,
+  // rowsum(dOut * out) is softmax_sum as it stands, whatever the engine does
+  // with a factor of one.
   std::int64_t keep = 0;
+  const bool scaled_mask = s.dropout == AttentionDropout::mask;
   if (s.dropout == AttentionDropout::philox) {
     g.tensor(uid::seed, DnnType::i64, {1, 1, 1, 1});
     g.tensor(uid::offset, DnnType::i64, {1, 1, 1, 1});
@@ -525,20 +541,22 @@ Graph attention_backward_graph(const AttentionGraphShape& s) {
     Node& n = g.node(OpKind::rng,
                      {{Slot::y, keep}, {Slot::seed, uid::seed}, {Slot::offset, uid::offset}});
     n.probability = 1.0 - static_cast<double>(s.dropout_probability);
-  } else if (s.dropout == AttentionDropout::mask) {
-    keep = g.tensor(uid::keep, io, scores);
-  }
-  if (dropout) {
     g.scalar(uid::dropout_scale);
     g.scalar(uid::dropout_scale_inv);
+  } else if (scaled_mask) {
+    g.tensor(uid::keep, io, scores);
+    g.scalar(uid::dropout_scale);
+    keep = g.pointwise(PointwiseMode::mul, uid::keep, uid::dropout_scale);
   }
-  // softmax_sum = rowsum(dOut * out) * dropout_scale_inv: the rows' <P, dP>.
+  // softmax_sum = rowsum(dOut * out) * dropout_scale_inv: the rows' <P, dP>
+  // (dropout_scale_inv is 1 without dropout and with the scaled mask).
   const std::int64_t d_o_o = g.pointwise(PointwiseMode::mul, uid::d_o, uid::o);
   const std::int64_t d_o_o_sum = g.reduce_last(ReduceMode::add, d_o_o);
   g.scratch(uid::softmax_sum, DnnType::f32, rows);
-  g.pointwise(PointwiseMode::mul, d_o_o_sum,
-              dropout ? uid::dropout_scale_inv : g.constant(uid::one, 1.0F), DnnType::f32,
-              DnnType::f32, 0, uid::softmax_sum);
+  g.pointwise(
+      PointwiseMode::mul, d_o_o_sum,
+      s.dropout == AttentionDropout::philox ? uid::dropout_scale_inv : g.constant(uid::one, 1.0F),
+      DnnType::f32, DnnType::f32, 0, uid::softmax_sum);
   // P = exp(q k^T scale - stats), masked.
   const std::int64_t raw = g.virtual_tensor(DnnType::f32, scores);
   g.matmul(uid::q, uid::k, raw);
@@ -550,7 +568,7 @@ Graph attention_backward_graph(const AttentionGraphShape& s) {
   std::int64_t p_dropped = p;
   if (dropout) {
     p_dropped = g.pointwise(PointwiseMode::mul, p_dropped, keep);
-    p_dropped = g.pointwise(PointwiseMode::mul, p_dropped, uid::dropout_scale);
+    if (!scaled_mask) p_dropped = g.pointwise(PointwiseMode::mul, p_dropped, uid::dropout_scale);
   }
   g.matmul(g.reshape(p_dropped, io, scores_t, scores_t_strides), uid::d_o, uid::dv);
   g.override_matmul(len_kv, 0, len_q);
@@ -561,7 +579,7 @@ Graph attention_backward_graph(const AttentionGraphShape& s) {
   if (dropout) ds = g.pointwise(PointwiseMode::mul, ds, keep);
   ds = g.pointwise(PointwiseMode::sub, ds, uid::softmax_sum);
   ds = g.pointwise(PointwiseMode::mul, ds, p);
-  if (dropout) ds = g.pointwise(PointwiseMode::mul, ds, uid::dropout_scale);
+  if (dropout && !scaled_mask) ds = g.pointwise(PointwiseMode::mul, ds, uid::dropout_scale);
   ds = g.pointwise(PointwiseMode::mul, ds, uid::attn_scale);
   // dk = dS^T q.
   g.matmul(g.reshape(ds, io, scores_t, scores_t_strides), uid::q, uid::dk);

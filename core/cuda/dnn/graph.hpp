@@ -238,7 +238,8 @@ struct AttentionGraphShape {
 };
 
 // out (uid::o) and, where s.stats, the softmax statistics (uid::stats) for
-// the backward.
+// the backward. Under padding both matmuls carry seq_len_q / seq_len_kv as
+// their M / N / K overrides (as the backward's do).
 Graph attention_forward_graph(const AttentionGraphShape& s);
 // dq, dk, dv (uid::dq / dk / dv, q's type) from q, k, v, o, dout (uid::d_o)
 // and the forward's stats, with the forward's mask and dropout (philox: the
@@ -249,9 +250,11 @@ Graph attention_forward_graph(const AttentionGraphShape& s);
 // dropout_scale)^T dOut; dS = P (dOut v^T keep - softmax_sum) dropout_scale
 // attn_scale; dk = dS^T q; dq = dS k. Binds: q, k, v, o, d_o, stats,
 // attn_scale, dq, dk, dv; neg_inf where causal or padding; seq_len_q /
-// seq_len_kv where padding; seed, offset (philox) or keep (mask) and
-// dropout_scale, dropout_scale_inv where dropout. f16 / bf16 only: cuDNN has
-// no f32 SDPA backward.
+// seq_len_kv where padding; seed, offset, dropout_scale and
+// dropout_scale_inv (philox) or keep and dropout_scale (mask: the graph
+// multiplies keep by dropout_scale once and uses no dropout_scale_inv, see
+// graph.cpp; binding it anyway is harmless). f16 / bf16 only: cuDNN has no
+// f32 SDPA backward.
 Graph attention_backward_graph(const AttentionGraphShape& s);
 
 }  // namespace rig::cuda::dnn
