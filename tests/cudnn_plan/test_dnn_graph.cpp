@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <stdexcept>
 
 #include "cuda/dnn/graph.hpp"
 
@@ -167,26 +168,39 @@ TEST(DnnGraph, PaddedAttentionForwardOverridesBothMatmuls) {
   }
 }
 
-TEST(DnnGraph, MaskDropoutBackwardFoldsTheScaleIntoTheMask) {
+TEST(DnnGraph, AttentionBackwardRejectsRigsKeepMask) {
   dnn::AttentionGraphShape a = dnn::AttentionGraphShape::packed(2, 8, 32, 32, 64);
   a.dropout = dnn::AttentionDropout::mask;
+  a.dropout_probability = 0.1F;
+  EXPECT_NO_THROW(dnn::attention_forward_graph(a));  // the forward keeps the mask
+  try {
+    dnn::attention_backward_graph(a);
+    ADD_FAILURE() << "attention_backward_graph accepted AttentionDropout::mask";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(),
+                 "attention backward with rig's keep mask: cuDNN 9.14's fused backward either "
+                 "drops the dropout scale from its softmax sum (wrong dQ/dK) or reads out of "
+                 "bounds with a scaled mask (seen on an H200); use AttentionDropout::philox, "
+                 "cuDNN's generator, on the GPU");
+  }
+}
+
+TEST(DnnGraph, PhiloxDropoutBackwardScalesBySoftmaxSumsInverse) {
+  dnn::AttentionGraphShape a = dnn::AttentionGraphShape::packed(2, 8, 32, 32, 64);
+  a.dropout = dnn::AttentionDropout::philox;
+  a.dropout_probability = 0.1F;
   const dnn::Graph g = dnn::attention_backward_graph(a);
-  ASSERT_NE(g.tensor(dnn::uid::keep), nullptr);
-  EXPECT_FALSE(g.tensor(dnn::uid::keep)->is_virtual);
-  EXPECT_NE(g.tensor(dnn::uid::dropout_scale), nullptr);
-  EXPECT_EQ(g.tensor(dnn::uid::dropout_scale_inv), nullptr);
-  ASSERT_NE(g.tensor(dnn::uid::one), nullptr);  // softmax_sum's factor
-  // dropout_scale is read once: keep * dropout_scale.
-  int reads = 0;
+  EXPECT_EQ(g.tensor(dnn::uid::keep), nullptr);
+  EXPECT_EQ(g.tensor(dnn::uid::one), nullptr);
+  // softmax_sum = rowsum(dOut * out) * dropout_scale_inv.
+  bool found = false;
   for (const dnn::Node& n : g.nodes) {
-    for (const auto& [slot, id] : n.operands) {
-      if (id == dnn::uid::dropout_scale) {
-        ++reads;
-        EXPECT_EQ(n.operand(dnn::Slot::x), dnn::uid::keep);
-      }
+    if (n.operand(dnn::Slot::y) == dnn::uid::softmax_sum) {
+      found = true;
+      EXPECT_EQ(n.operand(dnn::Slot::b), dnn::uid::dropout_scale_inv);
     }
   }
-  EXPECT_EQ(reads, 1);
+  EXPECT_TRUE(found);
 }
 
 TEST(DnnGraph, AttentionBackwardWithoutDropoutMultipliesByAConstantOne) {

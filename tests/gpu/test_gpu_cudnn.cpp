@@ -2,9 +2,10 @@
 // inputs: convolution forward / dgrad / wgrad (f32, no TF32), batch-norm
 // training forward and backward, attention forward (bf16 operands, f32
 // softmax; causal; rig's dropout mask) and attention backward (dq, dk, dv
-// from the GPU forward's out and stats; causal, key and query padding, rig's
-// dropout mask, cuDNN's Philox dropout with its keep bits read back through
-// an identity v). Skips without a GPU, and without cuDNN.
+// from the GPU forward's out and stats; causal, key and query padding,
+// cuDNN's Philox dropout with its keep bits read back through an identity v;
+// the backward graph rejects rig's mask). Skips without a GPU, and without
+// cuDNN.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -412,24 +413,16 @@ class AttentionBackwardTest : public CudnnGraphTest {
       }
     }
     const HalfTensor dout = half_values(g, c.type);
-    // Dropout: rig's bits (the CPU's stream) or cuDNN's (read back below).
+    // Dropout: cuDNN's Philox bits (read back below). The backward graph
+    // rejects rig's keep mask (see attention_backward_graph).
     std::vector<std::uint8_t> keep(probs, 1);
-    const rig::RandomKey key{77, 3, 0, rig::purpose_id("gpu.cudnn.attention")};
-    if (c.dropout == dnn::AttentionDropout::mask) {
-      rig::backend::cpu_backend().dropout_mask(key, p_drop, keep.data(),
-                                               static_cast<std::int64_t>(probs), 0);
-    }
-    std::vector<std::uint16_t> keep_half(probs);
-    for (std::size_t i = 0; i < probs; ++i) {
-      keep_half[i] = to_half_bits(static_cast<float>(keep[i]), c.type);
-    }
     const float scale = 1.0F / std::sqrt(static_cast<float>(s.d));
     const float keep_scale = 1.0F / (1.0F - p_drop);
     const float keep_scale_inv = 1.0F - p_drop;
     const float neg_inf = -std::numeric_limits<float>::infinity();
     const std::vector<std::int64_t> seed{12345}, offset{678};
     DeviceArray<std::uint16_t> d_q(q.bits), d_k(k.bits), d_v(v.bits), d_out(n), d_dout(dout.bits),
-        d_dq(n), d_dk(n), d_dv(n), d_keep(keep_half);
+        d_dq(n), d_dk(n), d_dv(n);
     DeviceArray<float> d_stats(static_cast<std::size_t>(s.b * s.h * s.tq));
     DeviceArray<std::int32_t> d_len_q(len_q), d_len_kv(len_kv);
     DeviceArray<std::int64_t> d_seed(seed), d_offset(offset);
@@ -443,7 +436,6 @@ class AttentionBackwardTest : public CudnnGraphTest {
                                      {dnn::uid::seq_len_kv, d_len_kv.data()},
                                      {dnn::uid::seed, d_seed.data()},
                                      {dnn::uid::offset, d_offset.data()},
-                                     {dnn::uid::keep, d_keep.data()},
                                      {dnn::uid::dropout_scale, &keep_scale},
                                      {dnn::uid::dropout_scale_inv, &keep_scale_inv}};
     const auto with = [&](std::vector<dnn::Binding> extra) {
@@ -557,10 +549,6 @@ TEST_F(AttentionBackwardTest, PaddingMatchesCpuOnValidRows) {
 
 TEST_F(AttentionBackwardTest, CausalPaddingF16MatchesCpuOnValidRows) {
   check({.causal = true, .padding = true, .type = dnn::ConvType::f16});
-}
-
-TEST_F(AttentionBackwardTest, RigsDropoutMaskMatchesCpu) {
-  check({.causal = true, .dropout = dnn::AttentionDropout::mask});
 }
 
 TEST_F(AttentionBackwardTest, PhiloxDropoutMatchesCpuWithCudnnsBits) {

@@ -12,7 +12,9 @@
 // the dropout kernels use, so the kept set is bit-identical to the CPU's; it
 // costs reading B*H*Tq*Tk bytes per pass and the caller's kernel that writes
 // them. `philox` is cuDNN's own generator (seed, offset): nothing read, but
-// other bits than the CPU's. See the report in docs for which one rig uses.
+// other bits than the CPU's. The backward takes `philox` only (cuDNN 9.14's
+// fused backward mishandled a keep tensor, see attention_backward_graph), so
+// GPU attention dropout uses cuDNN's Philox.
 #pragma once
 
 #include <cstddef>

@@ -499,6 +499,18 @@ Graph attention_forward_graph(const AttentionGraphShape& s) {
 
 Graph attention_backward_graph(const AttentionGraphShape& s) {
   check_attention(s);
+  if (s.dropout == AttentionDropout::mask) {
+    // Both forms were tried on an H200 (cuDNN 9.14): keep * dropout_scale in
+    // the graph with softmax_sum * dropout_scale_inv ran, but the engine
+    // computed softmax_sum without dropout_scale_inv for a keep tensor (dq
+    // and dk wrong); the scale folded into a virtual keep * dropout_scale
+    // made the generated flash_bprop kernel read out of bounds (illegal
+    // memory access). The forward's mask support stays.
+    throw std::invalid_argument(
+        "attention backward with rig's keep mask: cuDNN 9.14's fused backward either drops the "
+        "dropout scale from its softmax sum (wrong dQ/dK) or reads out of bounds with a scaled "
+        "mask (seen on an H200); use AttentionDropout::philox, cuDNN's generator, on the GPU");
+  }
   const DnnType io = dnn_type(s.type);
   Builder g("attention_backward");
   g.graph().allow_nondeterministic = s.allow_nondeterministic;
@@ -521,20 +533,11 @@ Graph attention_backward_graph(const AttentionGraphShape& s) {
   declare_mask_inputs(g, s);
   const std::int64_t len_q = s.padding ? uid::seq_len_q : 0;
   const std::int64_t len_kv = s.padding ? uid::seq_len_kv : 0;
-  const bool dropout = s.dropout != AttentionDropout::none;
-  // The keep bits: cuDNN's generator (the forward's seed and offset make the
-  // forward's bits again) or rig's mask. With rig's mask the graph folds
-  // dropout_scale into it (scaled = keep dropout_scale, 0 or 1 / (1 - p)) and
-  // multiplies by neither dropout_scale nor dropout_scale_inv elsewhere:
-  // cuDNN 9.14's backward (H200) computed softmax_sum as rowsum(dOut * out)
-  // without the dropout_scale_inv factor when the keep bits were a tensor
-  // (with Philox it applied it), which left dq and dk off by P (1 - 1 /
-  // (1 - p)) rowsum(dOut * out) per score. With the scale inside the mask,
-  // rowsum(dOut * out) is softmax_sum as it stands, whatever the engine does
-  // with a factor of one.
+  const bool dropout = s.dropout == AttentionDropout::philox;
+  // The keep bits: cuDNN's generator, whose seed and offset make the
+  // forward's bits again (rig's mask is rejected above).
   std::int64_t keep = 0;
-  const bool scaled_mask = s.dropout == AttentionDropout::mask;
-  if (s.dropout == AttentionDropout::philox) {
+  if (dropout) {
     g.tensor(uid::seed, DnnType::i64, {1, 1, 1, 1});
     g.tensor(uid::offset, DnnType::i64, {1, 1, 1, 1});
     keep = g.virtual_tensor(DnnType::f32, scores);
@@ -543,20 +546,15 @@ Graph attention_backward_graph(const AttentionGraphShape& s) {
     n.probability = 1.0 - static_cast<double>(s.dropout_probability);
     g.scalar(uid::dropout_scale);
     g.scalar(uid::dropout_scale_inv);
-  } else if (scaled_mask) {
-    g.tensor(uid::keep, io, scores);
-    g.scalar(uid::dropout_scale);
-    keep = g.pointwise(PointwiseMode::mul, uid::keep, uid::dropout_scale);
   }
   // softmax_sum = rowsum(dOut * out) * dropout_scale_inv: the rows' <P, dP>
-  // (dropout_scale_inv is 1 without dropout and with the scaled mask).
+  // (a constant one without dropout).
   const std::int64_t d_o_o = g.pointwise(PointwiseMode::mul, uid::d_o, uid::o);
   const std::int64_t d_o_o_sum = g.reduce_last(ReduceMode::add, d_o_o);
   g.scratch(uid::softmax_sum, DnnType::f32, rows);
-  g.pointwise(
-      PointwiseMode::mul, d_o_o_sum,
-      s.dropout == AttentionDropout::philox ? uid::dropout_scale_inv : g.constant(uid::one, 1.0F),
-      DnnType::f32, DnnType::f32, 0, uid::softmax_sum);
+  g.pointwise(PointwiseMode::mul, d_o_o_sum,
+              dropout ? uid::dropout_scale_inv : g.constant(uid::one, 1.0F), DnnType::f32,
+              DnnType::f32, 0, uid::softmax_sum);
   // P = exp(q k^T scale - stats), masked.
   const std::int64_t raw = g.virtual_tensor(DnnType::f32, scores);
   g.matmul(uid::q, uid::k, raw);
@@ -568,7 +566,7 @@ Graph attention_backward_graph(const AttentionGraphShape& s) {
   std::int64_t p_dropped = p;
   if (dropout) {
     p_dropped = g.pointwise(PointwiseMode::mul, p_dropped, keep);
-    if (!scaled_mask) p_dropped = g.pointwise(PointwiseMode::mul, p_dropped, uid::dropout_scale);
+    p_dropped = g.pointwise(PointwiseMode::mul, p_dropped, uid::dropout_scale);
   }
   g.matmul(g.reshape(p_dropped, io, scores_t, scores_t_strides), uid::d_o, uid::dv);
   g.override_matmul(len_kv, 0, len_q);
@@ -579,7 +577,7 @@ Graph attention_backward_graph(const AttentionGraphShape& s) {
   if (dropout) ds = g.pointwise(PointwiseMode::mul, ds, keep);
   ds = g.pointwise(PointwiseMode::sub, ds, uid::softmax_sum);
   ds = g.pointwise(PointwiseMode::mul, ds, p);
-  if (dropout && !scaled_mask) ds = g.pointwise(PointwiseMode::mul, ds, uid::dropout_scale);
+  if (dropout) ds = g.pointwise(PointwiseMode::mul, ds, uid::dropout_scale);
   ds = g.pointwise(PointwiseMode::mul, ds, uid::attn_scale);
   // dk = dS^T q.
   g.matmul(g.reshape(ds, io, scores_t, scores_t_strides), uid::q, uid::dk);

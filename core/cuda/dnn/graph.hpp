@@ -211,7 +211,8 @@ Graph batch_norm_backward_graph(const backend::BatchNormShape& s);
 enum class AttentionDropout : std::uint8_t {
   none,
   philox,  // cuDNN's generator: Bernoulli(1 - p) from (seed, offset); its own bits
-  mask,    // rig's keep mask (uid::keep, q's type, [B, H, Tq, Tk]): the CPU's bits
+  mask,    // rig's keep mask (uid::keep, q's type, [B, H, Tq, Tk]): the CPU's bits;
+           // forward only (attention_backward_graph rejects it)
 };
 
 // Scaled-dot-product attention on f16 / bf16 q, k, v, o ([B, H, T, D] with
@@ -243,18 +244,19 @@ struct AttentionGraphShape {
 Graph attention_forward_graph(const AttentionGraphShape& s);
 // dq, dk, dv (uid::dq / dk / dv, q's type) from q, k, v, o, dout (uid::d_o)
 // and the forward's stats, with the forward's mask and dropout (philox: the
-// same seed and offset regenerate the same bits; mask: the same keep mask),
-// as backend::attention_backward. The graph cuDNN's frontend builds for
+// same seed and offset regenerate the same bits), as
+// backend::attention_backward. The graph cuDNN's frontend builds for
 // sdpa_backward (cuDNN 9.10+): softmax_sum = rowsum(dOut * out) *
 // dropout_scale_inv; P = exp(scores - stats), masked; dv = (P keep
 // dropout_scale)^T dOut; dS = P (dOut v^T keep - softmax_sum) dropout_scale
 // attn_scale; dk = dS^T q; dq = dS k. Binds: q, k, v, o, d_o, stats,
 // attn_scale, dq, dk, dv; neg_inf where causal or padding; seq_len_q /
 // seq_len_kv where padding; seed, offset, dropout_scale and
-// dropout_scale_inv (philox) or keep and dropout_scale (mask: the graph
-// multiplies keep by dropout_scale once and uses no dropout_scale_inv, see
-// graph.cpp; binding it anyway is harmless). f16 / bf16 only: cuDNN has no
-// f32 SDPA backward.
+// dropout_scale_inv where philox. f16 / bf16 only: cuDNN has no f32 SDPA
+// backward. AttentionDropout::mask throws std::invalid_argument: cuDNN 9.14's
+// fused backward either left dropout_scale_inv out of its softmax sum for a
+// keep tensor (wrong dq / dk) or, with the scale folded into the mask, read
+// out of bounds (H200); the GPU uses philox.
 Graph attention_backward_graph(const AttentionGraphShape& s);
 
 }  // namespace rig::cuda::dnn
