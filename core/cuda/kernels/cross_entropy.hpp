@@ -6,11 +6,17 @@
 //   backward, in place over the logits allowed (dx may be x): dx_j = (exp(x_j
 //     - lse) - off) s, minus (on - off) s at the label, with s = scale *
 //     (*scale_factor or 1) * (row_scale[r] or 1).
+// Storage type: `type` (f32, f16 or bf16) is the type of the logits x and
+// the gradient dx; loss, lse, row_scale and scale_factor stay f32. The
+// pointers keep their float* types, and for f16/bf16 x and dx hold 16-bit
+// values (read and written through load_element/store_element). The math is
+// f32 throughout; each dx is rounded once, at its store.
 #pragma once
 
 #include <cstdint>
 
 #include "cuda/kernels/common.hpp"
+#include "cuda/kernels/element_type.hpp"
 #include "rig/math/cross_entropy.hpp"
 #include "rig/math/device_math.hpp"
 #include "simt/collectives.hpp"
@@ -23,7 +29,8 @@ struct CrossEntropyForward {
   float* loss = nullptr;                 // [rows]
   float* lse = nullptr;                  // [rows]
   std::int64_t rows = 0, c = 0;
-  math::SmoothedTargets targets{};  // {on, off}
+  math::SmoothedTargets targets{};      // {on, off}
+  ElementType type = ElementType::f32;  // of x
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_row_kernel(device, rows, c);
@@ -36,13 +43,15 @@ struct CrossEntropyForward {
     if (row >= rows) return;
     const std::int64_t first = ctx.thread_rank();
     const std::int64_t step = ctx.block_threads();
-    const float* xr = x + row * c;
+    const std::int64_t base = row * c;  // element offset of the row
     float m = neg_inf();
-    for (std::int64_t j = first; j < c; j += step) m = simt::Max{}(m, xr[j]);
+    for (std::int64_t j = first; j < c; j += step) {
+      m = simt::Max{}(m, load_element(x, type, base + j));
+    }
     m = simt::block_max(ctx, m);
     float es = 0.0F, xs = 0.0F;
     for (std::int64_t j = first; j < c; j += step) {
-      const float v = xr[j];
+      const float v = load_element(x, type, base + j);
       es += M::exp(v - m);
       xs += v;
     }
@@ -51,8 +60,8 @@ struct CrossEntropyForward {
     if (ctx.thread_rank() == 0) {
       const float row_lse = m + M::log(es);
       lse[row] = row_lse;
-      loss[row] = math::smoothed_row_loss(row_lse, xr[labels[row]], targets.off != 0.0F ? xs : 0.0F,
-                                          targets);
+      loss[row] = math::smoothed_row_loss(row_lse, load_element(x, type, base + labels[row]),
+                                          targets.off != 0.0F ? xs : 0.0F, targets);
     }
   }
 };
@@ -67,6 +76,7 @@ struct CrossEntropyBackward {
   float* dx = nullptr;  // [rows, c]; may be x itself (in place)
   std::int64_t rows = 0, c = 0;
   math::SmoothedTargets targets{};
+  ElementType type = ElementType::f32;  // of x and dx
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_row_kernel(device, rows, c);
@@ -82,12 +92,13 @@ struct CrossEntropyBackward {
     const float s = row_scale != nullptr ? base * row_scale[row] : base;
     const float shift = lse[row];
     const std::int64_t label = labels[row];
-    const float* xr = x + row * c;
-    float* dr = dx + row * c;
+    const std::int64_t row0 = row * c;  // element offset of the row
     // Each element is read and written by one thread only: in place is safe.
     for (std::int64_t j = ctx.thread_rank(); j < c; j += ctx.block_threads()) {
-      const float grad = math::smoothed_grad(M::exp(xr[j] - shift), targets.off, s);
-      dr[j] = j == label ? grad - math::smoothed_label_correction(targets, s) : grad;
+      const float grad =
+          math::smoothed_grad(M::exp(load_element(x, type, row0 + j) - shift), targets.off, s);
+      store_element(dx, type, row0 + j,
+                    j == label ? grad - math::smoothed_label_correction(targets, s) : grad);
     }
   }
 };

@@ -14,11 +14,18 @@
 //     partial row, then the partial rows summed in block order from 0. One
 //     thread per (row block, column), so db does not depend on scheduling.
 // The per-element math is rig/math (activations.hpp) over math::DeviceMath.
+// Storage type: UnaryForward, UnaryBackward, BinaryKernel and BiasActivation
+// carry `type` (f32, f16 or bf16), the type of every float tensor they touch
+// except BiasActivation's bias (always f32). The pointers keep their float*
+// types, and for f16/bf16 they hold 16-bit values (read and written through
+// load_element/store_element). The math is f32 throughout; each output is
+// rounded once, at its store.
 #pragma once
 
 #include <cstdint>
 
 #include "cuda/kernels/common.hpp"
+#include "cuda/kernels/element_type.hpp"
 #include "rig/half.hpp"
 #include "rig/math/activations.hpp"
 #include "rig/math/device_math.hpp"
@@ -90,41 +97,44 @@ RIG_HD_INLINE float unary_value(UnaryOp op, float x, float s) {
   return x;
 }
 
-// dx = g * op'(x) from the forward's input x or output y (what the CPU reads).
+// dx = g * op'(x) from the forward's input x or output y (what the CPU reads),
+// both of storage type `type`.
 RIG_HD_INLINE float unary_grad(UnaryOp op, float g, const float* x, const float* y, std::int64_t i,
-                               float s) {
+                               float s, ElementType type = ElementType::f32) {
   using M = math::DeviceMath;
+  const auto xi = [&] { return load_element(x, type, i); };
+  const auto yi = [&] { return load_element(y, type, i); };
   switch (op) {
     case UnaryOp::neg:
       return -g;
     case UnaryOp::exp:
-      return g * y[i];
+      return g * yi();
     case UnaryOp::log:
-      return g / x[i];
+      return g / xi();
     case UnaryOp::sqrt:
-      return g * 0.5F / y[i];
+      return g * 0.5F / yi();
     case UnaryOp::rsqrt: {
-      const float yi = y[i];
-      return g * -0.5F * yi * yi * yi;
+      const float yv = yi();
+      return g * -0.5F * yv * yv * yv;
     }
     case UnaryOp::relu:
-      return y[i] > 0.0F ? g : 0.0F;
+      return yi() > 0.0F ? g : 0.0F;
     case UnaryOp::gelu:
-      return g * math::gelu_grad<M>(x[i]);
+      return g * math::gelu_grad<M>(xi());
     case UnaryOp::gelu_tanh:
-      return g * math::gelu_tanh_grad<M>(x[i]);
+      return g * math::gelu_tanh_grad<M>(xi());
     case UnaryOp::tanh:
-      return math::tanh_backward(g, y[i]);
+      return math::tanh_backward(g, yi());
     case UnaryOp::sigmoid:
-      return math::sigmoid_backward(g, y[i]);
+      return math::sigmoid_backward(g, yi());
     case UnaryOp::add_scalar:
       return g;
     case UnaryOp::mul_scalar:
       return g * s;
     case UnaryOp::pow_scalar:
-      if (s == 2.0F) return g * 2.0F * x[i];
+      if (s == 2.0F) return g * 2.0F * xi();
       if (s == 0.0F) return 0.0F;
-      return g * s * pow_scalar(x[i], s - 1.0F);
+      return g * s * pow_scalar(xi(), s - 1.0F);
   }
   return g;
 }
@@ -135,6 +145,7 @@ struct UnaryForward {
   float* y = nullptr;  // may be x
   std::int64_t n = 0;
   float scalar = 0.0F;
+  ElementType type = ElementType::f32;  // of x and y
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_grid_stride(device, n);
@@ -143,7 +154,7 @@ struct UnaryForward {
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
     for (std::int64_t i = global_thread(ctx); i < n; i += grid_threads(ctx)) {
-      y[i] = unary_value(op, x[i], scalar);
+      store_element(y, type, i, unary_value(op, load_element(x, type, i), scalar));
     }
   }
 };
@@ -156,6 +167,7 @@ struct UnaryBackward {
   float* dx = nullptr;       // may be g
   std::int64_t n = 0;
   float scalar = 0.0F;
+  ElementType type = ElementType::f32;  // of g, x, y and dx
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_grid_stride(device, n);
@@ -164,7 +176,7 @@ struct UnaryBackward {
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
     for (std::int64_t i = global_thread(ctx); i < n; i += grid_threads(ctx)) {
-      dx[i] = unary_grad(op, g[i], x, y, i, scalar);
+      store_element(dx, type, i, unary_grad(op, load_element(g, type, i), x, y, i, scalar, type));
     }
   }
 };
@@ -193,6 +205,7 @@ struct BinaryKernel {
   const float* a = nullptr;
   const float* b = nullptr;
   float* out = nullptr;
+  ElementType type = ElementType::f32;  // of a, b and out
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_grid_stride(device, shape_elements(ndim, shape), 1, 40);  // ptxas: 40
@@ -204,7 +217,8 @@ struct BinaryKernel {
     for (std::int64_t i = global_thread(ctx); i < n; i += grid_threads(ctx)) {
       std::int64_t off[3];
       strided_offsets(i, ndim, shape, strides, off);
-      out[off[0]] = binary_value(op, a[off[1]], b[off[2]]);
+      store_element(out, type, off[0],
+                    binary_value(op, load_element(a, type, off[1]), load_element(b, type, off[2])));
     }
   }
 };
@@ -252,6 +266,7 @@ struct BiasActivation {
   const float* bias = nullptr;  // [cols] or null
   std::int64_t rows = 0, cols = 0;
   Activation activation = Activation::none;
+  ElementType type = ElementType::f32;  // of y and pre (bias stays f32)
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_grid_stride(device, rows * cols);
@@ -261,10 +276,10 @@ struct BiasActivation {
   RIG_HD void operator()(Ctx& ctx) const {
     const std::int64_t n = rows * cols;
     for (std::int64_t i = global_thread(ctx); i < n; i += grid_threads(ctx)) {
-      float v = y[i];
+      float v = load_element(y, type, i);
       if (bias != nullptr) v += bias[i % cols];
-      if (pre != nullptr && activation == Activation::gelu) pre[i] = v;
-      y[i] = activation_value(activation, v);
+      if (pre != nullptr && activation == Activation::gelu) store_element(pre, type, i, v);
+      store_element(y, type, i, activation_value(activation, v));
     }
   }
 };

@@ -8,11 +8,17 @@
 //   backward dgamma = sum_r g xhat, dbeta = sum_r g: one thread per column
 //     summing the rows in order (grid-stride over columns), deterministic and
 //     without atomics.
+// Storage type: `type` (f32, f16 or bf16) is the type of x, y, g and dx;
+// gamma, beta, mean, rstd, dgamma and dbeta stay f32. The pointers keep their
+// float* types, and for f16/bf16 x, y, g, dx hold 16-bit values (read and
+// written through load_element/store_element). The math is f32 throughout;
+// each output is rounded once, at its store.
 #pragma once
 
 #include <cstdint>
 
 #include "cuda/kernels/common.hpp"
+#include "cuda/kernels/element_type.hpp"
 #include "rig/math/device_math.hpp"
 #include "simt/collectives.hpp"
 
@@ -27,6 +33,7 @@ struct LayerNormForward {
   float* rstd = nullptr;         // [rows]
   std::int64_t rows = 0, d = 0;
   float eps = 1e-5F;
+  ElementType type = ElementType::f32;  // of x and y
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_row_kernel(device, rows, d);
@@ -39,15 +46,14 @@ struct LayerNormForward {
     if (row >= rows) return;
     const std::int64_t first = ctx.thread_rank();
     const std::int64_t step = ctx.block_threads();
-    const float* xr = x + row * d;
-    float* yr = y + row * d;
+    const std::int64_t base = row * d;  // element offset of the row
     const float inv_d = 1.0F / static_cast<float>(d);
     float acc = 0.0F;
-    for (std::int64_t j = first; j < d; j += step) acc += xr[j];
+    for (std::int64_t j = first; j < d; j += step) acc += load_element(x, type, base + j);
     const float mu = simt::block_sum(ctx, acc) * inv_d;
     acc = 0.0F;
     for (std::int64_t j = first; j < d; j += step) {
-      const float c = xr[j] - mu;
+      const float c = load_element(x, type, base + j) - mu;
       acc += c * c;
     }
     const float rs = 1.0F / M::sqrt(simt::block_sum(ctx, acc) * inv_d + eps);
@@ -56,10 +62,10 @@ struct LayerNormForward {
       rstd[row] = rs;
     }
     for (std::int64_t j = first; j < d; j += step) {
-      float v = (xr[j] - mu) * rs;
+      float v = (load_element(x, type, base + j) - mu) * rs;
       if (gamma != nullptr) v = v * gamma[j];
       if (beta != nullptr) v = v + beta[j];
-      yr[j] = v;
+      store_element(y, type, base + j, v);
     }
   }
 };
@@ -73,6 +79,7 @@ struct LayerNormBackwardDx {
   const float* g = nullptr;  // upstream gradient [rows, d]
   float* dx = nullptr;       // [rows, d]
   std::int64_t rows = 0, d = 0;
+  ElementType type = ElementType::f32;  // of x, g and dx
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_row_kernel(device, rows, d);
@@ -84,23 +91,24 @@ struct LayerNormBackwardDx {
     if (row >= rows) return;
     const std::int64_t first = ctx.thread_rank();
     const std::int64_t step = ctx.block_threads();
-    const float* xr = x + row * d;
-    const float* gr = g + row * d;
-    float* dr = dx + row * d;
+    const std::int64_t base = row * d;  // element offset of the row
     const float mu = mean[row];
     const float rs = rstd[row];
     const float inv_d = 1.0F / static_cast<float>(d);
     float sa = 0.0F, sb = 0.0F;
     for (std::int64_t j = first; j < d; j += step) {
-      const float dh = gamma != nullptr ? gr[j] * gamma[j] : gr[j];
+      const float gj = load_element(g, type, base + j);
+      const float dh = gamma != nullptr ? gj * gamma[j] : gj;
       sa += dh;
-      sb += dh * (xr[j] - mu);
+      sb += dh * (load_element(x, type, base + j) - mu);
     }
     const float mean_dh = simt::block_sum(ctx, sa) * inv_d;
     const float mean_dh_xhat = simt::block_sum(ctx, sb) * rs * inv_d;
     for (std::int64_t j = first; j < d; j += step) {
-      const float dh = gamma != nullptr ? gr[j] * gamma[j] : gr[j];
-      dr[j] = rs * (dh - mean_dh - (xr[j] - mu) * rs * mean_dh_xhat);
+      const float gj = load_element(g, type, base + j);
+      const float dh = gamma != nullptr ? gj * gamma[j] : gj;
+      const float xj = load_element(x, type, base + j);
+      store_element(dx, type, base + j, rs * (dh - mean_dh - (xj - mu) * rs * mean_dh_xhat));
     }
   }
 };
@@ -114,6 +122,7 @@ struct LayerNormBackwardParams {
   float* dgamma = nullptr;  // [d] or null
   float* dbeta = nullptr;   // [d] or null
   std::int64_t rows = 0, d = 0;
+  ElementType type = ElementType::f32;  // of x and g
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_grid_stride(device, d);
@@ -124,8 +133,8 @@ struct LayerNormBackwardParams {
     for (std::int64_t j = global_thread(ctx); j < d; j += grid_threads(ctx)) {
       float sg = 0.0F, sb = 0.0F;
       for (std::int64_t r = 0; r < rows; ++r) {
-        const float gv = g[r * d + j];
-        sg += gv * (x[r * d + j] - mean[r]) * rstd[r];
+        const float gv = load_element(g, type, r * d + j);
+        sg += gv * (load_element(x, type, r * d + j) - mean[r]) * rstd[r];
         sb += gv;
       }
       if (dgamma != nullptr) dgamma[j] = sg;
