@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "cuda/runtime/device_properties.cuh"
@@ -13,6 +14,7 @@
 #include "device_array.hpp"
 #include "gpu_test.hpp"
 #include "kernel_test_util.hpp"
+#include "rig/half.hpp"
 
 namespace {
 
@@ -261,6 +263,102 @@ TEST_F(GpuKernels, DropoutMasksAreBitEqualToCpu) {
     EXPECT_TRUE(bit_equal(gmask.to_host(), mask));
     EXPECT_TRUE(bit_equal(gy.to_host(), y));
     EXPECT_TRUE(bit_equal(gdx.to_host(), dx));
+  }
+}
+
+// Mixed precision: softmax, layer norm and the fused cross-entropy reading
+// and writing f16 / bf16 tensors (math in f32), against the CPU back end's
+// f32 result on the same rounded inputs: one ulp of the type apart at most.
+TEST_F(GpuKernels, HalfTypesReadAndWriteTheirTensors) {
+  const std::int64_t rows = 37, cols = 1000;
+  const auto n = static_cast<std::size_t>(rows * cols);
+  for (const auto& [type, ulp] :
+       {std::pair{ElementType::f16, 1e-3F}, std::pair{ElementType::bf16, 8e-3F}}) {
+    SCOPED_TRACE(type == ElementType::f16 ? "f16" : "bf16");
+    const auto to16 = [type](float v) {
+      return type == ElementType::f16 ? rig::float_to_half_bits(v) : rig::float_to_bfloat16_bits(v);
+    };
+    const auto from16 = [type](std::uint16_t b) {
+      return type == ElementType::f16 ? rig::half_bits_to_float(b) : rig::bfloat16_bits_to_float(b);
+    };
+    std::vector<float> x = uniform(rows * cols, -6.0F, 6.0F, 30);
+    std::vector<std::uint16_t> x16(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      x16[i] = to16(x[i]);
+      x[i] = from16(x16[i]);  // the CPU sees the rounded inputs
+    }
+    const auto rounded = [&](const std::vector<float>& v) {
+      std::vector<float> out(v.size());
+      for (std::size_t i = 0; i < v.size(); ++i) out[i] = from16(to16(v[i]));
+      return out;
+    };
+    const auto widen = [&](const std::vector<std::uint16_t>& v) {
+      std::vector<float> out(v.size());
+      for (std::size_t i = 0; i < v.size(); ++i) out[i] = from16(v[i]);
+      return out;
+    };
+    const DeviceArray<std::uint16_t> gx(x16);
+    auto* gxf = reinterpret_cast<float*>(gx.data());  // 16-bit values behind the float* fields
+
+    std::vector<float> y(n);
+    cpu().softmax_forward(row_plan(rows, cols), x.data(), nullptr, y.data(), false);
+    DeviceArray<std::uint16_t> gy(n);
+    rig::cuda::run(SoftmaxForward{.x = gxf,
+                                  .y = reinterpret_cast<float*>(gy.data()),
+                                  .rows = rows,
+                                  .cols = cols,
+                                  .type = type},
+                   nullptr);
+    EXPECT_TRUE(close(widen(gy.to_host()), rounded(y), 1e-7F, ulp));
+
+    std::vector<float> ln(n), mean(rows), rstd(rows);
+    cpu().layer_norm_forward(x.data(), nullptr, nullptr, ln.data(), mean.data(), rstd.data(), rows,
+                             cols, 1e-5F);
+    DeviceArray<std::uint16_t> gln(n);
+    DeviceArray<float> gmean(rows), grstd(rows);
+    rig::cuda::run(LayerNormForward{.x = gxf,
+                                    .y = reinterpret_cast<float*>(gln.data()),
+                                    .mean = gmean.data(),
+                                    .rstd = grstd.data(),
+                                    .rows = rows,
+                                    .d = cols,
+                                    .eps = 1e-5F,
+                                    .type = type},
+                   nullptr);
+    EXPECT_TRUE(close(widen(gln.to_host()), rounded(ln), 1e-4F, ulp));
+
+    std::vector<std::int64_t> labels(static_cast<std::size_t>(rows));
+    for (std::int64_t r = 0; r < rows; ++r) labels[static_cast<std::size_t>(r)] = (r * 31) % cols;
+    const rig::math::SmoothedTargets q = rig::math::torch_smoothing(0.1F, cols);
+    std::vector<float> loss(rows), lse(rows), dx(n);
+    cpu().cross_entropy_forward(x.data(), labels.data(), rows, cols, q.on, q.off, loss.data(),
+                                lse.data());
+    cpu().cross_entropy_backward(x.data(), labels.data(), lse.data(), nullptr, 1.0F, nullptr, rows,
+                                 cols, q.on, q.off, dx.data());
+    DeviceArray<std::uint16_t> glogits(x16);  // the gradient replaces the logits
+    const DeviceArray<std::int64_t> glabels(labels);
+    DeviceArray<float> gloss(rows), glse(rows);
+    auto* logits = reinterpret_cast<float*>(glogits.data());
+    rig::cuda::run(CrossEntropyForward{.x = logits,
+                                       .labels = glabels.data(),
+                                       .loss = gloss.data(),
+                                       .lse = glse.data(),
+                                       .rows = rows,
+                                       .c = cols,
+                                       .targets = q,
+                                       .type = type},
+                   nullptr);
+    rig::cuda::run(CrossEntropyBackward{.x = logits,
+                                        .labels = glabels.data(),
+                                        .lse = glse.data(),
+                                        .dx = logits,
+                                        .rows = rows,
+                                        .c = cols,
+                                        .targets = q,
+                                        .type = type},
+                   nullptr);
+    EXPECT_TRUE(close(gloss.to_host(), loss, 2e-5F, 2e-6F));
+    EXPECT_TRUE(close(widen(glogits.to_host()), rounded(dx), 1e-7F, ulp));
   }
 }
 
