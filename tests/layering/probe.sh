@@ -13,7 +13,9 @@ fi
 if [ "$code" -eq 0 ]; then
   echo "FAIL: $target compiled: #include \"$header\" is reachable from this layer"; exit 1
 fi
-if echo "$output" | grep -Fq -e "$header: No such file or directory" -e "'$header' file not found"; then
+# A here-string, not a pipe: with pipefail, grep -q closing the pipe early can
+# kill echo with SIGPIPE and fail the test although the header was not found.
+if grep -Fq -e "$header: No such file or directory" -e "'$header' file not found" <<<"$output"; then
   echo "refused as expected: #include \"$header\" not found"; exit 0
 fi
 echo "$output"; echo "FAIL: $target failed, but not because \"$header\" was not found"; exit 1
