@@ -22,24 +22,13 @@ using namespace rig::kernels;
 using rig::kernels::test::bit_equal;
 using rig::kernels::test::close;
 using rig::kernels::test::cpu;
+using rig::kernels::test::row_plan;
 using rig::kernels::test::uniform;
 using rig_gpu_test::DeviceArray;
 
 class GpuKernels : public rig_gpu_test::GpuTest {};
 
 constexpr std::int64_t kShapes[][2] = {{1, 1}, {3, 33}, {37, 257}, {64, 1000}, {5, 4099}};
-
-rig::backend::StridedPlan<2> row_plan(std::int64_t rows, std::int64_t cols) {
-  rig::backend::StridedPlan<2> plan;
-  plan.ndim = 2;
-  plan.shape[0] = rows;
-  plan.shape[1] = cols;
-  for (int k = 0; k < 2; ++k) {
-    plan.strides[k][0] = cols;
-    plan.strides[k][1] = 1;
-  }
-  return plan;
-}
 
 std::vector<std::uint8_t> some_mask(std::size_t n, std::uint32_t seed) {
   std::vector<std::uint8_t> mask(n);

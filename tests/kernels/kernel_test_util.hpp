@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "backend/strided_plan.hpp"
 #include "simt/emulator.hpp"
 #include "simt/launch_config.hpp"
 
@@ -70,6 +71,19 @@ template <class T>
     }
   }
   return ::testing::AssertionSuccess();
+}
+
+// The row plan of contiguous [rows, cols] operands (softmax's x and mask).
+inline backend::StridedPlan<2> row_plan(std::int64_t rows, std::int64_t cols) {
+  backend::StridedPlan<2> plan;
+  plan.ndim = 2;
+  plan.shape[0] = rows;
+  plan.shape[1] = cols;
+  for (int k = 0; k < 2; ++k) {
+    plan.strides[k][0] = cols;
+    plan.strides[k][1] = 1;
+  }
+  return plan;
 }
 
 inline constexpr std::int64_t kRows[] = {1, 3, 37};

@@ -75,18 +75,6 @@ std::vector<std::uint8_t> random_mask(std::int64_t rows, std::int64_t cols, std:
   return mask;
 }
 
-backend::StridedPlan<2> row_plan(std::int64_t rows, std::int64_t cols) {
-  backend::StridedPlan<2> plan;
-  plan.ndim = 2;
-  plan.shape[0] = rows;
-  plan.shape[1] = cols;
-  for (int k = 0; k < 2; ++k) {
-    plan.strides[k][0] = cols;
-    plan.strides[k][1] = 1;
-  }
-  return plan;
-}
-
 constexpr std::int64_t kHalfRows[] = {1, 3, 37};
 constexpr std::int64_t kHalfCols[] = {1, 7, 33, 257, 1000};
 

@@ -8,18 +8,6 @@
 namespace rig::kernels::test {
 namespace {
 
-backend::StridedPlan<2> row_plan(std::int64_t rows, std::int64_t cols) {
-  backend::StridedPlan<2> plan;
-  plan.ndim = 2;
-  plan.shape[0] = rows;
-  plan.shape[1] = cols;
-  for (int k = 0; k < 2; ++k) {
-    plan.strides[k][0] = cols;
-    plan.strides[k][1] = 1;
-  }
-  return plan;
-}
-
 // About a third masked out, and the last row (of several) wholly masked.
 std::vector<std::uint8_t> random_mask(std::int64_t rows, std::int64_t cols, std::uint32_t seed) {
   std::mt19937 gen(seed);

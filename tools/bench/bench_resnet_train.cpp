@@ -3,9 +3,9 @@
 // projection shortcuts) on 28x28x1 images (Fashion-MNIST's shape), batch
 // 128, 10 classes, and the `sgd` optimizer (momentum 0.9, weight decay 1e-4).
 // A step: zero the gradients, forward to the loss (the model computes its
-// Acc@1 / Acc@5 metrics only in eval), backward, optimizer step, the loss read. The batch is made before timing,
-// so no data loading is timed. tools/bench/torch_layers.py resnet20_train is
-// the same step in PyTorch.
+// Acc@1 / Acc@5 metrics only in eval), backward, optimizer step, the loss read. The batch is made
+// before timing, so no data loading is timed. tools/bench/torch_layers.py resnet20_train is the
+// same step in PyTorch.
 #include <cstdint>
 #include <cstdio>
 #include <memory>
