@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 
 namespace rig::cuda {
 
@@ -51,7 +52,23 @@ struct BackendTable {
   int (*describe_device)(int index, DeviceDescription* out);
 };
 
+// The factory of the op back end (a C++ backend::Backend, see DESIGN.md's
+// "librig / librig_cuda boundary"): librig looks it up with dlsym once the
+// probe has loaded librig_cuda. Both sides are built from the same headers by
+// the same compiler; kFactoryVersion guards against a stale librig_cuda.
+inline constexpr const char* kBackendFactory = "rig_cuda_make_backend";
+inline constexpr int kFactoryVersion = 1;
+
 }  // namespace rig::cuda
 
-// The one symbol librig_cuda exports for librig (kBackendEntryPoint).
+namespace rig::backend {
+class Backend;
+}
+
+// The symbols librig_cuda exports for librig (kBackendEntryPoint, kBackendFactory).
 extern "C" const rig::cuda::BackendTable* rig_cuda_backend();
+// Makes the back end of visible device `device` into *out; returns 0, or
+// non-zero with the reason in error[error_bytes] (no exception crosses).
+using RigCudaMakeBackend = int (*)(int factory_version, int device,
+                                   std::unique_ptr<rig::backend::Backend>* out, char* error,
+                                   std::size_t error_bytes);

@@ -1,5 +1,5 @@
 // backend_for: the backend of a device. The CPU's is always there; sim's is
-// built with rig; CUDA's comes with librig_cuda once it has op kernels.
+// built with rig; CUDA's comes from librig_cuda or the SIMT emulator.
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -15,11 +15,9 @@ Backend& backend_for(Device device) {
     case Device::Type::sim:
       return sim_backend();
     case Device::Type::cuda:
-      break;
+      return cuda_backend(device.index);
   }
-  throw std::invalid_argument(fmt::format(
-      "device {}: this rig's CUDA back end has only its device runtime, no tensor-op kernels yet",
-      to_string(device)));
+  throw std::invalid_argument(fmt::format("device {}: unknown device type", to_string(device)));
 }
 
 }  // namespace rig::backend

@@ -1,5 +1,6 @@
 // Dtype, device and shape helpers.
 #include <algorithm>
+#include <cstdlib>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -46,6 +47,16 @@ std::string_view dtype_name(DType dtype) {
 
 bool is_floating(DType dtype) {
   return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16;
+}
+
+bool cuda_emulator_requested() {
+  const char* value = std::getenv("RIG_CUDA_EMULATOR");
+  const std::string text = value == nullptr ? "" : value;
+  if (text.empty() || text == "0") return false;
+  if (text == "1") return true;
+  throw std::invalid_argument("RIG_CUDA_EMULATOR=" + text +
+                              ": expected 1 (run device: cuda's kernels in the SIMT emulator) "
+                              "or 0");
 }
 
 std::string to_string(Device device) {

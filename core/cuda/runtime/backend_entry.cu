@@ -58,8 +58,8 @@ int describe_device(int index, DeviceDescription* out) {
   return 0;
 }
 
-// The device runtime is here; op kernels are not yet (issue 8, item 3).
-constexpr int kRunsOps = 0;
+// The op back end: rig_cuda_make_backend (runtime/gpu_device.cpp).
+constexpr int kRunsOps = 1;
 
 const BackendTable kTable{kBackendAbiVersion, kRunsOps, RIG_CUDA_ARCHITECTURES, &probe,
                           &describe_device};

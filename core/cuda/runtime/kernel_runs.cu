@@ -20,5 +20,6 @@ template void run<kernels::BiasActivation>(const kernels::BiasActivation&, cudaS
 template void run<kernels::ActivationBackward>(const kernels::ActivationBackward&, cudaStream_t);
 template void run<kernels::ColumnTotals>(const kernels::ColumnTotals&, cudaStream_t);
 template void run<kernels::SumAxis>(const kernels::SumAxis&, cudaStream_t);
+template void run<kernels::CausalMask>(const kernels::CausalMask&, cudaStream_t);
 
 }  // namespace rig::cuda

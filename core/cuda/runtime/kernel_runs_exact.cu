@@ -33,5 +33,18 @@ template void run<kernels::ExtractRows>(const kernels::ExtractRows&, cudaStream_
 template void run<kernels::ZeroRows>(const kernels::ZeroRows&, cudaStream_t);
 template void run<kernels::Argmax>(const kernels::Argmax&, cudaStream_t);
 template void run<kernels::TopK>(const kernels::TopK&, cudaStream_t);
+template void run<kernels::CompareKernel>(const kernels::CompareKernel&, cudaStream_t);
+template void run<kernels::AddStrided>(const kernels::AddStrided&, cudaStream_t);
+template void run<kernels::PaddedLossPartials>(const kernels::PaddedLossPartials&, cudaStream_t);
+template void run<kernels::PaddedLossFinish>(const kernels::PaddedLossFinish&, cudaStream_t);
+template void run<kernels::PaddedLossBackward>(const kernels::PaddedLossBackward&, cudaStream_t);
+template void run<kernels::IndexCheckPartials>(const kernels::IndexCheckPartials&, cudaStream_t);
+template void run<kernels::IndexCheckFinish>(const kernels::IndexCheckFinish&, cudaStream_t);
+template void run<kernels::GradStatsPartials>(const kernels::GradStatsPartials&, cudaStream_t);
+template void run<kernels::GradStatsFinish>(const kernels::GradStatsFinish&, cudaStream_t);
+template void run<kernels::DropoutMask>(const kernels::DropoutMask&, cudaStream_t);
+template void run<kernels::LarcPartials>(const kernels::LarcPartials&, cudaStream_t);
+template void run<kernels::LarcRatios>(const kernels::LarcRatios&, cudaStream_t);
+template void run<kernels::LarcScale>(const kernels::LarcScale&, cudaStream_t);
 
 }  // namespace rig::cuda

@@ -128,6 +128,11 @@ DeviceChoice choose_run_device(const config::ResolvedConfig& config, const std::
   if (request == "sim") return sim_choice();
   const auto where = config.where("device");
   const std::string key = where.key_path.empty() ? "device" : where.key_path;
+  if (request == "cuda" && cuda_emulator_requested()) {
+    return {Device::cuda(0),
+            "Device: cuda:0 (RIG_CUDA_EMULATOR=1: the CUDA kernels in the SIMT emulator on the "
+            "CPU; a test device, very slow)"};
+  }
   return choose_device(request, cuda::probe_cuda(), launch::launcher_local_rank(),
                        fmt::format("{}: {}", where.describe(), key));
 }

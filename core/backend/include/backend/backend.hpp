@@ -3,8 +3,8 @@
 // too, is an entry point of the Backend of the tensors' device, reached
 // through backend_for(device). A backend implements this interface and
 // nothing above it changes: core/cpu (OpenBLAS, oneDNN, own SIMD kernels),
-// core/sim (the CPU kernels on memory the host cannot touch) and, later,
-// CUDA.
+// core/sim (the CPU kernels on memory the host cannot touch) and core/cuda
+// (cuda/backend/kernel_backend.hpp, on the GPU or in the SIMT emulator).
 //
 // Conventions of every entry point:
 // - Pointers are in the backend's device address space (what the tensors of
@@ -299,5 +299,9 @@ Backend& backend_for(Device device);
 // dependencies still point one way).
 Backend& cpu_backend();  // core/cpu
 Backend& sim_backend();  // core/sim
+// The back end of visible GPU `index`, made on first use (core/cuda/registry):
+// librig_cuda's (loaded by the device probe), or the SIMT emulator's when
+// cuda_emulator_requested(). Throws std::invalid_argument saying why not.
+Backend& cuda_backend(int index);
 
 }  // namespace rig::backend

@@ -19,4 +19,9 @@ struct Device {
 };
 std::string to_string(Device device);  // "cpu", "cuda:0", "sim"
 
+// RIG_CUDA_EMULATOR=1: `device: cuda` runs the CUDA back end's kernels in the
+// SIMT emulator on the CPU (tests without a GPU). Unset or 0: no. Anything
+// else throws std::invalid_argument naming the variable.
+bool cuda_emulator_requested();
+
 }  // namespace rig

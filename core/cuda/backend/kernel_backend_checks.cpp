@@ -1,0 +1,58 @@
+// KernelBackend: the entry points that read results back to the host (index
+// range checks, gradient statistics) and OpenSeq2Seq's padded loss.
+#include <vector>
+
+#include "cuda/backend/kernel_backend.hpp"
+
+namespace rig::cuda {
+
+std::int64_t KernelBackend::first_out_of_range(const void* index, DType dtype, std::int64_t n,
+                                               std::int64_t limit) {
+  if (n == 0) return -1;
+  const std::int64_t chunks = kernels::check_chunks(n);
+  DeviceScratch buffer = scratch(kernels::index_check_scratch_bytes(n));
+  auto* partial = buffer.as<std::int64_t>();
+  run(kernels::IndexCheckPartials{index, dtype, n, limit, partial});
+  device_->run(kernels::IndexCheckFinish{partial, chunks, partial + chunks});
+  std::int64_t result = -1;
+  device_->to_host(&result, partial + chunks, sizeof(result));
+  return result;
+}
+
+GradientStats KernelBackend::gradient_stats(const float* grads, std::int64_t n, const float* loss) {
+  const std::int64_t chunks = kernels::check_chunks(n);
+  DeviceScratch buffer = scratch(kernels::grad_stats_scratch_bytes(n));
+  auto* out = buffer.as<GradientStats>();
+  auto* squares =
+      reinterpret_cast<double*>(buffer.as<std::byte>() + kernels::grad_stats_squares_offset());
+  auto* amax_bits = reinterpret_cast<std::uint32_t*>(squares + chunks);
+  run(kernels::GradStatsPartials{grads, n, squares, amax_bits});
+  device_->run(kernels::GradStatsFinish{squares, amax_bits, chunks, loss, out});
+  GradientStats stats;
+  device_->to_host(&stats, out, sizeof(stats));
+  return stats;
+}
+
+void KernelBackend::padded_loss(const float* xent, const float* w, std::int64_t rows,
+                                double constant, float* loss) {
+  const std::int64_t chunks = kernels::padded_loss_chunks(rows);
+  DeviceScratch buffer = scratch(kernels::padded_loss_scratch_bytes(rows));
+  auto* partial = buffer.as<double>();
+  run(kernels::PaddedLossPartials{xent, w, rows, constant, partial});
+  device_->run(kernels::PaddedLossFinish{partial, chunks, loss, nullptr});
+}
+
+void KernelBackend::padded_loss_backward(const float* xent, const float* w, std::int64_t rows,
+                                         double constant, const float* upstream, float* row_scale,
+                                         float* x_scale, float* dw) {
+  const std::int64_t chunks = kernels::padded_loss_chunks(rows);
+  DeviceScratch buffer = scratch(kernels::padded_loss_scratch_bytes(rows));
+  auto* partial = buffer.as<double>();
+  double* sums = partial + 2 * chunks;
+  run(kernels::PaddedLossPartials{xent, w, rows, constant, partial});
+  device_->run(kernels::PaddedLossFinish{partial, chunks, nullptr, sums});
+  device_->run(
+      kernels::PaddedLossBackward{xent, w, rows, constant, sums, upstream, row_scale, x_scale, dw});
+}
+
+}  // namespace rig::cuda

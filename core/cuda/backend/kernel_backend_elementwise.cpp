@@ -1,0 +1,111 @@
+// KernelBackend: elementwise ops, bias + activation and its backward.
+#include "cuda/backend/kernel_backend.hpp"
+
+namespace rig::cuda {
+
+void KernelBackend::unary(backend::Unary op, const float* x, float* y, std::int64_t n,
+                          float scalar) {
+  run(kernels::UnaryForward{static_cast<kernels::UnaryOp>(op), x, y, n, scalar});
+}
+
+void KernelBackend::unary_backward(backend::Unary op, const float* g, const float* x,
+                                   const float* y, float* dx, std::int64_t n, float scalar) {
+  run(kernels::UnaryBackward{static_cast<kernels::UnaryOp>(op), g, x, y, dx, n, scalar});
+}
+
+void KernelBackend::binary(backend::Binary op, const backend::StridedPlan<3>& plan, const float* a,
+                           const float* b, float* out) {
+  kernels::BinaryKernel k;
+  k.op = static_cast<kernels::BinaryOp>(op);
+  k.ndim = plan.ndim;
+  for (int d = 0; d < plan.ndim; ++d) {
+    const auto u = static_cast<std::size_t>(d);
+    k.shape[d] = plan.shape[u];
+    for (std::size_t o = 0; o < 3; ++o) k.strides[o][d] = plan.strides[o][u];
+  }
+  k.a = a;
+  k.b = b;
+  k.out = out;
+  run(k);
+}
+
+void KernelBackend::compare(backend::Compare op, const backend::StridedPlan<3>& plan, DType dtype,
+                            const void* a, const void* b, double scalar, std::uint8_t* out) {
+  kernels::CompareKernel k;
+  k.op = static_cast<kernels::CompareOp>(op);
+  k.dtype = dtype;
+  k.ndim = plan.ndim;
+  for (int d = 0; d < plan.ndim; ++d) {
+    const auto u = static_cast<std::size_t>(d);
+    k.shape[d] = plan.shape[u];
+    for (std::size_t o = 0; o < 3; ++o) k.strides[o][d] = plan.strides[o][u];
+  }
+  k.a = a;
+  k.b = b;
+  k.scalar = scalar;
+  k.out = out;
+  run(k);
+}
+
+void KernelBackend::select(const Shape& shape, std::size_t element_bytes,
+                           const backend::SelectOperand& cond, const backend::SelectOperand& a,
+                           const backend::SelectOperand& b, void* out) {
+  if (shape_numel(shape) == 0) return;
+  const auto plan = backend::make_strided_plan<3>(shape, {&cond.strides, &a.strides, &b.strides});
+  kernels::Select k;
+  k.ndim = plan.ndim;
+  for (int d = 0; d < plan.ndim; ++d) {
+    const auto u = static_cast<std::size_t>(d);
+    k.shape[d] = plan.shape[u];
+    for (std::size_t o = 0; o < 3; ++o) k.strides[o][d] = plan.strides[o][u];
+  }
+  k.cond = static_cast<const std::uint8_t*>(cond.data);
+  k.a = a.data;
+  k.b = b.data;
+  k.out = out;
+  k.element_bytes = static_cast<int>(element_bytes);
+  run(k);
+}
+
+void KernelBackend::bias_activation(float* y, float* pre, const float* bias, std::int64_t rows,
+                                    std::int64_t cols, Activation activation) {
+  run(kernels::BiasActivation{y, pre, bias, rows, cols, activation});
+}
+
+void KernelBackend::activation_backward(Activation activation, const float* g, const float* saved,
+                                        float* dz, float* db, std::int64_t rows, std::int64_t cols,
+                                        float relu_scale) {
+  // As the CPU: no activation writes no dz (the caller's g is the gradient).
+  if (activation == Activation::none) {
+    if (db == nullptr) return;
+    dz = nullptr;
+  }
+  const std::int64_t blocks = kernels::activation_row_blocks(rows);
+  DeviceScratch partial;
+  float* db_target = db;
+  if (db != nullptr && blocks > 1) {
+    partial = scratch(static_cast<std::size_t>(blocks * cols) * sizeof(float));
+    db_target = partial.as<float>();
+  }
+  run(kernels::ActivationBackward{activation, g, saved, dz, nullptr, db_target, rows, cols,
+                                  relu_scale});
+  if (db != nullptr && blocks > 1) run(kernels::ColumnTotals{db_target, db, blocks, cols});
+}
+
+void KernelBackend::activation_backward_bf16(Activation activation, const float* g,
+                                             const float* saved, std::uint16_t* dz_bf16, float* db,
+                                             std::int64_t rows, std::int64_t cols,
+                                             float relu_scale) {
+  const std::int64_t blocks = kernels::activation_row_blocks(rows);
+  DeviceScratch partial;
+  float* db_target = db;
+  if (db != nullptr && blocks > 1) {
+    partial = scratch(static_cast<std::size_t>(blocks * cols) * sizeof(float));
+    db_target = partial.as<float>();
+  }
+  run(kernels::ActivationBackward{activation, g, saved, nullptr, dz_bf16, db_target, rows, cols,
+                                  relu_scale});
+  if (db != nullptr && blocks > 1) run(kernels::ColumnTotals{db_target, db, blocks, cols});
+}
+
+}  // namespace rig::cuda

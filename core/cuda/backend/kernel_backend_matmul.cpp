@@ -1,0 +1,210 @@
+// KernelBackend: matrix products through cuBLASLt plans (gemm/gemm_plan.hpp).
+// f32 products accumulate in f32 without TF32; bf16 precision rounds the
+// operands to bf16 (once, where a layer passes them rounded) and accumulates
+// in f32, as the CPU back end.
+#include <algorithm>
+#include <optional>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "cuda/backend/kernel_backend.hpp"
+
+namespace rig::cuda {
+
+namespace {
+
+// The stored matrix of an operand whose op() is [rows, cols].
+struct Stored {
+  std::int64_t rows = 0, cols = 0;
+};
+
+Stored stored_of(const backend::GemmOperand& x, std::int64_t rows, std::int64_t cols) {
+  return x.trans ? Stored{cols, rows} : Stored{rows, cols};
+}
+
+// A leading dimension cuBLASLt accepts: a one-row stored matrix may come with
+// any ld (it is never stepped over).
+std::int64_t usable_ld(std::int64_t ld, Stored s) {
+  return s.rows <= 1 ? std::max<std::int64_t>(ld, std::max<std::int64_t>(s.cols, 1)) : ld;
+}
+
+}  // namespace
+
+void KernelBackend::round_bf16(const backend::GemmOperand& x, std::int64_t rows, std::int64_t cols,
+                               std::uint16_t* dst) {
+  const Stored s = stored_of(x, rows, cols);
+  if (s.rows * s.cols == 0) return;
+  copy_strided({s.rows, s.cols}, dst, {s.cols, 1}, DType::bf16, x.data, {x.ld, 1}, DType::f32);
+}
+
+void KernelBackend::gemm(const backend::GemmProduct& p, MatmulPrecision precision) {
+  if (p.m == 0 || p.n == 0) return;
+  if (p.k == 0) {  // beta C
+    for (std::int64_t i = 0; i < p.m; ++i) {
+      float* row = p.c + i * p.ldc;
+      if (p.beta == 0.0F) {
+        fill_strided({p.n}, row, {1}, DType::f32, 0.0F);
+      } else if (p.beta != 1.0F) {
+        unary(backend::Unary::mul_scalar, row, row, p.n, p.beta);
+      }
+    }
+    return;
+  }
+  GemmRequest request;
+  request.m = p.m;
+  request.n = p.n;
+  request.k = p.k;
+  request.trans_a = p.a.trans;
+  request.trans_b = p.b.trans;
+  request.ldc = p.ldc;
+  request.alpha = p.alpha;
+  request.beta = p.beta;
+  const Stored sa = stored_of(p.a, p.m, p.k), sb = stored_of(p.b, p.k, p.n);
+  const void* a = p.a.data;
+  const void* b = p.b.data;
+  request.lda = usable_ld(p.a.ld, sa);
+  request.ldb = usable_ld(p.b.ld, sb);
+  DeviceScratch a_bf16, b_bf16;
+  if (precision == MatmulPrecision::bf16) {
+    request.a_type = request.b_type = GemmType::bf16;
+    // Rounded operands are packed densely: ld = stored columns.
+    if (p.a.bf16 != nullptr) {
+      a = p.a.bf16;
+    } else {
+      a_bf16 = scratch(static_cast<std::size_t>(sa.rows * sa.cols) * 2);
+      round_bf16(p.a, p.m, p.k, a_bf16.as<std::uint16_t>());
+      a = a_bf16.as<void>();
+    }
+    if (p.b.bf16 != nullptr) {
+      b = p.b.bf16;
+    } else {
+      b_bf16 = scratch(static_cast<std::size_t>(sb.rows * sb.cols) * 2);
+      round_bf16(p.b, p.k, p.n, b_bf16.as<std::uint16_t>());
+      b = b_bf16.as<void>();
+    }
+    request.lda = sa.cols;
+    request.ldb = sb.cols;
+  }
+  const LtPlan plan = plan_gemm(request);
+  const void* lt_a = plan.a_is == RigOperand::a ? a : b;
+  const void* lt_b = plan.b_is == RigOperand::a ? a : b;
+  device_->gemm(plan, lt_a, lt_b, p.c, p.c, nullptr, nullptr);
+}
+
+void KernelBackend::gemm_pair(const backend::GemmProduct& first, const backend::GemmProduct& second,
+                              MatmulPrecision precision) {
+  gemm(first, precision);
+  gemm(second, precision);
+}
+
+namespace {
+
+// How a GEMM reads op(X) from X's last two axes (rows r, cols c, strides s0,
+// s1): as stored (row-major, leading dimension s0) or as the transpose of a
+// row-major matrix (leading dimension s1).
+struct Layout {
+  bool flip = false;
+  std::int64_t ld = 1;
+};
+
+std::optional<Layout> gemm_layout(std::int64_t r, std::int64_t c, std::int64_t s0,
+                                  std::int64_t s1) {
+  if ((c == 1 || s1 == 1) && (r == 1 || s0 >= std::max<std::int64_t>(c, 1))) {
+    return Layout{false, r == 1 ? std::max<std::int64_t>(c, 1) : s0};
+  }
+  if ((r == 1 || s0 == 1) && (c == 1 || s1 >= std::max<std::int64_t>(r, 1))) {
+    return Layout{true, c == 1 ? std::max<std::int64_t>(r, 1) : s1};
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+void KernelBackend::matmul(const backend::MatrixOperand& a, const backend::MatrixOperand& b,
+                           float* out, const Shape& out_shape, MatmulPrecision precision) {
+  const std::size_t rank = out_shape.size();
+  const std::int64_t m = out_shape[rank - 2];
+  const std::int64_t n = out_shape[rank - 1];
+  const std::int64_t k = a.shape[a.shape.size() - (a.transpose ? 2 : 1)];
+  if (shape_numel(out_shape) == 0) return;
+  const Shape batch(out_shape.begin(), out_shape.end() - 2);
+  const std::int64_t batch_count = shape_numel(batch);
+
+  // A GEMM-readable view of one operand (a contiguous copy when its matrices
+  // are not) and its strides over the output's batch axes (0 where broadcast).
+  struct View {
+    DeviceScratch copy;
+    backend::GemmOperand gemm;
+    Strides batch_strides;
+  };
+  auto view_of = [&](const backend::MatrixOperand& x) {
+    View v;
+    const std::size_t nd = x.shape.size();
+    const float* data = x.data;
+    Strides strides = x.strides;
+    const std::int64_t r = x.shape[nd - 2], c = x.shape[nd - 1];
+    auto layout = gemm_layout(r, c, strides[nd - 2], strides[nd - 1]);
+    if (!layout) {
+      const Strides dense = contiguous_strides(x.shape);
+      v.copy = scratch(static_cast<std::size_t>(shape_numel(x.shape)) * sizeof(float));
+      copy_strided(x.shape, v.copy.as<float>(), dense, DType::f32, x.data, x.strides, DType::f32);
+      data = v.copy.as<float>();
+      strides = dense;
+      layout = gemm_layout(r, c, strides[nd - 2], strides[nd - 1]);
+    }
+    v.gemm = {data, layout->ld, x.transpose != layout->flip};
+    v.batch_strides.assign(batch.size(), 0);
+    const std::size_t lead = batch.size() - (nd - 2);
+    for (std::size_t d = 0; d + 2 < nd; ++d) {
+      if (x.shape[d] != 1) v.batch_strides[lead + d] = strides[d];
+    }
+    return v;
+  };
+
+  // b shared by every batch and a's batches folding into its rows: one product.
+  if (batch_count > 1 && shape_numel(Shape(b.shape.begin(), b.shape.end() - 2)) == 1 &&
+      !a.transpose && (a.strides.back() == 1 || k == 1)) {
+    const std::size_t nd = a.shape.size();
+    std::int64_t row_stride = m > 1 ? a.strides[nd - 2] : 0;
+    std::int64_t expect = m > 1 ? row_stride * m : 0;
+    bool foldable = true;
+    for (std::size_t d = nd - 2; foldable && d-- > 0;) {
+      if (a.shape[d] == 1) continue;
+      if (row_stride == 0) {
+        row_stride = a.strides[d];
+      } else if (a.strides[d] != expect) {
+        foldable = false;
+      }
+      expect = a.strides[d] * a.shape[d];
+    }
+    if (foldable && row_stride >= std::max<std::int64_t>(k, 1)) {
+      const View vb = view_of(b);
+      gemm({batch_count * m, n, k, 1.0F, {a.data, row_stride, false}, vb.gemm, 0.0F, out, n},
+           precision);
+      return;
+    }
+  }
+
+  const View va = view_of(a);
+  const View vb = view_of(b);
+  // One product per batch element (cuBLASLt's strided batches: a later step).
+  std::vector<std::int64_t> at(batch.size(), 0);
+  for (std::int64_t i = 0; i < batch_count; ++i) {
+    std::int64_t off_a = 0, off_b = 0;
+    for (std::size_t d = 0; d < batch.size(); ++d) {
+      off_a += at[d] * va.batch_strides[d];
+      off_b += at[d] * vb.batch_strides[d];
+    }
+    backend::GemmProduct p{m, n, k, 1.0F, va.gemm, vb.gemm, 0.0F, out + i * m * n, n};
+    p.a.data += off_a;
+    p.b.data += off_b;
+    gemm(p, precision);
+    for (std::size_t d = batch.size(); d-- > 0;) {
+      if (++at[d] < batch[d]) break;
+      at[d] = 0;
+    }
+  }
+}
+
+}  // namespace rig::cuda

@@ -1,0 +1,27 @@
+// KernelBackend: dropout with the Philox streams of rig/math/philox.hpp, the
+// CPU's bits.
+#include "cuda/backend/kernel_backend.hpp"
+
+namespace rig::cuda {
+
+void KernelBackend::dropout_forward(const RandomKey& key, float p, float scale, DType dtype,
+                                    const void* src, void* dst, std::int64_t n,
+                                    std::uint32_t* mask_bits) {
+  run(kernels::DropoutForward{math::PhiloxStream::of(key.seed, key.step, key.rank, key.purpose),
+                              math::dropout_threshold(p), scale, element_type(dtype, "dropout"),
+                              src, dst, mask_bits, n});
+}
+
+void KernelBackend::dropout_backward(const std::uint32_t* mask_bits, float scale, DType dtype,
+                                     const void* grad, void* dx, std::int64_t n) {
+  run(kernels::DropoutBackward{mask_bits, scale, element_type(dtype, "dropout backward"), grad, dx,
+                               n});
+}
+
+void KernelBackend::dropout_mask(const RandomKey& key, float p, std::uint8_t* mask, std::int64_t n,
+                                 std::uint64_t first) {
+  run(kernels::DropoutMask{math::PhiloxStream::of(key.seed, key.step, key.rank, key.purpose),
+                           math::dropout_threshold(p), mask, n, first});
+}
+
+}  // namespace rig::cuda

@@ -1,0 +1,63 @@
+// What the CUDA back end's entry points (KernelBackend) need from a device:
+// run a kernel of core/cuda/kernels, run a cuBLASLt plan, run a convolution,
+// move bytes and hand out memory. Two implementations:
+//   - the GPU (runtime/gpu_device.cpp, in librig_cuda): kernels launched on
+//     the device's stream, cuBLASLt, cuDNN, cudaMalloc through the caching
+//     allocator, pinned staging for host copies;
+//   - the emulator (emulated/emulated_device.cpp, in librig): the same kernel
+//     bodies in the SIMT emulator over host memory, cuBLASLt's semantics
+//     interpreted on the CPU (gemm/lt_interpreter.hpp), convolutions by the
+//     CPU back end. `RIG_CUDA_EMULATOR=1` makes `device: cuda` use it, so
+//     every entry point's kernel sequence runs in tests without a GPU.
+// Every call is queued in order on the device's one stream; only to_host,
+// synchronize and the reads named so wait for it.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "backend/kernel_args.hpp"
+#include "backend/memory.hpp"
+#include "cuda/gemm/gemm_plan.hpp"
+#include "cuda/kernels/kernel_list.hpp"
+
+namespace rig::cuda {
+
+class KernelDevice {
+ public:
+  virtual ~KernelDevice() = default;
+
+  // "NVIDIA H200 (sm_90)" or "SIMT emulator (H100 launch plans)".
+  virtual std::string description() const = 0;
+  virtual backend::MemoryPool& memory() = 0;
+  // What the kernels' plan() functions are given (grid sizes of two-stage reductions).
+  virtual const simt::DeviceProperties& properties() const = 0;
+
+#define RIG_CUDA_DEVICE_RUN(K) virtual void run(const kernels::K& kernel) = 0;
+  RIG_CUDA_KERNELS(RIG_CUDA_DEVICE_RUN)
+#undef RIG_CUDA_DEVICE_RUN
+
+  // D = alpha op(A) op(B) + beta C and the plan's epilogue (not its own work,
+  // which KernelBackend runs as kernels), device pointers as CublasLtGemm::run.
+  virtual void gemm(const LtPlan& plan, const void* a, const void* b, const void* c, void* d,
+                    void* bias, void* aux) = 0;
+
+  // Convolutions without bias (NCHW f32, contiguous): y = conv(x, w);
+  // dx = conv's data gradient; dw = its filter gradient. Outputs written whole.
+  virtual void conv2d_forward(const backend::Conv2dShape& s, const float* x, const float* w,
+                              float* y) = 0;
+  virtual void conv2d_backward_data(const backend::Conv2dShape& s, const float* w, const float* dy,
+                                    float* dx) = 0;
+  virtual void conv2d_backward_filter(const backend::Conv2dShape& s, const float* x,
+                                      const float* dy, float* dw) = 0;
+
+  // Copies in the device's stream order. to_host waits for everything queued
+  // before it; from_host returns once `host` may be reused.
+  virtual void to_host(void* host, const void* src, std::size_t bytes) = 0;
+  virtual void from_host(void* dst, const void* host, std::size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;  // device to device
+  virtual void zero(void* dst, std::size_t bytes) = 0;
+  virtual void synchronize() = 0;
+};
+
+}  // namespace rig::cuda

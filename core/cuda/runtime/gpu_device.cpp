@@ -1,0 +1,215 @@
+// The CUDA back end's KernelDevice on a GPU: kernels launched on one stream
+// per device, cuBLASLt products, cuDNN convolutions, memory from the caching
+// allocator, host copies staged through pinned memory. And the factory librig
+// calls (backend_abi.hpp's kBackendFactory).
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "cuda/backend/kernel_backend.hpp"
+#include "cuda/backend_abi.hpp"
+#include "cuda/dnn/cudnn_graphs.hpp"
+#include "cuda/runtime/copies.hpp"
+#include "cuda/runtime/cublaslt_gemm.cuh"
+#include "cuda/runtime/cuda_error.hpp"
+#include "cuda/runtime/device_guard.hpp"
+#include "cuda/runtime/device_memory.hpp"
+#include "cuda/runtime/device_properties.cuh"
+#include "cuda/runtime/event.hpp"
+#include "cuda/runtime/kernel_runs.cuh"
+#include "cuda/runtime/pinned_buffer.hpp"
+#include "cuda/runtime/stream.hpp"
+
+namespace rig::cuda {
+
+namespace {
+
+// backend::MemoryPool over the device's caching allocator, blocks for the
+// back end's stream.
+class GpuPool final : public backend::MemoryPool {
+ public:
+  GpuPool(int device, StreamId stream) : device_(device), stream_(stream) {}
+  backend::Block allocate(std::size_t bytes) override {
+    const DeviceGuard guard(device_);
+    const DeviceBlock block = device_allocator(device_).allocate(bytes, stream_);
+    return {block.data, block.capacity, block.stream};
+  }
+  void deallocate(const backend::Block& block) noexcept override {
+    device_allocator(device_).deallocate({block.data, block.capacity, block.stream});
+  }
+  AllocatorStats stats() const override {
+    const DeviceAllocatorStats s = device_allocator(device_).stats();
+    AllocatorStats out;
+    out.current_bytes = s.current_bytes;
+    out.peak_bytes = s.peak_bytes;
+    out.cached_bytes = s.cached_bytes;
+    out.requests = s.requests;
+    out.system_allocations = s.system_allocations;
+    return out;
+  }
+  void reset_peak() override { device_allocator(device_).reset_peak(); }
+  void empty_cache() override { device_allocator(device_).empty_cache(); }
+
+ private:
+  int device_;
+  StreamId stream_;
+};
+
+class GpuDevice final : public KernelDevice {
+ public:
+  explicit GpuDevice(int device)
+      : device_(device),
+        stream_(make_stream(device)),
+        pool_(device, stream_.id()),
+        properties_(properties_of(device)),
+        staged_(make_event(device)) {}
+
+  std::string description() const override {
+    cudaDeviceProp prop{};
+    cudaGetDeviceProperties(&prop, device_);
+    return fmt::format("{} (sm_{}{})", prop.name, prop.major, prop.minor);
+  }
+  backend::MemoryPool& memory() override { return pool_; }
+  const simt::DeviceProperties& properties() const override { return properties_; }
+
+#define RIG_GPU_RUN(K)                          \
+  void run(const kernels::K& kernel) override { \
+    const DeviceGuard guard(device_);           \
+    cuda::run(kernel, stream_.native());        \
+  }
+  RIG_CUDA_KERNELS(RIG_GPU_RUN)
+#undef RIG_GPU_RUN
+
+  void gemm(const LtPlan& plan, const void* a, const void* b, const void* c, void* d, void* bias,
+            void* aux) override {
+    const DeviceGuard guard(device_);
+    if (!gemm_) gemm_ = std::make_unique<CublasLtGemm>(device_);
+    gemm_->run(plan, a, b, c, d, bias, aux, stream_.native());
+  }
+
+  void conv2d_forward(const backend::Conv2dShape& s, const float* x, const float* w,
+                      float* y) override {
+    backend::Conv2dShape plain = s;
+    plain.bias = false;
+    execute(dnn::conv2d_forward_graph(plain),
+            {{dnn::uid::x, x}, {dnn::uid::w, w}, {dnn::uid::y, y}});
+  }
+  void conv2d_backward_data(const backend::Conv2dShape& s, const float* w, const float* dy,
+                            float* dx) override {
+    backend::Conv2dShape plain = s;
+    plain.bias = false;
+    execute(dnn::conv2d_backward_data_graph(plain),
+            {{dnn::uid::dy, dy}, {dnn::uid::w, w}, {dnn::uid::dx, dx}});
+  }
+  void conv2d_backward_filter(const backend::Conv2dShape& s, const float* x, const float* dy,
+                              float* dw) override {
+    backend::Conv2dShape plain = s;
+    plain.bias = false;
+    execute(dnn::conv2d_backward_filter_graph(plain),
+            {{dnn::uid::x, x}, {dnn::uid::dy, dy}, {dnn::uid::dw, dw}});
+  }
+
+  void to_host(void* host, const void* src, std::size_t bytes) override {
+    const DeviceGuard guard(device_);
+    const std::lock_guard lock(staging_mutex_);
+    // The pinned buffer is free once the stream has passed its last use.
+    PinnedBuffer& staging = staging_for(bytes);
+    copy_to_host_async(staging, static_cast<const std::byte*>(src), bytes, stream_);
+    stream_.synchronize();
+    std::memcpy(host, staging.data(), bytes);
+  }
+  void from_host(void* dst, const void* host, std::size_t bytes) override {
+    const DeviceGuard guard(device_);
+    const std::lock_guard lock(staging_mutex_);
+    PinnedBuffer& staging = staging_for(bytes);
+    std::memcpy(staging.data(), host, bytes);
+    copy_to_device_async(static_cast<std::byte*>(dst), staging, bytes, stream_);
+    staged_.record(stream_);
+  }
+  void copy(void* dst, const void* src, std::size_t bytes) override {
+    const DeviceGuard guard(device_);
+    RIG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_.native()));
+  }
+  void zero(void* dst, std::size_t bytes) override {
+    const DeviceGuard guard(device_);
+    RIG_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_.native()));
+  }
+  void synchronize() override {
+    const DeviceGuard guard(device_);
+    stream_.synchronize();
+  }
+
+ private:
+  static Stream make_stream(int device) {
+    const DeviceGuard guard(device);
+    return Stream(device);
+  }
+  static Event make_event(int device) {
+    const DeviceGuard guard(device);
+    return Event();
+  }
+  static simt::DeviceProperties properties_of(int device) {
+    const DeviceGuard guard(device);
+    return current_device_properties();
+  }
+
+  // The staging buffer, at least `bytes`, after the stream has finished the
+  // previous copy out of it (callers hold staging_mutex_).
+  PinnedBuffer& staging_for(std::size_t bytes) {
+    staged_.synchronize();
+    if (staging_.size() < bytes) {
+      staging_ = PinnedBuffer(std::max(bytes, staging_.size() * 2));
+    }
+    return staging_;
+  }
+
+  void execute(const dnn::Graph& graph, std::initializer_list<dnn::Binding> bindings) {
+    const DeviceGuard guard(device_);
+    if (!graphs_) graphs_ = std::make_unique<dnn::CudnnGraphs>();
+    const std::size_t bytes = graphs_->workspace_bytes(graph);
+    std::optional<DeviceScratch> workspace;
+    if (bytes != 0) workspace.emplace(pool_, bytes);
+    graphs_->execute(graph, std::span<const dnn::Binding>(bindings.begin(), bindings.size()),
+                     workspace ? workspace->as<void>() : nullptr, bytes, stream_.native());
+  }
+
+  int device_;
+  Stream stream_;
+  GpuPool pool_;
+  simt::DeviceProperties properties_;
+  std::unique_ptr<CublasLtGemm> gemm_;
+  std::unique_ptr<dnn::CudnnGraphs> graphs_;
+  std::mutex staging_mutex_;
+  PinnedBuffer staging_;
+  Event staged_;  // recorded after the last copy out of staging_
+};
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) int rig_cuda_make_backend(
+    int factory_version, int device, std::unique_ptr<rig::backend::Backend>* out, char* error,
+    std::size_t error_bytes) {
+  try {
+    if (factory_version != kFactoryVersion) {
+      std::snprintf(error, error_bytes,
+                    "librig_cuda's back-end factory is version %d, librig expects %d: rebuild "
+                    "rig so that both come from one build",
+                    kFactoryVersion, factory_version);
+      return 1;
+    }
+    *out = std::make_unique<KernelBackend>(std::make_unique<GpuDevice>(device), device);
+    return 0;
+  } catch (const std::exception& e) {
+    std::snprintf(error, error_bytes, "%s", e.what());
+    return 1;
+  }
+}
+
+}  // namespace rig::cuda
