@@ -1,0 +1,304 @@
+// 2-d pooling over NCHW f32 planes (Backend::max_pool2d_* / avg_pool2d_* /
+// global_avg_pool_*, core/cpu/pool.cpp). Every entry point is one kernel run,
+// no scratch memory; every kernel is deterministic (no atomics) and, in the
+// emulator, gives the CPU back end's bits (AvgPool2dBackward: see there).
+//
+//   max_pool2d_forward(s, x, y, index)  -> MaxPool2dForward{s, x, y, index}
+//     one thread per output: the window scanned row by row, a larger value or
+//     a NaN takes over (the first maximum, or the last NaN, whose output is the
+//     quiet NaN 0x7FC00000); index (may be null) is the int32 offset in the
+//     plane (row * w + col); a window of -inf gives its first pixel.
+//   max_pool2d_backward(s, index, dy, dx) -> MaxPool2dBackward{s, index, dy, dx}
+//     one thread per input pixel gathering, in output order (rows, then
+//     columns, ascending), the dy of the outputs whose window covers it and
+//     whose index names it: the CPU's scatter order, the same bits.
+//   avg_pool2d_forward(s, x, y)          -> AvgPool2dForward{s, x, y}
+//     one thread per output: the window's inside pixels summed row by row,
+//     times 1 / (kernel_h kernel_w) (padding counts in the divisor).
+//   avg_pool2d_backward(s, dy, dx)       -> AvgPool2dBackward{s, dy, dx}
+//     one thread per input pixel: sum = fmaf(dy[o], 1 / area, sum) over the
+//     outputs o covering it, rows ascending and, within a row, columns
+//     descending (the CPU's order: kernel column ascending). Fused as the
+//     CPU's AVX2 / AVX-512 clones fuse it (GCC's default contraction), so the
+//     emulator, the GPU and those clones give the same bits; the CPU's
+//     baseline clone (no FMA) rounds the product: within an ulp a term.
+//   global_avg_pool_forward(planes, size, x, y) -> GlobalAvgPoolForward{...}
+//     sixteen lanes per plane (half a warp): lane l sums elements l, l + 16,
+//     ... below the last multiple of 16, lane 0 the tail in order, then the
+//     tail plus the sixteen lane sums in lane order, divided by size: the
+//     CPU's 16-lane order, the same bits.
+//   global_avg_pool_backward(planes, size, dy, dx) -> GlobalAvgPoolBackward{...}
+//     one thread per element of dx: dy[p] * (1 / size).
+//
+// None has an unfused multiply-add for -fmad to change (AvgPool2dBackward's
+// is an explicit fmaf): the same bits under kernel_runs.cu or
+// kernel_runs_exact.cu.
+// Windows are assumed non-empty (every output window holds at least one input
+// pixel, as PyTorch's output sizes guarantee); so does the CPU back end.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/kernels/common.hpp"
+#include "rig/math/bits.hpp"
+
+namespace rig::kernels {
+
+// Pool2dShape's numbers (backend/kernel_args.hpp), as plain kernel arguments.
+struct PoolGeometry {
+  std::int64_t planes = 0;  // N * C
+  std::int64_t h = 0, w = 0, out_h = 0, out_w = 0;
+  std::int64_t kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+
+  RIG_HD_INLINE std::int64_t in_size() const { return h * w; }
+  RIG_HD_INLINE std::int64_t out_size() const { return out_h * out_w; }
+};
+
+namespace pool_detail {
+
+// q = a / b, r = a % b for a >= 0, b > 0; 32-bit division when both fit.
+RIG_HD_INLINE void divmod(std::int64_t a, std::int64_t b, std::int64_t& q, std::int64_t& r) {
+  if (((a | b) >> 31) == 0) {
+    const auto a32 = static_cast<std::uint32_t>(a);
+    const auto b32 = static_cast<std::uint32_t>(b);
+    const std::uint32_t q32 = a32 / b32;
+    q = q32;
+    r = a32 - q32 * b32;
+  } else {
+    q = a / b;
+    r = a - q * b;
+  }
+}
+
+// Element t of an [outer, rows, cols] iteration: plane, row, column.
+RIG_HD_INLINE void split3(std::int64_t t, std::int64_t rows, std::int64_t cols, std::int64_t& p,
+                          std::int64_t& r, std::int64_t& c) {
+  std::int64_t pr = 0;
+  divmod(t, cols, pr, c);
+  divmod(pr, rows, p, r);
+}
+
+// The outputs [lo, hi) along one axis whose window (o * stride - pad, length
+// kernel) covers input position i; hi <= lo when none.
+RIG_HD_INLINE void covering(std::int64_t i, std::int64_t kernel, std::int64_t stride,
+                            std::int64_t pad, std::int64_t outputs, std::int64_t& lo,
+                            std::int64_t& hi) {
+  // o * stride <= i + pad and o * stride > i + pad - kernel.
+  const std::int64_t top = i + pad;  // >= 0
+  const std::int64_t first = top - kernel + 1;
+  std::int64_t q = 0, r = 0;
+  lo = 0;
+  if (first > 0) {
+    divmod(first, stride, q, r);
+    lo = q + (r != 0 ? 1 : 0);
+  }
+  divmod(top, stride, q, r);
+  hi = q + 1 < outputs ? q + 1 : outputs;
+}
+
+// The inside part [begin, end) of the window starting at `start`.
+RIG_HD_INLINE void window(std::int64_t start, std::int64_t kernel, std::int64_t size,
+                          std::int64_t& begin, std::int64_t& end) {
+  begin = start > 0 ? start : 0;
+  end = start + kernel < size ? start + kernel : size;
+}
+
+}  // namespace pool_detail
+
+struct MaxPool2dForward {
+  PoolGeometry s;
+  const float* x = nullptr;       // [planes, h, w]
+  float* y = nullptr;             // [planes, out_h, out_w]
+  std::int32_t* index = nullptr;  // [planes, out_h, out_w] or null
+
+  simt::LaunchShape plan(const simt::DeviceProperties& device) const {
+    return plan_grid_stride(device, s.planes * s.out_size());
+  }
+
+  template <class Ctx>
+  RIG_HD void operator()(Ctx& ctx) const {
+    const std::int64_t n = s.planes * s.out_size();
+    for (std::int64_t t = global_thread(ctx); t < n; t += grid_threads(ctx)) {
+      std::int64_t p = 0, oy = 0, ox = 0;
+      pool_detail::split3(t, s.out_h, s.out_w, p, oy, ox);
+      std::int64_t r0 = 0, r1 = 0, c0 = 0, c1 = 0;
+      pool_detail::window(oy * s.stride_h - s.pad_h, s.kernel_h, s.h, r0, r1);
+      pool_detail::window(ox * s.stride_w - s.pad_w, s.kernel_w, s.w, c0, c1);
+      const float* plane = x + p * s.in_size();
+      float best = neg_inf();
+      auto at = static_cast<std::int32_t>(r0 * s.w + c0);
+      std::int32_t nan_at = -1;
+      for (std::int64_t r = r0; r < r1; ++r) {
+        for (std::int64_t c = c0; c < c1; ++c) {
+          const auto k = static_cast<std::int32_t>(r * s.w + c);
+          const float v = plane[k];
+          if (v > best) {
+            best = v;
+            at = k;
+          }
+          if (v != v) nan_at = k;
+        }
+      }
+      y[t] = nan_at >= 0 ? math::bits_float(0x7FC00000U) : best;
+      if (index != nullptr) index[t] = nan_at >= 0 ? nan_at : at;
+    }
+  }
+};
+
+struct MaxPool2dBackward {
+  PoolGeometry s;
+  const std::int32_t* index = nullptr;  // [planes, out_h, out_w], from MaxPool2dForward
+  const float* dy = nullptr;            // [planes, out_h, out_w]
+  float* dx = nullptr;                  // [planes, h, w]
+
+  simt::LaunchShape plan(const simt::DeviceProperties& device) const {
+    return plan_grid_stride(device, s.planes * s.in_size());
+  }
+
+  template <class Ctx>
+  RIG_HD void operator()(Ctx& ctx) const {
+    const std::int64_t n = s.planes * s.in_size();
+    for (std::int64_t t = global_thread(ctx); t < n; t += grid_threads(ctx)) {
+      std::int64_t p = 0, iy = 0, ix = 0;
+      pool_detail::split3(t, s.h, s.w, p, iy, ix);
+      std::int64_t y0 = 0, y1 = 0, x0 = 0, x1 = 0;
+      pool_detail::covering(iy, s.kernel_h, s.stride_h, s.pad_h, s.out_h, y0, y1);
+      pool_detail::covering(ix, s.kernel_w, s.stride_w, s.pad_w, s.out_w, x0, x1);
+      const auto self = static_cast<std::int32_t>(iy * s.w + ix);
+      const std::int64_t base = p * s.out_size();
+      float sum = 0.0F;
+      for (std::int64_t oy = y0; oy < y1; ++oy) {
+        for (std::int64_t ox = x0; ox < x1; ++ox) {
+          const std::int64_t o = base + oy * s.out_w + ox;
+          if (index[o] == self) sum += dy[o];
+        }
+      }
+      dx[t] = sum;
+    }
+  }
+};
+
+struct AvgPool2dForward {
+  PoolGeometry s;
+  const float* x = nullptr;  // [planes, h, w]
+  float* y = nullptr;        // [planes, out_h, out_w]
+
+  simt::LaunchShape plan(const simt::DeviceProperties& device) const {
+    return plan_grid_stride(device, s.planes * s.out_size());
+  }
+
+  template <class Ctx>
+  RIG_HD void operator()(Ctx& ctx) const {
+    const std::int64_t n = s.planes * s.out_size();
+    const float inv_area = 1.0F / static_cast<float>(s.kernel_h * s.kernel_w);
+    for (std::int64_t t = global_thread(ctx); t < n; t += grid_threads(ctx)) {
+      std::int64_t p = 0, oy = 0, ox = 0;
+      pool_detail::split3(t, s.out_h, s.out_w, p, oy, ox);
+      std::int64_t r0 = 0, r1 = 0, c0 = 0, c1 = 0;
+      pool_detail::window(oy * s.stride_h - s.pad_h, s.kernel_h, s.h, r0, r1);
+      pool_detail::window(ox * s.stride_w - s.pad_w, s.kernel_w, s.w, c0, c1);
+      const float* plane = x + p * s.in_size();
+      float sum = 0.0F;
+      for (std::int64_t r = r0; r < r1; ++r) {
+        for (std::int64_t c = c0; c < c1; ++c) sum += plane[r * s.w + c];
+      }
+      y[t] = sum * inv_area;
+    }
+  }
+};
+
+struct AvgPool2dBackward {
+  PoolGeometry s;
+  const float* dy = nullptr;  // [planes, out_h, out_w]
+  float* dx = nullptr;        // [planes, h, w]
+
+  simt::LaunchShape plan(const simt::DeviceProperties& device) const {
+    return plan_grid_stride(device, s.planes * s.in_size());
+  }
+
+  template <class Ctx>
+  RIG_HD void operator()(Ctx& ctx) const {
+    const std::int64_t n = s.planes * s.in_size();
+    const float inv_area = 1.0F / static_cast<float>(s.kernel_h * s.kernel_w);
+    for (std::int64_t t = global_thread(ctx); t < n; t += grid_threads(ctx)) {
+      std::int64_t p = 0, iy = 0, ix = 0;
+      pool_detail::split3(t, s.h, s.w, p, iy, ix);
+      std::int64_t y0 = 0, y1 = 0, x0 = 0, x1 = 0;
+      pool_detail::covering(iy, s.kernel_h, s.stride_h, s.pad_h, s.out_h, y0, y1);
+      pool_detail::covering(ix, s.kernel_w, s.stride_w, s.pad_w, s.out_w, x0, x1);
+      const float* g = dy + p * s.out_size();
+      float sum = 0.0F;
+      for (std::int64_t oy = y0; oy < y1; ++oy) {
+        for (std::int64_t ox = x1 - 1; ox >= x0; --ox) {
+          sum = ::fmaf(g[oy * s.out_w + ox], inv_area, sum);
+        }
+      }
+      dx[t] = sum;
+    }
+  }
+};
+
+// Lanes per plane of GlobalAvgPoolForward: the CPU's 16 float lanes.
+inline constexpr unsigned kGlobalPoolLanes = 16;
+
+struct GlobalAvgPoolForward {
+  const float* x = nullptr;  // [planes, size]
+  float* y = nullptr;        // [planes]
+  std::int64_t planes = 0, size = 0;
+
+  simt::LaunchShape plan(const simt::DeviceProperties& device) const {
+    return plan_grid_stride(device, planes * kGlobalPoolLanes);
+  }
+
+  template <class Ctx>
+  RIG_HD void operator()(Ctx& ctx) const {
+    constexpr unsigned kPerWarp = simt::kWarpSize / kGlobalPoolLanes;  // planes per warp
+    const unsigned half = ctx.lane() / kGlobalPoolLanes;
+    const unsigned l = ctx.lane() % kGlobalPoolLanes;
+    const std::int64_t warp = global_thread(ctx) / simt::kWarpSize;
+    const std::int64_t warps = grid_threads(ctx) / simt::kWarpSize;
+    const std::int64_t full = size - size % kGlobalPoolLanes;
+    const auto count = static_cast<float>(size);
+    // Warp-uniform loop: every lane reaches the shuffles.
+    for (std::int64_t base = warp * kPerWarp; base < planes; base += warps * kPerWarp) {
+      const std::int64_t p = base + half;
+      const bool active = p < planes;
+      float lane_sum = 0.0F, total = 0.0F;
+      if (active) {
+        const float* v = x + p * size;
+        for (std::int64_t i = l; i < full; i += kGlobalPoolLanes) lane_sum += v[i];
+        if (l == 0) {
+          for (std::int64_t i = full; i < size; ++i) total += v[i];
+        }
+      }
+      for (unsigned k = 0; k < kGlobalPoolLanes; ++k) {
+        total += ctx.shfl(lane_sum, half * kGlobalPoolLanes + k);
+      }
+      if (active && l == 0) y[p] = total / count;
+    }
+  }
+};
+
+struct GlobalAvgPoolBackward {
+  const float* dy = nullptr;  // [planes]
+  float* dx = nullptr;        // [planes, size]
+  std::int64_t planes = 0, size = 0;
+
+  simt::LaunchShape plan(const simt::DeviceProperties& device) const {
+    return plan_grid_stride(device, planes * size);
+  }
+
+  template <class Ctx>
+  RIG_HD void operator()(Ctx& ctx) const {
+    const std::int64_t n = planes * size;
+    const float inv = 1.0F / static_cast<float>(size);
+    for (std::int64_t t = global_thread(ctx); t < n; t += grid_threads(ctx)) {
+      std::int64_t p = 0, i = 0;
+      pool_detail::divmod(t, size, p, i);
+      dx[t] = dy[p] * inv;
+    }
+  }
+};
+
+}  // namespace rig::kernels

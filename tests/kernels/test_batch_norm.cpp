@@ -1,0 +1,296 @@
+#include "cuda/kernels/batch_norm.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "kernel_test_util.hpp"
+
+namespace rig::kernels::test {
+namespace {
+
+// c = 1; [N, C] data (inner 1); n * inner below one chunk, not a multiple of
+// the block, and over several chunks (kBatchNormChunk = 4096) whose
+// boundaries fall inside images.
+constexpr backend::BatchNormShape kShapes[] = {
+    {1, 1, 1},  {2, 3, 5},  {4, 1, 1000}, {5, 7, 1},    {37, 3, 1},
+    {2, 5, 49}, {3, 4, 33}, {3, 2, 4097}, {1, 1, 9000}, {600, 2, 13},
+};
+
+std::string describe(const backend::BatchNormShape& s) {
+  return (::testing::Message() << "[" << s.n << ", " << s.c << ", " << s.inner << "]").GetString();
+}
+
+std::size_t elements(const backend::BatchNormShape& s) {
+  return static_cast<std::size_t>(s.n * s.c * s.inner);
+}
+
+float max_abs(const std::vector<float>& v) {
+  float m = 0.0F;
+  for (const float f : v) m = std::max(m, std::fabs(f));
+  return m;
+}
+
+// Runs the two kernels of batch_norm_stats.
+void stats(const backend::BatchNormShape& s, const float* x, float* mean, float* var,
+           std::uint64_t emu_seed) {
+  const std::int64_t parts = s.c * batch_norm_chunks(s.n, s.inner);
+  std::vector<float> scratch(static_cast<std::size_t>(batch_norm_stats_scratch(s.n, s.c, s.inner)),
+                             -7.0F);
+  run(BatchNormStatsPartial{x, s.n, s.c, s.inner, scratch.data(), scratch.data() + parts},
+      emu_seed);
+  run(BatchNormStatsFinish{scratch.data(), scratch.data() + parts, s.n, s.c, s.inner, mean, var},
+      emu_seed);
+}
+
+// Mean 0 and mean 40 (two-pass matters): mean within 1e-6 max|x|, variance
+// within 1e-5 relative, the same bits under both emulator seeds.
+TEST(KernelBatchNorm, StatsMatchCpu) {
+  for (const backend::BatchNormShape& s : kShapes) {
+    for (const float offset : {0.0F, 40.0F}) {
+      SCOPED_TRACE(describe(s) + " offset " + std::to_string(offset));
+      const auto seed = static_cast<std::uint32_t>(s.n * 131 + s.c * 17 + s.inner);
+      const std::vector<float> x =
+          uniform(static_cast<std::int64_t>(elements(s)), offset - 1.5F, offset + 2.5F, seed);
+      const auto c = static_cast<std::size_t>(s.c);
+      std::vector<float> want_mean(c), want_var(c);
+      cpu().batch_norm_stats(s, x.data(), want_mean.data(), want_var.data());
+      std::vector<float> first;
+      for (const std::uint64_t emu_seed : kSeeds) {
+        std::vector<float> mean(c, 7.0F), var(c, 7.0F);
+        stats(s, x.data(), mean.data(), var.data(), emu_seed);
+        EXPECT_TRUE(close(mean, want_mean, 1e-6F * max_abs(x), 0.0F));
+        EXPECT_TRUE(close(var, want_var, 0.0F, 1e-5F));
+        std::vector<float> both = mean;
+        both.insert(both.end(), var.begin(), var.end());
+        if (first.empty()) {
+          first = both;
+        } else {
+          EXPECT_TRUE(bit_equal(both, first));
+        }
+      }
+    }
+  }
+}
+
+// A constant channel: variance exactly 0 (no negative rounding).
+TEST(KernelBatchNorm, StatsOfConstantChannelAreExact) {
+  const backend::BatchNormShape s{3, 2, 3000};
+  std::vector<float> x(elements(s), 0.1F);
+  std::vector<float> mean(2, 7.0F), var(2, 7.0F), want_mean(2), want_var(2);
+  cpu().batch_norm_stats(s, x.data(), want_mean.data(), want_var.data());
+  stats(s, x.data(), mean.data(), var.data(), kSeeds[0]);
+  // The CPU's float lanes are off by about 2e-6 here (and its variance is not 0).
+  EXPECT_TRUE(close(mean, want_mean, 0.0F, 1e-5F));
+  EXPECT_TRUE(bit_equal(mean, std::vector<float>{0.1F, 0.1F}));
+  EXPECT_TRUE(bit_equal(var, std::vector<float>{0.0F, 0.0F}));
+}
+
+struct PrepareCase {
+  bool training, running, gamma, beta;
+};
+
+TEST(KernelBatchNorm, PrepareMatchesCpuBits) {
+  for (const std::int64_t c : {1, 7, 300}) {
+    for (const PrepareCase pc :
+         {PrepareCase{true, true, true, true}, PrepareCase{true, false, false, false},
+          PrepareCase{true, true, false, true}, PrepareCase{false, true, true, false},
+          PrepareCase{false, true, false, false}}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "c " << c << " training " << pc.training << " running " << pc.running
+                   << " gamma " << pc.gamma << " beta " << pc.beta);
+      const auto cn = static_cast<std::size_t>(c);
+      const auto seed = static_cast<std::uint32_t>(c);
+      const std::vector<float> mean0 = uniform(c, -1.0F, 1.0F, seed);
+      const std::vector<float> var = uniform(c, 0.0F, 3.0F, seed + 1);
+      const std::vector<float> rm0 = uniform(c, -1.0F, 1.0F, seed + 2);
+      const std::vector<float> rv0 = uniform(c, 0.1F, 2.0F, seed + 3);
+      const std::vector<float> gamma = uniform(c, 0.5F, 1.5F, seed + 4);
+      const std::vector<float> beta = uniform(c, -0.5F, 0.5F, seed + 5);
+
+      struct Out {
+        std::vector<float> mean, rm, rv, invstd, scale, shift;
+      };
+      auto make = [&] {
+        return Out{mean0,
+                   rm0,
+                   rv0,
+                   std::vector<float>(cn, 7.0F),
+                   std::vector<float>(cn, 7.0F),
+                   std::vector<float>(cn, 7.0F)};
+      };
+      Out want = make();
+      backend::BatchNormPrepare args;
+      args.c = c;
+      args.training = pc.training;
+      args.momentum = 0.1F;
+      args.eps = 1e-5F;
+      args.unbias = 1.25F;
+      args.mean = want.mean.data();
+      args.var = pc.training ? var.data() : nullptr;
+      args.running_mean = pc.running ? want.rm.data() : nullptr;
+      args.running_var = pc.running ? want.rv.data() : nullptr;
+      args.gamma = pc.gamma ? gamma.data() : nullptr;
+      args.beta = pc.beta ? beta.data() : nullptr;
+      args.invstd = want.invstd.data();
+      args.scale = want.scale.data();
+      args.shift = want.shift.data();
+      cpu().batch_norm_prepare(args);
+
+      Out got = make();
+      run(BatchNormPrepareChannels{c, args.training, args.momentum, args.eps, args.unbias,
+                                   got.mean.data(), args.var, pc.running ? got.rm.data() : nullptr,
+                                   pc.running ? got.rv.data() : nullptr, args.gamma, args.beta,
+                                   got.invstd.data(), got.scale.data(), got.shift.data()});
+      EXPECT_TRUE(bit_equal(got.mean, want.mean));
+      EXPECT_TRUE(bit_equal(got.rm, want.rm));
+      EXPECT_TRUE(bit_equal(got.rv, want.rv));
+      EXPECT_TRUE(bit_equal(got.invstd, want.invstd));
+      EXPECT_TRUE(bit_equal(got.scale, want.scale));
+      EXPECT_TRUE(bit_equal(got.shift, want.shift));
+    }
+  }
+}
+
+TEST(KernelBatchNorm, ApplyMatchesCpu) {
+  for (const backend::BatchNormShape& s : kShapes) {
+    SCOPED_TRACE(describe(s));
+    const auto seed = static_cast<std::uint32_t>(s.n * 7 + s.c * 3 + s.inner);
+    const std::vector<float> x = uniform(static_cast<std::int64_t>(elements(s)), -2.0F, 2.0F, seed);
+    const std::vector<float> scale = uniform(s.c, 0.5F, 2.0F, seed + 1);
+    const std::vector<float> shift = uniform(s.c, -1.0F, 1.0F, seed + 2);
+    std::vector<float> cpu_y(elements(s)), got(elements(s), 7.0F);
+    cpu().batch_norm_apply(s, x.data(), scale.data(), shift.data(), cpu_y.data());
+    // The kernel fuses x * scale + shift; so do the CPU's AVX2 / AVX-512
+    // clones, not its baseline one: bits against fmaf, an ulp against the CPU.
+    std::vector<float> want(elements(s));
+    for (std::size_t t = 0; t < want.size(); ++t) {
+      const auto ch = static_cast<std::size_t>((static_cast<std::int64_t>(t) / s.inner) % s.c);
+      want[t] = std::fma(x[t], scale[ch], shift[ch]);
+    }
+    EXPECT_TRUE(close(want, cpu_y, 1e-6F, 0.0F));
+    run(BatchNormApply{x.data(), scale.data(), shift.data(), got.data(), s.n, s.c, s.inner});
+    EXPECT_TRUE(bit_equal(got, want));
+    // One small block: the grid-stride loop's channel tracking over many steps.
+    std::vector<float> strided(elements(s), 7.0F);
+    simt::emulate(
+        simt::LaunchShape{{2, 1, 1}, {32, 1, 1}, 0},
+        BatchNormApply{x.data(), scale.data(), shift.data(), strided.data(), s.n, s.c, s.inner},
+        simt::EmulatorOptions{.seed = 1});
+    EXPECT_TRUE(bit_equal(strided, want));
+  }
+}
+
+struct Outputs {
+  bool dx, dgamma, dbeta;
+};
+
+// Runs the kernel sequence of batch_norm_backward.
+void backward(const backend::BatchNormShape& s, const float* x, const float* dy, const float* mean,
+              const float* invstd, const float* gamma, bool batch_stats, float* dx, float* dgamma,
+              float* dbeta, std::uint64_t emu_seed) {
+  const std::int64_t parts = s.c * batch_norm_chunks(s.n, s.inner);
+  std::vector<float> scratch(
+      static_cast<std::size_t>(batch_norm_backward_scratch(s.n, s.c, s.inner)), -7.0F);
+  float* coef = scratch.data();
+  float* part = scratch.data() + 3 * s.c;
+  const bool sums = dgamma != nullptr || dbeta != nullptr || (dx != nullptr && batch_stats);
+  if (sums) {
+    run(BatchNormGradPartial{x, dy, mean, s.n, s.c, s.inner, part, part + parts}, emu_seed);
+  }
+  run(BatchNormGradFinish{part, part + parts, sums, s.n, s.c, s.inner, mean, invstd, gamma,
+                          batch_stats, dx != nullptr, dgamma, dbeta, coef},
+      emu_seed);
+  if (dx != nullptr) run(BatchNormBackwardDx{x, dy, coef, dx, s.n, s.c, s.inner}, emu_seed);
+}
+
+// dgamma / dbeta within 1e-6 of the largest channel's sum of |terms|; dx with
+// batch statistics within 1e-5 max|gamma invstd dy| (+1e-5 relative), without
+// them the same bits.
+TEST(KernelBatchNorm, BackwardMatchesCpu) {
+  for (const backend::BatchNormShape& s : kShapes) {
+    for (const bool batch_stats : {true, false}) {
+      for (const bool with_gamma : {true, false}) {
+        for (const Outputs o : {Outputs{true, true, true}, Outputs{true, false, false},
+                                Outputs{false, true, true}, Outputs{false, false, true}}) {
+          SCOPED_TRACE(::testing::Message()
+                       << describe(s) << " batch_stats " << batch_stats << " gamma " << with_gamma
+                       << " dx " << o.dx << " dgamma " << o.dgamma << " dbeta " << o.dbeta);
+          const auto seed = static_cast<std::uint32_t>(s.n * 31 + s.c * 7 + s.inner);
+          const auto n = elements(s);
+          const auto c = static_cast<std::size_t>(s.c);
+          const std::vector<float> x = uniform(static_cast<std::int64_t>(n), 1.0F, 4.0F, seed);
+          const std::vector<float> dy =
+              uniform(static_cast<std::int64_t>(n), -1.0F, 1.0F, seed + 1);
+          const std::vector<float> gamma = uniform(s.c, 0.5F, 1.5F, seed + 2);
+          const float* gp = with_gamma ? gamma.data() : nullptr;
+          // The CPU's statistics and invstd, shared by both sides.
+          std::vector<float> mean(c), var(c), invstd(c), scale(c), shift(c);
+          cpu().batch_norm_stats(s, x.data(), mean.data(), var.data());
+          backend::BatchNormPrepare args;
+          args.c = s.c;
+          args.mean = mean.data();
+          args.var = var.data();
+          args.gamma = gp;
+          args.invstd = invstd.data();
+          args.scale = scale.data();
+          args.shift = shift.data();
+          cpu().batch_norm_prepare(args);
+
+          std::vector<float> want_dx(n, 7.0F), want_dgamma(c, 7.0F), want_dbeta(c, 7.0F);
+          cpu().batch_norm_backward(s, x.data(), dy.data(), mean.data(), invstd.data(), gp,
+                                    batch_stats, o.dx ? want_dx.data() : nullptr,
+                                    o.dgamma ? want_dgamma.data() : nullptr,
+                                    o.dbeta ? want_dbeta.data() : nullptr);
+
+          // Tolerances from the magnitudes of the summed terms.
+          double l1_g = 0.0, l1_gx = 0.0;
+          for (std::size_t ch = 0; ch < c; ++ch) {
+            double a = 0.0, b = 0.0;
+            for (std::int64_t i = 0; i < s.n; ++i) {
+              for (std::int64_t r = 0; r < s.inner; ++r) {
+                const auto at = static_cast<std::size_t>(
+                    (i * s.c + static_cast<std::int64_t>(ch)) * s.inner + r);
+                a += std::fabs(dy[at]);
+                b += std::fabs(dy[at] * (x[at] - mean[ch]));
+              }
+            }
+            l1_g = std::max(l1_g, a);
+            l1_gx = std::max(l1_gx, b * invstd[ch]);
+          }
+          float max_a = 0.0F;
+          for (std::size_t ch = 0; ch < c; ++ch) {
+            max_a = std::max(max_a, (with_gamma ? gamma[ch] : 1.0F) * invstd[ch]);
+          }
+
+          std::vector<float> first;
+          for (const std::uint64_t emu_seed : kSeeds) {
+            std::vector<float> dx(n, 7.0F), dgamma(c, 7.0F), dbeta(c, 7.0F);
+            backward(s, x.data(), dy.data(), mean.data(), invstd.data(), gp, batch_stats,
+                     o.dx ? dx.data() : nullptr, o.dgamma ? dgamma.data() : nullptr,
+                     o.dbeta ? dbeta.data() : nullptr, emu_seed);
+            EXPECT_TRUE(close(dgamma, want_dgamma, static_cast<float>(1e-6 * l1_gx), 0.0F));
+            EXPECT_TRUE(close(dbeta, want_dbeta, static_cast<float>(1e-6 * l1_g), 0.0F));
+            if (batch_stats) {
+              EXPECT_TRUE(close(dx, want_dx, 1e-5F * max_a * max_abs(dy), 1e-5F));
+            } else {
+              EXPECT_TRUE(bit_equal(dx, want_dx));
+            }
+            std::vector<float> all = dx;
+            all.insert(all.end(), dgamma.begin(), dgamma.end());
+            all.insert(all.end(), dbeta.begin(), dbeta.end());
+            if (first.empty()) {
+              first = all;
+            } else {
+              EXPECT_TRUE(bit_equal(all, first));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rig::kernels::test
