@@ -21,7 +21,7 @@ if [ "$cuda_built" -eq 0 ]; then
 elif [ "$driver" -eq 0 ]; then
   why="no CUDA driver is installed \(libcuda\.so\.1 not found\)"
 else
-  # A GPU machine: no op kernels yet, or no visible device; either way a reason.
+  # A GPU machine without a visible device; either way a reason.
   why=".+"
 fi
 echo "CUDA built: $cuda_built, driver: $driver, expected reason: /$why/"
@@ -61,10 +61,15 @@ if [ "$driver" -eq 0 ] || [ "$cuda_built" -eq 0 ]; then
     run cuda.yaml --logdir cuda
   test ! -e cuda || fail "a refused run wrote its logdir"
 else
-  echo "== device: cuda on a GPU machine: stops (no op kernels yet) or runs"
+  echo "== device: cuda on a GPU machine: trains there, or stops naming why (no visible device)"
   set +e; "$rig" run "$exp" --logdir cuda --device=cuda > cuda.log 2>&1; code=$?; set -e
   cat cuda.log
-  [ "$code" -eq 0 ] || [ "$code" -eq 2 ] || fail "device: cuda exit $code"
+  if [ "$code" -eq 0 ]; then
+    one_device_line cuda.log "cuda:[0-9]+ .*"
+    grep -q "Global step 40:" cuda.log || fail "the cuda run did not train"
+  else
+    [ "$code" -eq 2 ] || fail "device: cuda exit $code"
+  fi
 fi
 
 echo "== a device rig does not know is a config error"

@@ -209,7 +209,7 @@ TEST(DeviceSelection, TheBuiltBackEndLoads) {
   EXPECT_NE(probe.status, CudaProbe::Status::backend_unavailable) << probe.reason;
   EXPECT_NE(probe.status, CudaProbe::Status::built_without_cuda);
   EXPECT_FALSE(probe.architectures.empty());
-  EXPECT_FALSE(probe.runs_ops);  // no op kernels yet: update with issue 8, item 3
+  EXPECT_TRUE(probe.runs_ops);  // rig_cuda_make_backend: the op back end
   if (probe.status == CudaProbe::Status::ok) {
     EXPECT_FALSE(probe.devices.empty());
     EXPECT_TRUE(probe.reason.empty());

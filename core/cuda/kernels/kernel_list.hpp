@@ -6,6 +6,7 @@
 
 #include "cuda/kernels/accumulate.hpp"
 #include "cuda/kernels/attention_mask.hpp"
+#include "cuda/kernels/batch_norm.hpp"
 #include "cuda/kernels/checks.hpp"
 #include "cuda/kernels/compare.hpp"
 #include "cuda/kernels/copy.hpp"
@@ -19,6 +20,7 @@
 #include "cuda/kernels/novograd.hpp"
 #include "cuda/kernels/optimizer.hpp"
 #include "cuda/kernels/padded_loss.hpp"
+#include "cuda/kernels/pool.hpp"
 #include "cuda/kernels/reduce.hpp"
 #include "cuda/kernels/selection.hpp"
 #include "cuda/kernels/softmax.hpp"
@@ -42,5 +44,9 @@
   X(CausalMask) X(CompareKernel) X(AddStrided) \
   X(PaddedLossPartials) X(PaddedLossFinish) X(PaddedLossBackward) \
   X(IndexCheckPartials) X(IndexCheckFinish) X(GradStatsPartials) X(GradStatsFinish) \
-  X(DropoutMask) X(LarcPartials) X(LarcRatios) X(LarcScale)
+  X(DropoutMask) X(LarcPartials) X(LarcRatios) X(LarcScale) \
+  X(MaxPool2dForward) X(MaxPool2dBackward) X(AvgPool2dForward) X(AvgPool2dBackward) \
+  X(GlobalAvgPoolForward) X(GlobalAvgPoolBackward) \
+  X(BatchNormStatsPartial) X(BatchNormStatsFinish) X(BatchNormPrepareChannels) X(BatchNormApply) \
+  X(BatchNormGradPartial) X(BatchNormGradFinish) X(BatchNormBackwardDx)
 // clang-format on

@@ -1,0 +1,43 @@
+// KernelBackend: max, average and global average pooling (NCHW f32).
+#include "cuda/backend/kernel_backend.hpp"
+
+namespace rig::cuda {
+
+namespace {
+
+kernels::PoolGeometry geometry(const backend::Pool2dShape& s) {
+  return {s.planes,   s.h,        s.w,        s.out_h, s.out_w, s.kernel_h,
+          s.kernel_w, s.stride_h, s.stride_w, s.pad_h, s.pad_w};
+}
+
+}  // namespace
+
+void KernelBackend::max_pool2d_forward(const backend::Pool2dShape& s, const float* x, float* y,
+                                       std::int32_t* index) {
+  run(kernels::MaxPool2dForward{geometry(s), x, y, index});
+}
+
+void KernelBackend::max_pool2d_backward(const backend::Pool2dShape& s, const std::int32_t* index,
+                                        const float* dy, float* dx) {
+  run(kernels::MaxPool2dBackward{geometry(s), index, dy, dx});
+}
+
+void KernelBackend::avg_pool2d_forward(const backend::Pool2dShape& s, const float* x, float* y) {
+  run(kernels::AvgPool2dForward{geometry(s), x, y});
+}
+
+void KernelBackend::avg_pool2d_backward(const backend::Pool2dShape& s, const float* dy, float* dx) {
+  run(kernels::AvgPool2dBackward{geometry(s), dy, dx});
+}
+
+void KernelBackend::global_avg_pool_forward(std::int64_t planes, std::int64_t size, const float* x,
+                                            float* y) {
+  run(kernels::GlobalAvgPoolForward{x, y, planes, size});
+}
+
+void KernelBackend::global_avg_pool_backward(std::int64_t planes, std::int64_t size,
+                                             const float* dy, float* dx) {
+  run(kernels::GlobalAvgPoolBackward{dy, dx, planes, size});
+}
+
+}  // namespace rig::cuda
