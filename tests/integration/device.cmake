@@ -14,3 +14,11 @@ add_test(NAME cli.sim_device
           # Open MPI's leaks at exit fail sanitizer runs: their two-rank part is skipped.
           $<IF:$<BOOL:${RIG_SANITIZE}>,no-mpi,with-mpi>)
 set_tests_properties(cli.sim_device PROPERTIES LABELS integration TIMEOUT 600)
+# device: cuda without a GPU: the CUDA back end with its kernels in the SIMT
+# emulator (RIG_CUDA_EMULATOR=1) against the CPU, within tolerances: see cuda_emulated.sh.
+add_test(NAME cli.cuda_emulated
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emulated.sh $<TARGET_FILE:rig_cli>
+          ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/tiny.yaml ${PROJECT_SOURCE_DIR}/experiments/smoke.yaml
+          ${PROJECT_SOURCE_DIR}/experiments/fashion-mnist-resnet20.yaml
+          ${CMAKE_CURRENT_BINARY_DIR}/work/cuda_emulated)
+set_tests_properties(cli.cuda_emulated PROPERTIES LABELS integration TIMEOUT 1200)

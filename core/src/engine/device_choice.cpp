@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <optional>
+#include <stdexcept>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -128,7 +129,13 @@ DeviceChoice choose_run_device(const config::ResolvedConfig& config, const std::
   if (request == "sim") return sim_choice();
   const auto where = config.where("device");
   const std::string key = where.key_path.empty() ? "device" : where.key_path;
-  if (request == "cuda" && cuda_emulator_requested()) {
+  bool emulate = false;
+  try {
+    emulate = request == "cuda" && cuda_emulator_requested();
+  } catch (const std::invalid_argument& e) {
+    throw UserError(e.what());
+  }
+  if (emulate) {
     return {Device::cuda(0),
             "Device: cuda:0 (RIG_CUDA_EMULATOR=1: the CUDA kernels in the SIMT emulator on the "
             "CPU; a test device, very slow)"};

@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# device: cuda end to end without a GPU: RIG_CUDA_EMULATOR=1 runs the CUDA
+# back end (core/cuda/backend: every entry point as its kernels, cuBLASLt
+# plans and convolutions) with the kernel bodies in the SIMT emulator, so
+# the engine, every op and the GPU's kernel sequences train real experiments
+# here. The kernels sum in other orders than the CPU's, so results agree
+# within tolerances (beam search and argmax outputs exactly), not in bits:
+# - an mlp: train, eval, infer, interactive_infer; a checkpoint resumed
+#   across devices both ways; iter_size 2; sgd, novograd, LARC and adam;
+# - a transformer on synthetic_text, train_eval with beam search, float32
+#   and mixed precision (loss scaling on the device);
+# - a ResNet on Fashion-MNIST when Debian's dataset is installed (batch
+#   norm, convolutions, pooling), at a small learning rate: its first steps
+#   amplify rounding differences at the experiment's own.
+# Usage: cuda_emulated.sh RIG TINY_EXPERIMENT SMOKE_EXPERIMENT FASHION_EXPERIMENT WORKDIR
+set -euo pipefail
+export LC_ALL=C RIG_PROGRESS=0 RIG_CUDA_EMULATOR=1
+rig="$(realpath "$1")"; tiny="$(realpath "$2")"; smoke="$(realpath "$3")"; fashion="$(realpath "$4")"
+work="$5"
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/testlib.sh"
+rm -rf "$work"; mkdir -p "$work"; cd "$work"
+
+# train_both NAME EXPERIMENT ARGS...: the same run on cpu and on cuda.
+train_both() {
+  local name="$1" exp="$2"; shift 2
+  local device
+  for device in cpu cuda; do
+    check "$rig" run "$exp" --logdir "$name-$device" --device="$device" "$@" > "$name-$device.log"
+  done
+  grep -q '^\*\*\* Device: cuda:0 (RIG_CUDA_EMULATOR=1' "$name-cuda.log" ||
+    fail "$name-cuda.log does not name the emulated device"
+}
+# close_results A.log B.log [REL]: the same result lines, every number within
+# REL (relative, default 2e-3) or 2e-4 (absolute).
+close_results() {
+  python3 - "$1" "$2" "${3:-2e-3}" <<'PY' || fail "$1 and $2 print different results"
+import re, sys
+def results(path):
+    keep = re.compile(r"loss|accuracy|Acc@|BLEU|Evaluated")
+    out = []
+    for line in open(path):
+        if keep.search(line) and not line.startswith("+ "):
+            line = re.sub(r" in [0-9.]*s$", "", line.rstrip("\n"))
+            line = re.sub(r": saved .*", "", line)
+            out.append(line)
+    return out
+a, b, rel = results(sys.argv[1]), results(sys.argv[2]), float(sys.argv[3])
+if not a or len(a) != len(b):
+    sys.exit(f"{len(a)} result lines against {len(b)}")
+num = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+for x, y in zip(a, b):
+    if num.sub("#", x) != num.sub("#", y):
+        sys.exit(f"lines differ:\n  {x}\n  {y}")
+    for u, v in zip(num.findall(x), num.findall(y)):
+        u, v = float(u), float(v)
+        if abs(u - v) > 2e-4 + rel * abs(v):
+            sys.exit(f"numbers differ beyond {rel}:\n  {x}\n  {y}")
+PY
+}
+
+echo "== mlp: training on the emulated cuda device gives the CPU's losses"
+train_both mlp "$tiny"
+grep -q "Global step 40:" mlp-cuda.log || fail "the cuda run did not train"
+close_results mlp-cpu.log mlp-cuda.log
+
+echo "== mlp: eval, infer and interactive_infer on cuda"
+for mode in eval infer; do
+  for device in cpu cuda; do
+    check "$rig" run "$tiny" --logdir "mlp-$device" --device="$device" --mode "$mode" \
+      > "$mode-$device.log"
+  done
+done
+close_results eval-cpu.log eval-cuda.log
+cmp mlp-cpu/infer_output.txt mlp-cuda/infer_output.txt || fail "infer on cuda writes other lines"
+printf '0.5 1 -2 3\n1 1 1 1\n' |
+  "$rig" run "$tiny" --logdir mlp-cuda --device=cuda --mode interactive_infer > interactive.txt
+[ "$(grep -c . interactive.txt)" -ge 2 ] || fail "interactive_infer printed too little"
+
+echo "== a checkpoint resumes across devices, both ways"
+check "$rig" run "$tiny" --logdir mlp-cpu --device=cuda --max_steps=50 --continue_learning \
+  > resume-on-cuda.log
+grep -q "Resuming from .*ckpt-40 at step 40" resume-on-cuda.log || fail "no resume on cuda"
+grep -q "Global step 50:" resume-on-cuda.log || fail "the resumed run did not train"
+check "$rig" run "$tiny" --logdir mlp-cuda --device=cpu --max_steps=50 --continue_learning \
+  > resume-on-cpu.log
+close_results resume-on-cuda.log resume-on-cpu.log
+
+echo "== iter_size 2 and the optimizers on cuda"
+train_both accum "$tiny" --iter_size=2 --max_steps=20
+close_results accum-cpu.log accum-cuda.log
+train_both novograd "$smoke" --optimizer=novograd --set optimizer_params={} --max_steps=20 \
+  --print_loss_steps=5
+close_results novograd-cpu.log novograd-cuda.log
+train_both larc "$tiny" --set larc_params.larc_eta=0.01 --max_steps=20
+close_results larc-cpu.log larc-cuda.log
+train_both adam "$tiny" --optimizer=adam --set optimizer_params={} --max_steps=20
+close_results adam-cpu.log adam-cuda.log
+
+echo "== a transformer on synthetic_text: train_eval with beam search, float32 and mixed precision"
+cat > transformer.yaml <<'YAML'
+base_params:
+  random_seed: 3
+  batch_size_per_gpu: 8
+  max_steps: 20
+  print_loss_steps: 10
+  eval_steps: 20
+  save_checkpoint_steps: 20
+  logdir: runs/transformer
+  model: transformer
+  model_params:
+    encoder_params:
+      encoder_layers: 1
+      hidden_size: 16
+      num_heads: 2
+      filter_size: 32
+    decoder_params:
+      num_hidden_layers: 1
+      hidden_size: 16
+      num_heads: 2
+      filter_size: 32
+      beam_size: 2
+      extra_decode_length: 2
+  data_layer: synthetic_text
+  data_layer_params:
+    vocab_size: 12
+    source_length: 6
+    target_length: 6
+    num_samples: 32
+  optimizer: LazyAdam
+  lr_policy: transformer_policy
+  lr_policy_params:
+    learning_rate: 1.0
+    warmup_steps: 4
+    d_model: 16
+  communicator: local
+YAML
+for dtype in float32 mixed; do
+  train_both "nmt-$dtype" transformer.yaml --mode train_eval --dtype="$dtype"
+  grep -Eq "hyp_len = [1-9]" "nmt-$dtype-cuda.log" || fail "no BLEU of decoded words ($dtype)"
+  close_results "nmt-$dtype-cpu.log" "nmt-$dtype-cuda.log"
+  cmp "nmt-$dtype-cpu/eval_outputs.txt" "nmt-$dtype-cuda/eval_outputs.txt" ||
+    fail "beam search on cuda decodes differently ($dtype)"
+done
+
+if [ -f /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ]; then
+  echo "== a ResNet on Fashion-MNIST (batch norm, convolutions, pooling)"
+  train_both resnet "$fashion" --mode train_eval --num_epochs=1 --set data_layer_params.limit=48 \
+    --set lr_policy_params.max_lr=0.0001 --batch_size_per_gpu=16 --eval_steps=3 \
+    --save_checkpoint_steps=3 --print_loss_steps=1
+  grep -q "Validation Acc@1" resnet-cuda.log || fail "no accuracy on cuda"
+  close_results resnet-cpu.log resnet-cuda.log
+else
+  echo "(no Fashion-MNIST: the ResNet part is skipped)"
+fi
+
+echo "== a bad RIG_CUDA_EMULATOR is the user's to fix: exit 2, one line"
+RIG_CUDA_EMULATOR=yes expect_error "^rig: error: .*RIG_CUDA_EMULATOR=yes: expected 1" \
+  run "$tiny" --logdir bad-emulator --device=cuda
+echo "PASS"
