@@ -8,7 +8,7 @@
 # - an mlp: train, eval, infer, interactive_infer; a checkpoint resumed
 #   across devices both ways; iter_size 2; sgd, novograd, LARC and adam;
 # - a transformer on synthetic_text, train_eval with beam search, float32
-#   and mixed precision (loss scaling on the device);
+#   and mixed precision (loss scaling on the device), and mixed bfloat16;
 # - a ResNet on Fashion-MNIST when Debian's dataset is installed (batch
 #   norm, convolutions, pooling), at a small learning rate: its first steps
 #   amplify rounding differences at the experiment's own.
@@ -141,6 +141,10 @@ for dtype in float32 mixed; do
   cmp "nmt-$dtype-cpu/eval_outputs.txt" "nmt-$dtype-cuda/eval_outputs.txt" ||
     fail "beam search on cuda decodes differently ($dtype)"
 done
+# bfloat16 activations: a sum in another order can round to a neighbouring
+# bfloat16, so an untrained model's beams may part: the losses only.
+train_both nmt-mixed-bf16 transformer.yaml --mode train --dtype=mixed --mixed_dtype=bfloat16
+close_results nmt-mixed-bf16-cpu.log nmt-mixed-bf16-cuda.log
 
 if [ -f /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ]; then
   echo "== a ResNet on Fashion-MNIST (batch norm, convolutions, pooling)"
