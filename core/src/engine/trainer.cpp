@@ -17,6 +17,17 @@
 namespace rig::engine {
 namespace {
 
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// "812 B", "3.4 KiB", "96.0 MiB", "12.41 GiB".
+std::string readable_bytes(std::size_t bytes) {
+  const auto b = static_cast<double>(bytes);
+  if (b < 1024.0) return fmt::format("{} B", bytes);
+  if (b < kMiB) return fmt::format("{:.1f} KiB", b / 1024.0);
+  if (b < 1024.0 * kMiB) return fmt::format("{:.1f} MiB", b / kMiB);
+  return fmt::format("{:.2f} GiB", b / (1024.0 * kMiB));
+}
+
 using Clock = std::chrono::steady_clock;
 
 double seconds_between(Clock::time_point begin, Clock::time_point end) {
@@ -342,6 +353,11 @@ void TrainingLoop::write_summaries() {
       {"time/optimizer", t.optimizer / n},
       {"time/step", t.step / n},
   };
+  // The device's allocator: what the step holds at its peak (PyTorch's
+  // max_memory_allocated) and what the allocator keeps cached.
+  const AllocatorStats memory = allocator_stats(device_);
+  scalars.emplace_back("memory/peak_allocated_MiB", static_cast<double>(memory.peak_bytes) / kMiB);
+  scalars.emplace_back("memory/cached_MiB", static_cast<double>(memory.cached_bytes) / kMiB);
   if (p_.comm.size() > 1) {
     const StepCosts costs = costs_per_step(t, p_.comm.size());
     scalars.emplace_back("comm/busy_seconds", costs.comm_busy);
@@ -519,6 +535,10 @@ TrainResult TrainingLoop::run() {
                    100.0 * timed_.data / timed_.step);
     print_bottleneck();
   }
+  const AllocatorStats memory = allocator_stats(device_);
+  console_.print("*** Peak memory on {}: {} allocated by tensors ({} cached by the allocator)",
+                 to_string(device_), readable_bytes(memory.peak_bytes),
+                 readable_bytes(memory.cached_bytes));
   if (result_.skipped_steps > 0) {
     console_.print("*** Skipped {} step(s) on loss-scale overflow", result_.skipped_steps);
   }
