@@ -22,3 +22,12 @@ add_test(NAME cli.cuda_emulated
           ${PROJECT_SOURCE_DIR}/experiments/fashion-mnist-resnet20.yaml
           ${CMAKE_CURRENT_BINARY_DIR}/work/cuda_emulated)
 set_tests_properties(cli.cuda_emulated PROPERTIES LABELS integration TIMEOUT 1200)
+# The nccl communicator without a GPU: its fake NCCL on the emulated CUDA device,
+# 2 ranks against the mpi communicator byte for byte, the watchdog, refusals: see nccl_fake.sh.
+if(TARGET rig-communicator-nccl)
+  add_test(NAME cli.nccl_fake
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/nccl_fake.sh $<TARGET_FILE:rig_cli>
+            ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/tiny.yaml ${CMAKE_CURRENT_BINARY_DIR}/work/nccl_fake)
+  set_tests_properties(cli.nccl_fake PROPERTIES LABELS "integration;mpi;no_sanitize" TIMEOUT 600
+    SKIP_RETURN_CODE 77)
+endif()
