@@ -92,7 +92,8 @@ void matmul(const backend::MatrixOperand& a, const backend::MatrixOperand& b, fl
     const auto nd = a.shape.size();
     std::int64_t row_stride = m > 1 ? a.strides[nd - 2] : 0;
     std::int64_t expect = m > 1 ? row_stride * m : 0;
-    bool foldable = true;
+    // Rows repeated by a broadcast (stride 0) do not fold into one product.
+    bool foldable = m == 1 || row_stride != 0;
     for (std::size_t d = nd - 2; foldable && d-- > 0;) {
       const std::int64_t size = a.shape[d];
       if (size == 1) continue;

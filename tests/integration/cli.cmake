@@ -209,3 +209,8 @@ add_test(NAME cli.bundle
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/bundle.sh ${PROJECT_SOURCE_DIR}/tools/pack ${CMAKE_BINARY_DIR}
           ${WORK}/bundle)
 set_tests_properties(cli.bundle PROPERTIES LABELS "integration;no_sanitize" TIMEOUT 300)
+# tools/gpu-check on a machine without a GPU: pack, run, exit 3 with the reason (gpu_check.sh).
+add_test(NAME cli.gpu_check
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpu_check.sh ${PROJECT_SOURCE_DIR}/tools/gpu-check
+          ${CMAKE_BINARY_DIR} ${WORK}/gpu_check)
+set_tests_properties(cli.gpu_check PROPERTIES LABELS "integration;no_sanitize" TIMEOUT 600)

@@ -280,12 +280,10 @@ TEST(KernelBackendMatmul, OneRowMatrices) {
   check_matmul(view_mat(40, {2, 1, 4}, {20, 3, 1}, 35), dense_mat({2, 4, 3}, 36), {2, 1, 3});
 }
 
-// FAILING (shared by core/cuda/backend/kernel_backend_matmul.cpp and
-// core/cpu/matmul.cpp): a with a row axis of stride 0 (an expand over the
-// rows, [2, 1, 4] -> [2, 3, 4], strides [4, 0, 1]) times a shared b takes the
-// fold path, which treats row stride 0 as "not set yet" and uses the batch
-// stride (4) as the row stride of 6 rows: it reads rows 0..5 of a 2-row
-// tensor (past its end) instead of rows 0, 0, 0, 1, 1, 1.
+// A row axis of stride 0 (an expand over the rows, [2, 1, 4] -> [2, 3, 4],
+// strides [4, 0, 1]) times a shared b must not take the fold path (one
+// product over equally spaced rows): it once took the batch stride for the
+// row stride and read rows 0..5 of a 2-row tensor (both back ends).
 TEST(KernelBackendMatmul, FoldWithBroadcastRows) {
   Mat a = view_mat(8, {2, 3, 4}, {4, 0, 1}, 37);
   a.data.resize(64, 1e6F);  // what the fold wrongly reads: far from the right rows
@@ -297,13 +295,13 @@ TEST(KernelBackendMatmul, FoldWithBroadcastRows) {
                out.get(), out_shape, MatmulPrecision::f32);
   const std::vector<float> want = naive_matmul(a, b, out_shape, MatmulPrecision::f32);
   EXPECT_TRUE(close(out.host(), want, kGemmAbs, kGemmRel))
-      << "FAILING: the fold path of matmul takes a stride-0 row axis for an unset one";
+      << "the fold path of matmul took a stride-0 row axis for an unset one";
   std::vector<float> cpu_out = poisoned<float>(count);
   cpu().matmul({a.data.data(), a.shape, a.strides, false},
                {b.data.data(), b.shape, b.strides, false}, cpu_out.data(), out_shape,
                MatmulPrecision::f32);
   EXPECT_TRUE(close(cpu_out, want, kGemmAbs, kGemmRel))
-      << "FAILING: the CPU back end's fold path has the same flaw";
+      << "the CPU back end's fold path took a stride-0 row axis for an unset one";
 }
 
 // ---- gemm ----------------------------------------------------------------------------
@@ -1749,13 +1747,9 @@ TEST(KernelBackendPool, GlobalAverage) {
   EXPECT_TRUE(same(edx.host(), dx)) << "backward";
 }
 
-// FAILING (core/cuda/emulated/emulated_device.cpp, last in this file because
-// it crashes the process): KernelBackend::conv2d_forward with s.bias = true
-// calls KernelDevice::conv2d_forward (documented "without bias"), and the
-// emulated device hands `s` unchanged to cpu_backend().conv2d_forward with a
-// null bias pointer; the CPU's oneDNN primitive reads the bias because
-// s.bias is set: SIGSEGV in libdnnl. The GPU device (runtime/gpu_device.cpp)
-// clears `bias` in its copy of the shape; the emulated one should too.
+// Forward with bias: KernelDevice::conv2d_forward takes none (KernelBackend
+// adds it); the emulated device once passed s.bias = true on to the CPU's
+// oneDNN primitive with a null bias pointer (a crash in libdnnl).
 TEST(KernelBackendConvZ, ForwardWithBias) {
   check_conv_forward(true);
 }

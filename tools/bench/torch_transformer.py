@@ -150,7 +150,7 @@ class Transformer(nn.Module):
     # -> memory [B, S, d] and the key padding mask [B, 1, 1, S] (True at real tokens).
     def encode(self, source, source_lengths):
         length = source.size(1)
-        real = torch.arange(length)[None, :] < source_lengths[:, None]
+        real = torch.arange(length, device=source.device)[None, :] < source_lengths[:, None]
         mask, ffn_mask = real[:, None, None, :], real[:, :, None].float()
         x = self.dropout(self.embed(source) + self.positions[:length])
         for layer in self.encoder_layers:
@@ -159,7 +159,8 @@ class Transformer(nn.Module):
 
     def decode(self, target, memory, mask):  # teacher-forced logits [B, T, V]
         b, length = target.shape
-        x = torch.cat([torch.zeros(b, 1, self.d), self.embed(target[:, :-1])], 1)
+        embedded = self.embed(target[:, :-1])
+        x = torch.cat([embedded.new_zeros(b, 1, self.d), embedded], 1)
         x = self.dropout(x + self.positions[:length])
         for layer in self.decoder_layers:
             x = layer(x, memory, mask)

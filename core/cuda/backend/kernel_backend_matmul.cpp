@@ -168,7 +168,8 @@ void KernelBackend::matmul(const backend::MatrixOperand& a, const backend::Matri
     const std::size_t nd = a.shape.size();
     std::int64_t row_stride = m > 1 ? a.strides[nd - 2] : 0;
     std::int64_t expect = m > 1 ? row_stride * m : 0;
-    bool foldable = true;
+    // Rows repeated by a broadcast (stride 0) do not fold into one product.
+    bool foldable = m == 1 || row_stride != 0;
     for (std::size_t d = nd - 2; foldable && d-- > 0;) {
       if (a.shape[d] == 1) continue;
       if (row_stride == 0) {

@@ -12,6 +12,12 @@ namespace rig::cuda {
 
 namespace {
 
+// The device's convolutions take no bias (KernelBackend adds it).
+backend::Conv2dShape without_bias(backend::Conv2dShape s) {
+  s.bias = false;
+  return s;
+}
+
 class EmulatedDevice final : public KernelDevice {
  public:
   EmulatedDevice()
@@ -38,15 +44,15 @@ class EmulatedDevice final : public KernelDevice {
 
   void conv2d_forward(const backend::Conv2dShape& s, const float* x, const float* w,
                       float* y) override {
-    backend::cpu_backend().conv2d_forward(s, x, w, nullptr, y);
+    backend::cpu_backend().conv2d_forward(without_bias(s), x, w, nullptr, y);
   }
   void conv2d_backward_data(const backend::Conv2dShape& s, const float* w, const float* dy,
                             float* dx) override {
-    backend::cpu_backend().conv2d_backward(s, nullptr, w, dy, dx, nullptr, nullptr);
+    backend::cpu_backend().conv2d_backward(without_bias(s), nullptr, w, dy, dx, nullptr, nullptr);
   }
   void conv2d_backward_filter(const backend::Conv2dShape& s, const float* x, const float* dy,
                               float* dw) override {
-    backend::cpu_backend().conv2d_backward(s, x, nullptr, dy, nullptr, dw, nullptr);
+    backend::cpu_backend().conv2d_backward(without_bias(s), x, nullptr, dy, nullptr, dw, nullptr);
   }
 
   void to_host(void* host, const void* src, std::size_t bytes) override {
