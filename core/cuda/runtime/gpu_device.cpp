@@ -10,6 +10,7 @@
 #include <mutex>
 #include <new>
 #include <optional>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -68,8 +69,7 @@ class GpuDevice final : public KernelDevice {
       : device_(device),
         stream_(make_stream(device)),
         pool_(device, stream_.id()),
-        properties_(properties_of(device)),
-        staged_(make_event(device)) {}
+        properties_(properties_of(device)) {}
 
   std::string description() const override {
     cudaDeviceProp prop{};
@@ -119,19 +119,21 @@ class GpuDevice final : public KernelDevice {
   void to_host(void* host, const void* src, std::size_t bytes) override {
     const DeviceGuard guard(device_);
     const std::lock_guard lock(staging_mutex_);
-    // The pinned buffer is free once the stream has passed its last use.
-    PinnedBuffer& staging = staging_for(bytes);
-    copy_to_host_async(staging, static_cast<const std::byte*>(src), bytes, stream_);
-    stream_.synchronize();
-    std::memcpy(host, staging.data(), bytes);
+    Staging& staging = staging_for(bytes);
+    copy_to_host_async(staging.buffer, static_cast<const std::byte*>(src), bytes, stream_);
+    staging.done.record(stream_);
+    staging.done.synchronize();
+    std::memcpy(host, staging.buffer.data(), bytes);
   }
+  // Returns once the bytes are staged: the copy runs in stream order while
+  // the host goes on (a batch's tensors do not wait for the step before).
   void from_host(void* dst, const void* host, std::size_t bytes) override {
     const DeviceGuard guard(device_);
     const std::lock_guard lock(staging_mutex_);
-    PinnedBuffer& staging = staging_for(bytes);
-    std::memcpy(staging.data(), host, bytes);
-    copy_to_device_async(static_cast<std::byte*>(dst), staging, bytes, stream_);
-    staged_.record(stream_);
+    Staging& staging = staging_for(bytes);
+    std::memcpy(staging.buffer.data(), host, bytes);
+    copy_to_device_async(static_cast<std::byte*>(dst), staging.buffer, bytes, stream_);
+    staging.done.record(stream_);
   }
   void copy(void* dst, const void* src, std::size_t bytes) override {
     const DeviceGuard guard(device_);
@@ -151,23 +153,32 @@ class GpuDevice final : public KernelDevice {
     const DeviceGuard guard(device);
     return Stream(device);
   }
-  static Event make_event(int device) {
-    const DeviceGuard guard(device);
-    return Event();
-  }
   static simt::DeviceProperties properties_of(int device) {
     const DeviceGuard guard(device);
     return current_device_properties();
   }
 
-  // The staging buffer, at least `bytes`, after the stream has finished the
-  // previous copy out of it (callers hold staging_mutex_).
-  PinnedBuffer& staging_for(std::size_t bytes) {
-    staged_.synchronize();
-    if (staging_.size() < bytes) {
-      staging_ = PinnedBuffer(std::max(bytes, staging_.size() * 2));
+  // A pinned buffer the stream is done with, of at least `bytes`: a free one
+  // of the ring, a new one while the ring is short, else the oldest after its
+  // copy (callers hold staging_mutex_).
+  struct Staging {
+    PinnedBuffer buffer;
+    Event done;  // recorded after the last copy out of or into `buffer`
+  };
+  static constexpr std::size_t kStagingRing = 32;
+  Staging& staging_for(std::size_t bytes) {
+    for (auto& s : staging_) {
+      if (s->buffer.size() >= bytes && s->done.completed()) return *s;
     }
-    return staging_;
+    if (staging_.size() < kStagingRing) {
+      staging_.push_back(std::make_unique<Staging>(
+          Staging{PinnedBuffer(std::max<std::size_t>(bytes, 4096)), Event()}));
+      return *staging_.back();
+    }
+    Staging& oldest = *staging_[next_reuse_++ % staging_.size()];
+    oldest.done.synchronize();
+    if (oldest.buffer.size() < bytes) oldest.buffer = PinnedBuffer(bytes);
+    return oldest;
   }
 
   void execute(const dnn::Graph& graph, std::initializer_list<dnn::Binding> bindings) {
@@ -187,8 +198,8 @@ class GpuDevice final : public KernelDevice {
   std::unique_ptr<CublasLtGemm> gemm_;
   std::unique_ptr<dnn::CudnnGraphs> graphs_;
   std::mutex staging_mutex_;
-  PinnedBuffer staging_;
-  Event staged_;  // recorded after the last copy out of staging_
+  std::vector<std::unique_ptr<Staging>> staging_;
+  std::size_t next_reuse_ = 0;
 };
 
 }  // namespace
