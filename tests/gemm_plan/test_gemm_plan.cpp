@@ -626,4 +626,376 @@ TEST(GemmPlan, RejectsBadRequestsNamingTheValue) {
   expect_invalid(r, "bias-gradient epilogue");
 }
 
+// ---- Strided batches -------------------------------------------------------------
+
+// Elements a batch of `count` matrices of `rows` rows of ld spans, `stride` apart.
+std::int64_t extent(std::int64_t count, std::int64_t stride, std::int64_t rows, std::int64_t ld) {
+  if (count == 0) return 0;
+  return (count - 1) * stride + rows * ld;
+}
+
+// Buffers of a batch in rig's row-major terms.
+struct BatchOperands {
+  Buffer a, b, c;
+};
+
+BatchOperands make_batch_operands(const GemmRequest& r, std::mt19937& rng) {
+  std::uniform_int_distribution<int> small(-3, 3);
+  BatchOperands o;
+  o.a = Buffer(r.a_type, extent(r.batch_count, r.stride_a, r.trans_a ? r.k : r.m, r.lda));
+  o.b = Buffer(r.b_type, extent(r.batch_count, r.stride_b, r.trans_b ? r.n : r.k, r.ldb));
+  o.c = Buffer(r.c_type, extent(r.batch_count, r.stride_c, r.m, r.ldc));
+  for (std::int64_t i = 0; i < o.a.size(); ++i) o.a.set(i, small(rng));
+  for (std::int64_t i = 0; i < o.b.size(); ++i) o.b.set(i, small(rng));
+  // beta == 0: C must not be read, so it holds NaN (padding and gaps included).
+  for (std::int64_t i = 0; i < o.c.size(); ++i) {
+    o.c.set(i, r.beta == 0.0F ? std::numeric_limits<double>::quiet_NaN() : small(rng));
+  }
+  return o;
+}
+
+// rig's row-major semantics of a batch, straight from the request.
+void batch_reference(const GemmRequest& r, BatchOperands& o) {
+  for (std::int64_t batch = 0; batch < r.batch_count; ++batch) {
+    const std::int64_t a0 = batch * r.stride_a, b0 = batch * r.stride_b, c0 = batch * r.stride_c;
+    for (std::int64_t i = 0; i < r.m; ++i) {
+      for (std::int64_t j = 0; j < r.n; ++j) {
+        double sum = 0.0;
+        for (std::int64_t l = 0; l < r.k; ++l) {
+          const double av = o.a.get(a0 + (r.trans_a ? l * r.lda + i : i * r.lda + l));
+          const double bv = o.b.get(b0 + (r.trans_b ? j * r.ldb + l : l * r.ldb + j));
+          sum += av * bv;
+        }
+        double v = r.alpha * sum;
+        if (r.beta != 0.0F) v += r.beta * o.c.get(c0 + i * r.ldc + j);
+        o.c.set(c0 + i * r.ldc + j, activate(r.epilogue.activation, v));
+      }
+    }
+  }
+}
+
+// The batched plan run once by the interpreter.
+void run_batch_plan(const LtPlan& plan, BatchOperands& o) {
+  const void* lt_a = plan.a_is == RigOperand::a ? o.a.data() : o.b.data();
+  const void* lt_b = plan.b_is == RigOperand::a ? o.a.data() : o.b.data();
+  rig::cuda::interpret_lt_matmul(plan, lt_a, lt_b, o.c.data(), o.c.data(), nullptr, nullptr);
+}
+
+// The naive batch: one unbatched plan per product, on the operands' offsets.
+void run_unbatched_loop(const GemmRequest& r, BatchOperands& o) {
+  GemmRequest one = r;
+  one.batch_count = 1;
+  one.stride_a = one.stride_b = one.stride_c = 0;
+  const LtPlan plan = plan_gemm(one);
+  ASSERT_EQ(plan.batch_count(), 1);
+  const auto element = [](Buffer& buffer, std::int64_t index) {
+    return buffer.bytes.data() + index * static_cast<std::int64_t>(rig::cuda::size_of(buffer.type));
+  };
+  for (std::int64_t batch = 0; batch < r.batch_count; ++batch) {
+    void* a = element(o.a, batch * r.stride_a);
+    void* b = element(o.b, batch * r.stride_b);
+    void* c = element(o.c, batch * r.stride_c);
+    rig::cuda::interpret_lt_matmul(plan, plan.a_is == RigOperand::a ? a : b,
+                                   plan.b_is == RigOperand::a ? a : b, c, c, nullptr, nullptr);
+  }
+}
+
+std::string describe_batch(const GemmRequest& r) {
+  return describe(r) + " batch " + std::to_string(r.batch_count) + " strides " +
+         std::to_string(r.stride_a) + "," + std::to_string(r.stride_b) + "," +
+         std::to_string(r.stride_c);
+}
+
+// Mismatches of the plan, interpreted, against rig's batched reference (every
+// element of C, padding and gaps between batches included).
+int batch_mismatches(const GemmRequest& r, const LtPlan& plan, std::mt19937& rng, bool report) {
+  const BatchOperands inputs = make_batch_operands(r, rng);
+  BatchOperands want = inputs;
+  BatchOperands got = inputs;
+  batch_reference(r, want);
+  run_batch_plan(plan, got);
+  const double scale = 1.0 + std::abs(r.alpha) * 9.0 * static_cast<double>(r.k) + 3.0;
+  const double tol = tolerance(r, r.c_type, scale);
+  int bad = 0;
+  for (std::int64_t i = 0; i < want.c.size(); ++i) {
+    const double g = got.c.get(i), w = want.c.get(i);
+    const bool same = (std::isnan(g) && std::isnan(w)) || std::abs(g - w) <= tol;
+    if (!same && ++bad <= 3 && report) {
+      ADD_FAILURE() << "C[" << i << "]: got " << g << ", want " << w << " (tolerance " << tol
+                    << ") for " << describe_batch(r) << "\n  plan " << plan.describe();
+    }
+  }
+  return bad;
+}
+
+// How a batch's operand is laid out: the same matrix for every product
+// (stride 0), one after another (dense or with a gap), or side by side in
+// each row (ld grows to hold every product's columns, as heads in [batch,
+// seq, heads, dim]).
+enum class Spacing { broadcast, dense, gap, side_by_side };
+
+// Sets ld and stride of one operand stored with `rows` rows of `cols` columns.
+void space(Spacing spacing, std::int64_t count, std::int64_t rows, std::int64_t cols,
+           std::int64_t& ld, std::int64_t& stride) {
+  switch (spacing) {
+    case Spacing::broadcast:
+      stride = 0;
+      return;
+    case Spacing::dense:
+      stride = rows * ld;
+      return;
+    case Spacing::gap:
+      stride = rows * ld + 5;
+      return;
+    case Spacing::side_by_side:
+      stride = std::max<std::int64_t>(1, cols) + 1;
+      ld = std::max(ld, std::max<std::int64_t>(1, count) * stride);
+      return;
+  }
+}
+
+TEST(GemmPlanBatch, BatchOneKeepsThePlanItsStringAndItsCacheKey) {
+  std::mt19937 rng(99);
+  for (const TypeCase types : kTypes) {
+    for (const rig::cuda::Epilogue& epilogue : every_epilogue()) {
+      GemmRequest r =
+          random_request(rng, types.in, types.out, epilogue, rng() % 2 == 0, rng() % 2 == 0);
+      const LtPlan before = plan_gemm(r);
+      r.stride_a = 7;  // ignored with batch_count 1
+      r.stride_b = 0;
+      r.stride_c = 3;
+      const LtPlan after = plan_gemm(r);
+      EXPECT_EQ(after.describe(), before.describe());
+      EXPECT_EQ(after.describe().find("batch"), std::string::npos) << after.describe();
+      for (const rig::cuda::LtLayout* layout : {&after.a, &after.b, &after.c, &after.d}) {
+        EXPECT_EQ(layout->batch_count, 1);
+        EXPECT_EQ(layout->batch_offset, 0);
+        EXPECT_FALSE(layout->batched());
+      }
+      EXPECT_EQ(after.batch_count(), 1);
+    }
+  }
+}
+
+// Q K^T per head of one sequence's q [seq, heads, dim] against a k shared by
+// every head (as in multi-query attention): the exact layout arguments.
+TEST(GemmPlanBatch, SwappedOperandsTakeSwappedStrides) {
+  const std::int64_t heads = 4, seq = 6, dim = 8;
+  GemmRequest r;
+  r.m = seq;
+  r.n = seq;
+  r.k = dim;
+  r.trans_b = true;
+  r.lda = heads * dim;
+  r.ldb = dim;
+  r.ldc = seq;
+  r.batch_count = heads;
+  r.stride_a = dim;  // q's heads side by side in each row
+  r.stride_b = 0;    // one k [seq, dim] for every head (broadcast)
+  r.stride_c = seq * seq;
+  const LtPlan p = plan_gemm(r);
+  EXPECT_EQ(p.a_is, RigOperand::b);
+  EXPECT_EQ(p.a.batch_offset, 0);    // cuBLASLt's A is rig's B
+  EXPECT_EQ(p.b.batch_offset, dim);  // cuBLASLt's B is rig's A
+  EXPECT_EQ(p.c.batch_offset, seq * seq);
+  EXPECT_EQ(p.d.batch_offset, seq * seq);
+  for (const rig::cuda::LtLayout* layout : {&p.a, &p.b, &p.c, &p.d}) {
+    EXPECT_EQ(layout->batch_count, heads);
+  }
+  EXPECT_EQ(p.batch_count(), heads);
+  EXPECT_NE(p.describe().find(", batch 4 offsets A 0 B 8 C 36 D 36)"), std::string::npos)
+      << p.describe();
+  std::mt19937 rng(5);
+  EXPECT_EQ(batch_mismatches(r, p, rng, true), 0);
+}
+
+TEST(GemmPlanBatch, BatchesMatchTheReferenceAndALoopOfSingleProducts) {
+  std::mt19937 rng(424242);
+  const Spacing spacings[] = {Spacing::broadcast, Spacing::dense, Spacing::gap,
+                              Spacing::side_by_side};
+  const GemmActivation acts[] = {GemmActivation::none, GemmActivation::relu,
+                                 GemmActivation::gelu_tanh};
+  const std::int64_t counts[] = {0, 1, 2, 3, 5};
+  int cases = 0, broadcast_a = 0, broadcast_b = 0, beta_cases = 0, padded_c = 0;
+  for (const bool trans_a : {false, true}) {
+    for (const bool trans_b : {false, true}) {
+      for (const Spacing sa : spacings) {
+        for (const Spacing sb : spacings) {
+          for (const bool c_side_by_side : {false, true}) {
+            for (int repeat = 0; repeat < 2; ++repeat) {
+              const TypeCase types = kTypes[rng() % std::size(kTypes)];
+              rig::cuda::Epilogue e;
+              e.activation = acts[rng() % std::size(acts)];
+              GemmRequest r = random_request(rng, types.in, types.out, e, trans_a, trans_b);
+              r.batch_count = counts[rng() % std::size(counts)];
+              space(sa, r.batch_count, trans_a ? r.k : r.m, trans_a ? r.m : r.k, r.lda, r.stride_a);
+              space(sb, r.batch_count, trans_b ? r.n : r.k, trans_b ? r.k : r.n, r.ldb, r.stride_b);
+              space(c_side_by_side ? Spacing::side_by_side : Spacing::dense, r.batch_count, r.m,
+                    r.n, r.ldc, r.stride_c);
+              SCOPED_TRACE(describe_batch(r));
+              const LtPlan plan = plan_gemm(r);
+              ASSERT_EQ(plan.batch_count(), r.batch_count);
+              ASSERT_EQ(batch_mismatches(r, plan, rng, true), 0);
+
+              // The batched plan gives the bits of one single product per batch.
+              const BatchOperands inputs = make_batch_operands(r, rng);
+              BatchOperands batched = inputs;
+              BatchOperands looped = inputs;
+              run_batch_plan(plan, batched);
+              run_unbatched_loop(r, looped);
+              ASSERT_EQ(batched.c.bytes, looped.c.bytes);
+              ASSERT_EQ(batched.a.bytes, inputs.a.bytes);
+              ASSERT_EQ(batched.b.bytes, inputs.b.bytes);
+
+              ++cases;
+              broadcast_a += r.batch_count > 1 && r.stride_a == 0;
+              broadcast_b += r.batch_count > 1 && r.stride_b == 0;
+              beta_cases += r.batch_count > 1 && r.beta != 0.0F;
+              padded_c += r.batch_count > 1 && r.ldc > r.n;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, 256);
+  EXPECT_GT(broadcast_a, 10);
+  EXPECT_GT(broadcast_b, 10);
+  EXPECT_GT(beta_cases, 10);
+  EXPECT_GT(padded_c, 10);
+}
+
+// The interpreter's batch by hand: D_b = A_b B with B broadcast, column-major.
+TEST(LtInterpreter, StridedBatchWithABroadcastOperand) {
+  LtPlan p;
+  p.m = 2;
+  p.n = 1;
+  p.k = 2;
+  p.a = {GemmType::f32, 2, 2, 2, 2, 5};  // two 2x2 matrices 5 elements apart
+  p.b = {GemmType::f32, 2, 1, 2, 2, 0};  // one column for both
+  p.c = p.d = {GemmType::f32, 2, 1, 2, 2, 3};
+  const float a[] = {1, 2, 3, 4, -9, 10, 20, 30, 40};  // A_0 = [1 3; 2 4], A_1 = [10 30; 20 40]
+  const float b[] = {1, 1};
+  float d[5] = {-1, -1, -1, -1, -1};
+  rig::cuda::interpret_lt_matmul(p, a, b, nullptr, d, nullptr, nullptr);
+  const float want[] = {4, 6, -1, 40, 60};  // row sums; the gap is left as it was
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(d[i], want[i]) << i;
+  // An empty batch writes nothing; differing counts and a batched bias are refused.
+  p.a.batch_count = p.b.batch_count = p.c.batch_count = p.d.batch_count = 0;
+  rig::cuda::interpret_lt_matmul(p, a, b, nullptr, d, nullptr, nullptr);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(d[i], want[i]) << i;
+  p.a.batch_count = 2;
+  EXPECT_THROW(rig::cuda::interpret_lt_matmul(p, a, b, nullptr, d, nullptr, nullptr),
+               std::invalid_argument);
+  p.b.batch_count = p.c.batch_count = p.d.batch_count = 2;
+  p.epilogue = LtEpilogue::bias;
+  p.bias_role = rig::cuda::BiasRole::bias;
+  p.bias_length = 2;
+  float bias[2] = {};
+  EXPECT_THROW(rig::cuda::interpret_lt_matmul(p, a, b, nullptr, d, bias, nullptr),
+               std::invalid_argument);
+}
+
+TEST(GemmPlanBatch, TheComparisonCatchesAWrongBatchOffset) {
+  std::mt19937 rng(8);
+  GemmRequest r;
+  r.m = 3;
+  r.n = 4;
+  r.k = 5;
+  r.lda = 5;
+  r.ldb = 4;
+  r.ldc = 4;
+  r.batch_count = 3;
+  r.stride_a = 15;
+  r.stride_b = 20;
+  r.stride_c = 12;
+  LtPlan plan = plan_gemm(r);
+  EXPECT_EQ(batch_mismatches(r, plan, rng, true), 0);
+  plan.b.batch_offset = 0;  // rig's A broadcast instead of stepped
+  EXPECT_GT(batch_mismatches(r, plan, rng, false), 0);
+  plan = plan_gemm(r);
+  std::swap(plan.a.batch_offset, plan.b.batch_offset);  // unswapped strides: stays in bounds
+  EXPECT_GT(batch_mismatches(r, plan, rng, false), 0);
+}
+
+TEST(GemmPlanBatch, RejectsBadBatchesNamingTheValue) {
+  GemmRequest good;
+  good.m = 4;
+  good.n = 6;
+  good.k = 5;
+  good.lda = 5;
+  good.ldb = 6;
+  good.ldc = 6;
+  good.batch_count = 3;
+  good.stride_a = 20;
+  good.stride_b = 30;
+  good.stride_c = 24;
+  EXPECT_NO_THROW(plan_gemm(good));
+  GemmRequest r = good;
+  r.batch_count = -1;
+  expect_invalid(r, "batch_count = -1: expected 0 to 2147483647");
+  r.batch_count = std::int64_t{1} << 31;
+  expect_invalid(r, "batch_count = 2147483648");
+  r = good;
+  r.stride_b = -30;
+  expect_invalid(r, "stride_a, stride_b, stride_c = 20, -30, 24: expected strides >= 0");
+  r = good;
+  r.batch_count = 1;
+  r.stride_c = -1;  // refused even where the strides are not used
+  expect_invalid(r, "expected strides >= 0");
+
+  // C: one after another needs (m - 1) * ldc + n = 24; side by side needs room in ldc.
+  r = good;
+  r.stride_c = 23;
+  expect_invalid(r, "stride_c = 23 makes the 3 batches of C [4, 6] with ldc 6 overlap");
+  r.stride_c = 0;
+  expect_invalid(r, "stride_c = 0 makes the 3 batches");
+  r.ldc = 18;  // three 6-column products side by side in each row
+  r.stride_c = 6;
+  EXPECT_NO_THROW(plan_gemm(r));
+  r.stride_c = 5;  // columns overlap
+  expect_invalid(r, "stride_c = 5");
+  r.stride_c = 7;  // the third product's last column would pass ldc
+  expect_invalid(r, "stride_c = 7");
+  r.stride_c = 3 * 18 + 6;  // one after another
+  EXPECT_NO_THROW(plan_gemm(r));
+  r = good;
+  r.m = 1;  // one row: stride n is one after another
+  r.stride_c = 6;
+  EXPECT_NO_THROW(plan_gemm(r));
+  r = good;
+  r.n = 0;  // nothing written: any stride
+  r.ldb = 1;
+  r.ldc = 1;
+  r.stride_c = 0;
+  EXPECT_NO_THROW(plan_gemm(r));
+  r = good;
+  r.stride_a = r.stride_b = 0;  // A and B may be broadcast
+  EXPECT_NO_THROW(plan_gemm(r));
+  r.batch_count = 0;
+  r.stride_c = 0;
+  EXPECT_NO_THROW(plan_gemm(r));
+  EXPECT_EQ(plan_gemm(r).batch_count(), 0);
+
+  // A batch takes no bias, aux, bias gradient or erf GELU.
+  for (const rig::cuda::Epilogue& e : every_epilogue()) {
+    r = good;
+    r.epilogue = e;
+    r.epilogue.aux_ld = e.activation == GemmActivation::relu ? 128 : 8;
+    if (e.kind == EpilogueKind::backward) r.beta = 0.0F;
+    const bool plain = e.kind == EpilogueKind::forward && !e.bias && !e.aux &&
+                       e.activation != GemmActivation::gelu_erf;
+    r.batch_count = 1;
+    EXPECT_NO_THROW(plan_gemm(r));
+    for (const std::int64_t count : {0, 2}) {
+      r.batch_count = count;
+      if (plain) {
+        EXPECT_NO_THROW(plan_gemm(r));
+      } else {
+        expect_invalid(r, "with a bias, aux, bias-gradient or erf GELU epilogue");
+      }
+    }
+  }
+}
+
 }  // namespace

@@ -1,6 +1,8 @@
 #include "cuda/gemm/gemm_plan.hpp"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 
@@ -81,7 +83,13 @@ std::string LtPlan::describe() const {
       << " x" << bias_length << ", aux " << static_cast<int>(aux_role) << " " << name_of(aux_type)
       << " ld " << aux_ld << ", alpha " << alpha << ", beta " << beta << ", own "
       << static_cast<int>(own_work) << (own_writes_aux ? " aux" : "")
-      << (own_bias_grad ? " bgrad" : "") << ")";
+      << (own_bias_grad ? " bgrad" : "");
+  // Only a batch adds to the line: single products keep their strings (and cache keys).
+  if (a.batched() || b.batched() || c.batched() || d.batched()) {
+    out << ", batch " << d.batch_count << " offsets A " << a.batch_offset << " B " << b.batch_offset
+        << " C " << c.batch_offset << " D " << d.batch_offset;
+  }
+  out << ")";
   return out.str();
 }
 
@@ -157,6 +165,44 @@ void check_request(const GemmRequest& r) {
   }
 }
 
+// The batch of a request: counts and strides, C's batches apart, and the
+// epilogues a batch can take.
+void check_batch(const GemmRequest& r) {
+  if (r.batch_count < 0 || r.batch_count > std::numeric_limits<std::int32_t>::max()) {
+    fail("batch_count = " + std::to_string(r.batch_count) +
+         ": expected 0 to 2147483647 (cuBLASLt's int32_t batch count)");
+  }
+  if (r.stride_a < 0 || r.stride_b < 0 || r.stride_c < 0) {
+    fail("stride_a, stride_b, stride_c = " + std::to_string(r.stride_a) + ", " +
+         std::to_string(r.stride_b) + ", " + std::to_string(r.stride_c) +
+         ": expected strides >= 0 (0 repeats the matrix for every product)");
+  }
+  if (r.batch_count == 1) return;
+  const Epilogue& e = r.epilogue;
+  const bool plain = e.kind == EpilogueKind::forward && !e.bias && !e.aux &&
+                     e.activation != GemmActivation::gelu_erf;
+  if (!plain) {
+    fail("batch_count = " + std::to_string(r.batch_count) +
+         " with a bias, aux, bias-gradient or erf GELU epilogue: a batch takes none of them "
+         "(expected a forward epilogue without bias or aux, activation none, relu or gelu_tanh)");
+  }
+  if (r.batch_count < 2 || r.m == 0 || r.n == 0) return;  // no two batches write C
+  // Batch b writes C[b * stride_c + i * ldc + j], i < m, j < n: the batches are
+  // apart if each starts after the previous one's last element (one after
+  // another), or if all of them fit side by side in each row's ldc.
+  const std::int64_t s = r.stride_c;
+  const bool after = s >= r.n && (s - r.n) / r.ldc >= r.m - 1;
+  const bool side_by_side = s >= r.n && (r.batch_count - 1) <= (r.ldc - r.n) / s;
+  if (!after && !side_by_side) {
+    fail("stride_c = " + std::to_string(s) + " makes the " + std::to_string(r.batch_count) +
+         " batches of C [" + std::to_string(r.m) + ", " + std::to_string(r.n) + "] with ldc " +
+         std::to_string(r.ldc) +
+         " overlap: expected >= (m - 1) * ldc + n = " + std::to_string((r.m - 1) * r.ldc + r.n) +
+         " (one after another), or >= n with (batch_count - 1) * stride_c + n <= ldc (side by "
+         "side in each row)");
+  }
+}
+
 LtEpilogue forward_epilogue(const Epilogue& e, bool lt_gelu) {
   const bool relu = e.activation == GemmActivation::relu;
   if (relu) {
@@ -174,6 +220,7 @@ LtEpilogue forward_epilogue(const Epilogue& e, bool lt_gelu) {
 
 LtPlan plan_gemm(const GemmRequest& r) {
   check_request(r);
+  check_batch(r);
   LtPlan p;
   // C^T = op(B)^T op(A)^T: cuBLASLt's A is rig's B, its B is rig's A.
   p.a_is = RigOperand::b;
@@ -187,6 +234,13 @@ LtPlan plan_gemm(const GemmRequest& r) {
   p.b = {r.a_type, p.transb ? p.n : p.k, p.transb ? p.k : p.n, r.lda};
   p.c = {r.c_type, p.m, p.n, r.ldc};
   p.d = p.c;
+  if (r.batch_count != 1) {
+    const auto count = static_cast<std::int32_t>(r.batch_count);
+    p.a.batch_count = p.b.batch_count = p.c.batch_count = p.d.batch_count = count;
+    p.a.batch_offset = r.stride_b;  // cuBLASLt's A is rig's B
+    p.b.batch_offset = r.stride_a;
+    p.c.batch_offset = p.d.batch_offset = r.stride_c;
+  }
   p.compute = r.allow_tf32 && r.a_type == GemmType::f32 ? GemmCompute::tf32 : GemmCompute::f32;
   p.scale_type = GemmType::f32;
   p.alpha = r.alpha;

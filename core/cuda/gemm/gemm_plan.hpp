@@ -66,7 +66,13 @@ struct Epilogue {
   std::int64_t aux_ld = 0;
 };
 
-// One product in rig's row-major terms (see the top of this file).
+// One product in rig's row-major terms (see the top of this file), or a
+// strided batch of them: product i (0 <= i < batch_count) reads A at
+// i * stride_a elements past A's start, B at i * stride_b and writes C at
+// i * stride_c (elements of the operand's type). A stride of 0 for A or B is a
+// broadcast (the same matrix for every product); C's batches must not overlap.
+// Products of a batch take no bias, aux or bias gradient and no erf GELU (see
+// plan_gemm); strides are ignored when batch_count is 1.
 struct GemmRequest {
   std::int64_t m = 0, n = 0, k = 0;
   bool trans_a = false, trans_b = false;
@@ -75,6 +81,8 @@ struct GemmRequest {
   float alpha = 1.0F, beta = 0.0F;  // beta = 1 accumulates into C (a gradient buffer)
   bool allow_tf32 = false;          // f32 inputs may be rounded to TF32 (MatmulPrecision allows it)
   Epilogue epilogue;
+  std::int64_t batch_count = 1;  // 0 is an empty batch (nothing is computed)
+  std::int64_t stride_a = 0, stride_b = 0, stride_c = 0;
 };
 
 // ---- The plan: cuBLASLt's terms -------------------------------------------------
@@ -121,14 +129,26 @@ enum class AuxRole : std::uint8_t {
 //   gelu_erf_backward: D = D * gelu_erf'(aux); if own_bias_grad, bias[r] = sum_c D[r, c]
 enum class OwnWork : std::uint8_t { none, gelu_erf_forward, gelu_erf_backward };
 
-// One column-major matrix as cublasLtMatrixLayoutCreate takes it.
+// One column-major matrix as cublasLtMatrixLayoutCreate takes it, and its
+// batch: CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT (int32_t) and
+// CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET (int64_t, elements; 0 for A or
+// B is the same matrix for every product). A single product has count 1 and
+// offset 0, cuBLASLt's defaults, and then sets neither attribute.
 struct LtLayout {
   GemmType type = GemmType::f32;
   std::int64_t rows = 0, cols = 0, ld = 0;
+  std::int32_t batch_count = 1;
+  std::int64_t batch_offset = 0;
+
+  bool batched() const { return batch_count != 1 || batch_offset != 0; }
 };
 
 // Exactly what is passed to cublasLtMatmul: D = alpha op(A) op(B) + beta C,
-// D[m, n] column-major, then the epilogue (C and D are the same buffer).
+// D[m, n] column-major, then the epilogue (C and D are the same buffer); for
+// a batch (d.batch_count != 1), that product once per batch index b on the
+// matrices at b * batch_offset of each layout. All four layouts have the same
+// batch_count: A's offset is rig's stride_b, B's rig's stride_a (swapped as
+// the operands are), C's and D's rig's stride_c.
 struct LtPlan {
   RigOperand a_is = RigOperand::b;  // cuBLASLt's A is rig's B ...
   RigOperand b_is = RigOperand::a;  // ... and its B is rig's A
@@ -153,6 +173,8 @@ struct LtPlan {
   bool own_bias_grad = false;
 
   bool needs_own_activation() const { return own_work != OwnWork::none; }
+  // D's batch count: 1 for a single product, 0 for an empty batch.
+  std::int64_t batch_count() const { return d.batch_count; }
   // Bytes of the aux buffer that cuBLASLt or the own kernel reads or writes (0 without one).
   std::int64_t aux_bytes() const;
   // One line naming every field, for messages and cache keys.
@@ -164,7 +186,11 @@ struct LtPlan {
 // aux_ld not a multiple of 128 (relu, in bits) or 8 (GELU) or below n, types
 // cuBLASLt does not combine (A and B must match; C is theirs or f32), an
 // epilogue the kind does not allow (backward without an activation or with
-// beta != 0, bias gradients with alpha != 1).
+// beta != 0, bias gradients with alpha != 1); for a batch: a negative count or
+// stride, a count above INT32_MAX (cuBLASLt's int32_t), a C stride that makes
+// the batches of C overlap, and any bias, aux, bias gradient or erf GELU with
+// batch_count != 1 (rig carries no per-batch bias or aux strides, and its own
+// erf GELU kernel runs on one matrix).
 LtPlan plan_gemm(const GemmRequest& request);
 
 }  // namespace rig::cuda

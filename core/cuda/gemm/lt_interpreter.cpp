@@ -6,6 +6,7 @@
 #include <numbers>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "rig/half.hpp"
@@ -86,8 +87,11 @@ double gelu_erf_grad(double x) {
   return cdf + x * pdf;
 }
 
-void interpret_lt_matmul(const LtPlan& p, const void* a, const void* b, const void* c, void* d,
-                         void* bias, void* aux) {
+namespace {
+
+// One product of the plan (batch index 0 when the pointers are offset).
+void interpret_one(const LtPlan& p, const void* a, const void* b, const void* c, void* d,
+                   void* bias, void* aux) {
   const auto e = static_cast<std::uint32_t>(p.epilogue);
   const bool adds_bias = (e & 4U) != 0;
   const bool relu = (e & 2U) != 0;
@@ -161,8 +165,42 @@ void interpret_lt_matmul(const LtPlan& p, const void* a, const void* b, const vo
   }
 }
 
+// The matrix of batch index `batch` (Void: void or const void).
+template <typename Void>
+Void* offset(const LtLayout& layout, Void* data, std::int64_t batch) {
+  if (data == nullptr) return nullptr;
+  using Byte = std::conditional_t<std::is_const_v<Void>, const std::uint8_t, std::uint8_t>;
+  return static_cast<Byte*>(data) +
+         batch * layout.batch_offset * static_cast<std::int64_t>(size_of(layout.type));
+}
+
+}  // namespace
+
+void interpret_lt_matmul(const LtPlan& p, const void* a, const void* b, const void* c, void* d,
+                         void* bias, void* aux) {
+  const std::int64_t count = p.d.batch_count;
+  require(p.a.batch_count == count && p.b.batch_count == count && p.c.batch_count == count,
+          "the batch counts of A, B, C and D differ");
+  require(count >= 0, "negative batch count");
+  if (count == 1) {
+    // A single product: batch offsets are not read (cuBLASLt ignores them too).
+    interpret_one(p, a, b, c, d, bias, aux);
+    return;
+  }
+  // cuBLASLt would step the bias and aux pointers by CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE
+  // and CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, which plans never set.
+  require(
+      p.bias_role == BiasRole::none && p.aux_role == AuxRole::none && p.own_work == OwnWork::none,
+      "a batch with a bias, aux or own work");
+  for (std::int64_t batch = 0; batch < count; ++batch) {
+    interpret_one(p, offset(p.a, a, batch), offset(p.b, b, batch), offset(p.c, c, batch),
+                  offset(p.d, d, batch), nullptr, nullptr);
+  }
+}
+
 void interpret_own_work(const LtPlan& p, void* d, void* bias, void* aux) {
   if (p.own_work == OwnWork::none) return;
+  require(p.d.batch_count == 1, "own work on a batch");
   const bool forward = p.own_work == OwnWork::gelu_erf_forward;
   require(!(p.own_writes_aux || !forward) || aux != nullptr, "own work: null aux pointer");
   require(!p.own_bias_grad || bias != nullptr, "own work: null bias pointer");

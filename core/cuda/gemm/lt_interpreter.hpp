@@ -19,6 +19,13 @@
 //   BGRADA: bias[i] = sum_l op(A)[i, l]; BGRADB: bias[j] = sum_l op(B)[l, j];
 //   D[i, j] = x rounded (nearest even) to D's type.
 // Bits of the relu mask for rows m..aux_ld-1 are left as they were.
+// A strided batch (CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT != 1, the same count on
+// every layout) is that product for b = 0 .. count - 1 on the matrices at
+// b * CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET elements of each layout
+// (offset 0: the same matrix for every b); a count of 1 reads no offset. A
+// batch takes no bias, aux or own work here: their batch strides
+// (CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, ..._EPILOGUE_AUX_BATCH_STRIDE) are
+// never planned.
 #pragma once
 
 #include "cuda/gemm/gemm_plan.hpp"
