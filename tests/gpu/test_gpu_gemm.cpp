@@ -1,7 +1,8 @@
 // cuBLASLt products (cuda/runtime/cublaslt_gemm.cuh) against the CPU
 // interpreter of cuBLASLt's semantics (cuda/gemm/lt_interpreter.hpp) on the
 // same inputs: f32, TF32, f16 and bf16, the bias / relu / GELU (tanh) / aux /
-// backward / bias-gradient epilogues and beta = 1 accumulation.
+// backward / bias-gradient epilogues, beta = 1 accumulation and strided
+// batches (broadcast operands, products side by side in each row).
 //
 // Tolerances, per element, |got - want| <= u (|want| + 2 k_scale): u = 1e-6
 // for f32 (accumulation order), 2e-3 for TF32 (inputs rounded to 10 bits),
@@ -91,9 +92,13 @@ void check(const GemmRequest& r, unsigned seed, rig::cuda::CublasLtGemm* shared 
   const auto bytes = [](GemmType t, std::int64_t n) {
     return static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * rig::cuda::size_of(t);
   };
-  Twin a(bytes(r.a_type, (r.trans_a ? r.k : r.m) * r.lda));
-  Twin b(bytes(r.b_type, (r.trans_b ? r.n : r.k) * r.ldb));
-  Twin c(bytes(r.c_type, r.m * r.ldc));
+  // A batch spans (count - 1) strides past its first matrix.
+  const auto extent = [&](std::int64_t stride, std::int64_t rows, std::int64_t ld) {
+    return (r.batch_count > 1 ? (r.batch_count - 1) * stride : 0) + rows * ld;
+  };
+  Twin a(bytes(r.a_type, extent(r.stride_a, r.trans_a ? r.k : r.m, r.lda)));
+  Twin b(bytes(r.b_type, extent(r.stride_b, r.trans_b ? r.n : r.k, r.ldb)));
+  Twin c(bytes(r.c_type, extent(r.stride_c, r.m, r.ldc)));
   Twin bias(bytes(r.c_type, std::max(r.m, r.n)));
   Twin aux(static_cast<std::size_t>(std::max<std::int64_t>(plan.aux_bytes(), 16)));
   fill(a.host, r.a_type, rng, 0.0);
@@ -326,6 +331,45 @@ TEST_F(GpuGemm, EmptyProducts) {
   r = product(0, 24, 8, false, false, GemmType::f32, GemmType::f32);
   r.ldc = 24;
   check(r, 17);
+}
+
+// Strided batches: attention's per-head products with the heads of
+// [seq, heads, dim] side by side (Q K^T into stacked scores, then P V back
+// into the heads' columns), a broadcast operand, and a batch accumulating
+// with ldc > n; all compared element by element, gaps included.
+TEST_F(GpuGemm, StridedBatches) {
+  const std::int64_t seq = 33, heads = 4, dim = 16;
+  for (const GemmType in : {GemmType::f32, GemmType::bf16}) {
+    GemmRequest scores = product(seq, seq, dim, false, true, in, in);  // Q K^T
+    scores.lda = scores.ldb = heads * dim;
+    scores.batch_count = heads;
+    scores.stride_a = scores.stride_b = dim;
+    scores.stride_c = seq * seq;
+    scores.alpha = 0.25F;
+    check(scores, 21);
+    GemmRequest context = product(seq, dim, seq, false, false, in, in);  // P V
+    context.ldb = context.ldc = heads * dim;
+    context.batch_count = heads;
+    context.stride_a = seq * seq;
+    context.stride_b = context.stride_c = dim;
+    check(context, 22);
+  }
+  // Leading dimensions and gaps of 8 elements keep every f16 matrix 16-byte aligned.
+  GemmRequest shared = product(24, 40, 32, true, false, GemmType::f16, GemmType::f32, 8);
+  shared.batch_count = 5;
+  shared.stride_a = 0;  // one A for every product
+  shared.stride_b = 32 * shared.ldb + 8;
+  shared.stride_c = 24 * shared.ldc;
+  shared.beta = 1.0F;
+  shared.epilogue.activation = GemmActivation::relu;
+  check(shared, 23);
+  shared.stride_a = 32 * shared.lda;
+  shared.stride_b = 0;  // one B for every product
+  shared.allow_tf32 = true;
+  shared.a_type = shared.b_type = GemmType::f32;
+  check(shared, 24);
+  shared.batch_count = 0;  // nothing queued, C untouched
+  check(shared, 25);
 }
 
 TEST_F(GpuGemm, TheAlgorithmIsChosenOncePerPlan) {

@@ -83,6 +83,17 @@ void make_layout(Layout& out, const LtLayout& layout, const std::string& context
                                         static_cast<std::uint64_t>(layout.rows),
                                         static_cast<std::uint64_t>(layout.cols), layout.ld),
                "cublasLtMatrixLayoutCreate", context);
+  // A single product keeps cuBLASLt's defaults (count 1, offset 0) unset.
+  if (!layout.batched()) return;
+  const std::int32_t count = layout.batch_count;
+  check_cublas(cublaslt().layout_set_attribute(out.layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                               &count, sizeof(count)),
+               "cublasLtMatrixLayoutSetAttribute(CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT)", context);
+  const std::int64_t offset = layout.batch_offset;
+  check_cublas(
+      cublaslt().layout_set_attribute(out.layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                      &offset, sizeof(offset)),
+      "cublasLtMatrixLayoutSetAttribute(CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET)", context);
 }
 
 // The largest power of two (up to 256) dividing the address: the heuristic's
@@ -118,6 +129,8 @@ CublasLtGemm::~CublasLtGemm() {
 void CublasLtGemm::run(const LtPlan& plan, const void* a, const void* b, const void* c, void* d,
                        void* bias, void* aux, cudaStream_t stream) {
   DeviceGuard guard(device_);
+  // An empty batch computes nothing (plans give a batch no bias gradient to zero).
+  if (plan.batch_count() == 0) return;
   if (plan.m == 0 || plan.n == 0) {
     if (plan.bias_role == BiasRole::bias_grad && plan.bias_length > 0) {
       RIG_CUDA_CHECK(cudaMemsetAsync(

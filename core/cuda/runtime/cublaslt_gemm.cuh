@@ -52,7 +52,10 @@ class CublasLtGemm {
   // written (bias gradients), `aux` read or written as plan.aux_role says;
   // both may be null where the plan does not use them. The plan's own work
   // (the erf GELU) is not done here: the caller runs it after. Products with
-  // m or n == 0 queue nothing but zero a bias gradient.
+  // m or n == 0 queue nothing but zero a bias gradient. A batched plan
+  // (plan.batch_count() != 1) sets CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT and
+  // ..._STRIDED_BATCH_OFFSET on every layout (the offsets are in the plan's
+  // describe(), so in the algorithm's cache key); a batch of 0 queues nothing.
   void run(const LtPlan& plan, const void* a, const void* b, const void* c, void* d, void* bias,
            void* aux, cudaStream_t stream);
 

@@ -25,6 +25,7 @@ struct CublasLtApi {
   decltype(&cublasLtMatmulPreferenceSetAttribute) preference_set_attribute;
   decltype(&cublasLtMatrixLayoutCreate) layout_create;
   decltype(&cublasLtMatrixLayoutDestroy) layout_destroy;
+  decltype(&cublasLtMatrixLayoutSetAttribute) layout_set_attribute;
 };
 
 // The library's name: the soname of the CUDA major version rig was built with.
