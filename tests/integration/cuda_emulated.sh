@@ -12,11 +12,13 @@
 # - a ResNet on Fashion-MNIST when Debian's dataset is installed (batch
 #   norm, convolutions, pooling), at a small learning rate: its first steps
 #   amplify rounding differences at the experiment's own.
-# Usage: cuda_emulated.sh RIG TINY_EXPERIMENT SMOKE_EXPERIMENT FASHION_EXPERIMENT WORKDIR
+# quick (the sanitizer builds, where the emulator is many times slower): the
+# mlp's training and a few float32 transformer steps with beam search only.
+# Usage: cuda_emulated.sh RIG TINY_EXPERIMENT SMOKE_EXPERIMENT FASHION_EXPERIMENT WORKDIR [full|quick]
 set -euo pipefail
 export LC_ALL=C RIG_PROGRESS=0 RIG_CUDA_EMULATOR=1
 rig="$(realpath "$1")"; tiny="$(realpath "$2")"; smoke="$(realpath "$3")"; fashion="$(realpath "$4")"
-work="$5"
+work="$5"; extent="${6:-full}"
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/testlib.sh"
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
 
@@ -62,6 +64,17 @@ echo "== mlp: training on the emulated cuda device gives the CPU's losses"
 train_both mlp "$tiny"
 grep -q "Global step 40:" mlp-cuda.log || fail "the cuda run did not train"
 close_results mlp-cpu.log mlp-cuda.log
+
+if [ "$extent" = quick ]; then
+  echo "== quick: a transformer's float32 steps and beam search"
+  sed -n '/^cat > transformer.yaml/,/^YAML$/p' "${BASH_SOURCE[0]}" | sed '1d;$d' > transformer.yaml
+  train_both nmt-quick transformer.yaml --mode train_eval --max_steps=4 --print_loss_steps=2 \
+    --eval_steps=4 --save_checkpoint_steps=4
+  close_results nmt-quick-cpu.log nmt-quick-cuda.log
+  cmp nmt-quick-cpu/eval_outputs.txt nmt-quick-cuda/eval_outputs.txt ||
+    fail "beam search on cuda decodes differently"
+  echo "PASS (quick)"; exit 0
+fi
 
 echo "== mlp: eval, infer and interactive_infer on cuda"
 for mode in eval infer; do

@@ -20,7 +20,7 @@ add_test(NAME cli.cuda_emulated
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emulated.sh $<TARGET_FILE:rig_cli>
           ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/tiny.yaml ${PROJECT_SOURCE_DIR}/experiments/smoke.yaml
           ${PROJECT_SOURCE_DIR}/experiments/fashion-mnist-resnet20.yaml
-          ${CMAKE_CURRENT_BINARY_DIR}/work/cuda_emulated)
+          ${CMAKE_CURRENT_BINARY_DIR}/work/cuda_emulated $<IF:$<BOOL:${RIG_SANITIZE}>,quick,full>)
 set_tests_properties(cli.cuda_emulated PROPERTIES LABELS integration TIMEOUT 1200)
 # The nccl communicator without a GPU: its fake NCCL on the emulated CUDA device,
 # 2 ranks against the mpi communicator byte for byte, the watchdog, refusals: see nccl_fake.sh.
