@@ -5,7 +5,8 @@
 // and on backend::cpu_backend() with the same random inputs (fixed seeds),
 // and the results are compared bit for bit where the kernels' headers say
 // they equal the CPU's, else within the tolerance stated at the test.
-// Shapes are tiny: the emulator runs one fiber per GPU thread.
+// Shapes are tiny: the emulator runs one fiber per GPU thread. The same
+// tests run on a GPU's back end in rig_gpu_tests (tests/gpu/test_gpu_backend.cpp).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,6 +24,9 @@
 #include "backend/backend.hpp"
 #include "backend/strided_plan.hpp"
 #include "cuda/emulated/emulated_device.hpp"
+#ifdef RIG_KERNEL_BACKEND_ON_GPU
+#include "../gpu/gpu_test.hpp"
+#endif
 #include "rig/half.hpp"
 
 namespace rig {
@@ -37,10 +41,27 @@ Backend& cpu() {
   return backend::cpu_backend();
 }
 
+#ifdef RIG_KERNEL_BACKEND_ON_GPU
+// tests/gpu/test_gpu_backend.cpp: the same tests on the GPU's back end.
+Backend& emu() {
+  return backend::cuda_backend(rig_gpu_test::kDevice);
+}
+// Skips every test of the binary where no GPU can be used (they all would).
+class SkipWithoutGpu final : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    if (!rig_gpu_test::skip_reason().empty()) GTEST_SKIP() << rig_gpu_test::skip_reason();
+  }
+};
+// gtest owns registered environments (its API takes a raw pointer).
+[[maybe_unused]] ::testing::Environment* const kSkipWithoutGpu =
+    ::testing::AddGlobalTestEnvironment(new SkipWithoutGpu);
+#else
 Backend& emu() {
   static const std::unique_ptr<Backend> backend = cuda::make_emulated_backend(0);
   return *backend;
 }
+#endif
 
 // Outputs start as 0xFF bytes (NaN floats, -1 integers) on both back ends,
 // so an element that one of them fails to write shows up.
