@@ -46,16 +46,12 @@ Backend& cpu() {
 Backend& emu() {
   return backend::cuda_backend(rig_gpu_test::kDevice);
 }
-// Skips every test of the binary where no GPU can be used (they all would).
-class SkipWithoutGpu final : public ::testing::Environment {
- public:
-  void SetUp() override {
-    if (!rig_gpu_test::skip_reason().empty()) GTEST_SKIP() << rig_gpu_test::skip_reason();
-  }
-};
-// gtest owns registered environments (its API takes a raw pointer).
-[[maybe_unused]] ::testing::Environment* const kSkipWithoutGpu =
-    ::testing::AddGlobalTestEnvironment(new SkipWithoutGpu);
+// Each test skips, saying why, where no GPU can be used: TEST with the GPU
+// tests' fixture as its base (what TEST_F expands to).
+#undef TEST
+#define TEST(suite, name)                           \
+  GTEST_TEST_(suite, name, ::rig_gpu_test::GpuTest, \
+              ::testing::internal::GetTypeId<::rig_gpu_test::GpuTest>())
 #else
 Backend& emu() {
   static const std::unique_ptr<Backend> backend = cuda::make_emulated_backend(0);
