@@ -72,6 +72,26 @@ void KernelBackend::bias_activation(float* y, float* pre, const float* bias, std
   run(kernels::BiasActivation{y, pre, bias, rows, cols, activation});
 }
 
+namespace {
+
+// ActivationBackward, with db's per-row-block partials summed by ColumnTotals
+// where there is more than one block of rows.
+template <class Run, class Scratch>
+void activation_backward_with(Run&& run, Scratch&& scratch, kernels::ActivationBackward k,
+                              float* db) {
+  const std::int64_t blocks = kernels::activation_row_blocks(k.rows);
+  DeviceScratch partial;
+  k.db_partial = db;
+  if (db != nullptr && blocks > 1) {
+    partial = scratch(static_cast<std::size_t>(blocks * k.cols) * sizeof(float));
+    k.db_partial = partial.template as<float>();
+  }
+  run(k);
+  if (db != nullptr && blocks > 1) run(kernels::ColumnTotals{k.db_partial, db, blocks, k.cols});
+}
+
+}  // namespace
+
 void KernelBackend::activation_backward(Activation activation, const float* g, const float* saved,
                                         float* dz, float* db, std::int64_t rows, std::int64_t cols,
                                         float relu_scale) {
@@ -80,32 +100,18 @@ void KernelBackend::activation_backward(Activation activation, const float* g, c
     if (db == nullptr) return;
     dz = nullptr;
   }
-  const std::int64_t blocks = kernels::activation_row_blocks(rows);
-  DeviceScratch partial;
-  float* db_target = db;
-  if (db != nullptr && blocks > 1) {
-    partial = scratch(static_cast<std::size_t>(blocks * cols) * sizeof(float));
-    db_target = partial.as<float>();
-  }
-  run(kernels::ActivationBackward{activation, g, saved, dz, nullptr, db_target, rows, cols,
-                                  relu_scale});
-  if (db != nullptr && blocks > 1) run(kernels::ColumnTotals{db_target, db, blocks, cols});
+  activation_backward_with(
+      [this](const auto& k) { run(k); }, [this](std::size_t bytes) { return scratch(bytes); },
+      {activation, g, saved, dz, nullptr, nullptr, rows, cols, relu_scale}, db);
 }
 
 void KernelBackend::activation_backward_bf16(Activation activation, const float* g,
                                              const float* saved, std::uint16_t* dz_bf16, float* db,
                                              std::int64_t rows, std::int64_t cols,
                                              float relu_scale) {
-  const std::int64_t blocks = kernels::activation_row_blocks(rows);
-  DeviceScratch partial;
-  float* db_target = db;
-  if (db != nullptr && blocks > 1) {
-    partial = scratch(static_cast<std::size_t>(blocks * cols) * sizeof(float));
-    db_target = partial.as<float>();
-  }
-  run(kernels::ActivationBackward{activation, g, saved, nullptr, dz_bf16, db_target, rows, cols,
-                                  relu_scale});
-  if (db != nullptr && blocks > 1) run(kernels::ColumnTotals{db_target, db, blocks, cols});
+  activation_backward_with(
+      [this](const auto& k) { run(k); }, [this](std::size_t bytes) { return scratch(bytes); },
+      {activation, g, saved, nullptr, dz_bf16, nullptr, rows, cols, relu_scale}, db);
 }
 
 }  // namespace rig::cuda

@@ -36,10 +36,21 @@ void KernelBackend::zero_rows(std::byte* dst, std::int64_t dst_row_bytes, std::i
 
 namespace {
 
-void check_gather_rank(std::size_t rank) {
-  if (rank > static_cast<std::size_t>(kernels::kGatherMaxDims)) {
-    throw std::invalid_argument(
-        fmt::format("gather on cuda: rank {} (at most {})", rank, kernels::kGatherMaxDims));
+// The geometry of Gather and GatherBackward: index's shape and x's
+// contiguous strides, rank and axis.
+template <class Kernel>
+void set_gather_geometry(Kernel& k, std::int64_t axis, const Shape& index_shape,
+                         const Shape& x_shape) {
+  if (index_shape.size() > static_cast<std::size_t>(kernels::kGatherMaxDims)) {
+    throw std::invalid_argument(fmt::format("gather on cuda: rank {} (at most {})",
+                                            index_shape.size(), kernels::kGatherMaxDims));
+  }
+  k.rank = static_cast<int>(index_shape.size());
+  k.axis = static_cast<int>(axis);
+  const Strides xs = contiguous_strides(x_shape);
+  for (std::size_t d = 0; d < index_shape.size(); ++d) {
+    k.index_shape[d] = index_shape[d];
+    k.x_strides[d] = xs[d];
   }
 }
 
@@ -48,17 +59,10 @@ void check_gather_rank(std::size_t rank) {
 void KernelBackend::gather(const backend::ConstBuffer& x, std::int64_t axis,
                            const backend::ConstBuffer& index, void* out) {
   if (shape_numel(index.shape) == 0) return;
-  check_gather_rank(index.shape.size());
   kernels::Gather k;
   k.x = x.data;
   k.element_bytes = static_cast<int>(dtype_size(x.dtype));
-  k.rank = static_cast<int>(index.shape.size());
-  k.axis = static_cast<int>(axis);
-  const Strides xs = contiguous_strides(x.shape);
-  for (std::size_t d = 0; d < index.shape.size(); ++d) {
-    k.index_shape[d] = index.shape[d];
-    k.x_strides[d] = xs[d];
-  }
+  set_gather_geometry(k, axis, index.shape, x.shape);
   k.index = index.data;
   k.index_type = index.dtype;
   k.out = out;
@@ -69,16 +73,9 @@ void KernelBackend::gather_backward(const float* grad, std::int64_t axis,
                                     const backend::ConstBuffer& index, float* dx,
                                     const Shape& x_shape) {
   if (shape_numel(index.shape) == 0) return;
-  check_gather_rank(index.shape.size());
   kernels::GatherBackward k;
   k.grad = grad;
-  k.rank = static_cast<int>(index.shape.size());
-  k.axis = static_cast<int>(axis);
-  const Strides xs = contiguous_strides(x_shape);
-  for (std::size_t d = 0; d < index.shape.size(); ++d) {
-    k.index_shape[d] = index.shape[d];
-    k.x_strides[d] = xs[d];
-  }
+  set_gather_geometry(k, axis, index.shape, x_shape);
   k.index = index.data;
   k.index_type = index.dtype;
   k.dx = dx;

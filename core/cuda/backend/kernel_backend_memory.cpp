@@ -87,19 +87,10 @@ void check_copy_rank(int ndim, const char* what) {
   }
 }
 
-}  // namespace
-
-void KernelBackend::copy_strided(const Shape& shape, void* dst, const Strides& dst_strides,
-                                 DType dst_dtype, const void* src, const Strides& src_strides,
-                                 DType src_dtype) {
-  if (shape_numel(shape) == 0) return;
-  const auto plan = backend::make_strided_plan<2>(shape, {&dst_strides, &src_strides});
-  if (dst_dtype == src_dtype && dense(plan, 0) && dense(plan, 1)) {
-    run(kernels::CopyContiguous{dst, src,
-                                plan.shape[0] * static_cast<std::int64_t>(dtype_size(dst_dtype))});
-    return;
-  }
-  check_copy_rank(plan.ndim, "copy");
+// The CopyStrided of a plan's operands 0 (dst) and 1 (src).
+kernels::CopyStrided copy_kernel(const backend::StridedPlan<2>& plan, void* dst, DType dst_dtype,
+                                 const void* src, DType src_dtype, const char* what) {
+  check_copy_rank(plan.ndim, what);
   kernels::CopyStrided k;
   k.ndim = plan.ndim;
   for (int d = 0; d < plan.ndim; ++d) {
@@ -112,7 +103,22 @@ void KernelBackend::copy_strided(const Shape& shape, void* dst, const Strides& d
   k.dst_type = dst_dtype;
   k.src = src;
   k.src_type = src_dtype;
-  run(k);
+  return k;
+}
+
+}  // namespace
+
+void KernelBackend::copy_strided(const Shape& shape, void* dst, const Strides& dst_strides,
+                                 DType dst_dtype, const void* src, const Strides& src_strides,
+                                 DType src_dtype) {
+  if (shape_numel(shape) == 0) return;
+  const auto plan = backend::make_strided_plan<2>(shape, {&dst_strides, &src_strides});
+  if (dst_dtype == src_dtype && dense(plan, 0) && dense(plan, 1)) {
+    run(kernels::CopyContiguous{dst, src,
+                                plan.shape[0] * static_cast<std::int64_t>(dtype_size(dst_dtype))});
+    return;
+  }
+  run(copy_kernel(plan, dst, dst_dtype, src, src_dtype, "copy"));
 }
 
 void KernelBackend::fill_strided(const Shape& shape, void* dst, const Strides& dst_strides,
@@ -146,18 +152,7 @@ void KernelBackend::zero_bytes(void* dst, std::int64_t bytes) {
 
 void KernelBackend::broadcast_copy(const backend::StridedPlan<2>& plan, const float* x,
                                    float* out) {
-  check_copy_rank(plan.ndim, "broadcast copy");
-  kernels::CopyStrided k;
-  k.ndim = plan.ndim;
-  for (int d = 0; d < plan.ndim; ++d) {
-    const auto u = static_cast<std::size_t>(d);
-    k.shape[d] = plan.shape[u];
-    k.strides[0][d] = plan.strides[0][u];
-    k.strides[1][d] = plan.strides[1][u];
-  }
-  k.dst = out;
-  k.src = x;
-  run(k);
+  run(copy_kernel(plan, out, DType::f32, x, DType::f32, "broadcast copy"));
 }
 
 }  // namespace rig::cuda
