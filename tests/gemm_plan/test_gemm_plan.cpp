@@ -977,6 +977,14 @@ TEST(GemmPlanBatch, RejectsBadBatchesNamingTheValue) {
   EXPECT_NO_THROW(plan_gemm(r));
   EXPECT_EQ(plan_gemm(r).batch_count(), 0);
 
+  // The same test, as the back end asks it before choosing a batch.
+  EXPECT_TRUE(rig::cuda::strided_batches_apart(4, 6, 18, 3, 6));    // side by side
+  EXPECT_FALSE(rig::cuda::strided_batches_apart(4, 6, 18, 4, 6));   // a fourth passes ldc
+  EXPECT_TRUE(rig::cuda::strided_batches_apart(4, 6, 18, 4, 60));   // one after another
+  EXPECT_FALSE(rig::cuda::strided_batches_apart(4, 6, 18, 2, 59));  // last row meets the next
+  EXPECT_TRUE(rig::cuda::strided_batches_apart(4, 6, 18, 1, 0));    // one matrix
+  EXPECT_TRUE(rig::cuda::strided_batches_apart(0, 6, 18, 5, 0));    // nothing written
+
   // A batch takes no bias, aux, bias gradient or erf GELU.
   for (const rig::cuda::Epilogue& e : every_epilogue()) {
     r = good;

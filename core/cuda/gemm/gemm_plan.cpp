@@ -186,14 +186,8 @@ void check_batch(const GemmRequest& r) {
          " with a bias, aux, bias-gradient or erf GELU epilogue: a batch takes none of them "
          "(expected a forward epilogue without bias or aux, activation none, relu or gelu_tanh)");
   }
-  if (r.batch_count < 2 || r.m == 0 || r.n == 0) return;  // no two batches write C
-  // Batch b writes C[b * stride_c + i * ldc + j], i < m, j < n: the batches are
-  // apart if each starts after the previous one's last element (one after
-  // another), or if all of them fit side by side in each row's ldc.
-  const std::int64_t s = r.stride_c;
-  const bool after = s >= r.n && (s - r.n) / r.ldc >= r.m - 1;
-  const bool side_by_side = s >= r.n && (r.batch_count - 1) <= (r.ldc - r.n) / s;
-  if (!after && !side_by_side) {
+  if (!strided_batches_apart(r.m, r.n, r.ldc, r.batch_count, r.stride_c)) {
+    const std::int64_t s = r.stride_c;
     fail("stride_c = " + std::to_string(s) + " makes the " + std::to_string(r.batch_count) +
          " batches of C [" + std::to_string(r.m) + ", " + std::to_string(r.n) + "] with ldc " +
          std::to_string(r.ldc) +
@@ -217,6 +211,16 @@ LtEpilogue forward_epilogue(const Epilogue& e, bool lt_gelu) {
 }
 
 }  // namespace
+
+bool strided_batches_apart(std::int64_t rows, std::int64_t cols, std::int64_t ld,
+                           std::int64_t count, std::int64_t stride) {
+  if (count < 2 || rows == 0 || cols == 0) return true;
+  if (stride < cols || ld < cols) return false;
+  // Batch b holds [b * stride + i * ld + j], i < rows, j < cols.
+  const bool after = (stride - cols) / ld >= rows - 1;
+  const bool side_by_side = count - 1 <= (ld - cols) / stride;
+  return after || side_by_side;
+}
 
 LtPlan plan_gemm(const GemmRequest& r) {
   check_request(r);

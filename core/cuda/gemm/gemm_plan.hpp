@@ -193,4 +193,11 @@ struct LtPlan {
 // erf GELU kernel runs on one matrix).
 LtPlan plan_gemm(const GemmRequest& request);
 
+// Whether `count` row-major [rows, cols] matrices with leading dimension ld,
+// `stride` elements apart, share no element, as plan_gemm requires of C: each
+// starts after the previous one's last element, or all of them sit side by
+// side within each row's ld. True with no two non-empty matrices.
+bool strided_batches_apart(std::int64_t rows, std::int64_t cols, std::int64_t ld,
+                           std::int64_t count, std::int64_t stride);
+
 }  // namespace rig::cuda
