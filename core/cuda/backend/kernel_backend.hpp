@@ -208,7 +208,21 @@ class KernelBackend final : public backend::Backend {
   void run(const Kernel& kernel) {
     if (kernel.plan(device_->properties()).grid.count() != 0) device_->run(kernel);
   }
-  // One attention product per (batch, head): see kernel_backend_attention.cpp.
+  // `count` products like `first`, product i reading A and B and writing C
+  // i * stride_a, i * stride_b, i * stride_c floats past first's (0 for A or
+  // B: the same matrix for every product; C's must not overlap): one strided
+  // batched cuBLASLt product (bf16 precision rounds the operands into dense
+  // scratch first, as gemm() does). first's operands carry no bf16 copies.
+  void gemm_batched(const backend::GemmProduct& first, std::int64_t count, std::int64_t stride_a,
+                    std::int64_t stride_b, std::int64_t stride_c, MatmulPrecision precision);
+  // One attention product per (batch, head), `first` being (0, 0)'s and the
+  // strides saying where the others are (time unused): one strided batch
+  // where each operand's heads are equally spaced across batches, else one
+  // batch of heads per batch element, else a product at a time.
+  void gemm_heads(std::int64_t batches, std::int64_t heads, const backend::GemmProduct& first,
+                  const backend::HeadStrides& a, const backend::HeadStrides& b,
+                  const backend::HeadStrides& c, MatmulPrecision precision);
+  // Dropout of the attention weights: see kernel_backend_attention.cpp.
   void attention_weights(const backend::AttentionShape& s, const float* x, float* out);
 
   std::unique_ptr<KernelDevice> device_;

@@ -1,8 +1,13 @@
 // KernelBackend: attention composed of per-head GEMMs, the masked softmax
 // and dropout kernels, with the CPU back end's semantics (the weights before
 // dropout are saved as `probs`). cuDNN's fused attention (dnn/) serves the
-// 16-bit training path, not this f32 entry point.
+// 16-bit training path, not this f32 entry point. The per-head products are
+// strided batched cuBLASLt products where the heads are equally spaced
+// (gemm_heads).
+#include <optional>
+
 #include "cuda/backend/kernel_backend.hpp"
+#include "cuda/gemm/gemm_plan.hpp"
 
 namespace rig::cuda {
 
@@ -16,13 +21,60 @@ MatmulPrecision precision_of(const backend::AttentionShape& s) {
   return s.bf16_products ? MatmulPrecision::bf16 : MatmulPrecision::f32;
 }
 
-// Element (b, h) of a [B, H, T, D] operand.
-template <class T>
-T* head(T* x, const backend::HeadStrides& st, std::int64_t b, std::int64_t h) {
-  return x + b * st.batch + h * st.head;
+// The strides of a contiguous [B, H, Tq, Tk] plane buffer (scores, weights).
+backend::HeadStrides plane_strides(const backend::AttentionShape& s) {
+  return {s.h * s.tq * s.tk, s.tq * s.tk, s.tk};
+}
+
+// The one stride between consecutive (batch, head) matrices in batch-major
+// order, where there is one (and it is not negative).
+std::optional<std::int64_t> combined_stride(const backend::HeadStrides& st, std::int64_t batches,
+                                            std::int64_t heads) {
+  std::optional<std::int64_t> stride;
+  if (heads == 1) {
+    stride = st.batch;
+  } else if (batches == 1 || st.batch == heads * st.head) {
+    stride = st.head;
+  }
+  if (stride && *stride < 0) stride.reset();
+  return stride;
 }
 
 }  // namespace
+
+void KernelBackend::gemm_heads(std::int64_t batches, std::int64_t heads,
+                               const backend::GemmProduct& first, const backend::HeadStrides& a,
+                               const backend::HeadStrides& b, const backend::HeadStrides& c,
+                               MatmulPrecision precision) {
+  const std::int64_t count = batches * heads;
+  if (count == 0) return;
+  const auto sa = combined_stride(a, batches, heads), sb = combined_stride(b, batches, heads),
+             sc = combined_stride(c, batches, heads);
+  if (sa && sb && sc && strided_batches_apart(first.m, first.n, first.ldc, count, *sc)) {
+    gemm_batched(first, count, *sa, *sb, *sc, precision);
+    return;
+  }
+  // One batch of heads per batch element where the heads' strides allow it.
+  const bool by_heads = heads > 1 && a.head >= 0 && b.head >= 0 && c.head >= 0 &&
+                        strided_batches_apart(first.m, first.n, first.ldc, heads, c.head);
+  for (std::int64_t i = 0; i < batches; ++i) {
+    backend::GemmProduct p = first;
+    p.a.data += i * a.batch;
+    p.b.data += i * b.batch;
+    p.c += i * c.batch;
+    if (by_heads) {
+      gemm_batched(p, heads, a.head, b.head, c.head, precision);
+      continue;
+    }
+    for (std::int64_t h = 0; h < heads; ++h) {
+      backend::GemmProduct q = p;
+      q.a.data += h * a.head;
+      q.b.data += h * b.head;
+      q.c += h * c.head;
+      gemm(q, precision);
+    }
+  }
+}
 
 // out = x * keep * keep_scale (dropout of the attention weights, and of
 // their gradient); out may be x.
@@ -46,23 +98,20 @@ void KernelBackend::attention_forward(const backend::AttentionShape& s, const fl
                                       const backend::HeadStrides& os, float* probs) {
   const std::size_t planes = plane_elements(s);
   if (s.b * s.h * s.tq == 0) return;
-  const std::int64_t plane = s.tq * s.tk;
   const MatmulPrecision precision = precision_of(s);
+  const backend::HeadStrides ps = plane_strides(s);
   DeviceScratch scores = scratch(planes * sizeof(float));
-  for (std::int64_t b = 0; b < s.b; ++b) {
-    for (std::int64_t h = 0; h < s.h; ++h) {
-      gemm({s.tq,
-            s.tk,
-            s.d,
-            s.scale,
-            {head(q, qs, b, h), qs.time, false},
-            {head(k, ks, b, h), ks.time, true},
-            0.0F,
-            scores.as<float>() + (b * s.h + h) * plane,
-            s.tk},
-           precision);
-    }
-  }
+  gemm_heads(s.b, s.h,
+             {s.tq,
+              s.tk,
+              s.d,
+              s.scale,
+              {q, qs.time, false},
+              {k, ks.time, true},
+              0.0F,
+              scores.as<float>(),
+              s.tk},
+             qs, ks, ps, precision);
   // The keep-mask, contiguous: the caller's (broadcast) mask, then causality.
   DeviceScratch mask;
   if (s.mask != nullptr || s.causal) {
@@ -90,20 +139,10 @@ void KernelBackend::attention_forward(const backend::AttentionShape& s, const fl
     attention_weights(s, probs, dropped.as<float>());
     weights = dropped.as<float>();
   }
-  for (std::int64_t b = 0; b < s.b; ++b) {
-    for (std::int64_t h = 0; h < s.h; ++h) {
-      gemm({s.tq,
-            s.d,
-            s.tk,
-            1.0F,
-            {weights + (b * s.h + h) * plane, s.tk, false},
-            {head(v, vs, b, h), vs.time, false},
-            0.0F,
-            head(out, os, b, h),
-            os.time},
-           precision);
-    }
-  }
+  gemm_heads(
+      s.b, s.h,
+      {s.tq, s.d, s.tk, 1.0F, {weights, s.tk, false}, {v, vs.time, false}, 0.0F, out, os.time}, ps,
+      vs, os, precision);
 }
 
 void KernelBackend::attention_backward(const backend::AttentionShape& s, const float* q,
@@ -116,7 +155,6 @@ void KernelBackend::attention_backward(const backend::AttentionShape& s, const f
                                        const backend::HeadStrides& dvs) {
   const std::size_t planes = plane_elements(s);
   if (planes == 0) return;
-  const std::int64_t plane = s.tq * s.tk;
   const MatmulPrecision precision = precision_of(s);
   const float* weights = probs;
   DeviceScratch dropped;
@@ -125,67 +163,32 @@ void KernelBackend::attention_backward(const backend::AttentionShape& s, const f
     attention_weights(s, probs, dropped.as<float>());
     weights = dropped.as<float>();
   }
+  const backend::HeadStrides ps = plane_strides(s);
   DeviceScratch grad = scratch(planes * sizeof(float));  // dWeights, then dScores
   float* g = grad.as<float>();
-  for (std::int64_t b = 0; b < s.b; ++b) {
-    for (std::int64_t h = 0; h < s.h; ++h) {
-      const std::int64_t p = (b * s.h + h) * plane;
-      if (dv != nullptr) {  // dV = W^T dO
-        gemm({s.tk,
-              s.d,
-              s.tq,
-              1.0F,
-              {weights + p, s.tk, true},
-              {head(dout, dos, b, h), dos.time, false},
-              0.0F,
-              head(dv, dvs, b, h),
-              dvs.time},
-             precision);
-      }
-      // dW = dO V^T
-      gemm({s.tq,
-            s.tk,
-            s.d,
-            1.0F,
-            {head(dout, dos, b, h), dos.time, false},
-            {head(v, vs, b, h), vs.time, true},
-            0.0F,
-            g + p,
-            s.tk},
-           precision);
-    }
+  if (dv != nullptr) {  // dV = W^T dO
+    gemm_heads(
+        s.b, s.h,
+        {s.tk, s.d, s.tq, 1.0F, {weights, s.tk, true}, {dout, dos.time, false}, 0.0F, dv, dvs.time},
+        ps, dos, dvs, precision);
   }
+  // dW = dO V^T
+  gemm_heads(s.b, s.h,
+             {s.tq, s.tk, s.d, 1.0F, {dout, dos.time, false}, {v, vs.time, true}, 0.0F, g, s.tk},
+             dos, vs, ps, precision);
   if (dq == nullptr && dk == nullptr) return;
   if (s.keep != nullptr) attention_weights(s, g, g);  // through dropout: the same factors
   run(kernels::SoftmaxBackward{probs, g, g, s.b * s.h * s.tq, s.tk, false});
-  for (std::int64_t b = 0; b < s.b; ++b) {
-    for (std::int64_t h = 0; h < s.h; ++h) {
-      const std::int64_t p = (b * s.h + h) * plane;
-      if (dq != nullptr) {  // dQ = scale dS K
-        gemm({s.tq,
-              s.d,
-              s.tk,
-              s.scale,
-              {g + p, s.tk, false},
-              {head(k, ks, b, h), ks.time, false},
-              0.0F,
-              head(dq, dqs, b, h),
-              dqs.time},
-             precision);
-      }
-      if (dk != nullptr) {  // dK = scale dS^T Q
-        gemm({s.tk,
-              s.d,
-              s.tq,
-              s.scale,
-              {g + p, s.tk, true},
-              {head(q, qs, b, h), qs.time, false},
-              0.0F,
-              head(dk, dks, b, h),
-              dks.time},
-             precision);
-      }
-    }
+  if (dq != nullptr) {  // dQ = scale dS K
+    gemm_heads(
+        s.b, s.h,
+        {s.tq, s.d, s.tk, s.scale, {g, s.tk, false}, {k, ks.time, false}, 0.0F, dq, dqs.time}, ps,
+        ks, dqs, precision);
+  }
+  if (dk != nullptr) {  // dK = scale dS^T Q
+    gemm_heads(s.b, s.h,
+               {s.tk, s.d, s.tq, s.scale, {g, s.tk, true}, {q, qs.time, false}, 0.0F, dk, dks.time},
+               ps, qs, dks, precision);
   }
 }
 

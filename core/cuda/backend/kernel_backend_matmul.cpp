@@ -38,6 +38,26 @@ void KernelBackend::round_bf16(const backend::GemmOperand& x, std::int64_t rows,
   copy_strided({s.rows, s.cols}, dst, {s.cols, 1}, DType::bf16, x.data, {x.ld, 1}, DType::f32);
 }
 
+namespace {
+
+// The request of one product (f32 operands as given).
+GemmRequest request_of(const backend::GemmProduct& p) {
+  GemmRequest request;
+  request.m = p.m;
+  request.n = p.n;
+  request.k = p.k;
+  request.trans_a = p.a.trans;
+  request.trans_b = p.b.trans;
+  request.ldc = p.ldc;
+  request.alpha = p.alpha;
+  request.beta = p.beta;
+  request.lda = usable_ld(p.a.ld, stored_of(p.a, p.m, p.k));
+  request.ldb = usable_ld(p.b.ld, stored_of(p.b, p.k, p.n));
+  return request;
+}
+
+}  // namespace
+
 void KernelBackend::gemm(const backend::GemmProduct& p, MatmulPrecision precision) {
   if (p.m == 0 || p.n == 0) return;
   if (p.k == 0) {  // beta C
@@ -51,20 +71,10 @@ void KernelBackend::gemm(const backend::GemmProduct& p, MatmulPrecision precisio
     }
     return;
   }
-  GemmRequest request;
-  request.m = p.m;
-  request.n = p.n;
-  request.k = p.k;
-  request.trans_a = p.a.trans;
-  request.trans_b = p.b.trans;
-  request.ldc = p.ldc;
-  request.alpha = p.alpha;
-  request.beta = p.beta;
+  GemmRequest request = request_of(p);
   const Stored sa = stored_of(p.a, p.m, p.k), sb = stored_of(p.b, p.k, p.n);
   const void* a = p.a.data;
   const void* b = p.b.data;
-  request.lda = usable_ld(p.a.ld, sa);
-  request.ldb = usable_ld(p.b.ld, sb);
   DeviceScratch a_bf16, b_bf16;
   if (precision == MatmulPrecision::bf16) {
     request.a_type = request.b_type = GemmType::bf16;
@@ -90,6 +100,60 @@ void KernelBackend::gemm(const backend::GemmProduct& p, MatmulPrecision precisio
   const void* lt_a = plan.a_is == RigOperand::a ? a : b;
   const void* lt_b = plan.b_is == RigOperand::a ? a : b;
   device_->gemm(plan, lt_a, lt_b, p.c, p.c, nullptr, nullptr);
+}
+
+void KernelBackend::gemm_batched(const backend::GemmProduct& first, std::int64_t count,
+                                 std::int64_t stride_a, std::int64_t stride_b,
+                                 std::int64_t stride_c, MatmulPrecision precision) {
+  if (first.a.bf16 != nullptr || first.b.bf16 != nullptr) {
+    throw std::invalid_argument(
+        "KernelBackend::gemm_batched: operands rounded to bf16 beforehand have no batch stride");
+  }
+  if (count <= 0 || first.m == 0 || first.n == 0) return;
+  if (count == 1 || first.k == 0) {  // gemm() does beta C itself
+    for (std::int64_t i = 0; i < count; ++i) {
+      backend::GemmProduct p = first;
+      p.a.data += i * stride_a;
+      p.b.data += i * stride_b;
+      p.c += i * stride_c;
+      gemm(p, precision);
+    }
+    return;
+  }
+  GemmRequest request = request_of(first);
+  request.batch_count = count;
+  request.stride_a = stride_a;
+  request.stride_b = stride_b;
+  request.stride_c = stride_c;
+  const void* a = first.a.data;
+  const void* b = first.b.data;
+  DeviceScratch a_bf16, b_bf16;
+  if (precision == MatmulPrecision::bf16) {
+    request.a_type = request.b_type = GemmType::bf16;
+    // Each operand's matrices rounded into dense scratch, one after another
+    // (one matrix where broadcast): ld = stored columns, stride = one matrix.
+    const auto round = [&](const backend::GemmOperand& x, Stored st, std::int64_t stride,
+                           DeviceScratch& dst, std::int64_t& ld, std::int64_t& dense_stride) {
+      const std::int64_t matrices = stride == 0 ? 1 : count;
+      const std::int64_t size = st.rows * st.cols;
+      dst = scratch(static_cast<std::size_t>(matrices * size) * 2);
+      if (size != 0) {
+        copy_strided({matrices, st.rows, st.cols}, dst.as<void>(), {size, st.cols, 1}, DType::bf16,
+                     x.data, {stride, x.ld, 1}, DType::f32);
+      }
+      ld = st.cols;
+      dense_stride = stride == 0 ? 0 : size;
+      return dst.as<void>();
+    };
+    a = round(first.a, stored_of(first.a, first.m, first.k), stride_a, a_bf16, request.lda,
+              request.stride_a);
+    b = round(first.b, stored_of(first.b, first.k, first.n), stride_b, b_bf16, request.ldb,
+              request.stride_b);
+  }
+  const LtPlan plan = plan_gemm(request);
+  const void* lt_a = plan.a_is == RigOperand::a ? a : b;
+  const void* lt_b = plan.b_is == RigOperand::a ? a : b;
+  device_->gemm(plan, lt_a, lt_b, first.c, first.c, nullptr, nullptr);
 }
 
 void KernelBackend::gemm_pair(const backend::GemmProduct& first, const backend::GemmProduct& second,
