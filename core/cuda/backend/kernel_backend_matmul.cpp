@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/matmul_layout.hpp"
 #include "cuda/backend/kernel_backend.hpp"
 
 namespace rig::cuda {
@@ -162,29 +163,6 @@ void KernelBackend::gemm_pair(const backend::GemmProduct& first, const backend::
   gemm(second, precision);
 }
 
-namespace {
-
-// How a GEMM reads op(X) from X's last two axes (rows r, cols c, strides s0,
-// s1): as stored (row-major, leading dimension s0) or as the transpose of a
-// row-major matrix (leading dimension s1).
-struct Layout {
-  bool flip = false;
-  std::int64_t ld = 1;
-};
-
-std::optional<Layout> gemm_layout(std::int64_t r, std::int64_t c, std::int64_t s0,
-                                  std::int64_t s1) {
-  if ((c == 1 || s1 == 1) && (r == 1 || s0 >= std::max<std::int64_t>(c, 1))) {
-    return Layout{false, r == 1 ? std::max<std::int64_t>(c, 1) : s0};
-  }
-  if ((r == 1 || s0 == 1) && (c == 1 || s1 >= std::max<std::int64_t>(r, 1))) {
-    return Layout{true, c == 1 ? std::max<std::int64_t>(r, 1) : s1};
-  }
-  return std::nullopt;
-}
-
-}  // namespace
-
 void KernelBackend::matmul(const backend::MatrixOperand& a, const backend::MatrixOperand& b,
                            float* out, const Shape& out_shape, MatmulPrecision precision) {
   const std::size_t rank = out_shape.size();
@@ -208,14 +186,14 @@ void KernelBackend::matmul(const backend::MatrixOperand& a, const backend::Matri
     const float* data = x.data;
     Strides strides = x.strides;
     const std::int64_t r = x.shape[nd - 2], c = x.shape[nd - 1];
-    auto layout = gemm_layout(r, c, strides[nd - 2], strides[nd - 1]);
+    auto layout = backend::matrix_layout(r, c, strides[nd - 2], strides[nd - 1]);
     if (!layout) {
       const Strides dense = contiguous_strides(x.shape);
       v.copy = scratch(static_cast<std::size_t>(shape_numel(x.shape)) * sizeof(float));
       copy_strided(x.shape, v.copy.as<float>(), dense, DType::f32, x.data, x.strides, DType::f32);
       data = v.copy.as<float>();
       strides = dense;
-      layout = gemm_layout(r, c, strides[nd - 2], strides[nd - 1]);
+      layout = backend::matrix_layout(r, c, strides[nd - 2], strides[nd - 1]);
     }
     v.gemm = {data, layout->ld, x.transpose != layout->flip};
     v.batch_strides.assign(batch.size(), 0);
@@ -227,25 +205,10 @@ void KernelBackend::matmul(const backend::MatrixOperand& a, const backend::Matri
   };
 
   // b shared by every batch and a's batches folding into its rows: one product.
-  if (batch_count > 1 && shape_numel(Shape(b.shape.begin(), b.shape.end() - 2)) == 1 &&
-      !a.transpose && (a.strides.back() == 1 || k == 1)) {
-    const std::size_t nd = a.shape.size();
-    std::int64_t row_stride = m > 1 ? a.strides[nd - 2] : 0;
-    std::int64_t expect = m > 1 ? row_stride * m : 0;
-    // Rows repeated by a broadcast (stride 0) do not fold into one product.
-    bool foldable = m == 1 || row_stride != 0;
-    for (std::size_t d = nd - 2; foldable && d-- > 0;) {
-      if (a.shape[d] == 1) continue;
-      if (row_stride == 0) {
-        row_stride = a.strides[d];
-      } else if (a.strides[d] != expect) {
-        foldable = false;
-      }
-      expect = a.strides[d] * a.shape[d];
-    }
-    if (foldable && row_stride >= std::max<std::int64_t>(k, 1)) {
+  if (batch_count > 1 && shape_numel(Shape(b.shape.begin(), b.shape.end() - 2)) == 1) {
+    if (const auto row_stride = backend::folded_row_stride(a, m, k)) {
       const View vb = view_of(b);
-      gemm({batch_count * m, n, k, 1.0F, {a.data, row_stride, false}, vb.gemm, 0.0F, out, n},
+      gemm({batch_count * m, n, k, 1.0F, {a.data, *row_stride, false}, vb.gemm, 0.0F, out, n},
            precision);
       return;
     }
@@ -253,20 +216,25 @@ void KernelBackend::matmul(const backend::MatrixOperand& a, const backend::Matri
 
   const View va = view_of(a);
   const View vb = view_of(b);
-  // One product per batch element (cuBLASLt's strided batches: a later step).
-  std::vector<std::int64_t> at(batch.size(), 0);
-  for (std::int64_t i = 0; i < batch_count; ++i) {
+  // The innermost merged batch axis as one strided batched product, the
+  // outer ones (rare: batch axes that do not merge) as a loop.
+  const std::vector<backend::BatchAxis> axes =
+      backend::merged_batch_axes(batch, va.batch_strides, vb.batch_strides);
+  const backend::BatchAxis inner = axes.empty() ? backend::BatchAxis{} : axes.back();
+  const std::int64_t outer_count = batch_count / inner.size;
+  std::vector<std::int64_t> at(axes.empty() ? 0 : axes.size() - 1, 0);
+  for (std::int64_t o = 0; o < outer_count; ++o) {
     std::int64_t off_a = 0, off_b = 0;
-    for (std::size_t d = 0; d < batch.size(); ++d) {
-      off_a += at[d] * va.batch_strides[d];
-      off_b += at[d] * vb.batch_strides[d];
+    for (std::size_t d = 0; d < at.size(); ++d) {
+      off_a += at[d] * axes[d].stride_a;
+      off_b += at[d] * axes[d].stride_b;
     }
-    backend::GemmProduct p{m, n, k, 1.0F, va.gemm, vb.gemm, 0.0F, out + i * m * n, n};
+    backend::GemmProduct p{m, n, k, 1.0F, va.gemm, vb.gemm, 0.0F, out + o * inner.size * m * n, n};
     p.a.data += off_a;
     p.b.data += off_b;
-    gemm(p, precision);
-    for (std::size_t d = batch.size(); d-- > 0;) {
-      if (++at[d] < batch[d]) break;
+    gemm_batched(p, inner.size, inner.stride_a, inner.stride_b, m * n, precision);
+    for (std::size_t d = at.size(); d-- > 0;) {
+      if (++at[d] < axes[d].size) break;
       at[d] = 0;
     }
   }
