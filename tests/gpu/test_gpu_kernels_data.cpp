@@ -245,7 +245,8 @@ TEST_F(GpuDataKernels, EmbeddingGatherAndSelectAreBitEqualToCpu) {
                         .x_strides = {50, 1},
                         .index = ggi.data(),
                         .index_type = DType::i64,
-                        .out = ggathered.data()},
+                        .out = ggathered.data(),
+                        .axis_size = 50},
                  nullptr);
   rig::cuda::run(GatherBackward{.grad = ggg.data(),
                                 .rank = 2,
@@ -254,7 +255,8 @@ TEST_F(GpuDataKernels, EmbeddingGatherAndSelectAreBitEqualToCpu) {
                                 .x_strides = {50, 1},
                                 .index = ggi.data(),
                                 .index_type = DType::i64,
-                                .dx = gdx.data()},
+                                .dx = gdx.data(),
+                                .axis_size = 50},
                  nullptr);
   EXPECT_TRUE(bit_equal(ggathered.to_host(), gathered));
   EXPECT_TRUE(bit_equal(gdx.to_host(), dx));

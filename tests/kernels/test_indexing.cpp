@@ -111,8 +111,13 @@ TEST(KernelIndexing, GatherAndBackwardBitEqualToCpu) {
                .axis = c.axis,
                .index = idx.data(),
                .index_type = it,
-               .out = got.data()};
-      GatherBackward b{.rank = rank, .axis = c.axis, .index = idx.data(), .index_type = it};
+               .out = got.data(),
+               .axis_size = c.x_shape[static_cast<std::size_t>(c.axis)]};
+      GatherBackward b{.rank = rank,
+                       .axis = c.axis,
+                       .index = idx.data(),
+                       .index_type = it,
+                       .axis_size = g.axis_size};
       for (int d = 0; d < rank; ++d) {
         g.index_shape[d] = b.index_shape[d] = c.index_shape[static_cast<std::size_t>(d)];
         g.x_strides[d] = b.x_strides[d] = xs[static_cast<std::size_t>(d)];
@@ -132,6 +137,57 @@ TEST(KernelIndexing, GatherAndBackwardBitEqualToCpu) {
       }
     }
   }
+}
+
+// Indices out of range (the ops' checks raise them after the fact on a GPU)
+// read zeros and add nothing: no memory outside the operands is touched.
+TEST(KernelIndexing, IndicesOutOfRangeReadZerosAndAddNothing) {
+  const std::vector<float> x = uniform(3 * 4, -1.0F, 1.0F, 31);  // [3, 4]
+  const std::vector<std::int64_t> idx{2, -1, 3, 0, 7};
+  std::vector<float> rows(5 * 4, 9.0F);
+  run(IndexSelect{x.data(), 4, 1, 3, 4, idx.data(), DType::i64, 5, rows.data()});
+  for (int j = 0; j < 4; ++j) {
+    EXPECT_EQ(rows[j], x[8 + j]);
+    EXPECT_EQ(rows[4 + j], 0.0F);
+    EXPECT_EQ(rows[8 + j], 0.0F);
+    EXPECT_EQ(rows[12 + j], x[j]);
+    EXPECT_EQ(rows[16 + j], 0.0F);
+  }
+  std::vector<float> dx(3 * 4, 0.0F);
+  const std::vector<float> grad(5 * 4, 1.0F);
+  run(IndexAdd{grad.data(), 1, 3, 4, idx.data(), DType::i64, 5, dx.data()});
+  for (int j = 0; j < 4; ++j) {
+    EXPECT_EQ(dx[j], 1.0F);
+    EXPECT_EQ(dx[4 + j], 0.0F);
+    EXPECT_EQ(dx[8 + j], 1.0F);
+  }
+  // Gather along axis 1 of [3, 4] with an index [3, 2].
+  const std::vector<std::int64_t> gi{0, 4, -2, 3, 1, 1};
+  std::vector<float> out(6, 9.0F);
+  Gather g{.x = x.data(),
+           .element_bytes = 4,
+           .rank = 2,
+           .axis = 1,
+           .index_shape = {3, 2},
+           .x_strides = {4, 1},
+           .index = gi.data(),
+           .index_type = DType::i64,
+           .out = out.data(),
+           .axis_size = 4};
+  run(g);
+  EXPECT_EQ(out, (std::vector<float>{x[0], 0.0F, 0.0F, x[7], x[9], x[9]}));
+  std::vector<float> gdx(12, 0.0F);
+  const std::vector<float> gg(6, 1.0F);
+  run(GatherBackward{.grad = gg.data(),
+                     .rank = 2,
+                     .axis = 1,
+                     .index_shape = {3, 2},
+                     .x_strides = {4, 1},
+                     .index = gi.data(),
+                     .index_type = DType::i64,
+                     .dx = gdx.data(),
+                     .axis_size = 4});
+  EXPECT_EQ(gdx, (std::vector<float>{1, 0, 0, 0, 0, 0, 0, 1, 0, 2, 0, 0}));
 }
 
 TEST(KernelIndexing, SelectAndMaskedFillBitEqualToCpu) {

@@ -1237,6 +1237,52 @@ TEST(KernelBackendChecks, FirstOutOfRange) {
   EXPECT_EQ(emu().first_out_of_range(nullptr, DType::i64, 0, 10), -1);
 }
 
+// check_index: the CPU throws at once; the CUDA back end queues the check and
+// throws at its next read of the device, naming the first failed check's
+// position and value, and then forgets the queue.
+TEST(KernelBackendChecks, CheckIndexIsRaisedAtTheNextRead) {
+  const auto message = [](const char* what) {
+    return [what](std::int64_t position, std::int64_t value) {
+      return std::string(what) + ": " + std::to_string(value) + " at " + std::to_string(position);
+    };
+  };
+  std::vector<std::int64_t> good = integers<std::int64_t>(5000, 162, 0, 9);
+  std::vector<std::int64_t> bad = good;
+  bad[4321] = 12;
+  std::vector<std::int32_t> bad32(bad.begin(), bad.end());
+  bad32[17] = -3;
+  EXPECT_NO_THROW(cpu().check_index(good.data(), DType::i64, 5000, 10, message("cpu")));
+  try {
+    cpu().check_index(bad.data(), DType::i64, 5000, 10, message("cpu"));
+    ADD_FAILURE() << "the CPU did not throw";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "cpu: 12 at 4321");
+  }
+
+  const Dev<std::int64_t> eg(good), eb(bad);
+  const Dev<std::int32_t> eb32(bad32);
+  const Dev<float> scratch_value(std::vector<float>{1.5F});
+  emu().check_index(eg.get(), DType::i64, 5000, 10, message("good"));
+  emu().check_index(eb32.get(), DType::i32, 5000, 10, message("first"));  // queued, no throw
+  emu().check_index(eb.get(), DType::i64, 5000, 10, message("second"));
+  float host = 0.0F;
+  try {
+    emu().to_host(&host, scratch_value.get(), sizeof(float));
+    ADD_FAILURE() << "the next read did not raise the queued check";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "first: -3 at 17");
+  }
+  EXPECT_NO_THROW(emu().to_host(&host, scratch_value.get(), sizeof(float)));  // queue cleared
+  EXPECT_EQ(host, 1.5F);
+  // synchronize() is a read too; and more checks than the queue holds are raised early.
+  emu().check_index(eb.get(), DType::i64, 5000, 10, message("sync"));
+  EXPECT_THROW(emu().synchronize(), std::invalid_argument);
+  for (int i = 0; i < 64; ++i) emu().check_index(eg.get(), DType::i64, 5000, 10, message("ok"));
+  emu().check_index(eb.get(), DType::i64, 5000, 10, message("65th"));  // raises the 64 good ones
+  EXPECT_THROW(emu().synchronize(), std::invalid_argument);
+  EXPECT_NO_THROW(emu().synchronize());
+}
+
 // ---- Losses ---------------------------------------------------------------------------------
 
 TEST(KernelBackendLoss, PaddedLoss) {

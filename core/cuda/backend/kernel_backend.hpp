@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "backend/backend.hpp"
 #include "cuda/backend/kernel_device.hpp"
@@ -149,6 +150,11 @@ class KernelBackend final : public backend::Backend {
                             float* dw) override;
   std::int64_t first_out_of_range(const void* index, DType dtype, std::int64_t n,
                                   std::int64_t limit) override;
+  // Queued: raised at the next read of the device (to_host, synchronize,
+  // first_out_of_range, gradient_stats), so a step's index checks do not
+  // stall it. See kernel_backend_checks.cpp.
+  void check_index(const void* index, DType dtype, std::int64_t n, std::int64_t limit,
+                   const IndexMessage& message) override;
 
   void dropout_forward(const RandomKey& key, float p, float scale, DType dtype, const void* src,
                        void* dst, std::int64_t n, std::uint32_t* mask_bits) override;
@@ -225,8 +231,16 @@ class KernelBackend final : public backend::Backend {
   // Dropout of the attention weights: see kernel_backend_attention.cpp.
   void attention_weights(const backend::AttentionShape& s, const float* x, float* out);
 
+  // Throws the first failed queued index check's message (after a read of
+  // the device, whose wait covers the checks' kernels); clears the queue.
+  void raise_index_errors();
+
   std::unique_ptr<KernelDevice> device_;
   int index_ = 0;
+  // Queued index checks: (position, value) pairs on the device, in issue order.
+  static constexpr std::size_t kQueuedChecks = 64;
+  DeviceScratch check_results_;
+  std::vector<IndexMessage> check_messages_;
 };
 
 // The element type of the kernels for a floating dtype (f32, f16, bf16);

@@ -1,10 +1,42 @@
 // KernelBackend: the entry points that read results back to the host (index
 // range checks, gradient statistics) and OpenSeq2Seq's padded loss.
+#include <stdexcept>
 #include <vector>
 
 #include "cuda/backend/kernel_backend.hpp"
 
 namespace rig::cuda {
+
+void KernelBackend::check_index(const void* index, DType dtype, std::int64_t n, std::int64_t limit,
+                                const IndexMessage& message) {
+  if (n == 0) return;
+  if (check_messages_.size() == kQueuedChecks) raise_index_errors();  // a read: rare
+  if (check_results_.as<void>() == nullptr) {
+    check_results_ = scratch(kQueuedChecks * 2 * sizeof(std::int64_t));
+  }
+  std::int64_t* result = check_results_.as<std::int64_t>() + 2 * check_messages_.size();
+  const std::int64_t chunks = kernels::check_chunks(n);
+  DeviceScratch buffer = scratch(kernels::index_check_scratch_bytes(n));
+  auto* partial = buffer.as<std::int64_t>();
+  run(kernels::IndexCheckPartials{index, dtype, n, limit, partial});
+  device_->run(kernels::IndexCheckFinish{partial, chunks, result});
+  device_->run(kernels::IndexValueAt{index, dtype, result});
+  check_messages_.push_back(message);
+}
+
+void KernelBackend::raise_index_errors() {
+  if (check_messages_.empty()) return;
+  std::vector<std::int64_t> results(2 * check_messages_.size());
+  device_->to_host(results.data(), check_results_.as<std::int64_t>(),
+                   results.size() * sizeof(std::int64_t));
+  std::vector<IndexMessage> messages;
+  messages.swap(check_messages_);
+  for (std::size_t i = 0; i < messages.size(); ++i) {
+    if (results[2 * i] >= 0) {
+      throw std::invalid_argument(messages[i](results[2 * i], results[2 * i + 1]));
+    }
+  }
+}
 
 std::int64_t KernelBackend::first_out_of_range(const void* index, DType dtype, std::int64_t n,
                                                std::int64_t limit) {
@@ -16,6 +48,7 @@ std::int64_t KernelBackend::first_out_of_range(const void* index, DType dtype, s
   device_->run(kernels::IndexCheckFinish{partial, chunks, partial + chunks});
   std::int64_t result = -1;
   device_->to_host(&result, partial + chunks, sizeof(result));
+  raise_index_errors();
   return result;
 }
 
@@ -30,6 +63,7 @@ GradientStats KernelBackend::gradient_stats(const float* grads, std::int64_t n, 
   device_->run(kernels::GradStatsFinish{squares, amax_bits, chunks, loss, out});
   GradientStats stats;
   device_->to_host(&stats, out, sizeof(stats));
+  raise_index_errors();
   return stats;
 }
 

@@ -47,6 +47,7 @@ void set_gather_geometry(Kernel& k, std::int64_t axis, const Shape& index_shape,
   }
   k.rank = static_cast<int>(index_shape.size());
   k.axis = static_cast<int>(axis);
+  k.axis_size = x_shape[static_cast<std::size_t>(axis)];
   const Strides xs = contiguous_strides(x_shape);
   for (std::size_t d = 0; d < index_shape.size(); ++d) {
     k.index_shape[d] = index_shape[d];

@@ -58,6 +58,7 @@ backend::MemoryPool& KernelBackend::memory(Device device) {
 
 void KernelBackend::to_host(void* host, const void* src, std::size_t bytes) {
   if (bytes != 0) device_->to_host(host, src, bytes);
+  raise_index_errors();
 }
 
 void KernelBackend::from_host(void* dst, const void* host, std::size_t bytes) {
@@ -66,6 +67,7 @@ void KernelBackend::from_host(void* dst, const void* host, std::size_t bytes) {
 
 void KernelBackend::synchronize() {
   device_->synchronize();
+  raise_index_errors();
 }
 
 DeviceScratch KernelBackend::upload(const void* host, std::size_t bytes) {

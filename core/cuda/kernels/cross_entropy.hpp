@@ -60,8 +60,12 @@ struct CrossEntropyForward {
     if (ctx.thread_rank() == 0) {
       const float row_lse = m + M::log(es);
       lse[row] = row_lse;
-      loss[row] = math::smoothed_row_loss(row_lse, load_element(x, type, base + labels[row]),
-                                          targets.off != 0.0F ? xs : 0.0F, targets);
+      // A label out of range (the op's check raises it later) reads no memory: NaN.
+      const std::int64_t label = labels[row];
+      loss[row] = label >= 0 && label < c
+                      ? math::smoothed_row_loss(row_lse, load_element(x, type, base + label),
+                                                targets.off != 0.0F ? xs : 0.0F, targets)
+                      : math::bits_float(0x7FC00000U);
     }
   }
 };

@@ -1,6 +1,9 @@
 // Indexing and data movement (backend.hpp "Indexing and data movement" and
 // select, core/cpu/indexing.cpp and selection.cpp). Index tensors are i32 or
-// i64 (index_type), in range (the ops check with first_out_of_range).
+// i64 (index_type). The ops check them (Backend::check_index), on the GPU
+// after the fact: until the error is raised, an index out of range reads a
+// zero element (IndexSelect, Gather) or adds nothing (IndexAdd,
+// GatherBackward), never memory outside the operands.
 //   IndexSelect: x [outer, n, inner] -> out [outer, k, inner], out row t =
 //     x row index[t]; one thread per output element, bytes copied.
 //   IndexAdd: dx [outer, n, inner] += grad [outer, k, inner] at index. One
@@ -60,6 +63,24 @@ RIG_HD_INLINE void copy_element(void* dst, std::int64_t di, const void* src, std
   }
 }
 
+// Element di of dst set to zero bits, `bytes` (1, 2, 4 or 8) each.
+RIG_HD_INLINE void zero_element(void* dst, std::int64_t di, int bytes) {
+  switch (bytes) {
+    case 1:
+      static_cast<std::uint8_t*>(dst)[di] = 0;
+      return;
+    case 2:
+      static_cast<std::uint16_t*>(dst)[di] = 0;
+      return;
+    case 4:
+      static_cast<std::uint32_t*>(dst)[di] = 0;
+      return;
+    default:
+      static_cast<std::uint64_t*>(dst)[di] = 0;
+      return;
+  }
+}
+
 struct IndexSelect {
   const void* x = nullptr;  // [outer, n, inner]
   int element_bytes = 4;    // 1, 2, 4 or 8
@@ -81,6 +102,10 @@ struct IndexSelect {
       const std::int64_t t = (e / inner) % k;
       const std::int64_t o = e / (inner * k);
       const std::int64_t row = load_index(index, index_type, t);
+      if (row < 0 || row >= n) {
+        zero_element(out, e, element_bytes);
+        continue;
+      }
       copy_element(out, e, x, (o * n + row) * inner + i, element_bytes);
     }
   }
@@ -106,7 +131,8 @@ struct IndexAdd {
       const float* g = grad + o * k * inner + i;
       float* d = dx + o * n * inner + i;
       for (std::int64_t t = 0; t < k; ++t) {
-        d[load_index(index, index_type, t) * inner] += g[t * inner];
+        const std::int64_t row = load_index(index, index_type, t);
+        if (row >= 0 && row < n) d[row * inner] += g[t * inner];
       }
     }
   }
@@ -136,7 +162,8 @@ struct Gather {
   std::int64_t x_strides[kGatherMaxDims] = {};
   const void* index = nullptr;  // contiguous, index_shape
   DType index_type = DType::i64;
-  void* out = nullptr;  // contiguous, index_shape
+  void* out = nullptr;         // contiguous, index_shape
+  std::int64_t axis_size = 0;  // x's size along axis: the indices' range
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_grid_stride(device, shape_elements(rank, index_shape), 1, 38);  // ptxas: 38
@@ -147,6 +174,10 @@ struct Gather {
     const std::int64_t total = shape_elements(rank, index_shape);
     for (std::int64_t e = global_thread(ctx); e < total; e += grid_threads(ctx)) {
       const std::int64_t v = load_index(index, index_type, e);
+      if (v < 0 || v >= axis_size) {
+        zero_element(out, e, element_bytes);
+        continue;
+      }
       copy_element(out, e, x, gather_offset(e, rank, axis, index_shape, x_strides, v),
                    element_bytes);
     }
@@ -161,7 +192,8 @@ struct GatherBackward {
   std::int64_t x_strides[kGatherMaxDims] = {};  // dx's (contiguous over x's shape)
   const void* index = nullptr;
   DType index_type = DType::i64;
-  float* dx = nullptr;  // accumulates
+  float* dx = nullptr;         // accumulates
+  std::int64_t axis_size = 0;  // dx's size along axis: the indices' range
 
   // Index positions off the axis: one thread each.
   RIG_HD_INLINE std::int64_t lines() const {
@@ -185,7 +217,8 @@ struct GatherBackward {
       for (std::int64_t j = 0; j < along; ++j) {
         const std::int64_t e = first + j * inner;
         const std::int64_t v = load_index(index, index_type, e);
-        dx[gather_offset(e, rank, axis, index_shape, x_strides, v)] += grad[e];
+        if (v >= 0 && v < axis_size)
+          dx[gather_offset(e, rank, axis, index_shape, x_strides, v)] += grad[e];
       }
     }
   }

@@ -14,6 +14,7 @@
 #include "cuda/kernels/dropout.hpp"
 #include "cuda/kernels/dropout_mask.hpp"
 #include "cuda/kernels/elementwise.hpp"
+#include "cuda/kernels/index_value.hpp"
 #include "cuda/kernels/indexing.hpp"
 #include "cuda/kernels/larc.hpp"
 #include "cuda/kernels/layer_norm.hpp"
@@ -43,7 +44,7 @@
   X(Argmax) X(TopK) \
   X(CausalMask) X(CompareKernel) X(AddStrided) \
   X(PaddedLossPartials) X(PaddedLossFinish) X(PaddedLossBackward) \
-  X(IndexCheckPartials) X(IndexCheckFinish) X(GradStatsPartials) X(GradStatsFinish) \
+  X(IndexCheckPartials) X(IndexCheckFinish) X(IndexValueAt) X(GradStatsPartials) X(GradStatsFinish) \
   X(DropoutMask) X(LarcPartials) X(LarcRatios) X(LarcScale) \
   X(MaxPool2dForward) X(MaxPool2dBackward) X(AvgPool2dForward) X(AvgPool2dBackward) \
   X(GlobalAvgPoolForward) X(GlobalAvgPoolBackward) \

@@ -40,6 +40,7 @@ template void run<kernels::PaddedLossFinish>(const kernels::PaddedLossFinish&, c
 template void run<kernels::PaddedLossBackward>(const kernels::PaddedLossBackward&, cudaStream_t);
 template void run<kernels::IndexCheckPartials>(const kernels::IndexCheckPartials&, cudaStream_t);
 template void run<kernels::IndexCheckFinish>(const kernels::IndexCheckFinish&, cudaStream_t);
+template void run<kernels::IndexValueAt>(const kernels::IndexValueAt&, cudaStream_t);
 template void run<kernels::GradStatsPartials>(const kernels::GradStatsPartials&, cudaStream_t);
 template void run<kernels::GradStatsFinish>(const kernels::GradStatsFinish&, cudaStream_t);
 template void run<kernels::DropoutMask>(const kernels::DropoutMask&, cudaStream_t);

@@ -21,15 +21,15 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   const std::int64_t dim = weight.size(1);
   const Tensor flat = ids.detach().contiguous();
   const backend::ConstBuffer index{flat.raw_data(), flat.dtype(), flat.shape()};
-  if (const auto bad = detail::backend_of(flat).first_out_of_range(flat.raw_data(), flat.dtype(),
-                                                                   flat.numel(), vocab);
-      bad >= 0) {
-    throw std::invalid_argument(fmt::format(
-        "embedding: id {} (position {} of ids {}) is out of range for vocabulary size {} "
-        "(weight {})",
-        flat.to_int_vector()[static_cast<std::size_t>(bad)], bad, to_string(ids.shape()), vocab,
-        to_string(weight.shape())));
-  }
+  detail::backend_of(flat).check_index(
+      flat.raw_data(), flat.dtype(), flat.numel(), vocab,
+      [ids_shape = ids.shape(), weight_shape = weight.shape(), vocab](std::int64_t position,
+                                                                      std::int64_t value) {
+        return fmt::format(
+            "embedding: id {} (position {} of ids {}) is out of range for vocabulary size {} "
+            "(weight {})",
+            value, position, to_string(ids_shape), vocab, to_string(weight_shape));
+      });
   Shape shape = ids.shape();
   shape.push_back(dim);
   const Tensor w = weight.detach().contiguous();

@@ -20,13 +20,12 @@ namespace {
 // Labels as contiguous i64, each checked to be in [0, classes).
 Tensor checked_labels(const char* op, const Tensor& labels, std::int64_t classes) {
   const Tensor l = labels.dtype() == DType::i64 ? labels.contiguous() : labels.to(DType::i64);
-  const std::int64_t bad =
-      detail::backend_of(l).first_out_of_range(l.raw_data(), DType::i64, l.numel(), classes);
-  if (bad >= 0) {
-    throw std::invalid_argument(fmt::format(
-        "{}: label {} at position {} of labels {} is out of range [0,{})", op,
-        l.to_int_vector()[static_cast<std::size_t>(bad)], bad, to_string(labels.shape()), classes));
-  }
+  detail::backend_of(l).check_index(
+      l.raw_data(), DType::i64, l.numel(), classes,
+      [op, shape = labels.shape(), classes](std::int64_t position, std::int64_t value) {
+        return fmt::format("{}: label {} at position {} of labels {} is out of range [0,{})", op,
+                           value, position, to_string(shape), classes);
+      });
   return l;
 }
 

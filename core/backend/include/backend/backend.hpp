@@ -20,6 +20,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <utility>
 
 #include "backend/kernel_args.hpp"
@@ -196,6 +198,17 @@ class Backend {
   // Reads the device: the one entry point besides to_host that returns data.
   virtual std::int64_t first_out_of_range(const void* index, DType dtype, std::int64_t n,
                                           std::int64_t limit) = 0;
+  // What an op says of index `value` at `position`, out of range.
+  using IndexMessage = std::function<std::string(std::int64_t position, std::int64_t value)>;
+  // Checks that the n values of `index` (i32 or i64) are in [0, limit): for
+  // the first that is not, throws std::invalid_argument(message(position,
+  // value)). Here: at once (first_out_of_range, then a read of the value). A
+  // back end where that read would stall the device may queue the check and
+  // throw at its next read of the device instead, as PyTorch's device-side
+  // asserts do; its index kernels then treat an index out of range as a row
+  // of zeros (the CUDA back end).
+  virtual void check_index(const void* index, DType dtype, std::int64_t n, std::int64_t limit,
+                           const IndexMessage& message);
 
   // ---- Randomness ----------------------------------------------------------------
   // dst = keep ? src * scale : 0 for n elements of `dtype` (f32, f16, bf16),
