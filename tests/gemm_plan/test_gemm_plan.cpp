@@ -6,6 +6,7 @@
 // results without GELU are exact; f16 / bf16 / GELU results have tolerances.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -642,8 +643,13 @@ struct BatchOperands {
 BatchOperands make_batch_operands(const GemmRequest& r, std::mt19937& rng) {
   std::uniform_int_distribution<int> small(-3, 3);
   BatchOperands o;
-  o.a = Buffer(r.a_type, extent(r.batch_count, r.stride_a, r.trans_a ? r.k : r.m, r.lda));
-  o.b = Buffer(r.b_type, extent(r.batch_count, r.stride_b, r.trans_b ? r.n : r.k, r.ldb));
+  // A and B are padded by a batch's largest stride: a plan with the wrong
+  // batch offsets (the mutation tests) then reads wrong elements, never past
+  // the buffers.
+  const std::int64_t pad =
+      std::max(r.stride_a, r.stride_b) * std::max<std::int64_t>(r.batch_count, 1);
+  o.a = Buffer(r.a_type, extent(r.batch_count, r.stride_a, r.trans_a ? r.k : r.m, r.lda) + pad);
+  o.b = Buffer(r.b_type, extent(r.batch_count, r.stride_b, r.trans_b ? r.n : r.k, r.ldb) + pad);
   o.c = Buffer(r.c_type, extent(r.batch_count, r.stride_c, r.m, r.ldc));
   for (std::int64_t i = 0; i < o.a.size(); ++i) o.a.set(i, small(rng));
   for (std::int64_t i = 0; i < o.b.size(); ++i) o.b.set(i, small(rng));
@@ -914,7 +920,7 @@ TEST(GemmPlanBatch, TheComparisonCatchesAWrongBatchOffset) {
   plan.b.batch_offset = 0;  // rig's A broadcast instead of stepped
   EXPECT_GT(batch_mismatches(r, plan, rng, false), 0);
   plan = plan_gemm(r);
-  std::swap(plan.a.batch_offset, plan.b.batch_offset);  // unswapped strides: stays in bounds
+  std::swap(plan.a.batch_offset, plan.b.batch_offset);  // unswapped strides (in the padding)
   EXPECT_GT(batch_mismatches(r, plan, rng, false), 0);
 }
 
