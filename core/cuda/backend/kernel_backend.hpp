@@ -155,6 +155,7 @@ class KernelBackend final : public backend::Backend {
   // stall it. See kernel_backend_checks.cpp.
   void check_index(const void* index, DType dtype, std::int64_t n, std::int64_t limit,
                    const IndexMessage& message) override;
+  bool defers_index_checks() const override { return true; }
 
   void dropout_forward(const RandomKey& key, float p, float scale, DType dtype, const void* src,
                        void* dst, std::int64_t n, std::uint32_t* mask_bits) override;

@@ -21,15 +21,16 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   const std::int64_t dim = weight.size(1);
   const Tensor flat = ids.detach().contiguous();
   const backend::ConstBuffer index{flat.raw_data(), flat.dtype(), flat.shape()};
-  detail::backend_of(flat).check_index(
-      flat.raw_data(), flat.dtype(), flat.numel(), vocab,
-      [ids_shape = ids.shape(), weight_shape = weight.shape(), vocab](std::int64_t position,
-                                                                      std::int64_t value) {
+  detail::check_index_range(
+      flat, vocab,
+      [](std::int64_t position, std::int64_t value, const Shape& ids_shape, std::int64_t size,
+         const Shape& weight_shape) {
         return fmt::format(
             "embedding: id {} (position {} of ids {}) is out of range for vocabulary size {} "
             "(weight {})",
-            value, position, to_string(ids_shape), vocab, to_string(weight_shape));
-      });
+            value, position, to_string(ids_shape), size, to_string(weight_shape));
+      },
+      ids.shape(), vocab, weight.shape());
   Shape shape = ids.shape();
   shape.push_back(dim);
   const Tensor w = weight.detach().contiguous();

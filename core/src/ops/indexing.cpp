@@ -224,13 +224,15 @@ Tensor gather(const Tensor& x, std::int64_t axis, const Tensor& index) {
         to_string(index.shape()), to_string(x.shape()), axis));
   }
   const Tensor idx = index.detach().contiguous();
-  backend_of(idx).check_index(
-      idx.raw_data(), idx.dtype(), idx.numel(), x.size(ax),
-      [size = x.size(ax), shape = x.shape(), axis](std::int64_t position, std::int64_t value) {
+  detail::check_index_range(
+      idx, x.size(ax),
+      [](std::int64_t position, std::int64_t value, std::int64_t size, const Shape& shape,
+         std::int64_t along) {
         return fmt::format(
             "gather: index {} at position {} is out of range for size {} of x {} along axis {}",
-            value, position, size, to_string(shape), axis);
-      });
+            value, position, size, to_string(shape), along);
+      },
+      x.size(ax), x.shape(), axis);
   const Tensor xc = x.detach().contiguous();
   const backend::ConstBuffer index_buffer{idx.raw_data(), idx.dtype(), idx.shape()};
   Tensor out = empty_on(xc, index.shape(), x.dtype());
@@ -256,14 +258,16 @@ Tensor index_select(const Tensor& x, std::int64_t axis, const Tensor& index) {
   }
   const Tensor idx = index.detach().contiguous();
   const std::int64_t n = x.size(ax);
-  backend_of(idx).check_index(
-      idx.raw_data(), idx.dtype(), idx.numel(), n,
-      [n, shape = x.shape(), axis](std::int64_t position, std::int64_t value) {
+  detail::check_index_range(
+      idx, n,
+      [](std::int64_t position, std::int64_t value, std::int64_t size, const Shape& shape,
+         std::int64_t along) {
         return fmt::format(
             "index_select: index {} at position {} is out of range for size {} of x {} along "
             "axis {}",
-            value, position, n, to_string(shape), axis);
-      });
+            value, position, size, to_string(shape), along);
+      },
+      n, x.shape(), axis);
   const auto a = static_cast<std::size_t>(ax);
   const std::int64_t outer = product(x.shape(), 0, a);
   const std::int64_t inner = product(x.shape(), a + 1, x.shape().size());

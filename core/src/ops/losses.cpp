@@ -20,12 +20,14 @@ namespace {
 // Labels as contiguous i64, each checked to be in [0, classes).
 Tensor checked_labels(const char* op, const Tensor& labels, std::int64_t classes) {
   const Tensor l = labels.dtype() == DType::i64 ? labels.contiguous() : labels.to(DType::i64);
-  detail::backend_of(l).check_index(
-      l.raw_data(), DType::i64, l.numel(), classes,
-      [op, shape = labels.shape(), classes](std::int64_t position, std::int64_t value) {
-        return fmt::format("{}: label {} at position {} of labels {} is out of range [0,{})", op,
-                           value, position, to_string(shape), classes);
-      });
+  detail::check_index_range(
+      l, classes,
+      [](std::int64_t position, std::int64_t value, const char* name, const Shape& shape,
+         std::int64_t size) {
+        return fmt::format("{}: label {} at position {} of labels {} is out of range [0,{})", name,
+                           value, position, to_string(shape), size);
+      },
+      op, labels.shape(), classes);
   return l;
 }
 

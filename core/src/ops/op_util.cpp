@@ -63,6 +63,10 @@ backend::Backend& backend_of(const Tensor& t) {
   return backend::backend_for(t.device());
 }
 
+std::int64_t index_value_at(const Tensor& index, std::int64_t position) {
+  return index.reshape({index.numel()}).slice(0, position, position + 1).to_int_vector().front();
+}
+
 Tensor empty_on(const Tensor& like, Shape shape, DType dtype) {
   return Tensor::empty(std::move(shape), dtype, like.device());
 }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -32,6 +33,30 @@ void require_same_device(std::string_view op, std::initializer_list<const Tensor
 
 // The backend of t's device: where every kernel of an op on t runs.
 backend::Backend& backend_of(const Tensor& t);
+
+// Value `position` of the contiguous i32 / i64 tensor `index` (read from its device).
+std::int64_t index_value_at(const Tensor& index, std::int64_t position);
+
+// Every value of the contiguous i32 / i64 tensor `index` is in [0, limit);
+// else std::invalid_argument(format(position, value, args...)). Checked at
+// once where the back end checks at once (no allocation: args by reference);
+// where it defers the check (the GPU, Backend::check_index), args are copied
+// into the message it keeps until its next read of the device.
+template <class Format, class... Args>
+void check_index_range(const Tensor& index, std::int64_t limit, Format format,
+                       const Args&... args) {
+  backend::Backend& be = backend_of(index);
+  if (be.defers_index_checks()) {
+    be.check_index(index.raw_data(), index.dtype(), index.numel(), limit,
+                   [format, args...](std::int64_t position, std::int64_t value) {
+                     return format(position, value, args...);
+                   });
+    return;
+  }
+  const std::int64_t bad =
+      be.first_out_of_range(index.raw_data(), index.dtype(), index.numel(), limit);
+  if (bad >= 0) throw std::invalid_argument(format(bad, index_value_at(index, bad), args...));
+}
 
 // A new contiguous tensor on `like`'s device.
 Tensor empty_on(const Tensor& like, Shape shape, DType dtype = DType::f32);

@@ -209,6 +209,10 @@ class Backend {
   // of zeros (the CUDA back end).
   virtual void check_index(const void* index, DType dtype, std::int64_t n, std::int64_t limit,
                            const IndexMessage& message);
+  // Whether check_index is deferred here: then the ops call it (and pay for
+  // the message's copy of their shapes); else they check with
+  // first_out_of_range at once, allocating nothing on the hot path.
+  virtual bool defers_index_checks() const { return false; }
 
   // ---- Randomness ----------------------------------------------------------------
   // dst = keep ? src * scale : 0 for n elements of `dtype` (f32, f16, bf16),
