@@ -17,6 +17,7 @@
 set -euo pipefail
 export LC_ALL=C RIG_PROGRESS=0
 rig="$(realpath "$1")"; tiny="$(realpath "$2")"; smoke="$(realpath "$3")"; fashion="$(realpath "$4")"
+transformer="$(dirname "$tiny")/tiny-transformer.yaml"
 work="$5"; mpi_part="${6:-with-mpi}"
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/testlib.sh"
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
@@ -99,43 +100,7 @@ train_both adam "$tiny" --optimizer=adam --set optimizer_params={} --max_steps=2
 same_checkpoints adam-cpu adam-sim 20
 
 echo "== a transformer on synthetic_text: train_eval with beam search, float32 and mixed precision"
-cat > transformer.yaml <<'EOF'
-base_params:
-  random_seed: 3
-  batch_size_per_gpu: 8
-  max_steps: 40
-  print_loss_steps: 10
-  eval_steps: 40
-  save_checkpoint_steps: 40
-  logdir: runs/transformer
-  model: transformer
-  model_params:
-    encoder_params:
-      encoder_layers: 1
-      hidden_size: 16
-      num_heads: 2
-      filter_size: 32
-    decoder_params:
-      num_hidden_layers: 1
-      hidden_size: 16
-      num_heads: 2
-      filter_size: 32
-      beam_size: 2
-      extra_decode_length: 2
-  data_layer: synthetic_text
-  data_layer_params:
-    vocab_size: 12
-    source_length: 6
-    target_length: 6
-    num_samples: 32
-  optimizer: LazyAdam
-  lr_policy: transformer_policy
-  lr_policy_params:
-    learning_rate: 1.0
-    warmup_steps: 4
-    d_model: 16
-  communicator: local
-EOF
+cp "$transformer" transformer.yaml
 for dtype in float32 mixed; do
   train_both "nmt-$dtype" transformer.yaml --mode train_eval --dtype="$dtype"
   grep -Eq "hyp_len = [1-9]" "nmt-$dtype-sim.log" || fail "no BLEU of decoded words on sim ($dtype)"

@@ -210,10 +210,10 @@ class KernelBackend final : public backend::Backend {
   DeviceScratch scratch(std::size_t bytes) { return {device_->memory(), bytes}; }
   // A device copy of `bytes` host bytes (argument arrays: row pieces, slices).
   DeviceScratch upload(const void* host, std::size_t bytes);
-  // Runs `kernel` unless its launch is empty.
+  // Queues `kernel` on the device (which skips an empty launch).
   template <class Kernel>
   void run(const Kernel& kernel) {
-    if (kernel.plan(device_->properties()).grid.count() != 0) device_->run(kernel);
+    device_->run(kernel);
   }
   // `count` products like `first`, product i reading A and B and writing C
   // i * stride_a, i * stride_b, i * stride_c floats past first's (0 for A or

@@ -14,7 +14,6 @@
 #pragma once
 
 #include <cstddef>
-#include <string>
 
 #include "backend/kernel_args.hpp"
 #include "backend/memory.hpp"
@@ -27,12 +26,11 @@ class KernelDevice {
  public:
   virtual ~KernelDevice() = default;
 
-  // "NVIDIA H200 (sm_90)" or "SIMT emulator (H100 launch plans)".
-  virtual std::string description() const = 0;
   virtual backend::MemoryPool& memory() = 0;
   // What the kernels' plan() functions are given (grid sizes of two-stage reductions).
   virtual const simt::DeviceProperties& properties() const = 0;
 
+// Queues one kernel as its plan() says; a plan with an empty grid queues nothing.
 #define RIG_CUDA_DEVICE_RUN(K) virtual void run(const kernels::K& kernel) = 0;
   RIG_CUDA_KERNELS(RIG_CUDA_DEVICE_RUN)
 #undef RIG_CUDA_DEVICE_RUN

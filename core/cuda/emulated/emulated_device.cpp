@@ -24,9 +24,6 @@ class EmulatedDevice final : public KernelDevice {
       : properties_(simt::DeviceProperties::h100_sxm()),
         pool_(backend::host_memory(), backend::caching_enabled(), backend::cache_limit()) {}
 
-  std::string description() const override {
-    return "SIMT emulator on the CPU (H100 launch plans)";
-  }
   backend::MemoryPool& memory() override { return pool_; }
   const simt::DeviceProperties& properties() const override { return properties_; }
 

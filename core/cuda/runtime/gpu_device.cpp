@@ -71,11 +71,6 @@ class GpuDevice final : public KernelDevice {
         pool_(device, stream_.id()),
         properties_(properties_of(device)) {}
 
-  std::string description() const override {
-    cudaDeviceProp prop{};
-    cudaGetDeviceProperties(&prop, device_);
-    return fmt::format("{} (sm_{}{})", prop.name, prop.major, prop.minor);
-  }
   backend::MemoryPool& memory() override { return pool_; }
   const simt::DeviceProperties& properties() const override { return properties_; }
 

@@ -51,13 +51,19 @@ template void run<kernels::MaxPool2dForward>(const kernels::MaxPool2dForward&, c
 template void run<kernels::MaxPool2dBackward>(const kernels::MaxPool2dBackward&, cudaStream_t);
 template void run<kernels::AvgPool2dForward>(const kernels::AvgPool2dForward&, cudaStream_t);
 template void run<kernels::AvgPool2dBackward>(const kernels::AvgPool2dBackward&, cudaStream_t);
-template void run<kernels::GlobalAvgPoolForward>(const kernels::GlobalAvgPoolForward&, cudaStream_t);
-template void run<kernels::GlobalAvgPoolBackward>(const kernels::GlobalAvgPoolBackward&, cudaStream_t);
-template void run<kernels::BatchNormStatsPartial>(const kernels::BatchNormStatsPartial&, cudaStream_t);
-template void run<kernels::BatchNormStatsFinish>(const kernels::BatchNormStatsFinish&, cudaStream_t);
-template void run<kernels::BatchNormPrepareChannels>(const kernels::BatchNormPrepareChannels&, cudaStream_t);
+template void run<kernels::GlobalAvgPoolForward>(const kernels::GlobalAvgPoolForward&,
+                                                 cudaStream_t);
+template void run<kernels::GlobalAvgPoolBackward>(const kernels::GlobalAvgPoolBackward&,
+                                                  cudaStream_t);
+template void run<kernels::BatchNormStatsPartial>(const kernels::BatchNormStatsPartial&,
+                                                  cudaStream_t);
+template void run<kernels::BatchNormStatsFinish>(const kernels::BatchNormStatsFinish&,
+                                                 cudaStream_t);
+template void run<kernels::BatchNormPrepareChannels>(const kernels::BatchNormPrepareChannels&,
+                                                     cudaStream_t);
 template void run<kernels::BatchNormApply>(const kernels::BatchNormApply&, cudaStream_t);
-template void run<kernels::BatchNormGradPartial>(const kernels::BatchNormGradPartial&, cudaStream_t);
+template void run<kernels::BatchNormGradPartial>(const kernels::BatchNormGradPartial&,
+                                                 cudaStream_t);
 template void run<kernels::BatchNormGradFinish>(const kernels::BatchNormGradFinish&, cudaStream_t);
 template void run<kernels::BatchNormBackwardDx>(const kernels::BatchNormBackwardDx&, cudaStream_t);
 
