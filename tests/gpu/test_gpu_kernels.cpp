@@ -28,7 +28,8 @@ using rig_gpu_test::DeviceArray;
 
 class GpuKernels : public rig_gpu_test::GpuTest {};
 
-constexpr std::int64_t kShapes[][2] = {{1, 1}, {3, 33}, {37, 257}, {64, 1000}, {5, 4099}};
+constexpr std::int64_t kShapes[][2] = {{1, 1},     {3, 33},   {37, 257},
+                                       {64, 1000}, {5, 4099}, {300, 512}};
 
 std::vector<std::uint8_t> some_mask(std::size_t n, std::uint32_t seed) {
   std::vector<std::uint8_t> mask(n);
@@ -84,9 +85,15 @@ TEST_F(GpuKernels, LayerNormMatchesCpu) {
     rig::cuda::run(LayerNormBackwardDx{gx.data(), ggamma.data(), gmean.data(), grstd.data(),
                                        gg.data(), gdx.data(), rows, d},
                    nullptr);
-    rig::cuda::run(LayerNormBackwardParams{gx.data(), gmean.data(), grstd.data(), gg.data(),
-                                           gdgamma.data(), gdbeta.data(), rows, d},
-                   nullptr);
+    DeviceArray<float> partials(static_cast<std::size_t>(layer_norm_params_scratch(rows, d)) + 1);
+    run_layer_norm_params([](const auto& k) { rig::cuda::run(k, nullptr); },
+                          LayerNormBackwardParams{.x = gx.data(),
+                                                  .mean = gmean.data(),
+                                                  .rstd = grstd.data(),
+                                                  .g = gg.data(),
+                                                  .rows = rows,
+                                                  .d = d},
+                          gdgamma.data(), gdbeta.data(), partials.data());
     EXPECT_TRUE(close(gy.to_host(), y, 1e-5F, 1e-5F));
     EXPECT_TRUE(close(gmean.to_host(), mean, 1e-6F, 1e-5F));
     EXPECT_TRUE(close(grstd.to_host(), rstd, 1e-6F, 1e-5F));

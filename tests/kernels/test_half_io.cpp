@@ -182,15 +182,17 @@ TEST(KernelHalfIo, LayerNorm) {
                                   .rows = rows,
                                   .d = d,
                                   .type = h.type});
-          run(LayerNormBackwardParams{.x = x.data(),
-                                      .mean = want_mean.data(),
-                                      .rstd = want_rstd.data(),
-                                      .g = g.data(),
-                                      .dgamma = dgamma.data(),
-                                      .dbeta = dbeta.data(),
-                                      .rows = rows,
-                                      .d = d,
-                                      .type = h.type});
+          std::vector<float> partials(static_cast<std::size_t>(layer_norm_params_scratch(rows, d)),
+                                      7.0F);
+          run_layer_norm_params([&](const auto& k) { run(k); },
+                                LayerNormBackwardParams{.x = x.data(),
+                                                        .mean = want_mean.data(),
+                                                        .rstd = want_rstd.data(),
+                                                        .g = g.data(),
+                                                        .rows = rows,
+                                                        .d = d,
+                                                        .type = h.type},
+                                dgamma.data(), dbeta.data(), partials.data());
           EXPECT_TRUE(close16(h, dx, want_dx, 2e-4F, 1e-4F));
           EXPECT_TRUE(close(dgamma, want_dgamma, 1e-5F, 1e-5F));  // f32 outputs
           EXPECT_TRUE(close(dbeta, want_dbeta, 1e-5F, 1e-5F));

@@ -12,7 +12,9 @@ struct Affine {
 };
 
 TEST(KernelLayerNorm, ForwardAndBackwardMatchCpu) {
-  for (const std::int64_t rows : kRows) {
+  // 200 rows: four row blocks of the parameter gradients, the last partial.
+  for (const std::int64_t rows :
+       {std::int64_t{1}, std::int64_t{3}, std::int64_t{37}, std::int64_t{200}}) {
     for (const std::int64_t d : kCols) {
       for (const Affine affine : {Affine{true, true}, Affine{false, false}, Affine{true, false}}) {
         SCOPED_TRACE(::testing::Message()
@@ -58,9 +60,16 @@ TEST(KernelLayerNorm, ForwardAndBackwardMatchCpu) {
           run(LayerNormBackwardDx{x.data(), gp, want_mean.data(), want_rstd.data(), g.data(),
                                   dx.data(), rows, d},
               emu_seed);
-          run(LayerNormBackwardParams{x.data(), want_mean.data(), want_rstd.data(), g.data(),
-                                      dgamma.data(), dbeta.data(), rows, d},
-              emu_seed);
+          std::vector<float> partials(static_cast<std::size_t>(layer_norm_params_scratch(rows, d)),
+                                      7.0F);
+          run_layer_norm_params([&](const auto& k) { run(k, emu_seed); },
+                                LayerNormBackwardParams{.x = x.data(),
+                                                        .mean = want_mean.data(),
+                                                        .rstd = want_rstd.data(),
+                                                        .g = g.data(),
+                                                        .rows = rows,
+                                                        .d = d},
+                                dgamma.data(), dbeta.data(), partials.data());
           // dx cancels (g gamma - means): compare with the row's scale.
           EXPECT_TRUE(close(dx, want_dx, 2e-4F, 1e-4F));
           EXPECT_TRUE(close(dgamma, want_dgamma, 1e-5F, 1e-5F));
@@ -71,11 +80,19 @@ TEST(KernelLayerNorm, ForwardAndBackwardMatchCpu) {
   }
 }
 
-TEST(KernelLayerNorm, ParamGradsAreOneThreadPerColumn) {
-  const LayerNormBackwardParams k{.rows = 37, .d = 1000};
-  const simt::LaunchShape s = k.plan(h100());
-  EXPECT_EQ(s.block.x, 256U);
-  EXPECT_EQ(s.grid.x, 4U);
+TEST(KernelLayerNorm, ParamGradsAreOneThreadPerRowBlockAndColumn) {
+  // 37 rows: one block, written straight into dgamma / dbeta.
+  EXPECT_EQ(layer_norm_row_blocks(37), 1);
+  EXPECT_EQ(layer_norm_params_scratch(37, 1000), 0);
+  const LayerNormBackwardParams one{.rows = 37, .d = 1000};
+  EXPECT_EQ(one.plan(h100()).block.x, 256U);
+  EXPECT_EQ(one.plan(h100()).grid.x, 4U);
+  // 8000 rows: 125 partial rows of each gradient, 64000 threads.
+  EXPECT_EQ(layer_norm_row_blocks(8000), 125);
+  EXPECT_EQ(layer_norm_params_scratch(8000, 512), 2 * 125 * 512);
+  const LayerNormBackwardParams many{.rows = 8000, .d = 512};
+  const simt::LaunchShape s = many.plan(h100());
+  EXPECT_GE(std::int64_t{s.grid.x} * s.block.x, std::int64_t{125 * 512} / 2);
 }
 
 }  // namespace

@@ -756,45 +756,49 @@ TEST(KernelBackendConv, BackwardPieces) {
 // ---- Layer norm, activations ---------------------------------------------------------------
 
 TEST(KernelBackendLayerNorm, ForwardAndBackward) {
-  const std::int64_t rows = 5, d = 37;
-  const std::size_t size = rows * d;
-  const std::vector<float> x = uniform(size, 81, -2.0F, 3.0F), gamma = uniform(d, 82),
-                           beta = uniform(d, 83), g = uniform(size, 84);
-  for (const bool affine : {true, false}) {
-    SCOPED_TRACE(::testing::Message() << "affine " << affine);
-    std::vector<float> y = poisoned<float>(size), mean = poisoned<float>(rows),
-                       rstd = poisoned<float>(rows);
-    cpu().layer_norm_forward(x.data(), affine ? gamma.data() : nullptr,
-                             affine ? beta.data() : nullptr, y.data(), mean.data(), rstd.data(),
-                             rows, d, 1e-5F);
-    const Dev<float> ex(x), egamma(gamma), ebeta(beta), ey(size), emean(rows), erstd(rows);
-    emu().layer_norm_forward(ex.get(), affine ? egamma.get() : nullptr,
-                             affine ? ebeta.get() : nullptr, ey.get(), emean.get(), erstd.get(),
-                             rows, d, 1e-5F);
-    EXPECT_TRUE(close(ey.host(), y, 1e-5F, 1e-5F)) << "y";
-    EXPECT_TRUE(close(emean.host(), mean, 1e-6F, 1e-6F)) << "mean";
-    EXPECT_TRUE(close(erstd.host(), rstd, 1e-6F, 1e-5F)) << "rstd";
+  // 150 rows: three row blocks of the parameter gradients' partials.
+  for (const std::int64_t rows : {std::int64_t{5}, std::int64_t{150}}) {
+    SCOPED_TRACE(::testing::Message() << rows << " rows");
+    const std::int64_t d = 37;
+    const std::size_t size = rows * d;
+    const std::vector<float> x = uniform(size, 81, -2.0F, 3.0F), gamma = uniform(d, 82),
+                             beta = uniform(d, 83), g = uniform(size, 84);
+    for (const bool affine : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "affine " << affine);
+      std::vector<float> y = poisoned<float>(size), mean = poisoned<float>(rows),
+                         rstd = poisoned<float>(rows);
+      cpu().layer_norm_forward(x.data(), affine ? gamma.data() : nullptr,
+                               affine ? beta.data() : nullptr, y.data(), mean.data(), rstd.data(),
+                               rows, d, 1e-5F);
+      const Dev<float> ex(x), egamma(gamma), ebeta(beta), ey(size), emean(rows), erstd(rows);
+      emu().layer_norm_forward(ex.get(), affine ? egamma.get() : nullptr,
+                               affine ? ebeta.get() : nullptr, ey.get(), emean.get(), erstd.get(),
+                               rows, d, 1e-5F);
+      EXPECT_TRUE(close(ey.host(), y, 1e-5F, 1e-5F)) << "y";
+      EXPECT_TRUE(close(emean.host(), mean, 1e-6F, 1e-6F)) << "mean";
+      EXPECT_TRUE(close(erstd.host(), rstd, 1e-6F, 1e-5F)) << "rstd";
 
-    // Backward from the CPU's statistics, dx separate and dx over g (in place).
-    for (const bool in_place : {false, true}) {
-      SCOPED_TRACE(::testing::Message() << "in place " << in_place);
-      std::vector<float> scratch(static_cast<std::size_t>(cpu().layer_norm_scratch_size(rows, d)) +
-                                 1);
-      std::vector<float> gc = g, dx = poisoned<float>(size), dgamma = poisoned<float>(d),
-                         dbeta = poisoned<float>(d);
-      cpu().layer_norm_backward(x.data(), affine ? gamma.data() : nullptr, mean.data(), rstd.data(),
-                                gc.data(), in_place ? gc.data() : dx.data(), dgamma.data(),
-                                dbeta.data(), rows, d, scratch.data());
-      const Dev<float> escratch(static_cast<std::size_t>(emu().layer_norm_scratch_size(rows, d)) +
-                                1);
-      const Dev<float> cmean(mean), crstd(rstd), eg(g), edx(size), edgamma(d), edbeta(d);
-      emu().layer_norm_backward(ex.get(), affine ? egamma.get() : nullptr, cmean.get(), crstd.get(),
-                                eg.get(), in_place ? eg.get() : edx.get(), edgamma.get(),
-                                edbeta.get(), rows, d, escratch.get());
-      EXPECT_TRUE(close(in_place ? eg.host() : edx.host(), in_place ? gc : dx, 1e-5F, 1e-5F))
-          << "dx";
-      EXPECT_TRUE(close(edgamma.host(), dgamma, 1e-5F, 1e-5F)) << "dgamma";
-      EXPECT_TRUE(close(edbeta.host(), dbeta, 1e-5F, 1e-5F)) << "dbeta";
+      // Backward from the CPU's statistics, dx separate and dx over g (in place).
+      for (const bool in_place : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "in place " << in_place);
+        std::vector<float> scratch(
+            static_cast<std::size_t>(cpu().layer_norm_scratch_size(rows, d)) + 1);
+        std::vector<float> gc = g, dx = poisoned<float>(size), dgamma = poisoned<float>(d),
+                           dbeta = poisoned<float>(d);
+        cpu().layer_norm_backward(x.data(), affine ? gamma.data() : nullptr, mean.data(),
+                                  rstd.data(), gc.data(), in_place ? gc.data() : dx.data(),
+                                  dgamma.data(), dbeta.data(), rows, d, scratch.data());
+        const Dev<float> escratch(static_cast<std::size_t>(emu().layer_norm_scratch_size(rows, d)) +
+                                  1);
+        const Dev<float> cmean(mean), crstd(rstd), eg(g), edx(size), edgamma(d), edbeta(d);
+        emu().layer_norm_backward(ex.get(), affine ? egamma.get() : nullptr, cmean.get(),
+                                  crstd.get(), eg.get(), in_place ? eg.get() : edx.get(),
+                                  edgamma.get(), edbeta.get(), rows, d, escratch.get());
+        EXPECT_TRUE(close(in_place ? eg.host() : edx.host(), in_place ? gc : dx, 1e-5F, 1e-5F))
+            << "dx";
+        EXPECT_TRUE(close(edgamma.host(), dgamma, 1e-5F, 1e-5F)) << "dgamma";
+        EXPECT_TRUE(close(edbeta.host(), dbeta, 1e-5F, 1e-5F)) << "dbeta";
+      }
     }
   }
 }

@@ -64,19 +64,21 @@ void KernelBackend::layer_norm_forward(const float* x, const float* gamma, const
   run(kernels::LayerNormForward{x, gamma, beta, y, mean, rstd, rows, d, eps});
 }
 
-// The kernels need no scratch of the caller (the parameter gradients are
-// reduced in a fixed order by one kernel).
-std::int64_t KernelBackend::layer_norm_scratch_size(std::int64_t, std::int64_t) {
-  return 0;
+// Floats of the caller's scratch: the parameter gradients' partial rows.
+std::int64_t KernelBackend::layer_norm_scratch_size(std::int64_t rows, std::int64_t d) {
+  return kernels::layer_norm_params_scratch(rows, d);
 }
 
 void KernelBackend::layer_norm_backward(const float* x, const float* gamma, const float* mean,
                                         const float* rstd, const float* g, float* dx, float* dgamma,
-                                        float* dbeta, std::int64_t rows, std::int64_t d, float*) {
+                                        float* dbeta, std::int64_t rows, std::int64_t d,
+                                        float* scratch) {
   // The parameter gradients first: dx may overwrite g.
-  if (dgamma != nullptr || dbeta != nullptr) {
-    run(kernels::LayerNormBackwardParams{x, mean, rstd, g, dgamma, dbeta, rows, d});
-  }
+  kernels::run_layer_norm_params(
+      [this](const auto& k) { run(k); },
+      kernels::LayerNormBackwardParams{
+          .x = x, .mean = mean, .rstd = rstd, .g = g, .rows = rows, .d = d},
+      dgamma, dbeta, scratch);
   if (dx != nullptr) run(kernels::LayerNormBackwardDx{x, gamma, mean, rstd, g, dx, rows, d});
 }
 
