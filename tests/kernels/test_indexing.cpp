@@ -1,5 +1,7 @@
 #include "cuda/kernels/indexing.hpp"
 
+#include "cuda/kernels/index_add.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -73,6 +75,148 @@ TEST(KernelIndexing, IndexSelectAndIndexAddBitEqualToCpu) {
         EXPECT_TRUE(bit_equal(got, want));  // index order: the CPU's sums
       }
     }
+  }
+}
+
+// KernelBackend::index_add's sorted path (index_add.hpp) over host scratch,
+// `chunk` positions per IndexAddRank chunk (0: index_add_rank_chunk).
+void run_sorted_index_add(const float* grad, std::int64_t outer, std::int64_t n, std::int64_t inner,
+                          const void* index, DType type, std::int64_t k, float* dx,
+                          std::int64_t chunk, std::uint64_t seed) {
+  if (chunk == 0) chunk = index_add_rank_chunk(k);
+  const std::int64_t chunks = (k + chunk - 1) / chunk;
+  std::vector<std::uint32_t> counts(static_cast<std::size_t>(chunks * k) + 1, 0xFFFFFFFFU);
+  std::vector<std::uint32_t> order(static_cast<std::size_t>(k) + 1, 0xFFFFFFFFU);
+  std::vector<std::uint32_t> keys(static_cast<std::size_t>(k) + 1, 0xFFFFFFFFU);
+  run(IndexAddRank{index, type, k, n, chunk, counts.data()}, seed);
+  run(IndexAddScatter{index, type, k, n, chunks, counts.data(), order.data(), keys.data()}, seed);
+  run(IndexAddSegments{grad, outer, n, inner, k, order.data(), keys.data(), dx}, seed);
+}
+
+// dx += grad at index in ascending position, one float rounding per add,
+// out-of-range positions skipped: the CPU back end's sums (which assumes
+// valid indices).
+std::vector<float> reference_index_add(const std::vector<float>& grad, std::int64_t outer,
+                                       std::int64_t n, std::int64_t inner,
+                                       const std::vector<std::int64_t>& idx,
+                                       std::vector<float> dx) {
+  const auto k = static_cast<std::int64_t>(idx.size());
+  for (std::int64_t o = 0; o < outer; ++o) {
+    for (std::int64_t t = 0; t < k; ++t) {
+      const std::int64_t row = idx[static_cast<std::size_t>(t)];
+      if (row < 0 || row >= n) continue;
+      for (std::int64_t i = 0; i < inner; ++i) {
+        dx[static_cast<std::size_t>((o * n + row) * inner + i)] +=
+            grad[static_cast<std::size_t>((o * k + t) * inner + i)];
+      }
+    }
+  }
+  return dx;
+}
+
+std::vector<std::uint8_t> index_bytes(const std::vector<std::int64_t>& idx, DType type) {
+  std::vector<std::uint8_t> out(idx.size() * dtype_size(type));
+  for (std::size_t t = 0; t < idx.size(); ++t) {
+    if (type == DType::i32) {
+      const auto v32 = static_cast<std::int32_t>(idx[t]);
+      std::memcpy(out.data() + 4 * t, &v32, 4);
+    } else {
+      std::memcpy(out.data() + 8 * t, &idx[t], 8);
+    }
+  }
+  return out;
+}
+
+struct SortedCase {
+  const char* name;
+  std::int64_t outer, n, inner;
+  std::vector<std::int64_t> idx;
+  bool i64_only = false;
+};
+
+// Indices [k] in [0, n) with `hot_percent` of the positions on row `hot`.
+std::vector<std::int64_t> hot_indices(std::int64_t k, std::int64_t n, int hot_percent,
+                                      std::int64_t hot, std::uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::vector<std::int64_t> v(static_cast<std::size_t>(k));
+  for (auto& x : v) {
+    x = static_cast<int>(gen() % 100) < hot_percent
+            ? hot
+            : static_cast<std::int64_t>(gen() % static_cast<std::uint32_t>(n));
+  }
+  return v;
+}
+
+// The sorted path gives the CPU's bits: many duplicates of one row, rows
+// out of range (negative, n, beyond) adding nothing, i32 and i64, k = 0 and
+// 1, outer > 1, inner not a multiple of 4, partial counts over many chunks
+// and chunks of several shared tiles; the column-walking IndexAdd agrees.
+TEST(KernelIndexing, SortedIndexAddBitEqualToCpu) {
+  std::vector<std::int64_t> wild = hot_indices(300, 40, 30, 7, 41);
+  for (std::size_t t = 0; t < wild.size(); t += 7) wild[t] = t % 2 == 0 ? -1 - std::int64_t(t) : 40;
+  wild[3] = std::int64_t{1} << 40;  // beyond 32 bits (i64 only)
+  std::vector<std::int64_t> descending(64);
+  for (std::size_t t = 0; t < descending.size(); ++t) descending[t] = 63 - std::int64_t(t);
+  const std::vector<SortedCase> cases = {
+      {"hot 70%", 2, 50, 5, hot_indices(400, 50, 70, 13, 42)},
+      {"all one row", 1, 6, 3, std::vector<std::int64_t>(97, 5)},
+      {"out of range", 3, 40, 6, wild, true},
+      {"k 1", 2, 9, 7, {4}},
+      {"k 1 out of range", 1, 9, 7, {-3}},
+      {"k 0", 2, 9, 7, {}},
+      {"distinct, descending", 1, 64, 33, descending},
+      {"random", 1, 64, 33, hot_indices(64, 64, 0, 0, 43)},
+      {"two tiles, two chunks", 1, 3000, 2, hot_indices(2500, 3000, 20, 2999, 44)},
+  };
+  for (const SortedCase& c : cases) {
+    const auto k = static_cast<std::int64_t>(c.idx.size());
+    const std::vector<float> grad = uniform(c.outer * k * c.inner, -1.0F, 1.0F, 45);
+    const std::vector<float> dx0 = uniform(c.outer * c.n * c.inner, -1.0F, 1.0F, 46);
+    const std::vector<float> want = reference_index_add(grad, c.outer, c.n, c.inner, c.idx, dx0);
+    bool all_valid = true;
+    for (const std::int64_t v : c.idx) all_valid = all_valid && v >= 0 && v < c.n;
+    for (const DType it : {DType::i32, DType::i64}) {
+      if (it == DType::i32 && c.i64_only) continue;
+      const std::vector<std::uint8_t> idx = index_bytes(c.idx, it);
+      if (all_valid) {
+        std::vector<float> cpu_dx = dx0;
+        cpu().index_add(grad.data(), c.outer, c.n, c.inner, {idx.data(), it, Shape{k}},
+                        cpu_dx.data());
+        ASSERT_TRUE(bit_equal(cpu_dx, want)) << c.name;
+      }
+      for (const std::int64_t chunk : {std::int64_t{0}, std::int64_t{3}, std::int64_t{2048}}) {
+        if (chunk == 3 && k > 500) continue;  // emulator time
+        for (const std::uint64_t seed : kSeeds) {
+          SCOPED_TRACE(::testing::Message() << c.name << " " << dtype_name(it) << " chunk " << chunk
+                                            << " seed " << seed);
+          std::vector<float> got = dx0;
+          run_sorted_index_add(grad.data(), c.outer, c.n, c.inner, idx.data(), it, k, got.data(),
+                               chunk, seed);
+          EXPECT_TRUE(bit_equal(got, want));
+        }
+      }
+      std::vector<float> walked = dx0;
+      run(IndexAdd{grad.data(), c.outer, c.n, c.inner, idx.data(), it, k, walked.data()});
+      EXPECT_TRUE(bit_equal(walked, want)) << c.name << " " << dtype_name(it) << " IndexAdd";
+    }
+  }
+}
+
+// The ranks are a stable sort of the positions by row, out-of-range rows last.
+TEST(KernelIndexing, IndexAddRankSortsStablyByRow) {
+  const std::vector<std::int64_t> rows{3, -1, 0, 3, 9, 0, 3, 1, 5};  // n = 5: -1, 9, 5 out
+  const std::vector<std::uint32_t> want_order{2, 5, 7, 0, 3, 6, 1, 4, 8};
+  const std::vector<std::uint32_t> want_keys{0, 0, 1, 3, 3, 3, 5, 5, 5};
+  const auto k = static_cast<std::int64_t>(rows.size());
+  for (const std::int64_t chunk : {std::int64_t{1}, std::int64_t{4}, std::int64_t{1024}}) {
+    const std::int64_t chunks = (k + chunk - 1) / chunk;
+    std::vector<std::uint32_t> counts(static_cast<std::size_t>(chunks * k));
+    std::vector<std::uint32_t> order(rows.size()), keys(rows.size());
+    run(IndexAddRank{rows.data(), DType::i64, k, 5, chunk, counts.data()});
+    run(IndexAddScatter{rows.data(), DType::i64, k, 5, chunks, counts.data(), order.data(),
+                        keys.data()});
+    EXPECT_EQ(order, want_order) << "chunk " << chunk;
+    EXPECT_EQ(keys, want_keys) << "chunk " << chunk;
   }
 }
 

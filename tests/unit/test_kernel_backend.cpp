@@ -1545,6 +1545,61 @@ TEST(KernelBackendIndexing, IndexSelectAndAdd) {
   }
 }
 
+// index_add sorts the positions by row (kernels/index_add.hpp): the CPU's
+// bits with many duplicates of one row, over several rank chunks (k > 1024),
+// for k = 1 and k = 0, and out-of-range or negative rows adding nothing.
+TEST(KernelBackendIndexing, IndexAddSortedByRow) {
+  const std::int64_t outer = 2, n = 30, inner = 5;
+  std::vector<std::int64_t> hot = integers<std::int64_t>(1500, 231, 0, n - 1);
+  std::mt19937 gen(232);
+  for (auto& v : hot) {
+    if (gen() % 10 < 7) v = 11;  // 70% of the positions on one row
+  }
+  for (const std::vector<std::int64_t>& idx :
+       {hot, std::vector<std::int64_t>{17}, std::vector<std::int64_t>{}}) {
+    const auto k = static_cast<std::int64_t>(idx.size());
+    const std::vector<std::int32_t> idx32(idx.begin(), idx.end());
+    const Dev<std::int64_t> e64(idx);
+    const Dev<std::int32_t> e32(idx32);
+    for (const DType index_type : {DType::i64, DType::i32}) {
+      SCOPED_TRACE(::testing::Message() << "k " << k << " " << dtype_name(index_type));
+      const void* cindex =
+          index_type == DType::i64 ? static_cast<const void*>(idx.data()) : idx32.data();
+      const void* eindex =
+          index_type == DType::i64 ? static_cast<const void*>(e64.get()) : e32.get();
+      const std::vector<float> grad = uniform(static_cast<std::size_t>(outer * k * inner), 233);
+      std::vector<float> dx = uniform(static_cast<std::size_t>(outer * n * inner), 234);
+      const Dev<float> egrad(grad), edx(dx);
+      cpu().index_add(grad.data(), outer, n, inner, {cindex, index_type, {k}}, dx.data());
+      emu().index_add(egrad.get(), outer, n, inner, {eindex, index_type, {k}}, edx.get());
+      EXPECT_TRUE(same(edx.host(), dx));
+    }
+  }
+  // Rows out of [0, n) add nothing (the op raises the error after the fact).
+  const std::vector<std::int64_t> idx{2, -1, 3, 2, 7, -5, 0, 2};
+  const std::vector<std::int32_t> idx32(idx.begin(), idx.end());
+  const Dev<std::int64_t> e64(idx);
+  const Dev<std::int32_t> e32(idx32);
+  const std::int64_t rows = 4, k = 8;
+  const std::vector<float> grad = uniform(static_cast<std::size_t>(k * 3), 235);
+  std::vector<float> want = uniform(static_cast<std::size_t>(rows * 3), 236);
+  const std::vector<float> dx0 = want;
+  for (std::int64_t t = 0; t < k; ++t) {
+    const std::int64_t row = idx[static_cast<std::size_t>(t)];
+    if (row < 0 || row >= rows) continue;
+    for (std::int64_t i = 0; i < 3; ++i) {
+      want[static_cast<std::size_t>(row * 3 + i)] += grad[static_cast<std::size_t>(t * 3 + i)];
+    }
+  }
+  for (const DType index_type : {DType::i64, DType::i32}) {
+    SCOPED_TRACE(dtype_name(index_type));
+    const void* eindex = index_type == DType::i64 ? static_cast<const void*>(e64.get()) : e32.get();
+    const Dev<float> egrad(grad), edx(dx0);
+    emu().index_add(egrad.get(), 1, rows, 3, {eindex, index_type, {k}}, edx.get());
+    EXPECT_TRUE(same(edx.host(), want));
+  }
+}
+
 TEST(KernelBackendIndexing, Argmax) {
   std::vector<float> x = uniform(4 * 9 * 3, 231);
   x[5] = x[2];  // ties

@@ -1,5 +1,7 @@
 // KernelBackend: row copies, gather, index_select / index_add, argmax, top-k.
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <vector>
 
@@ -90,10 +92,28 @@ void KernelBackend::index_select(const void* x, std::size_t element_bytes, std::
                            index.dtype, shape_numel(index.shape), out});
 }
 
+// Positions sorted by row, then one thread per (run of equal rows, column)
+// (kernels/index_add.hpp); the column-walking IndexAdd where the sort's keys
+// or scratch would not fit. Both sum each element in ascending position.
 void KernelBackend::index_add(const float* grad, std::int64_t outer, std::int64_t n,
                               std::int64_t inner, const backend::ConstBuffer& index, float* dx) {
-  run(kernels::IndexAdd{grad, outer, n, inner, index.data, index.dtype, shape_numel(index.shape),
-                        dx});
+  const std::int64_t k = shape_numel(index.shape);
+  if (k == 0 || outer == 0 || inner == 0) return;
+  if (k > kernels::kIndexAddSortMaxK || n >= std::numeric_limits<std::int32_t>::max()) {
+    run(kernels::IndexAdd{grad, outer, n, inner, index.data, index.dtype, k, dx});
+    return;
+  }
+  const std::int64_t chunk = kernels::index_add_rank_chunk(k);
+  const std::int64_t chunks = (k + chunk - 1) / chunk;
+  const auto words = static_cast<std::size_t>(k);
+  DeviceScratch counts = scratch(static_cast<std::size_t>(chunks) * words * sizeof(std::uint32_t));
+  DeviceScratch sorted = scratch(2 * words * sizeof(std::uint32_t));  // order, then keys
+  auto* order = sorted.as<std::uint32_t>();
+  auto* keys = order + words;
+  run(kernels::IndexAddRank{index.data, index.dtype, k, n, chunk, counts.as<std::uint32_t>()});
+  run(kernels::IndexAddScatter{index.data, index.dtype, k, n, chunks,
+                               counts.as<const std::uint32_t>(), order, keys});
+  run(kernels::IndexAddSegments{grad, outer, n, inner, k, order, keys, dx});
 }
 
 void KernelBackend::argmax(const backend::ConstBuffer& x, std::int64_t outer, std::int64_t n,

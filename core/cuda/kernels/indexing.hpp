@@ -12,7 +12,9 @@
 //     destination is summed in index order by one thread (the CPU's order: the
 //     same bits) whatever the scheduling. Work O(outer * k * inner), parallel
 //     over outer * inner threads, each O(k) sequential (an embedding's
-//     gradient: d_model threads, each walking all the tokens).
+//     gradient: d_model threads, each walking all the tokens). KernelBackend
+//     sorts the positions by row instead (index_add.hpp) and runs this only
+//     as the fallback beyond that sort's limits.
 //   Gather / GatherBackward: torch.gather along `axis`; index and out have
 //     index_shape, x (contiguous) has strides x_strides. The backward
 //     (scatter-add into dx, zeroed by the caller) gives one thread to each

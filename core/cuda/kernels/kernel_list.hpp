@@ -14,6 +14,7 @@
 #include "cuda/kernels/dropout.hpp"
 #include "cuda/kernels/dropout_mask.hpp"
 #include "cuda/kernels/elementwise.hpp"
+#include "cuda/kernels/index_add.hpp"
 #include "cuda/kernels/index_value.hpp"
 #include "cuda/kernels/indexing.hpp"
 #include "cuda/kernels/larc.hpp"
@@ -40,6 +41,7 @@
   X(CopyStrided) X(FillStrided) X(CopyContiguous) \
   X(SumPartials) X(SumFinish) X(SumAxis) X(MaxAxis) X(MaxAxisBackward) \
   X(IndexSelect) X(IndexAdd) X(Gather) X(GatherBackward) X(Select) \
+  X(IndexAddRank) X(IndexAddScatter) X(IndexAddSegments) \
   X(ConcatRows) X(ExtractRows) X(ZeroRows) \
   X(Argmax) X(TopK) \
   X(CausalMask) X(CompareKernel) X(AddStrided) \
