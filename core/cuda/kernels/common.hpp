@@ -71,16 +71,54 @@ inline constexpr int kMaxDims = 16;
 // Element offsets of N operands at element `linear` of a row-major
 // iteration over shape[0, ndim) (the last axis fastest), operand k stepping
 // strides[k][d] along axis d.
+// A GPU has no integer divider: a 64-bit division is a long emulated
+// sequence, and it dominated the copies and conversions of a training step.
+// So one axis (the merged, contiguous case) divides nothing, and positions
+// below 2^32 divide in 32 bits.
 template <int N, int D>
 RIG_HD_INLINE void strided_offsets(std::int64_t linear, int ndim, const std::int64_t (&shape)[D],
                                    const std::int64_t (&strides)[N][D], std::int64_t (&off)[N]) {
+  if (ndim == 1) {
+    for (int k = 0; k < N; ++k) off[k] = linear * strides[k][0];
+    return;
+  }
   for (int k = 0; k < N; ++k) off[k] = 0;
+  if (static_cast<std::uint64_t>(linear) <= 0xFFFFFFFFULL) {
+    auto rest = static_cast<std::uint32_t>(linear);
+    for (int d = ndim - 1; d >= 0 && rest != 0; --d) {
+      const std::int64_t size = shape[d];
+      std::uint32_t c = rest;
+      if (static_cast<std::uint64_t>(size) <= 0xFFFFFFFFULL) {
+        const auto size32 = static_cast<std::uint32_t>(size);
+        c = rest % size32;
+        rest /= size32;
+      } else {
+        rest = 0;  // the position lies within this axis
+      }
+      for (int k = 0; k < N; ++k) off[k] += std::int64_t{c} * strides[k][d];
+    }
+    return;
+  }
   for (int d = ndim - 1; d >= 0; --d) {
     const std::int64_t size = shape[d];
     const std::int64_t c = linear % size;
     linear /= size;
     for (int k = 0; k < N; ++k) off[k] += c * strides[k][d];
   }
+}
+
+// a / b and a % b (a >= 0, b > 0), in 32 bits where both fit (see
+// strided_offsets: a 64-bit division is slow on a GPU).
+struct QuotientRemainder {
+  std::int64_t quotient = 0, remainder = 0;
+};
+RIG_HD_INLINE QuotientRemainder div_mod(std::int64_t a, std::int64_t b) {
+  if (static_cast<std::uint64_t>(a) <= 0xFFFFFFFFULL &&
+      static_cast<std::uint64_t>(b) <= 0xFFFFFFFFULL) {
+    const auto a32 = static_cast<std::uint32_t>(a), b32 = static_cast<std::uint32_t>(b);
+    return {std::int64_t{a32 / b32}, std::int64_t{a32 % b32}};
+  }
+  return {a / b, a % b};
 }
 
 // The number of elements of shape[0, ndim).

@@ -277,7 +277,7 @@ struct BiasActivation {
     const std::int64_t n = rows * cols;
     for (std::int64_t i = global_thread(ctx); i < n; i += grid_threads(ctx)) {
       float v = load_element(y, type, i);
-      if (bias != nullptr) v += bias[i % cols];
+      if (bias != nullptr) v += bias[div_mod(i, cols).remainder];
       if (pre != nullptr && activation == Activation::gelu) store_element(pre, type, i, v);
       store_element(y, type, i, activation_value(activation, v));
     }
@@ -317,7 +317,7 @@ struct ActivationBackward {
   RIG_HD void operator()(Ctx& ctx) const {
     const std::int64_t items = activation_row_blocks(rows) * cols;
     for (std::int64_t t = global_thread(ctx); t < items; t += grid_threads(ctx)) {
-      const std::int64_t block = t / cols, c = t % cols;
+      const auto [block, c] = div_mod(t, cols);
       const std::int64_t r0 = block * kActivationRowBlock;
       const std::int64_t r1 = r0 + kActivationRowBlock < rows ? r0 + kActivationRowBlock : rows;
       float sum = 0.0F;

@@ -147,7 +147,7 @@ struct LayerNormBackwardParams {
   RIG_HD void operator()(Ctx& ctx) const {
     const std::int64_t items = layer_norm_row_blocks(rows) * d;
     for (std::int64_t t = global_thread(ctx); t < items; t += grid_threads(ctx)) {
-      const std::int64_t block = t / d, j = t % d;
+      const auto [block, j] = div_mod(t, d);
       const std::int64_t r0 = block * kLayerNormRowBlock;
       const std::int64_t r1 = r0 + kLayerNormRowBlock < rows ? r0 + kLayerNormRowBlock : rows;
       float sg = 0.0F, sb = 0.0F;
