@@ -347,6 +347,53 @@ TEST(CpuGemmBf16, LinearRoundsItsActivationGradientOnce) {
   }
 }
 
+TEST(CpuGemmBf16, LinearOnBf16TensorsGivesTheBitsOfItsFloat32Copies) {
+  // bf16 x and W go to the products as they are (no f32 copies): y and every
+  // gradient equal, bit for bit, those of f32 tensors holding the same
+  // values, rounded to the inputs' dtypes.
+  std::mt19937 rng(12);
+  std::uniform_real_distribution<float> dist(-1.0F, 1.0F);
+  const auto random = [&](rig::Shape shape) {
+    std::vector<float> v(static_cast<std::size_t>(rig::shape_numel(shape)));
+    for (float& x : v) x = to_bf16(dist(rng));
+    return rig::Tensor::from_vector(v, shape);
+  };
+  const rig::Tensor x = random({3, 17, 40}), w = random({50, 40}), b = random({50});
+  const rig::Tensor up = random({3, 17, 50}).to(rig::DType::bf16);
+  const PrecisionScope bf16(rig::MatmulPrecision::bf16);
+  for (const auto activation :
+       {rig::ops::Activation::none, rig::ops::Activation::relu, rig::ops::Activation::gelu}) {
+    for (const rig::DType bias_dtype : {rig::DType::bf16, rig::DType::f32}) {
+      SCOPED_TRACE(::testing::Message() << "activation " << static_cast<int>(activation) << " bias "
+                                        << rig::dtype_name(bias_dtype));
+      const auto leaf = [](const rig::Tensor& t, rig::DType dtype) {
+        rig::Tensor l = t.detach().clone().to(dtype);
+        l.set_requires_grad(true);
+        return l;
+      };
+      rig::Tensor x16 = leaf(x, rig::DType::bf16), w16 = leaf(w, rig::DType::bf16);
+      rig::Tensor b16 = leaf(b, bias_dtype);
+      const rig::Tensor y16 = rig::ops::linear(x16, w16, b16, activation);
+      rig::ops::sum(rig::ops::mul(y16, up)).backward();
+      rig::Tensor x32 = leaf(x, rig::DType::f32), w32 = leaf(w, rig::DType::f32);
+      rig::Tensor b32 = leaf(b, rig::DType::f32);
+      const rig::Tensor y32 = rig::ops::linear(x32, w32, b32, activation);
+      rig::ops::sum(rig::ops::mul(y32.to(rig::DType::bf16), up)).backward();
+      EXPECT_EQ(y16.dtype(), rig::DType::bf16);
+      EXPECT_EQ(x16.grad().dtype(), rig::DType::bf16);
+      EXPECT_EQ(b16.grad().dtype(), bias_dtype);
+      const auto same = [](const rig::Tensor& got, const rig::Tensor& want) {
+        return got.to(rig::DType::f32).to_vector() ==
+               want.to(got.dtype()).to(rig::DType::f32).to_vector();
+      };
+      EXPECT_TRUE(same(y16.detach(), y32.detach())) << "y";
+      EXPECT_TRUE(same(x16.grad(), x32.grad())) << "dx";
+      EXPECT_TRUE(same(w16.grad(), w32.grad())) << "dW";
+      EXPECT_TRUE(same(b16.grad(), b32.grad())) << "db";
+    }
+  }
+}
+
 TEST(CpuGemmBf16, Float32PrecisionLeavesOperandsAlone) {
   // The default: a product that bf16 rounding would visibly change is exact to f32.
   ASSERT_EQ(rig::ops::matmul_precision(), rig::MatmulPrecision::f32);

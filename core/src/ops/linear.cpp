@@ -1,7 +1,9 @@
 // linear: activation(x W^T + b) as one GEMM (W [out, in] read transposed by
 // BLAS, no copy) and one fused bias + activation pass. Backward fuses the
 // activation derivative with the bias gradient, then two GEMMs give dx and dW.
-// f16/bf16 inputs are computed in f32 and the result cast back to x's dtype.
+// bf16 x and W at bf16 matmul precision go to the products as they are (y
+// is computed in f32 and rounded once); other f16/bf16 inputs are computed in
+// f32 and the result cast back to x's dtype.
 // With an output dropout (after relu) the dropout runs in place on y, and y
 // is all backward keeps: relu' times the mask is (y > 0) * scale.
 // At bf16 matmul precision, on a backend that rounds operands ahead of its
@@ -54,8 +56,15 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
         "linear: output dropout needs activation relu (its backward reads the dropped output); "
         "apply ops::dropout after other activations");
   }
-  if (x.dtype() != DType::f32 || weight.dtype() != DType::f32 ||
-      (bias.defined() && bias.dtype() != DType::f32)) {
+  const MatmulPrecision precision = matmul_precision();
+  // bf16 x and W at bf16 precision feed the products as they are: no f32
+  // copies of them, y computed in f32 and rounded once, the gradients
+  // returned in the inputs' dtypes. Other 16-bit inputs compute through f32.
+  const bool bf16_operands = precision == MatmulPrecision::bf16 && x.dtype() == DType::bf16 &&
+                             weight.dtype() == DType::bf16 &&
+                             detail::backend_of(x).rounds_bf16_operands();
+  if (!bf16_operands && (x.dtype() != DType::f32 || weight.dtype() != DType::f32 ||
+                         (bias.defined() && bias.dtype() != DType::f32))) {
     return linear_impl(detail::as_f32(x), detail::as_f32(weight),
                        bias.defined() ? detail::as_f32(bias) : bias, activation, dropout)
         .to(x.dtype());
@@ -66,11 +75,10 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
 
   const Tensor xc = x.detach().contiguous();
   const Tensor w = weight.detach().contiguous();
-  const Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
+  const Tensor b = bias.defined() ? detail::as_f32(bias.detach()).contiguous() : Tensor();
   Shape out_shape = x.shape();
   out_shape.back() = out_features;
   backend::Backend& be = detail::backend_of(xc);
-  const MatmulPrecision precision = matmul_precision();
   Tensor y = detail::empty_on(xc, out_shape);
   const bool needs_grad = grad_mode_enabled() && (x.requires_grad() || weight.requires_grad() ||
                                                   (bias.defined() && bias.requires_grad()));
@@ -79,13 +87,14 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
   // Rows of x (and y): every axis but the last; counted from the shape, as
   // in or out_features may be 0.
   const std::int64_t n_rows = shape_numel(Shape(x.shape().begin(), x.shape().end() - 1));
-  GemmOperand x_operand{xc.data<float>(), in, false};
-  GemmOperand w_operand{w.data<float>(), in, true};
+  GemmOperand x_operand{bf16_operands ? nullptr : xc.data<float>(), in, false};
+  GemmOperand w_operand{bf16_operands ? nullptr : w.data<float>(), in, true};
   // Rounded once here, shared by the forward and backward products.
   const bool rounded = precision == MatmulPrecision::bf16 && be.rounds_bf16_operands();
   const auto round = [&](const GemmOperand& operand, const Shape& stored, std::int64_t rows,
                          std::int64_t cols) {
     if (!rounded) return Tensor();
+    if (bf16_operands) return operand.trans ? w : xc;  // dense bf16 already
     Tensor bits = detail::empty_on(xc, stored, DType::bf16);
     be.round_bf16(operand, rows, cols, bits.data<std::uint16_t>());
     return bits;
@@ -104,7 +113,9 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
     be.dropout_forward(dropout.key, dropout.p, keep_scale, DType::f32, y.data<float>(),
                        y.data<float>(), y.numel(), nullptr);
   }
-  if (!needs_grad) return y;
+  const DType x_dtype = x.dtype(), w_dtype = weight.dtype();
+  const DType b_dtype = bias.defined() ? bias.dtype() : DType::f32;
+  if (!needs_grad) return bf16_operands ? y.to(x_dtype) : y;
 
   // The activation derivative reads the output (relu, tanh, sigmoid) or the pre-activation (gelu).
   const Tensor saved = activation == Activation::gelu   ? pre
@@ -112,12 +123,14 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
                                                         : y.detach();
   // dW needs x, rounded when the products are; dx needs W.
   const Tensor x_kept = x_bf16.defined() ? Tensor() : xc;
+  Tensor out = bf16_operands ? y.to(x_dtype) : std::move(y);
   return autograd::record(
-      std::move(y), "linear", {x, weight, bias},
+      std::move(out), "linear", {x, weight, bias},
       [x_kept, x_bf16, x_shape = xc.shape(), w, w_bf16, bits, saved, activation, keep_scale, n_rows,
-       in, out_features, precision, need_x = x.requires_grad(), need_w = weight.requires_grad(),
+       in, out_features, precision, bf16_operands, x_dtype, w_dtype, b_dtype,
+       need_x = x.requires_grad(), need_w = weight.requires_grad(),
        need_b = bias.defined() && bias.requires_grad()](const Tensor& g) {
-        const Tensor gc = g.contiguous();
+        const Tensor gc = detail::as_f32(g).contiguous();
         backend::Backend& be = detail::backend_of(gc);
         Tensor db = need_b ? detail::empty_on(gc, {out_features}) : Tensor();
         const float* saved_data = saved.defined() ? saved.data<float>() : nullptr;
@@ -148,7 +161,7 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
                              out_features,
                              1.0F,
                              dz_operand,
-                             {w.data<float>(), in, false, bits(w_bf16)},
+                             {bf16_operands ? nullptr : w.data<float>(), in, false, bits(w_bf16)},
                              0.0F,
                              dx.data<float>(),
                              in};
@@ -173,7 +186,9 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
         } else if (need_w) {
           be.gemm(dw_product(), precision);
         }
-        return autograd::TensorList{dx, dw, db};
+        if (!bf16_operands) return autograd::TensorList{dx, dw, db};
+        const auto as = [](const Tensor& t, DType dtype) { return t.defined() ? t.to(dtype) : t; };
+        return autograd::TensorList{as(dx, x_dtype), as(dw, w_dtype), as(db, b_dtype)};
       });
 }
 
