@@ -90,7 +90,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
   detail::require_floating(kOp, weight, "weight");
   if (bias.defined()) detail::require_floating(kOp, bias, "bias");
   detail::require_same_device(kOp, {&x, &weight, &bias});
-  const backend::Conv2dShape s = checked_shape(x, weight, bias, options);
+  backend::Conv2dShape s = checked_shape(x, weight, bias, options);
+  s.allow_tf32 = matmul_precision() == MatmulPrecision::bf16;
   if (x.dtype() != DType::f32 || weight.dtype() != DType::f32 ||
       (bias.defined() && bias.dtype() != DType::f32)) {
     // f16 / bf16 storage: compute in f32, round the result to x's dtype.

@@ -134,6 +134,10 @@ struct Conv2dShape {
   std::int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1;
   std::int64_t groups = 1;
   bool bias = false;
+  // A GPU may round the f32 operands to TF32 (tensor cores) when true: set
+  // at bf16 matmul precision, where 16-bit activations and weights arrive
+  // as bf16 values that TF32 holds exactly. The CPU computes in f32 either way.
+  bool allow_tf32 = false;
 };
 
 struct Pool2dShape {
