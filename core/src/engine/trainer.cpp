@@ -536,9 +536,12 @@ TrainResult TrainingLoop::run() {
     print_bottleneck();
   }
   const AllocatorStats memory = allocator_stats(device_);
-  console_.print("*** Peak memory on {}: {} allocated by tensors ({} cached by the allocator)",
-                 to_string(device_), readable_bytes(memory.peak_bytes),
-                 readable_bytes(memory.cached_bytes));
+  // cached_bytes is what the caching allocator holds free at the end, not a
+  // peak: PyTorch's "reserved" would be the live bytes plus it.
+  console_.print(
+      "*** Peak memory on {}: {} allocated by tensors ({} free in the allocator's cache at the "
+      "end)",
+      to_string(device_), readable_bytes(memory.peak_bytes), readable_bytes(memory.cached_bytes));
   if (result_.skipped_steps > 0) {
     console_.print("*** Skipped {} step(s) on loss-scale overflow", result_.skipped_steps);
   }
