@@ -1382,6 +1382,60 @@ TEST(KernelBackendLoss, CrossEntropyWithSmoothing) {
   }
 }
 
+// 16-bit logits read as they are: the CPU's f32 results on the same values,
+// dx rounded once to the logits' dtype (in place too).
+TEST(KernelBackendLoss, CrossEntropyReads16BitLogits) {
+  ASSERT_TRUE(emu().cross_entropy_reads_16bit());
+  EXPECT_FALSE(cpu().cross_entropy_reads_16bit());
+  const std::int64_t rows = 5, c = 300;
+  const std::vector<std::int64_t> labels{0, 299, 17, 17, 150};
+  const std::vector<float> row_scale = uniform(rows, 184, 0.0F, 2.0F);
+  const Dev<std::int64_t> elabels(labels);
+  const Dev<float> erow(row_scale);
+  const float on = 0.9F, off = 0.1F / 299.0F;
+  for (const DType dtype : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const auto to16 = [dtype](float v) {
+      return dtype == DType::bf16 ? float_to_bfloat16_bits(v) : float_to_half_bits(v);
+    };
+    const auto from16 = [dtype](std::uint16_t b) {
+      return dtype == DType::bf16 ? bfloat16_bits_to_float(b) : half_bits_to_float(b);
+    };
+    const std::vector<float> raw = uniform(rows * c, 183, -6.0F, 6.0F);
+    std::vector<std::uint16_t> x16(raw.size());
+    std::vector<float> x(raw.size());
+    for (std::size_t i = 0; i < raw.size(); ++i) {
+      x16[i] = to16(raw[i]);
+      x[i] = from16(x16[i]);
+    }
+    std::vector<float> loss(rows), lse(rows), dx(x.size());
+    cpu().cross_entropy_forward(x.data(), labels.data(), rows, c, on, off, loss.data(), lse.data());
+    cpu().cross_entropy_backward(x.data(), labels.data(), lse.data(), row_scale.data(), 0.5F,
+                                 nullptr, rows, c, on, off, dx.data());
+    const Dev<std::uint16_t> ex(x16);
+    const Dev<float> eloss(rows), else_(rows);
+    emu().cross_entropy_forward_16(dtype, ex.get(), elabels.get(), rows, c, on, off, eloss.get(),
+                                   else_.get());
+    EXPECT_TRUE(close(eloss.host(), loss, 1e-6F, 1e-5F)) << "loss";
+    EXPECT_TRUE(close(else_.host(), lse, 1e-6F, 1e-6F)) << "lse";
+    for (const bool in_place : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "in place " << in_place);
+      const Dev<std::uint16_t> ex2(x16), edx(x16.size());
+      emu().cross_entropy_backward_16(dtype, ex2.get(), elabels.get(), else_.get(), erow.get(),
+                                      0.5F, nullptr, rows, c, on, off,
+                                      in_place ? ex2.get() : edx.get());
+      const std::vector<std::uint16_t> got16 = in_place ? ex2.host() : edx.host();
+      std::vector<float> got(got16.size()), want(dx.size());
+      for (std::size_t i = 0; i < got16.size(); ++i) {
+        got[i] = from16(got16[i]);
+        want[i] = from16(to16(dx[i]));  // the CPU's f32 gradient, rounded once
+      }
+      // One step of the 16-bit type where the f32 results round to neighbours.
+      EXPECT_TRUE(close(got, want, 1e-7F, dtype == DType::bf16 ? 1e-2F : 1e-3F)) << "dx";
+    }
+  }
+}
+
 // ---- Dropout ----------------------------------------------------------------------------------
 
 // Philox and the keep rule are shared (rig/math): the CPU's bits.

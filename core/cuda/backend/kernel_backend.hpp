@@ -143,6 +143,14 @@ class KernelBackend final : public backend::Backend {
                               const float* row_scale, float scale, const float* scale_factor,
                               std::int64_t rows, std::int64_t c, float on, float off,
                               float* dx) override;
+  bool cross_entropy_reads_16bit() const override { return true; }
+  void cross_entropy_forward_16(DType type, const void* x, const std::int64_t* labels,
+                                std::int64_t rows, std::int64_t c, float on, float off, float* loss,
+                                float* lse) override;
+  void cross_entropy_backward_16(DType type, const void* x, const std::int64_t* labels,
+                                 const float* lse, const float* row_scale, float scale,
+                                 const float* scale_factor, std::int64_t rows, std::int64_t c,
+                                 float on, float off, void* dx) override;
   void padded_loss(const float* xent, const float* w, std::int64_t rows, double constant,
                    float* loss) override;
   void padded_loss_backward(const float* xent, const float* w, std::int64_t rows, double constant,

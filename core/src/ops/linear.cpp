@@ -130,7 +130,11 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
        in, out_features, precision, bf16_operands, x_dtype, w_dtype, b_dtype,
        need_x = x.requires_grad(), need_w = weight.requires_grad(),
        need_b = bias.defined() && bias.requires_grad()](const Tensor& g) {
-        const Tensor gc = detail::as_f32(g).contiguous();
+        // A bf16 g with nothing to form from it (no activation, no bias) is
+        // the products' dz as it is: no f32 copy (the logits' gradient).
+        const bool g_is_dz =
+            bf16_operands && g.dtype() == DType::bf16 && activation == Activation::none && !need_b;
+        const Tensor gc = g_is_dz ? g.contiguous() : detail::as_f32(g).contiguous();
         backend::Backend& be = detail::backend_of(gc);
         Tensor db = need_b ? detail::empty_on(gc, {out_features}) : Tensor();
         const float* saved_data = saved.defined() ? saved.data<float>() : nullptr;
@@ -139,7 +143,9 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
         // when a pass over g runs anyway) dz written only rounded to bf16.
         Tensor dz = gc;
         Tensor dz_bf16;
-        if (x_bf16.defined() && (activation != Activation::none || need_b)) {
+        if (g_is_dz) {
+          dz_bf16 = gc;
+        } else if (x_bf16.defined() && (activation != Activation::none || need_b)) {
           dz_bf16 = detail::empty_on(gc, {n_rows, out_features}, DType::bf16);
           be.activation_backward_bf16(activation, gc.data<float>(), saved_data,
                                       dz_bf16.data<std::uint16_t>(), db_data, n_rows, out_features,

@@ -1,8 +1,10 @@
 // Losses: mse_loss, cross_entropy (torch semantics, label smoothing) and
 // padded_cross_entropy (OpenSeq2Seq's PaddedCrossEntropyLossWithSmoothing),
 // the last two fused (log-softmax + NLL, forward and backward) in one
-// backend kernel each. Logits in f16/bf16 are computed in f32; losses are
-// f32 scalars on the logits' device, and backward never reads the device.
+// backend kernel each. Logits in f16/bf16 are read as they are where the
+// back end can (CUDA: the gradient comes back in their dtype), else through
+// an f32 copy; the math is f32 either way. Losses are f32 scalars on the
+// logits' device, and backward never reads the device.
 #include <cmath>
 #include <stdexcept>
 
@@ -49,10 +51,45 @@ XentResult xent_forward(const Tensor& logits, const Tensor& labels, float on, fl
   const std::int64_t rows = logits.size(0);
   const std::int64_t classes = logits.size(1);
   XentResult r{detail::empty_on(logits, {rows}), detail::empty_on(logits, {rows})};
-  detail::backend_of(logits).cross_entropy_forward(
-      logits.data<float>(), labels.data<std::int64_t>(), rows, classes, on, off,
-      r.loss_rows.data<float>(), r.lse.data<float>());
+  backend::Backend& be = detail::backend_of(logits);
+  if (logits.dtype() == DType::f32) {
+    be.cross_entropy_forward(logits.data<float>(), labels.data<std::int64_t>(), rows, classes, on,
+                             off, r.loss_rows.data<float>(), r.lse.data<float>());
+  } else {
+    be.cross_entropy_forward_16(logits.dtype(), logits.data<std::uint16_t>(),
+                                labels.data<std::int64_t>(), rows, classes, on, off,
+                                r.loss_rows.data<float>(), r.lse.data<float>());
+  }
   return r;
+}
+
+// dx (x's dtype and shape) of the loss over logits x [rows, classes]: every
+// element written.
+Tensor xent_backward(const Tensor& x, const Shape& shape, const Tensor& labels, const Tensor& lse,
+                     const float* row_scale, const float* scale_factor, float on, float off) {
+  const std::int64_t rows = x.size(0);
+  const std::int64_t classes = x.size(1);
+  if (rows == 0) return detail::zeros_on(x, shape, x.dtype());
+  Tensor dx = detail::empty_on(x, shape, x.dtype());
+  backend::Backend& be = detail::backend_of(x);
+  if (x.dtype() == DType::f32) {
+    be.cross_entropy_backward(x.data<float>(), labels.data<std::int64_t>(), lse.data<float>(),
+                              row_scale, 1.0F, scale_factor, rows, classes, on, off,
+                              dx.data<float>());
+  } else {
+    be.cross_entropy_backward_16(x.dtype(), x.data<std::uint16_t>(), labels.data<std::int64_t>(),
+                                 lse.data<float>(), row_scale, 1.0F, scale_factor, rows, classes,
+                                 on, off, dx.data<std::uint16_t>());
+  }
+  return dx;
+}
+
+// Whether the loss reads LOGITS as they are: f32, or 16-bit on a back end
+// that reads them (else the ops compute on an f32 copy).
+bool reads_as_is(const Tensor& logits) {
+  return logits.dtype() == DType::f32 ||
+         ((logits.dtype() == DType::bf16 || logits.dtype() == DType::f16) &&
+          detail::backend_of(logits).cross_entropy_reads_16bit());
 }
 
 }  // namespace
@@ -113,9 +150,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smo
     throw std::invalid_argument(
         fmt::format("cross_entropy: empty logits {}", to_string(logits.shape())));
   }
-  if (logits.dtype() != DType::f32) {
-    return cross_entropy(logits.to(DType::f32), labels, label_smoothing);
-  }
+  if (!reads_as_is(logits)) return cross_entropy(logits.to(DType::f32), labels, label_smoothing);
   const Tensor y = checked_labels("cross_entropy", labels, classes);
   // torch: target = (1 - s) one_hot + s / C.
   const math::SmoothedTargets targets = math::torch_smoothing(label_smoothing, classes);
@@ -128,15 +163,12 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smo
                                 loss.data<float>());
   return autograd::record(
       std::move(loss), "cross_entropy", {logits, labels},
-      [x, y, lse = r.lse, rows, classes, on, off](const Tensor& g) {
+      [x, y, lse = r.lse, rows, on, off](const Tensor& g) {
         // g / rows, on the device: the factor of every row's gradient.
         const Tensor scale = div(
             g.to(DType::f32), Tensor::full({}, static_cast<float>(rows), DType::f32, g.device()));
-        Tensor dx = detail::empty_on(x, x.shape());
-        detail::backend_of(x).cross_entropy_backward(
-            x.data<float>(), y.data<std::int64_t>(), lse.data<float>(), nullptr, 1.0F,
-            scale.data<float>(), rows, classes, on, off, dx.data<float>());
-        return autograd::TensorList{dx, Tensor()};
+        return autograd::TensorList{
+            xent_backward(x, x.shape(), y, lse, nullptr, scale.data<float>(), on, off), Tensor()};
       });
 }
 
@@ -175,7 +207,7 @@ Tensor padded_cross_entropy(const Tensor& logits, const Tensor& labels, const Te
     throw std::invalid_argument(
         fmt::format("{}: empty vocabulary in logits {}", kOp, to_string(logits.shape())));
   }
-  if (logits.dtype() != DType::f32) {
+  if (!reads_as_is(logits)) {
     return padded_cross_entropy(logits.to(DType::f32), labels, weights, label_smoothing);
   }
   const Tensor w = weights.dtype() == DType::f32 ? weights : weights.to(DType::f32);
@@ -199,7 +231,7 @@ Tensor padded_cross_entropy(const Tensor& logits, const Tensor& labels, const Te
                                     loss.data<float>());
   return autograd::record(
       std::move(loss), kOp, {logits, labels, weights},
-      [x, y, wc, r, rows, vocab, on, off, constant, shape = logits.shape(),
+      [x, y, wc, r, rows, on, off, constant, shape = logits.shape(),
        need_x = logits.requires_grad(), need_w = weights.requires_grad()](const Tensor& g) {
         backend::Backend& be = detail::backend_of(x);
         const Tensor upstream = g.to(DType::f32).contiguous();
@@ -209,15 +241,9 @@ Tensor padded_cross_entropy(const Tensor& logits, const Tensor& labels, const Te
         be.padded_loss_backward(r.loss_rows.data<float>(), wc.data<float>(), rows, constant,
                                 upstream.data<float>(), row_scale.data<float>(),
                                 x_scale.data<float>(), need_w ? dw.data<float>() : nullptr);
-        Tensor dx;
-        if (need_x) {
-          dx = detail::zeros_on(x, shape);
-          if (rows > 0) {
-            be.cross_entropy_backward(x.data<float>(), y.data<std::int64_t>(), r.lse.data<float>(),
-                                      row_scale.data<float>(), 1.0F, x_scale.data<float>(), rows,
-                                      vocab, on, off, dx.data<float>());
-          }
-        }
+        const Tensor dx = need_x ? xent_backward(x, shape, y, r.lse, row_scale.data<float>(),
+                                                 x_scale.data<float>(), on, off)
+                                 : Tensor();
         return autograd::TensorList{dx, Tensor(), dw};
       });
 }

@@ -183,6 +183,19 @@ class Backend {
                                       const float* row_scale, float scale,
                                       const float* scale_factor, std::int64_t rows, std::int64_t c,
                                       float on, float off, float* dx) = 0;
+  // The same over 16-bit logits (f16 or bf16) read as they are, dx written in
+  // their dtype (dx may be x: in place), where cross_entropy_reads_16bit():
+  // a language model's logits are its largest tensor, and f32 copies of
+  // them and their gradient cost more than the loss. Other back ends get f32
+  // copies from the ops (the defaults throw).
+  virtual bool cross_entropy_reads_16bit() const { return false; }
+  virtual void cross_entropy_forward_16(DType type, const void* x, const std::int64_t* labels,
+                                        std::int64_t rows, std::int64_t c, float on, float off,
+                                        float* loss, float* lse);
+  virtual void cross_entropy_backward_16(DType type, const void* x, const std::int64_t* labels,
+                                         const float* lse, const float* row_scale, float scale,
+                                         const float* scale_factor, std::int64_t rows,
+                                         std::int64_t c, float on, float off, void* dx);
   // OpenSeq2Seq's padded loss from the rows' cross-entropies xent and weights
   // w: loss[0] = sum_r (xent_r - constant) w_r^2 / sum_r w_r (0 when the
   // weights sum to 0), summed in f64.
