@@ -819,6 +819,79 @@ bool exact_activation(Activation act) {
   return close(wide, want_wide, 1e-6F, 1e-2F);  // one bf16 step
 }
 
+// GemmProduct::c_bf16: C written rounded to bf16 (padding past n left
+// alone), the CPU's f32 product rounded once; k = 0 writes zeros.
+TEST(KernelBackendGemm, Bf16OutputIsTheProductRounded) {
+  ASSERT_TRUE(emu().gemm_writes_bf16());
+  EXPECT_FALSE(cpu().gemm_writes_bf16());
+  const std::int64_t m = 6, n = 9, ldc = 11;
+  for (const std::int64_t k : {std::int64_t{0}, std::int64_t{13}}) {
+    for (const bool ta : {false, true}) {
+      for (const bool tb : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "k " << k << " trans_a " << ta << " trans_b " << tb);
+        std::vector<std::uint16_t> a16(static_cast<std::size_t>(std::max<std::int64_t>(m * k, 1)));
+        std::vector<std::uint16_t> b16(static_cast<std::size_t>(std::max<std::int64_t>(k * n, 1)));
+        const std::vector<float> av = uniform(a16.size(), 47), bv = uniform(b16.size(), 48);
+        for (std::size_t i = 0; i < a16.size(); ++i) a16[i] = float_to_bfloat16_bits(av[i]);
+        for (std::size_t i = 0; i < b16.size(); ++i) b16[i] = float_to_bfloat16_bits(bv[i]);
+        const std::int64_t lda = ta ? m : k, ldb = tb ? k : n;
+        std::vector<float> want(static_cast<std::size_t>(m * ldc), 0.0F);
+        cpu().gemm({m,
+                    n,
+                    k,
+                    1.0F,
+                    {nullptr, lda, ta, a16.data()},
+                    {nullptr, ldb, tb, b16.data()},
+                    0.0F,
+                    want.data(),
+                    ldc},
+                   MatmulPrecision::bf16);
+        const std::uint16_t poison = 0x7FC1;
+        const Dev<std::uint16_t> ea(a16), eb(b16),
+            ec(std::vector<std::uint16_t>(static_cast<std::size_t>(m * ldc), poison));
+        emu().gemm({m,
+                    n,
+                    k,
+                    1.0F,
+                    {nullptr, lda, ta, ea.get()},
+                    {nullptr, ldb, tb, eb.get()},
+                    0.0F,
+                    nullptr,
+                    ldc,
+                    ec.get()},
+                   MatmulPrecision::bf16);
+        const std::vector<std::uint16_t> got = ec.host();
+        std::vector<std::uint16_t> got_c, want_c;
+        for (std::int64_t r = 0; r < m; ++r) {
+          for (std::int64_t j = 0; j < ldc; ++j) {
+            const auto at = static_cast<std::size_t>(r * ldc + j);
+            if (j >= n) {
+              EXPECT_EQ(got[at], poison) << "row " << r << " column " << j << " past n was written";
+              continue;
+            }
+            got_c.push_back(got[at]);
+            want_c.push_back(float_to_bfloat16_bits(want[at]));
+          }
+        }
+        EXPECT_TRUE(close_bf16(got_c, want_c));
+      }
+    }
+  }
+  const Dev<std::uint16_t> e1(std::vector<std::uint16_t>(4)), ec(4);
+  EXPECT_THROW(emu().gemm({2,
+                           2,
+                           1,
+                           1.0F,
+                           {nullptr, 1, false, e1.get()},
+                           {nullptr, 2, false, e1.get()},
+                           1.0F,
+                           nullptr,
+                           2,
+                           ec.get()},
+                          MatmulPrecision::bf16),
+               std::invalid_argument);
+}
+
 TEST(KernelBackendActivation, BackwardWithColumnSums) {
   const std::int64_t rows = 70, cols = 9;
   const std::size_t size = rows * cols;

@@ -61,6 +61,13 @@ GemmRequest request_of(const backend::GemmProduct& p) {
 
 void KernelBackend::gemm(const backend::GemmProduct& p, MatmulPrecision precision) {
   if (p.m == 0 || p.n == 0) return;
+  if (p.c_bf16 != nullptr && (p.beta != 0.0F || precision != MatmulPrecision::bf16)) {
+    throw std::invalid_argument("KernelBackend::gemm: a bf16 C needs beta 0 and bf16 precision");
+  }
+  if (p.c_bf16 != nullptr && p.k == 0) {  // 0 C
+    fill_strided({p.m, p.n}, p.c_bf16, {p.ldc, 1}, DType::bf16, 0.0F);
+    return;
+  }
   if (p.k == 0) {  // beta C
     for (std::int64_t i = 0; i < p.m; ++i) {
       float* row = p.c + i * p.ldc;
@@ -97,18 +104,23 @@ void KernelBackend::gemm(const backend::GemmProduct& p, MatmulPrecision precisio
     request.lda = sa.cols;
     request.ldb = sb.cols;
   }
+  void* c = p.c;
+  if (p.c_bf16 != nullptr) {
+    request.c_type = GemmType::bf16;
+    c = p.c_bf16;
+  }
   const LtPlan plan = plan_gemm(request);
   const void* lt_a = plan.a_is == RigOperand::a ? a : b;
   const void* lt_b = plan.b_is == RigOperand::a ? a : b;
-  device_->gemm(plan, lt_a, lt_b, p.c, p.c, nullptr, nullptr);
+  device_->gemm(plan, lt_a, lt_b, c, c, nullptr, nullptr);
 }
 
 void KernelBackend::gemm_batched(const backend::GemmProduct& first, std::int64_t count,
                                  std::int64_t stride_a, std::int64_t stride_b,
                                  std::int64_t stride_c, MatmulPrecision precision) {
-  if (first.a.bf16 != nullptr || first.b.bf16 != nullptr) {
+  if (first.a.bf16 != nullptr || first.b.bf16 != nullptr || first.c_bf16 != nullptr) {
     throw std::invalid_argument(
-        "KernelBackend::gemm_batched: operands rounded to bf16 beforehand have no batch stride");
+        "KernelBackend::gemm_batched: bf16 operands or C given beforehand have no batch stride");
   }
   if (count <= 0 || first.m == 0 || first.n == 0) return;
   if (count == 1 || first.k == 0) {  // gemm() does beta C itself

@@ -79,7 +79,11 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
   Shape out_shape = x.shape();
   out_shape.back() = out_features;
   backend::Backend& be = detail::backend_of(xc);
-  Tensor y = detail::empty_on(xc, out_shape);
+  // With nothing to add or apply after the product, a back end that can
+  // writes y in bf16 straight from the product (no f32 y at all).
+  const bool y_bf16 = bf16_operands && !b.defined() && activation == Activation::none &&
+                      dropout.p == 0.0F && be.gemm_writes_bf16();
+  Tensor y = detail::empty_on(xc, out_shape, y_bf16 ? DType::bf16 : DType::f32);
   const bool needs_grad = grad_mode_enabled() && (x.requires_grad() || weight.requires_grad() ||
                                                   (bias.defined() && bias.requires_grad()));
   Tensor pre =
@@ -104,18 +108,21 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
   const auto bits = [](const Tensor& t) { return t.defined() ? t.data<std::uint16_t>() : nullptr; };
   x_operand.bf16 = bits(x_bf16);
   w_operand.bf16 = bits(w_bf16);
-  be.gemm(
-      {n_rows, out_features, in, 1.0F, x_operand, w_operand, 0.0F, y.data<float>(), out_features},
-      precision);
-  be.bias_activation(y.data<float>(), pre.defined() ? pre.data<float>() : nullptr,
-                     b.defined() ? b.data<float>() : nullptr, n_rows, out_features, activation);
+  be.gemm({n_rows, out_features, in, 1.0F, x_operand, w_operand, 0.0F,
+           y_bf16 ? nullptr : y.data<float>(), out_features,
+           y_bf16 ? y.data<std::uint16_t>() : nullptr},
+          precision);
+  if (!y_bf16) {
+    be.bias_activation(y.data<float>(), pre.defined() ? pre.data<float>() : nullptr,
+                       b.defined() ? b.data<float>() : nullptr, n_rows, out_features, activation);
+  }
   if (dropped) {
     be.dropout_forward(dropout.key, dropout.p, keep_scale, DType::f32, y.data<float>(),
                        y.data<float>(), y.numel(), nullptr);
   }
   const DType x_dtype = x.dtype(), w_dtype = weight.dtype();
   const DType b_dtype = bias.defined() ? bias.dtype() : DType::f32;
-  if (!needs_grad) return bf16_operands ? y.to(x_dtype) : y;
+  if (!needs_grad) return bf16_operands && !y_bf16 ? y.to(x_dtype) : y;
 
   // The activation derivative reads the output (relu, tanh, sigmoid) or the pre-activation (gelu).
   const Tensor saved = activation == Activation::gelu   ? pre
@@ -123,7 +130,7 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
                                                         : y.detach();
   // dW needs x, rounded when the products are; dx needs W.
   const Tensor x_kept = x_bf16.defined() ? Tensor() : xc;
-  Tensor out = bf16_operands ? y.to(x_dtype) : std::move(y);
+  Tensor out = bf16_operands && !y_bf16 ? y.to(x_dtype) : std::move(y);
   return autograd::record(
       std::move(out), "linear", {x, weight, bias},
       [x_kept, x_bf16, x_shape = xc.shape(), w, w_bf16, bits, saved, activation, keep_scale, n_rows,

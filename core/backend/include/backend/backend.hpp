@@ -284,6 +284,8 @@ class Backend {
   virtual void round_bf16(const GemmOperand& x, std::int64_t rows, std::int64_t cols,
                           std::uint16_t* dst) = 0;
   virtual void gemm(const GemmProduct& p, MatmulPrecision precision) = 0;
+  // Whether gemm() honours GemmProduct::c_bf16 (the ops leave it null where not).
+  virtual bool gemm_writes_bf16() const { return false; }
   // Two independent products (a layer's dX and dW) at once where that is faster.
   virtual void gemm_pair(const GemmProduct& first, const GemmProduct& second,
                          MatmulPrecision precision) = 0;

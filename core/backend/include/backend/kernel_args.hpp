@@ -89,6 +89,10 @@ struct GemmProduct {
   float beta = 0.0F;
   float* c = nullptr;
   std::int64_t ldc = 0;
+  // Where set (and Backend::gemm_writes_bf16()), C is written here rounded
+  // to bf16 instead of to c (beta must be 0): a 16-bit layer's output with
+  // no f32 copy. Single products at bf16 precision only.
+  std::uint16_t* c_bf16 = nullptr;
 };
 
 // A strided matrix operand of a batched product: [..., r, c] with any strides;
