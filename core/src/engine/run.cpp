@@ -149,11 +149,13 @@ void build_model(const RunInputs& in, const DeviceChoice& device, BuiltModel& bu
   in.console.print("*** Experiment {} ({} mode): {} parameters, {} process(es)",
                    in.options.experiment, mode, built.params.numel(), in.comm.size());
   if (settings.bf16_matmuls) {
+    const char* how = settings.device.type == Device::Type::cuda
+                          ? "cuBLASLt's bfloat16 products on the tensor cores"
+                      : ops::fast_bf16_products(settings.device)
+                          ? "oneDNN's bfloat16 kernels for all but the smallest products"
+                          : "this CPU has no bfloat16 dot products: the same numbers, no faster";
     in.console.print(
-        "*** Matrix products round their operands to bfloat16 and accumulate in float32 ({})",
-        ops::fast_bf16_products(settings.device)
-            ? "oneDNN's bfloat16 kernels for all but the smallest products"
-            : "this CPU has no bfloat16 dot products: the same numbers, no faster");
+        "*** Matrix products round their operands to bfloat16 and accumulate in float32 ({})", how);
   }
 }
 
