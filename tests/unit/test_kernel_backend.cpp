@@ -1280,6 +1280,20 @@ TEST(KernelBackendReduce, Unscale) {
   }
 }
 
+// How busy the device has been: NVML's percentage on a GPU (it comes with
+// the driver), nothing where the device cannot tell (the emulator, the CPU).
+TEST(KernelBackendChecks, DeviceUtilisation) {
+  const std::optional<double> u = emu().device_utilisation(Device::cuda(0));
+#ifdef RIG_KERNEL_BACKEND_ON_GPU
+  ASSERT_TRUE(u.has_value()) << "no NVML utilisation on a GPU machine";
+  EXPECT_GE(*u, 0.0);
+  EXPECT_LE(*u, 100.0);
+#else
+  EXPECT_FALSE(u.has_value()) << "the emulated device cannot tell";
+#endif
+  EXPECT_FALSE(cpu().device_utilisation(Device::cpu()).has_value());
+}
+
 TEST(KernelBackendChecks, GradientStats) {
   std::vector<float> grads = uniform(5000, 151, -3.0F, 3.0F);
   const Dev<float> eg(grads);

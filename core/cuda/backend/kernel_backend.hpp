@@ -48,6 +48,7 @@ class KernelBackend final : public backend::Backend {
 
   Device::Type type() const override { return Device::Type::cuda; }
   backend::MemoryPool& memory(Device device) override;
+  std::optional<double> device_utilisation(Device) override { return device_->utilisation(); }
   void to_host(void* host, const void* src, std::size_t bytes) override;
   void from_host(void* dst, const void* host, std::size_t bytes) override;
   void synchronize() override;

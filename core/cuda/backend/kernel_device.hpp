@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 
 #include "backend/kernel_args.hpp"
 #include "backend/memory.hpp"
@@ -29,6 +30,8 @@ class KernelDevice {
   virtual backend::MemoryPool& memory() = 0;
   // What the kernels' plan() functions are given (grid sizes of two-stage reductions).
   virtual const simt::DeviceProperties& properties() const = 0;
+  // Backend::device_utilisation: nothing where the device cannot tell (the emulator).
+  virtual std::optional<double> utilisation() { return std::nullopt; }
 
 // Queues one kernel as its plan() says; a plan with an empty grid queues nothing.
 #define RIG_CUDA_DEVICE_RUN(K) virtual void run(const kernels::K& kernel) = 0;

@@ -25,6 +25,7 @@
 #include "cuda/runtime/device_properties.cuh"
 #include "cuda/runtime/event.hpp"
 #include "cuda/runtime/kernel_runs.cuh"
+#include "cuda/runtime/nvml_utilisation.hpp"
 #include "cuda/runtime/pinned_buffer.hpp"
 #include "cuda/runtime/stream.hpp"
 
@@ -73,6 +74,14 @@ class GpuDevice final : public KernelDevice {
 
   backend::MemoryPool& memory() override { return pool_; }
   const simt::DeviceProperties& properties() const override { return properties_; }
+  std::optional<double> utilisation() override {
+    const std::lock_guard lock(nvml_mutex_);
+    if (!nvml_) {
+      const DeviceGuard guard(device_);
+      nvml_ = std::make_unique<NvmlUtilisation>(device_);
+    }
+    return nvml_->sample();
+  }
 
 #define RIG_GPU_RUN(K)                          \
   void run(const kernels::K& kernel) override { \
@@ -199,6 +208,8 @@ class GpuDevice final : public KernelDevice {
   std::mutex staging_mutex_;
   std::vector<std::unique_ptr<Staging>> staging_;
   std::size_t next_reuse_ = 0;
+  std::mutex nvml_mutex_;
+  std::unique_ptr<NvmlUtilisation> nvml_;  // made at the first utilisation()
 };
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,6 +22,10 @@ namespace rig {
 
 // The counters of one device's caching allocator; give its cached blocks back.
 AllocatorStats allocator_stats(Device device = Device::cpu());
+// The percentage of recent time DEVICE ran kernels (a GPU: NVML's
+// utilisation, as nvidia-smi's GPU-Util), or nothing where that is unknown
+// (the CPU, sim, the emulator, a GPU without NVML).
+std::optional<double> device_utilisation(Device device);
 void reset_peak_bytes(Device device = Device::cpu());
 void empty_allocator_cache(Device device = Device::cpu());  // give cached blocks back
 

@@ -148,6 +148,17 @@ class TrainingLoop {
   Clock::time_point run_start_ = Clock::now();
   std::optional<Batch> sample_batch_;  // kept when samples are due this step
   int agreed_stop_signal_ = 0;         // several ranks stop together, at the same step
+  // The device's utilisation (where it can tell), sampled at the logging steps.
+  double utilisation_sum_ = 0.0;
+  std::int64_t utilisation_samples_ = 0;
+  std::optional<double> sample_utilisation() {
+    const std::optional<double> u = device_utilisation(device_);
+    if (u) {
+      utilisation_sum_ += *u;
+      ++utilisation_samples_;
+    }
+    return u;
+  }
 };
 
 Tensor TrainingLoop::agree(const Tensor& step_loss) {
@@ -358,6 +369,9 @@ void TrainingLoop::write_summaries() {
   const AllocatorStats memory = allocator_stats(device_);
   scalars.emplace_back("memory/peak_allocated_MiB", static_cast<double>(memory.peak_bytes) / kMiB);
   scalars.emplace_back("memory/cached_MiB", static_cast<double>(memory.cached_bytes) / kMiB);
+  if (const std::optional<double> u = sample_utilisation()) {
+    scalars.emplace_back("device/utilisation_percent", *u);
+  }
   if (p_.comm.size() > 1) {
     const StepCosts costs = costs_per_step(t, p_.comm.size());
     scalars.emplace_back("comm/busy_seconds", costs.comm_busy);
@@ -447,6 +461,7 @@ void TrainingLoop::after_step(const PhaseTimes& times) {
     print_loss_.reset();
     state_.train_loss_step = state_.step;
     console_.print("*** Global step {}: *** Train loss: {:.4f}", state_.step, *state_.train_loss);
+    sample_utilisation();
     // The data share says at a glance whether the input pipeline keeps up.
     const double per_step = t.step / static_cast<double>(t.steps);
     if (p_.comm.size() > 1) {
@@ -534,6 +549,14 @@ TrainResult TrainingLoop::run() {
                    timed_.data / static_cast<double>(timed_.steps),
                    100.0 * timed_.data / timed_.step);
     print_bottleneck();
+  }
+  sample_utilisation();
+  if (utilisation_samples_ > 0) {
+    console_.print(
+        "*** Device utilisation on {}: kernels ran {:.0f}% of the time (NVML's GPU-Util, mean of "
+        "{} sample(s) at the logging steps)",
+        to_string(device_), utilisation_sum_ / static_cast<double>(utilisation_samples_),
+        utilisation_samples_);
   }
   const AllocatorStats memory = allocator_stats(device_);
   // cached_bytes is what the caching allocator holds free at the end, not a

@@ -10,6 +10,9 @@ namespace rig {
 AllocatorStats allocator_stats(Device device) {
   return backend::backend_for(device).memory(device).stats();
 }
+std::optional<double> device_utilisation(Device device) {
+  return backend::backend_for(device).device_utilisation(device);
+}
 void reset_peak_bytes(Device device) {
   backend::backend_for(device).memory(device).reset_peak();
 }

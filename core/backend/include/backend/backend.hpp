@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -42,6 +43,9 @@ class Backend {
 
   // ---- Memory and transfers ------------------------------------------------------
   virtual MemoryPool& memory(Device device) = 0;
+  // The percentage of recent time the device ran kernels (a GPU: NVML's
+  // utilisation over its last sample period), where the back end can tell.
+  virtual std::optional<double> device_utilisation(Device) { return std::nullopt; }
   // Synchronous copies between this device's memory and host memory.
   virtual void to_host(void* host, const void* src, std::size_t bytes) = 0;
   virtual void from_host(void* dst, const void* host, std::size_t bytes) = 0;
