@@ -264,6 +264,7 @@ Graph conv2d_forward_graph(const backend::Conv2dShape& s, ConvType type) {
     set_conv(
         g.node(OpKind::conv_forward, {{Slot::x, uid::x}, {Slot::w, uid::w}, {Slot::y, uid::y}}), s);
   }
+  g.graph().allow_tf32 = s.allow_tf32;
   return g.take();
 }
 
@@ -277,6 +278,7 @@ Graph conv2d_backward_data_graph(const backend::Conv2dShape& s, ConvType type) {
   set_conv(g.node(OpKind::conv_backward_data,
                   {{Slot::dy, uid::dy}, {Slot::w, uid::w}, {Slot::dx, uid::dx}}),
            s);
+  g.graph().allow_tf32 = s.allow_tf32;
   return g.take();
 }
 
@@ -290,6 +292,7 @@ Graph conv2d_backward_filter_graph(const backend::Conv2dShape& s, ConvType type)
   set_conv(g.node(OpKind::conv_backward_filter,
                   {{Slot::x, uid::x}, {Slot::dy, uid::dy}, {Slot::dw, uid::dw}}),
            s);
+  g.graph().allow_tf32 = s.allow_tf32;
   return g.take();
 }
 

@@ -151,9 +151,8 @@ struct IndexAddSegments {
   RIG_HD void operator()(Ctx& ctx) const {
     const std::int64_t total = outer * k * inner;
     for (std::int64_t e = global_thread(ctx); e < total; e += grid_threads(ctx)) {
-      const std::int64_t col = e % inner;
-      const std::int64_t p = (e / inner) % k;
-      const std::int64_t o = e / (inner * k);
+      const auto [line, col] = div_mod(e, inner);
+      const auto [o, p] = div_mod(line, k);
       const std::uint32_t key = keys[p];
       if (key >= n || (p > 0 && keys[p - 1] == key)) continue;
       float* d = dx + (o * n + key) * inner + col;

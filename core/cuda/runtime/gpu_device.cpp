@@ -98,29 +98,25 @@ class GpuDevice final : public KernelDevice {
     gemm_->run(plan, a, b, c, d, bias, aux, stream_.native());
   }
 
-  static dnn::Graph with_tf32(dnn::Graph graph, bool allow) {
-    graph.allow_tf32 = allow;
-    return graph;
-  }
   void conv2d_forward(const backend::Conv2dShape& s, const float* x, const float* w,
                       float* y) override {
     backend::Conv2dShape plain = s;
     plain.bias = false;
-    execute(with_tf32(dnn::conv2d_forward_graph(plain), s.allow_tf32),
+    execute(dnn::conv2d_forward_graph(plain),
             {{dnn::uid::x, x}, {dnn::uid::w, w}, {dnn::uid::y, y}});
   }
   void conv2d_backward_data(const backend::Conv2dShape& s, const float* w, const float* dy,
                             float* dx) override {
     backend::Conv2dShape plain = s;
     plain.bias = false;
-    execute(with_tf32(dnn::conv2d_backward_data_graph(plain), s.allow_tf32),
+    execute(dnn::conv2d_backward_data_graph(plain),
             {{dnn::uid::dy, dy}, {dnn::uid::w, w}, {dnn::uid::dx, dx}});
   }
   void conv2d_backward_filter(const backend::Conv2dShape& s, const float* x, const float* dy,
                               float* dw) override {
     backend::Conv2dShape plain = s;
     plain.bias = false;
-    execute(with_tf32(dnn::conv2d_backward_filter_graph(plain), s.allow_tf32),
+    execute(dnn::conv2d_backward_filter_graph(plain),
             {{dnn::uid::x, x}, {dnn::uid::dy, dy}, {dnn::uid::dw, dw}});
   }
 

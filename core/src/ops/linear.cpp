@@ -98,13 +98,13 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
   const auto round = [&](const GemmOperand& operand, const Shape& stored, std::int64_t rows,
                          std::int64_t cols) {
     if (!rounded) return Tensor();
-    if (bf16_operands) return operand.trans ? w : xc;  // dense bf16 already
     Tensor bits = detail::empty_on(xc, stored, DType::bf16);
     be.round_bf16(operand, rows, cols, bits.data<std::uint16_t>());
     return bits;
   };
-  const Tensor x_bf16 = round(x_operand, {n_rows, in}, n_rows, in);
-  const Tensor w_bf16 = round(w_operand, {out_features, in}, in, out_features);
+  // bf16 tensors are their own rounded operands (dense: contiguous above).
+  const Tensor x_bf16 = bf16_operands ? xc : round(x_operand, {n_rows, in}, n_rows, in);
+  const Tensor w_bf16 = bf16_operands ? w : round(w_operand, {out_features, in}, in, out_features);
   const auto bits = [](const Tensor& t) { return t.defined() ? t.data<std::uint16_t>() : nullptr; };
   x_operand.bf16 = bits(x_bf16);
   w_operand.bf16 = bits(w_bf16);
