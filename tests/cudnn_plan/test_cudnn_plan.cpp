@@ -207,6 +207,36 @@ std::vector<Case> cases() {
       }
     }
   }
+  // What training sends (fused_attention_shape of a back end's call): the
+  // split-heads layout ([B, T, H, D] memory), the encoder's and the cross
+  // attention's key padding, the decoder's causal mask, cuDNN's dropout;
+  // transformer-base-synthetic's batch and tools/gpu-check's tiny Transformer.
+  struct Training {
+    std::int64_t b, h, t, d;
+  };
+  for (const Training& m : {Training{125, 8, 64, 64}, Training{16, 4, 12, 16}}) {
+    for (int variant = 0; variant < 2; ++variant) {
+      rig::backend::FusedAttention a;
+      a.b = m.b;
+      a.h = m.h;
+      a.tq = a.tk = m.t;
+      a.d = m.d;
+      a.type = rig::DType::bf16;
+      a.causal = variant == 1;
+      static const std::int32_t lengths_on_device = 0;  // only its presence counts here
+      a.key_lengths = variant == 0 ? &lengths_on_device : nullptr;
+      a.dropout_p = 0.1F;
+      static float stats = 0.0F;
+      a.stats = &stats;
+      a.qs = a.ks = a.vs = a.os = {m.t * m.h * m.d, m.d, m.h * m.d};
+      const dnn::AttentionGraphShape s = dnn::fused_attention_shape(a);
+      const std::string base = "fused_b" + std::to_string(m.b) + "_h" + std::to_string(m.h) + "_t" +
+                               std::to_string(m.t) + "_d" + std::to_string(m.d) +
+                               (a.causal ? "_causal" : "_padding") + "_dropout_philox";
+      out.push_back({"attn_fwd_" + base, dnn::attention_forward_graph(s)});
+      out.push_back({"attn_bwd_" + base, dnn::attention_backward_graph(s)});
+    }
+  }
   return out;
 }
 

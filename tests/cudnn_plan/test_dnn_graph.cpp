@@ -105,6 +105,54 @@ TEST(DnnGraph, AttentionRejectsWhatCudnnCannotDo) {
   EXPECT_THROW(dnn::attention_forward_graph(a), std::invalid_argument);
 }
 
+TEST(DnnGraph, FusedAttentionShapeOfABackEndCall) {
+  rig::backend::FusedAttention a;
+  a.b = 2;
+  a.h = 8;
+  a.tq = a.tk = 32;
+  a.d = 64;
+  a.qs = a.ks = a.vs = a.os = {32 * 8 * 64, 64, 8 * 64};  // [B, T, H, D] memory
+  dnn::AttentionGraphShape s = dnn::fused_attention_shape(a);
+  EXPECT_EQ(s.type, dnn::ConvType::bf16);
+  EXPECT_FALSE(s.padding);
+  EXPECT_FALSE(s.stats);  // no backward to come
+  EXPECT_EQ(s.dropout, dnn::AttentionDropout::none);
+  EXPECT_EQ(s.q_strides.time, 8 * 64);
+  EXPECT_EQ(s.o_strides.head, 64);
+  const dnn::Graph g = dnn::attention_forward_graph(s);
+  EXPECT_EQ(g.tensor(dnn::uid::q)->strides,
+            (std::vector<std::int64_t>{32 * 8 * 64, 64, 8 * 64, 1}));
+  EXPECT_EQ(g.tensor(dnn::uid::stats), nullptr);
+  EXPECT_EQ(g.tensor(dnn::uid::seq_len_kv), nullptr);
+
+  const std::int32_t lengths = 0;
+  float stats = 0.0F;
+  a.key_lengths = &lengths;
+  a.stats = &stats;
+  a.dropout_p = 0.1F;
+  a.type = rig::DType::f16;
+  s = dnn::fused_attention_shape(a);
+  EXPECT_EQ(s.type, dnn::ConvType::f16);
+  EXPECT_TRUE(s.padding);
+  EXPECT_TRUE(s.stats);
+  EXPECT_EQ(s.dropout, dnn::AttentionDropout::philox);
+  EXPECT_FLOAT_EQ(s.dropout_probability, 0.1F);
+  const dnn::Graph with = dnn::attention_forward_graph(s);
+  EXPECT_NE(with.tensor(dnn::uid::seq_len_kv), nullptr);
+  EXPECT_NE(with.tensor(dnn::uid::seed), nullptr);
+  EXPECT_NE(with.tensor(dnn::uid::stats), nullptr);
+
+  a.type = rig::DType::f32;  // cuDNN has no f32 flash attention
+  EXPECT_THROW(dnn::fused_attention_shape(a), std::invalid_argument);
+  a.type = rig::DType::bf16;
+  a.dropout_p = 1.0F;
+  EXPECT_THROW(dnn::fused_attention_shape(a), std::invalid_argument);
+  a.dropout_p = 0.0F;
+  a.causal = true;
+  a.tk = 48;  // causal needs tq == tk
+  EXPECT_THROW(dnn::fused_attention_shape(a), std::invalid_argument);
+}
+
 TEST(DnnGraph, AttentionForwardStatsAreOptional) {
   dnn::AttentionGraphShape a = dnn::AttentionGraphShape::packed(2, 8, 32, 32, 64);
   EXPECT_NE(dnn::attention_forward_graph(a).tensor(dnn::uid::stats), nullptr);

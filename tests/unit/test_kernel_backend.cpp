@@ -618,6 +618,100 @@ TEST(KernelBackendAttention, Bf16Products) {
   check_attention(c);
 }
 
+// Fused attention: the emulator has none (its attention is composed, as
+// above); a GPU's back end runs cuDNN's, compared here with the CPU's f32
+// attention on the same bf16 values: [B, T, H, D] memory viewed as [B, H, T,
+// D] (the split-heads layout), key padding by lengths, causal, forward and
+// backward.
+void check_fused_attention(bool causal) {
+  const std::int64_t b = 2, h = 4, t = 24, d = 16;
+  const std::vector<std::int32_t> lengths{24, 17};
+  const auto n = static_cast<std::size_t>(b * t * h * d);
+  const backend::HeadStrides split{t * h * d, d, h * d};
+  backend::FusedAttention a;
+  a.b = b;
+  a.h = h;
+  a.tq = a.tk = t;
+  a.d = d;
+  a.type = DType::bf16;
+  a.scale = 0.25F;
+  a.causal = causal;
+  a.qs = a.ks = a.vs = a.os = split;
+  const Dev<std::int32_t> dlengths(lengths);
+  if (!causal) a.key_lengths = dlengths.get();
+  const Dev<float> dstats(static_cast<std::size_t>(b * h * t));
+  a.stats = dstats.get();
+#ifndef RIG_KERNEL_BACKEND_ON_GPU
+  EXPECT_FALSE(emu().fused_attention_supported(a)) << "the emulated device composes attention";
+  EXPECT_FALSE(cpu().fused_attention_supported(a));
+  EXPECT_THROW(cpu().fused_attention_forward(a), std::logic_error);
+  return;
+#endif
+  ASSERT_TRUE(emu().fused_attention_supported(a)) << "cuDNN's fused attention on this GPU";
+  // bf16 inputs and their f32 values.
+  const auto bits_of = [](const std::vector<float>& x) {
+    std::vector<std::uint16_t> out(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) out[i] = float_to_bfloat16_bits(x[i]);
+    return out;
+  };
+  const auto values_of = [](const std::vector<std::uint16_t>& x) {
+    std::vector<float> out(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) out[i] = bfloat16_bits_to_float(x[i]);
+    return out;
+  };
+  const std::vector<std::uint16_t> qb = bits_of(uniform(n, 301)), kb = bits_of(uniform(n, 302)),
+                                   vb = bits_of(uniform(n, 303)), gb = bits_of(uniform(n, 304));
+  const std::vector<float> q = values_of(qb), k = values_of(kb), v = values_of(vb),
+                           g = values_of(gb);
+  const Dev<std::uint16_t> dq(qb), dk(kb), dv(vb), dg(gb), dout(n), ddq(n), ddk(n), ddv(n);
+  a.q = dq.get();
+  a.k = dk.get();
+  a.v = dv.get();
+  a.out = dout.get();
+  emu().fused_attention_forward(a);
+  a.dout = dg.get();
+  a.dq = ddq.get();
+  a.dk = ddk.get();
+  a.dv = ddv.get();
+  emu().fused_attention_backward(a);
+
+  backend::AttentionShape s;
+  s.b = b;
+  s.h = h;
+  s.tq = s.tk = t;
+  s.d = d;
+  s.scale = a.scale;
+  s.causal = causal;
+  s.bf16_products = true;
+  std::vector<std::uint8_t> mask(static_cast<std::size_t>(b * t));
+  for (std::int64_t i = 0; i < b; ++i) {
+    for (std::int64_t j = 0; j < t; ++j)
+      mask[static_cast<std::size_t>(i * t + j)] = j < lengths[static_cast<std::size_t>(i)];
+  }
+  if (!causal) {
+    s.mask = mask.data();
+    s.mask_strides = {t, 0, 0, 1};
+  }
+  std::vector<float> out(n), probs(static_cast<std::size_t>(b * h * t * t)), gq(n), gk(n), gv(n);
+  cpu().attention_forward(s, q.data(), split, k.data(), split, v.data(), split, out.data(), split,
+                          probs.data());
+  cpu().attention_backward(s, q.data(), split, k.data(), split, v.data(), split, probs.data(),
+                           g.data(), split, gq.data(), split, gk.data(), split, gv.data(), split);
+  // bf16 outputs: 2^-8 relative, and the products' bf16 rounding of the weights.
+  EXPECT_TRUE(close(values_of(dout.host()), out, 2e-2F, 2e-2F)) << "out";
+  EXPECT_TRUE(close(values_of(ddq.host()), gq, 2e-2F, 3e-2F)) << "dq";
+  EXPECT_TRUE(close(values_of(ddk.host()), gk, 2e-2F, 3e-2F)) << "dk";
+  EXPECT_TRUE(close(values_of(ddv.host()), gv, 2e-2F, 3e-2F)) << "dv";
+}
+
+TEST(KernelBackendAttention, FusedWithKeyLengths) {
+  check_fused_attention(false);
+}
+
+TEST(KernelBackendAttention, FusedCausal) {
+  check_fused_attention(true);
+}
+
 // ---- Softmax ------------------------------------------------------------------------------
 
 // exp differs in its last bits between the back ends.

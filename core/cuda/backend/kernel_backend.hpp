@@ -144,6 +144,15 @@ class KernelBackend final : public backend::Backend {
                               const float* row_scale, float scale, const float* scale_factor,
                               std::int64_t rows, std::int64_t c, float on, float off,
                               float* dx) override;
+  bool fused_attention_supported(const backend::FusedAttention& a) override {
+    return device_->fused_attention_supported(a);
+  }
+  void fused_attention_forward(const backend::FusedAttention& a) override {
+    device_->fused_attention_forward(a);
+  }
+  void fused_attention_backward(const backend::FusedAttention& a) override {
+    device_->fused_attention_backward(a);
+  }
   bool cross_entropy_reads_16bit() const override { return true; }
   void cross_entropy_forward_16(DType type, const void* x, const std::int64_t* labels,
                                 std::int64_t rows, std::int64_t c, float on, float off, float* loss,

@@ -1,10 +1,11 @@
 // KernelBackend: attention composed of per-head GEMMs, the masked softmax
 // and dropout kernels, with the CPU back end's semantics (the weights before
-// dropout are saved as `probs`). cuDNN's fused attention (dnn/) serves the
-// 16-bit training path, not this f32 entry point. The per-head products are
-// strided batched cuBLASLt products where the heads are equally spaced
-// (gemm_heads).
+// dropout are saved as `probs`). 16-bit q, k, v go to the device's fused
+// attention instead where it has one (cuDNN's, runtime/gpu_device.cpp). The
+// per-head products are strided batched cuBLASLt products where the heads
+// are equally spaced (gemm_heads).
 #include <optional>
+#include <stdexcept>
 
 #include "cuda/backend/kernel_backend.hpp"
 #include "cuda/gemm/gemm_plan.hpp"
@@ -41,6 +42,14 @@ std::optional<std::int64_t> combined_stride(const backend::HeadStrides& st, std:
 }
 
 }  // namespace
+
+void KernelDevice::fused_attention_forward(const backend::FusedAttention&) {
+  throw std::logic_error("fused attention asked of a cuda device without it (the emulator)");
+}
+
+void KernelDevice::fused_attention_backward(const backend::FusedAttention&) {
+  throw std::logic_error("fused attention asked of a cuda device without it (the emulator)");
+}
 
 void KernelBackend::gemm_heads(std::int64_t batches, std::int64_t heads,
                                const backend::GemmProduct& first, const backend::HeadStrides& a,

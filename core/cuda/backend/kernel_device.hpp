@@ -52,6 +52,13 @@ class KernelDevice {
   virtual void conv2d_backward_filter(const backend::Conv2dShape& s, const float* x,
                                       const float* dy, float* dw) = 0;
 
+  // Fused attention (backend::FusedAttention): cuDNN's on the GPU, where it
+  // plans the shape; none on the emulator (its attention is composed).
+  virtual bool fused_attention_supported(const backend::FusedAttention&) {
+    return false;
+  }
+  virtual void fused_attention_forward(const backend::FusedAttention& a);
+  virtual void fused_attention_backward(const backend::FusedAttention& a);
   // Copies in the device's stream order. to_host waits for everything queued
   // before it; from_host returns once `host` may be reused.
   virtual void to_host(void* host, const void* src, std::size_t bytes) = 0;

@@ -475,6 +475,39 @@ void declare_qkv(Builder& g, const AttentionGraphShape& s) {
 
 }  // namespace
 
+AttentionGraphShape fused_attention_shape(const backend::FusedAttention& a) {
+  AttentionGraphShape s;
+  s.b = a.b;
+  s.h = a.h;
+  s.tq = a.tq;
+  s.tk = a.tk;
+  s.d = a.d;
+  switch (a.type) {
+    case DType::bf16:
+      s.type = ConvType::bf16;
+      break;
+    case DType::f16:
+      s.type = ConvType::f16;
+      break;
+    default:
+      throw std::invalid_argument("fused attention: q, k, v must be f16 or bf16");
+  }
+  if (!(a.dropout_p >= 0.0F && a.dropout_p < 1.0F)) {
+    throw std::invalid_argument("fused attention: dropout_p must be in [0, 1)");
+  }
+  s.causal = a.causal;
+  s.padding = a.key_lengths != nullptr;
+  s.dropout = a.dropout_p > 0.0F ? AttentionDropout::philox : AttentionDropout::none;
+  s.dropout_probability = a.dropout_p;
+  s.stats = a.stats != nullptr;
+  s.q_strides = a.qs;
+  s.k_strides = a.ks;
+  s.v_strides = a.vs;
+  s.o_strides = a.os;
+  check_attention(s);
+  return s;
+}
+
 Graph attention_forward_graph(const AttentionGraphShape& s) {
   check_attention(s);
   const DnnType io = dnn_type(s.type);

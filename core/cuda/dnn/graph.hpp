@@ -238,6 +238,14 @@ struct AttentionGraphShape {
                                     std::int64_t tk, std::int64_t d);
 };
 
+// The graph shape of a back end's fused attention call: its type, strides,
+// causal mask, key padding (as seq_len_kv, every query row valid) and dropout
+// (cuDNN's Philox), the statistics where a backward will run (a.stats set).
+// Throws std::invalid_argument for what the graphs cannot express: a type
+// other than f16 / bf16, dropout_p outside [0, 1), a causal mask with tq !=
+// tk.
+AttentionGraphShape fused_attention_shape(const backend::FusedAttention& a);
+
 // out (uid::o) and, where s.stats, the softmax statistics (uid::stats) for
 // the backward. Under padding both matmuls carry seq_len_q / seq_len_kv as
 // their M / N / K overrides (as the backward's do).

@@ -4,12 +4,17 @@
 // calls (backend_abi.hpp's kBackendFactory).
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
 #include <optional>
+#include <span>
+#include <string>
 #include <vector>
 
 #include <fmt/format.h>
@@ -120,6 +125,61 @@ class GpuDevice final : public KernelDevice {
             {{dnn::uid::x, x}, {dnn::uid::dy, dy}, {dnn::uid::dw, dw}});
   }
 
+  // cuDNN's fused attention where cuDNN plans the shape (its forward and,
+  // where statistics are kept, its backward), once per graph. Off with
+  // RIG_CUDA_FUSED_ATTENTION=0 (the composed kernels then, as on the CPU).
+  bool fused_attention_supported(const backend::FusedAttention& a) override {
+    if (!fused_attention_enabled()) return false;
+    dnn::AttentionGraphShape s;
+    try {
+      s = dnn::fused_attention_shape(a);
+    } catch (const std::invalid_argument&) {
+      return false;
+    }
+    const dnn::Graph forward = dnn::attention_forward_graph(s);
+    const std::string key = forward.key();
+    const std::lock_guard lock(fused_mutex_);
+    if (const auto known = fused_supported_.find(key); known != fused_supported_.end()) {
+      return known->second;
+    }
+    bool ok = true;
+    try {
+      const DeviceGuard guard(device_);
+      if (!graphs_) graphs_ = std::make_unique<dnn::CudnnGraphs>();
+      graphs_->workspace_bytes(forward);
+      if (s.stats) graphs_->workspace_bytes(dnn::attention_backward_graph(s));
+    } catch (const std::exception& e) {
+      ok = false;
+      if (std::getenv("RIG_CUDA_FUSED_ATTENTION") != nullptr) {
+        std::fprintf(stderr, "rig: cuDNN fused attention not used for %s: %s\n",
+                     forward.name.c_str(), e.what());
+      }
+    }
+    fused_supported_.emplace(key, ok);
+    return ok;
+  }
+  void fused_attention_forward(const backend::FusedAttention& a) override {
+    const dnn::AttentionGraphShape s = dnn::fused_attention_shape(a);
+    FusedInputs in(*this, a);
+    std::vector<dnn::Binding> bindings = in.common(a);
+    bindings.push_back({dnn::uid::o, a.out});
+    if (a.stats != nullptr) bindings.push_back({dnn::uid::stats, a.stats});
+    execute(dnn::attention_forward_graph(s), bindings);
+  }
+  void fused_attention_backward(const backend::FusedAttention& a) override {
+    const dnn::AttentionGraphShape s = dnn::fused_attention_shape(a);
+    FusedInputs in(*this, a);
+    std::vector<dnn::Binding> bindings = in.common(a);
+    bindings.insert(bindings.end(), {{dnn::uid::o, a.out},
+                                     {dnn::uid::stats, a.stats},
+                                     {dnn::uid::d_o, a.dout},
+                                     {dnn::uid::dq, a.dq},
+                                     {dnn::uid::dk, a.dk},
+                                     {dnn::uid::dv, a.dv},
+                                     {dnn::uid::dropout_scale_inv, &in.keep_scale_inv}});
+    execute(dnn::attention_backward_graph(s), bindings);
+  }
+
   void to_host(void* host, const void* src, std::size_t bytes) override {
     const DeviceGuard guard(device_);
     const std::lock_guard lock(staging_mutex_);
@@ -185,14 +245,76 @@ class GpuDevice final : public KernelDevice {
     return oldest;
   }
 
+  static bool fused_attention_enabled() {
+    const char* value = std::getenv("RIG_CUDA_FUSED_ATTENTION");
+    return value == nullptr || std::strcmp(value, "0") != 0;
+  }
+
+  // The device-side inputs of one fused attention call: the rows' lengths
+  // (every query row; the keys' from the caller), cuDNN's Philox seed and
+  // offset, and the by-value scalars. Uploaded in stream order, so the
+  // scratch may go back to the pool when the call is queued.
+  struct FusedInputs {
+    FusedInputs(GpuDevice& device, const backend::FusedAttention& a)
+        : keep_scale(a.dropout_p > 0.0F ? 1.0F / (1.0F - a.dropout_p) : 1.0F),
+          keep_scale_inv(1.0F - a.dropout_p),
+          scale(a.scale) {
+      if (a.key_lengths != nullptr) {
+        const std::vector<std::int32_t> rows(static_cast<std::size_t>(a.b),
+                                             static_cast<std::int32_t>(a.tq));
+        query_lengths.emplace(device.pool_, rows.size() * sizeof(std::int32_t));
+        device.from_host(query_lengths->as<void>(), rows.data(),
+                         rows.size() * sizeof(std::int32_t));
+      }
+      if (a.dropout_p > 0.0F) {
+        const std::int64_t seed_offset[2] = {static_cast<std::int64_t>(a.dropout_seed), 0};
+        philox.emplace(device.pool_, sizeof(seed_offset));
+        device.from_host(philox->as<void>(), seed_offset, sizeof(seed_offset));
+      }
+    }
+    std::vector<dnn::Binding> common(const backend::FusedAttention& a) const {
+      std::vector<dnn::Binding> b{{dnn::uid::q, a.q},
+                                  {dnn::uid::k, a.k},
+                                  {dnn::uid::v, a.v},
+                                  {dnn::uid::attn_scale, &scale},
+                                  {dnn::uid::neg_inf, &neg_inf}};
+      if (query_lengths) {
+        b.push_back({dnn::uid::seq_len_q, query_lengths->as<void>()});
+        b.push_back({dnn::uid::seq_len_kv, a.key_lengths});
+      }
+      if (philox) {
+        b.push_back({dnn::uid::seed, philox->as<std::int64_t>()});
+        b.push_back({dnn::uid::offset, philox->as<std::int64_t>() + 1});
+        b.push_back({dnn::uid::dropout_scale, &keep_scale});
+      }
+      return b;
+    }
+    float keep_scale, keep_scale_inv, scale;
+    float neg_inf = -std::numeric_limits<float>::infinity();
+    std::optional<DeviceScratch> query_lengths, philox;
+  };
+
+  // Runs `graph` with only the bindings it declares (the attention graphs
+  // declare their inputs by mask and dropout).
+  void execute(const dnn::Graph& graph, const std::vector<dnn::Binding>& all) {
+    std::vector<dnn::Binding> bound;
+    for (const dnn::Binding& b : all) {
+      const dnn::TensorDesc* t = graph.tensor(b.uid);
+      if (t != nullptr && !t->is_virtual) bound.push_back(b);
+    }
+    run_graph(graph, bound);
+  }
   void execute(const dnn::Graph& graph, std::initializer_list<dnn::Binding> bindings) {
+    run_graph(graph, std::span<const dnn::Binding>(bindings.begin(), bindings.size()));
+  }
+  void run_graph(const dnn::Graph& graph, std::span<const dnn::Binding> bindings) {
     const DeviceGuard guard(device_);
     if (!graphs_) graphs_ = std::make_unique<dnn::CudnnGraphs>();
     const std::size_t bytes = graphs_->workspace_bytes(graph);
     std::optional<DeviceScratch> workspace;
     if (bytes != 0) workspace.emplace(pool_, bytes);
-    graphs_->execute(graph, std::span<const dnn::Binding>(bindings.begin(), bindings.size()),
-                     workspace ? workspace->as<void>() : nullptr, bytes, stream_.native());
+    graphs_->execute(graph, bindings, workspace ? workspace->as<void>() : nullptr, bytes,
+                     stream_.native());
   }
 
   int device_;
@@ -201,6 +323,8 @@ class GpuDevice final : public KernelDevice {
   simt::DeviceProperties properties_;
   std::unique_ptr<CublasLtGemm> gemm_;
   std::unique_ptr<dnn::CudnnGraphs> graphs_;
+  std::mutex fused_mutex_;
+  std::map<std::string, bool> fused_supported_;  // by forward graph key
   std::mutex staging_mutex_;
   std::vector<std::unique_ptr<Staging>> staging_;
   std::size_t next_reuse_ = 0;

@@ -152,6 +152,9 @@ class RIG_API MultiHeadAttention : public Module {
                      std::optional<Initializer> init = std::nullopt);
   struct Options {
     Tensor mask;  // u8, broadcastable to [B, H, Tq, Tk]; 1 = may attend
+    // Optional: the keys' lengths when `mask` is their key-padding mask
+    // (ops::AttentionOptions::key_lengths).
+    Tensor key_lengths;
     bool causal = false;
     bool training = false;
     RandomKey key;

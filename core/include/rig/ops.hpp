@@ -133,6 +133,11 @@ Tensor global_avg_pool2d(const Tensor& x);  // [N, C, H, W] -> [N, C]
 // scale defaults to 1 / sqrt(D).
 struct AttentionOptions {
   Tensor mask;
+  // Optional, with a mask: i32 / i64 [B], the number of valid keys of each
+  // batch element, when `mask` is exactly the key-padding mask of these
+  // lengths (key j seen where j < key_lengths[b]). A back end with fused
+  // attention takes the lengths instead of the mask.
+  Tensor key_lengths;
   bool causal = false;
   float dropout_p = 0.0F;
   RandomKey key;

@@ -100,6 +100,7 @@ Tensor MultiHeadAttention::forward(const Tensor& query_input, const Tensor& memo
   }
   ops::AttentionOptions attention;
   attention.mask = options.mask;
+  attention.key_lengths = options.key_lengths;
   attention.causal = options.causal;
   if (options.training && attention_dropout_ > 0.0F) {
     attention.dropout_p = attention_dropout_;

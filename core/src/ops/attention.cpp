@@ -6,6 +6,7 @@
 // place. The output and the gradients are laid out like the operand they
 // belong with, so merging heads afterwards is a free view, not a copy.
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -14,6 +15,7 @@
 #include "ops/op_util.hpp"
 #include "rig/autograd.hpp"
 #include "rig/ops.hpp"
+#include "rig/random.hpp"
 
 namespace rig::ops {
 
@@ -49,13 +51,14 @@ backend::HeadStrides head_strides(const Tensor& t) {
   return {t.strides()[0], t.strides()[1], t.strides()[2]};
 }
 
-// A new [B, H, T, D] tensor laid out like `like`: [B, T, H, D] memory viewed
+// A new [B, H, T, D] tensor of like's dtype laid out like `like`: [B, T, H, D] memory viewed
 // as [B, H, T, D] when `like` is such a split-heads view, else contiguous.
 Tensor empty_like_heads(const Tensor& like, const Shape& shape) {
   if (like.size(1) > 1 && like.size(2) > 1 && like.strides()[1] < like.strides()[2]) {
-    return detail::empty_on(like, {shape[0], shape[2], shape[1], shape[3]}).transpose(1, 2);
+    return detail::empty_on(like, {shape[0], shape[2], shape[1], shape[3]}, like.dtype())
+        .transpose(1, 2);
   }
-  return detail::empty_on(like, shape);
+  return detail::empty_on(like, shape, like.dtype());
 }
 
 // The mask broadcast to [B, H, Tq, Tk] (a stride-0 view where it repeats).
@@ -85,6 +88,99 @@ Tensor keep_mask(const Tensor& like, const Shape& scores, float p, const RandomK
   return keep;
 }
 
+// t itself when it is laid out as empty_like_heads lays out its gradient
+// (the split-heads view or contiguous), else a contiguous copy: the fused
+// backward writes each gradient with its operand's strides.
+Tensor heads_layout(const Tensor& t) {
+  const Shape& s = t.shape();
+  const bool split = s[1] > 1 && s[2] > 1 && t.strides()[1] < t.strides()[2];
+  const Strides want =
+      split ? Strides{s[2] * s[1] * s[3], s[3], s[1] * s[3], 1} : contiguous_strides(s);
+  return t.strides() == want ? t : t.contiguous();
+}
+
+// A 64-bit seed for the device's own dropout generator from the op's key.
+std::uint64_t dropout_seed(const RandomKey& key) {
+  return static_cast<std::uint64_t>(random_bits(key, 0)) |
+         (static_cast<std::uint64_t>(random_bits(key, 1)) << 32);
+}
+
+// Attention on 16-bit q, k, v as one fused forward and backward where the
+// back end has them for this call (masks only as key lengths); nullopt
+// otherwise. Keeps out and the rows' softmax statistics for the backward,
+// not the [B, H, Tq, Tk] weights.
+std::optional<Tensor> fused_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const AttentionOptions& options) {
+  if (options.mask.defined() && !options.key_lengths.defined()) return std::nullopt;
+  backend::Backend& be = detail::backend_of(q);
+  backend::FusedAttention a;
+  a.b = q.size(0);
+  a.h = q.size(1);
+  a.tq = q.size(2);
+  a.tk = k.size(2);
+  a.d = q.size(3);
+  a.type = q.dtype();
+  if (a.b * a.h * a.tq * a.tk * a.d == 0) return std::nullopt;
+  a.scale =
+      options.scale.value_or(1.0F / std::sqrt(static_cast<float>(std::max<std::int64_t>(1, a.d))));
+  a.causal = options.causal;
+  Tensor lengths;
+  if (options.key_lengths.defined()) {
+    const Tensor& kl = options.key_lengths;
+    detail::require_same_device(kOp, {&q, &kl});
+    if (kl.dim() != 1 || kl.size(0) != a.b ||
+        (kl.dtype() != DType::i32 && kl.dtype() != DType::i64)) {
+      throw std::invalid_argument(fmt::format("{}: key_lengths {} {}: expected i32 or i64 [{}]",
+                                              kOp, dtype_name(kl.dtype()), to_string(kl.shape()),
+                                              a.b));
+    }
+    lengths = kl.detach().to(DType::i32).contiguous();
+    a.key_lengths = lengths.data<std::int32_t>();
+  }
+  a.dropout_p = options.dropout_p;
+  a.dropout_seed = dropout_seed(options.key);
+  const Tensor qd = heads_layout(q.detach());
+  const Tensor kd = heads_layout(k.detach());
+  const Tensor vd = heads_layout(v.detach());
+  a.qs = head_strides(qd);
+  a.ks = head_strides(kd);
+  a.vs = head_strides(vd);
+  Tensor out_heads = empty_like_heads(qd, qd.shape());
+  a.os = head_strides(out_heads);
+  const bool need_grad =
+      grad_mode_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
+  Tensor stats = need_grad ? detail::empty_on(q, {a.b, a.h, a.tq}) : Tensor();
+  a.stats = need_grad ? stats.data<float>() : nullptr;
+  if (!be.fused_attention_supported(a)) return std::nullopt;
+  a.q = qd.raw_data();
+  a.k = kd.raw_data();
+  a.v = vd.raw_data();
+  a.out = out_heads.raw_data();
+  be.fused_attention_forward(a);
+  if (!need_grad) return out_heads;
+  return autograd::record(
+      out_heads, kOp, {q, k, v},
+      [a, qd, kd, vd, lengths, stats, saved_out = out_heads.detach()](const Tensor& g) {
+        backend::FusedAttention b = a;
+        // dOut strided as out.
+        Tensor gd = g.dtype() == b.type ? g : g.to(b.type);
+        if (gd.strides() != saved_out.strides()) {
+          Tensor laid = empty_like_heads(saved_out, saved_out.shape());
+          laid.copy_from(gd);
+          gd = laid;
+        }
+        Tensor dq = empty_like_heads(qd, qd.shape());
+        Tensor dk = empty_like_heads(kd, kd.shape());
+        Tensor dv = empty_like_heads(vd, vd.shape());
+        b.dout = gd.raw_data();
+        b.dq = dq.raw_data();
+        b.dk = dk.raw_data();
+        b.dv = dv.raw_data();
+        detail::backend_of(gd).fused_attention_backward(b);
+        return autograd::TensorList{dq, dk, dv};
+      });
+}
+
 }  // namespace
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -98,6 +194,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   if (!(p >= 0.0F && p <= 1.0F)) {
     throw std::invalid_argument(
         fmt::format("{}: {}: dropout_p {} is not in [0, 1]", kOp, operands(q, k, v), p));
+  }
+  if (q.dtype() != DType::f32 && q.dtype() == k.dtype() && q.dtype() == v.dtype()) {
+    if (std::optional<Tensor> out = fused_attention(q, k, v, options)) return *std::move(out);
   }
   if (q.dtype() != DType::f32 || k.dtype() != DType::f32 || v.dtype() != DType::f32) {
     // f16 / bf16 storage: compute in f32, round the result to q's dtype.

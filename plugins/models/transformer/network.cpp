@@ -77,10 +77,11 @@ EncoderLayer::EncoderLayer(rig::ParameterStore& store, const std::string& name,
       ffn_(store, name + ".ffn", p.hidden_size, p.filter_size, p.relu_dropout),
       ffn_dropout_(name + ".ffn.dropout", p.layer_postprocess_dropout) {}
 
-Tensor EncoderLayer::forward(const Tensor& x, const Tensor& key_mask, const Tensor& ffn_mask,
+Tensor EncoderLayer::forward(const Tensor& x, const Encoded& keys, const Tensor& ffn_mask,
                              bool training, const rig::RandomKey& key) const {
   rig::nn::MultiHeadAttention::Options options;
-  options.mask = key_mask;
+  options.mask = keys.key_mask;
+  options.key_lengths = keys.key_lengths;
   options.training = training;
   options.key = key;
   const Tensor normed = attention_norm_.forward(x);
@@ -116,6 +117,7 @@ Tensor DecoderLayer::forward(const Tensor& x, const Encoded& encoded, bool train
       x, self_dropout_.forward(self_attention_.forward(normed, normed, self), training, key));
   rig::nn::MultiHeadAttention::Options cross;
   cross.mask = encoded.key_mask;
+  cross.key_lengths = encoded.key_lengths;
   cross.training = training;
   cross.key = key;
   h = ops::add(h, encdec_dropout_.forward(
@@ -188,6 +190,7 @@ Encoded Network::encode(const Tensor& source_ids, const Tensor& source_lengths, 
   const std::int64_t length = source_ids.size(1);
   Encoded encoded;
   encoded.key_mask = key_padding_mask(source_lengths, length);
+  encoded.key_lengths = source_lengths;
   Tensor ffn_mask;
   if (remove_padding_) {
     ffn_mask = encoded.key_mask.reshape({source_ids.size(0), length, 1}).to(dtype_);
@@ -196,7 +199,7 @@ Encoded Network::encode(const Tensor& source_ids, const Tensor& source_lengths, 
                       position_encoding(length, hidden_size_, source_ids.device()).to(dtype_));
   x = encoder_input_dropout_.forward(x, training, key);
   for (const EncoderLayer& layer : encoder_layers_) {
-    x = layer.forward(x, encoded.key_mask, ffn_mask, training, key);
+    x = layer.forward(x, encoded, ffn_mask, training, key);
   }
   encoded.output = encoder_norm_.forward(x);
   return encoded;

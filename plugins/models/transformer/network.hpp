@@ -33,8 +33,9 @@ rig::Tensor position_encoding(std::int64_t length, std::int64_t hidden_size,
 
 // The encoder's output and what decoding needs with it.
 struct Encoded {
-  rig::Tensor output;    // [B, S, d], compute dtype
-  rig::Tensor key_mask;  // u8 [B, 1, 1, S]: 1 at real source tokens
+  rig::Tensor output;       // [B, S, d], compute dtype
+  rig::Tensor key_mask;     // u8 [B, 1, 1, S]: 1 at real source tokens
+  rig::Tensor key_lengths;  // i64 [B]: the source lengths key_mask was made from
 };
 
 // The per-hypothesis state of incremental decoding: each decoder layer's
@@ -66,10 +67,11 @@ class FeedForward {
 class EncoderLayer {
  public:
   EncoderLayer(rig::ParameterStore& store, const std::string& name, const StackParams& p);
-  // ffn_mask: [B, S, 1] in the compute dtype (1 = real token) to zero the FFN
-  // output at padding as OpenSeq2Seq's remove_padding does, or undefined.
-  rig::Tensor forward(const rig::Tensor& x, const rig::Tensor& key_mask,
-                      const rig::Tensor& ffn_mask, bool training, const rig::RandomKey& key) const;
+  // keys: the source's key_mask and key_lengths. ffn_mask: [B, S, 1] in the
+  // compute dtype (1 = real token) to zero the FFN output at padding as
+  // OpenSeq2Seq's remove_padding does, or undefined.
+  rig::Tensor forward(const rig::Tensor& x, const Encoded& keys, const rig::Tensor& ffn_mask,
+                      bool training, const rig::RandomKey& key) const;
 
  private:
   rig::nn::LayerNorm attention_norm_;

@@ -174,6 +174,13 @@ class Backend {
                                   const HeadStrides& dos, float* dq, const HeadStrides& dqs,
                                   float* dk, const HeadStrides& dks, float* dv,
                                   const HeadStrides& dvs) = 0;
+  // Fused attention (FusedAttention), where the back end has it for `a`'s
+  // shape, type, mask and dropout (its pointers may be unset when asked);
+  // the ops use it for 16-bit q, k, v and fall back to attention_forward /
+  // attention_backward on f32 copies otherwise. The defaults: none (they throw).
+  virtual bool fused_attention_supported(const FusedAttention& a);
+  virtual void fused_attention_forward(const FusedAttention& a);
+  virtual void fused_attention_backward(const FusedAttention& a);
 
   // ---- Losses (f32 logits [rows, c], i64 labels) ----------------------------------------
   // Per row: loss = -sum_j q_j log softmax(x)_j with q = `on` at the label and

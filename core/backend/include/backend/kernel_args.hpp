@@ -173,4 +173,39 @@ struct AttentionShape {
   bool bf16_products = false;
 };
 
+// Fused ("flash") attention on 16-bit q, k, v (Backend::fused_attention_*):
+// the forward keeps each row's softmax statistics instead of the [B, H, Tq,
+// Tk] weights and the backward recomputes them, so nothing of that size is
+// written. q, k, v, out and the gradients are f16 or bf16 [B, H, T, D]
+// views with any HeadStrides (last axis contiguous); the softmax and the
+// products accumulate in f32. Key padding comes as lengths (keys j <
+// key_lengths[b] are seen), not as a mask. Dropout draws from the device's
+// own generator seeded by `dropout_seed`: other bits than the CPU's stream,
+// the same bits in the forward and the backward of one call's seed.
+struct FusedAttention {
+  std::int64_t b = 0, h = 0, tq = 0, tk = 0, d = 0;
+  DType type = DType::bf16;  // of q, k, v, out, dout, dq, dk, dv
+  float scale = 1.0F;
+  bool causal = false;                        // query i sees keys j <= i + (tk - tq)
+  const std::int32_t* key_lengths = nullptr;  // i32 [B] of the device; null: every key
+  float dropout_p = 0.0F;
+  std::uint64_t dropout_seed = 0;
+  const void* q = nullptr;
+  HeadStrides qs;
+  const void* k = nullptr;
+  HeadStrides ks;
+  const void* v = nullptr;
+  HeadStrides vs;
+  void* out = nullptr;  // written by the forward, read by the backward
+  HeadStrides os;
+  // f32 [B, H, Tq] (max + log of the sum of exponentials per row), written
+  // by a forward whose backward will run (null: inference), read by it.
+  float* stats = nullptr;
+  // Backward: dout strided as out, dq / dk / dv as q / k / v, all three written.
+  const void* dout = nullptr;
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+};
+
 }  // namespace rig::backend
