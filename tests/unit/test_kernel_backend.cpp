@@ -712,6 +712,105 @@ TEST(KernelBackendAttention, FusedCausal) {
   check_fused_attention(true);
 }
 
+// ---- 16-bit storage ---------------------------------------------------------------------
+// binary_16 and layer_norm_*_16 read and write f16 / bf16 as it is: their
+// results must be the same back end's f32 results rounded, bit for bit.
+
+std::uint16_t to_bits(float x, DType type) {
+  return type == DType::bf16 ? float_to_bfloat16_bits(x) : float_to_half_bits(x);
+}
+float from_bits(std::uint16_t x, DType type) {
+  return type == DType::bf16 ? bfloat16_bits_to_float(x) : half_bits_to_float(x);
+}
+std::vector<std::uint16_t> bits_of(const std::vector<float>& x, DType type) {
+  std::vector<std::uint16_t> out(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) out[i] = to_bits(x[i], type);
+  return out;
+}
+std::vector<float> values_of(const std::vector<std::uint16_t>& x, DType type) {
+  std::vector<float> out(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) out[i] = from_bits(x[i], type);
+  return out;
+}
+
+TEST(KernelBackend16Bit, BinaryIsTheF32PathRounded) {
+  ASSERT_TRUE(emu().reads_16bit_storage());
+  EXPECT_FALSE(cpu().reads_16bit_storage());
+  // out [3, 5] = a [3, 5] op b [5] (b broadcast over the rows).
+  const Shape shape{3, 5};
+  const Strides so{5, 1}, sa{5, 1}, sb{0, 1};
+  const auto plan = backend::make_strided_plan<3>(shape, {&so, &sa, &sb});
+  for (const DType type : {DType::bf16, DType::f16}) {
+    const std::vector<std::uint16_t> ab = bits_of(uniform(15, 401, -4.0F, 4.0F), type);
+    const std::vector<std::uint16_t> bb = bits_of(uniform(5, 402, 0.5F, 3.0F), type);
+    const Dev<std::uint16_t> a16(ab), b16(bb), out16(15);
+    const Dev<float> a32(values_of(ab, type)), b32(values_of(bb, type)), out32(15);
+    for (const backend::Binary op :
+         {backend::Binary::add, backend::Binary::sub, backend::Binary::mul, backend::Binary::div}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(type) << " op " << static_cast<int>(op));
+      emu().binary(op, plan, a32.get(), b32.get(), out32.get());
+      emu().binary_16(op, plan, type, a16.get(), b16.get(), out16.get());
+      EXPECT_EQ(out16.host(), bits_of(out32.host(), type));
+    }
+  }
+  EXPECT_THROW(cpu().binary_16(backend::Binary::add, plan, DType::bf16, nullptr, nullptr, nullptr),
+               std::logic_error);
+}
+
+TEST(KernelBackend16Bit, ActivationBackwardFromBf16IsTheF32Path) {
+  // 70 rows: db's two stages. g in bf16 against the same values in f32.
+  const std::int64_t rows = 70, cols = 24;
+  const auto n = static_cast<std::size_t>(rows * cols);
+  const std::vector<std::uint16_t> gb = bits_of(uniform(n, 421), DType::bf16);
+  const Dev<std::uint16_t> g16(gb), dz_a(n), dz_b(n);
+  const Dev<float> g32(values_of(gb, DType::bf16)), saved(uniform(n, 422));
+  const Dev<float> db_a(static_cast<std::size_t>(cols)), db_b(static_cast<std::size_t>(cols));
+  for (const Activation act : {Activation::none, Activation::relu, Activation::gelu}) {
+    SCOPED_TRACE(static_cast<int>(act));
+    emu().activation_backward_bf16(act, g32.get(), saved.get(), dz_a.get(), db_a.get(), rows, cols,
+                                   1.25F);
+    emu().activation_backward_from_bf16(act, g16.get(), saved.get(), dz_b.get(), db_b.get(), rows,
+                                        cols, 1.25F);
+    EXPECT_EQ(dz_b.host(), dz_a.host());
+    EXPECT_EQ(db_b.host(), db_a.host());
+  }
+}
+
+TEST(KernelBackend16Bit, LayerNormIsTheF32PathRounded) {
+  // 70 rows: the parameter gradients' two stages (64-row blocks).
+  const std::int64_t rows = 70, d = 40;
+  const auto n = static_cast<std::size_t>(rows * d);
+  const Dev<float> gamma(uniform(static_cast<std::size_t>(d), 411, 0.5F, 1.5F));
+  const Dev<float> beta(uniform(static_cast<std::size_t>(d), 412));
+  for (const DType type : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(type));
+    const std::vector<std::uint16_t> xb = bits_of(uniform(n, 413, -3.0F, 3.0F), type);
+    const std::vector<std::uint16_t> gb = bits_of(uniform(n, 414), type);
+    const Dev<std::uint16_t> x16(xb), g16(gb), y16(n), dx16(n);
+    const Dev<float> x32(values_of(xb, type)), g32(values_of(gb, type)), y32(n), dx32(n);
+    const auto rs = static_cast<std::size_t>(rows);
+    const Dev<float> mean32(rs), rstd32(rs), mean16(rs), rstd16(rs);
+    const Dev<float> dgamma32(static_cast<std::size_t>(d)), dbeta32(static_cast<std::size_t>(d)),
+        dgamma16(static_cast<std::size_t>(d)), dbeta16(static_cast<std::size_t>(d));
+    const Dev<float> scratch(static_cast<std::size_t>(emu().layer_norm_scratch_size(rows, d)) + 1);
+    emu().layer_norm_forward(x32.get(), gamma.get(), beta.get(), y32.get(), mean32.get(),
+                             rstd32.get(), rows, d, 1e-6F);
+    emu().layer_norm_forward_16(type, x16.get(), gamma.get(), beta.get(), y16.get(), mean16.get(),
+                                rstd16.get(), rows, d, 1e-6F);
+    EXPECT_EQ(y16.host(), bits_of(y32.host(), type));
+    EXPECT_EQ(mean16.host(), mean32.host());
+    EXPECT_EQ(rstd16.host(), rstd32.host());
+    emu().layer_norm_backward(x32.get(), gamma.get(), mean32.get(), rstd32.get(), g32.get(),
+                              dx32.get(), dgamma32.get(), dbeta32.get(), rows, d, scratch.get());
+    emu().layer_norm_backward_16(type, x16.get(), gamma.get(), mean16.get(), rstd16.get(),
+                                 g16.get(), dx16.get(), dgamma16.get(), dbeta16.get(), rows, d,
+                                 scratch.get());
+    EXPECT_EQ(dx16.host(), bits_of(dx32.host(), type));
+    EXPECT_EQ(dgamma16.host(), dgamma32.host());
+    EXPECT_EQ(dbeta16.host(), dbeta32.host());
+  }
+}
+
 // ---- Softmax ------------------------------------------------------------------------------
 
 // exp differs in its last bits between the back ends.

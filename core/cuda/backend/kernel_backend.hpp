@@ -66,6 +66,9 @@ class KernelBackend final : public backend::Backend {
                       std::int64_t n, float scalar) override;
   void binary(backend::Binary op, const backend::StridedPlan<3>& plan, const float* a,
               const float* b, float* out) override;
+  bool reads_16bit_storage() const override { return true; }
+  void binary_16(backend::Binary op, const backend::StridedPlan<3>& plan, DType type, const void* a,
+                 const void* b, void* out) override;
   void broadcast_copy(const backend::StridedPlan<2>& plan, const float* x, float* out) override;
   void compare(backend::Compare op, const backend::StridedPlan<3>& plan, DType dtype, const void* a,
                const void* b, double scalar, std::uint8_t* out) override;
@@ -79,6 +82,10 @@ class KernelBackend final : public backend::Backend {
   void activation_backward_bf16(Activation activation, const float* g, const float* saved,
                                 std::uint16_t* dz_bf16, float* db, std::int64_t rows,
                                 std::int64_t cols, float relu_scale) override;
+  void activation_backward_from_bf16(Activation activation, const std::uint16_t* g,
+                                     const float* saved, std::uint16_t* dz_bf16, float* db,
+                                     std::int64_t rows, std::int64_t cols,
+                                     float relu_scale) override;
 
   void sum_all(const float* x, std::int64_t n, double divisor, float* out) override;
   void sum_squares(const float* x, std::int64_t n, double divisor, float* out) override;
@@ -100,6 +107,13 @@ class KernelBackend final : public backend::Backend {
   void layer_norm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
                            const float* g, float* dx, float* dgamma, float* dbeta,
                            std::int64_t rows, std::int64_t d, float* scratch) override;
+  void layer_norm_forward_16(DType type, const void* x, const float* gamma, const float* beta,
+                             void* y, float* mean, float* rstd, std::int64_t rows, std::int64_t d,
+                             float eps) override;
+  void layer_norm_backward_16(DType type, const void* x, const float* gamma, const float* mean,
+                              const float* rstd, const void* g, void* dx, float* dgamma,
+                              float* dbeta, std::int64_t rows, std::int64_t d,
+                              float* scratch) override;
   void batch_norm_stats(const backend::BatchNormShape& s, const float* x, float* mean,
                         float* var) override;
   void batch_norm_prepare(const backend::BatchNormPrepare& args) override;

@@ -13,8 +13,9 @@ void KernelBackend::unary_backward(backend::Unary op, const float* g, const floa
   run(kernels::UnaryBackward{static_cast<kernels::UnaryOp>(op), g, x, y, dx, n, scalar});
 }
 
-void KernelBackend::binary(backend::Binary op, const backend::StridedPlan<3>& plan, const float* a,
-                           const float* b, float* out) {
+namespace {
+
+kernels::BinaryKernel binary_kernel(backend::Binary op, const backend::StridedPlan<3>& plan) {
   kernels::BinaryKernel k;
   k.op = static_cast<kernels::BinaryOp>(op);
   k.ndim = plan.ndim;
@@ -23,9 +24,28 @@ void KernelBackend::binary(backend::Binary op, const backend::StridedPlan<3>& pl
     k.shape[d] = plan.shape[u];
     for (std::size_t o = 0; o < 3; ++o) k.strides[o][d] = plan.strides[o][u];
   }
+  return k;
+}
+
+}  // namespace
+
+void KernelBackend::binary(backend::Binary op, const backend::StridedPlan<3>& plan, const float* a,
+                           const float* b, float* out) {
+  kernels::BinaryKernel k = binary_kernel(op, plan);
   k.a = a;
   k.b = b;
   k.out = out;
+  run(k);
+}
+
+// The kernel's float* operands hold 16-bit values here (BinaryKernel::type).
+void KernelBackend::binary_16(backend::Binary op, const backend::StridedPlan<3>& plan, DType type,
+                              const void* a, const void* b, void* out) {
+  kernels::BinaryKernel k = binary_kernel(op, plan);
+  k.a = static_cast<const float*>(a);
+  k.b = static_cast<const float*>(b);
+  k.out = static_cast<float*>(out);
+  k.type = element_type(type, "binary_16");
   run(k);
 }
 
@@ -112,6 +132,17 @@ void KernelBackend::activation_backward_bf16(Activation activation, const float*
   activation_backward_with(
       [this](const auto& k) { run(k); }, [this](std::size_t bytes) { return scratch(bytes); },
       {activation, g, saved, nullptr, dz_bf16, nullptr, rows, cols, relu_scale}, db);
+}
+
+void KernelBackend::activation_backward_from_bf16(Activation activation, const std::uint16_t* g,
+                                                  const float* saved, std::uint16_t* dz_bf16,
+                                                  float* db, std::int64_t rows, std::int64_t cols,
+                                                  float relu_scale) {
+  kernels::ActivationBackward k{activation, nullptr, saved, nullptr,   dz_bf16,
+                                nullptr,    rows,    cols,  relu_scale};
+  k.g_bf16 = g;
+  activation_backward_with([this](const auto& run_k) { run(run_k); },
+                           [this](std::size_t bytes) { return scratch(bytes); }, k, db);
 }
 
 }  // namespace rig::cuda

@@ -82,4 +82,34 @@ void KernelBackend::layer_norm_backward(const float* x, const float* gamma, cons
   if (dx != nullptr) run(kernels::LayerNormBackwardDx{x, gamma, mean, rstd, g, dx, rows, d});
 }
 
+// The kernels' float* x, y, g and dx hold 16-bit values here (their `type`).
+void KernelBackend::layer_norm_forward_16(DType type, const void* x, const float* gamma,
+                                          const float* beta, void* y, float* mean, float* rstd,
+                                          std::int64_t rows, std::int64_t d, float eps) {
+  kernels::LayerNormForward k{
+      static_cast<const float*>(x), gamma, beta, static_cast<float*>(y), mean, rstd, rows, d, eps};
+  k.type = element_type(type, "layer_norm_forward_16");
+  run(k);
+}
+
+void KernelBackend::layer_norm_backward_16(DType type, const void* x, const float* gamma,
+                                           const float* mean, const float* rstd, const void* g,
+                                           void* dx, float* dgamma, float* dbeta, std::int64_t rows,
+                                           std::int64_t d, float* scratch) {
+  const kernels::ElementType t = element_type(type, "layer_norm_backward_16");
+  const auto* xf = static_cast<const float*>(x);
+  const auto* gf = static_cast<const float*>(g);
+  // The parameter gradients first: dx may overwrite g.
+  kernels::run_layer_norm_params(
+      [this](const auto& k) { run(k); },
+      kernels::LayerNormBackwardParams{
+          .x = xf, .mean = mean, .rstd = rstd, .g = gf, .rows = rows, .d = d, .type = t},
+      dgamma, dbeta, scratch);
+  if (dx != nullptr) {
+    kernels::LayerNormBackwardDx k{xf, gamma, mean, rstd, gf, static_cast<float*>(dx), rows, d};
+    k.type = t;
+    run(k);
+  }
+}
+
 }  // namespace rig::cuda

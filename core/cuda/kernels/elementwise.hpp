@@ -308,6 +308,7 @@ struct ActivationBackward {
   float* db_partial = nullptr;
   std::int64_t rows = 0, cols = 0;
   float relu_scale = 1.0F;
+  const std::uint16_t* g_bf16 = nullptr;  // g in bf16 instead (g null)
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_grid_stride(device, activation_row_blocks(rows) * cols, 1, 38);  // ptxas: 38
@@ -323,8 +324,9 @@ struct ActivationBackward {
       float sum = 0.0F;
       for (std::int64_t r = r0; r < r1; ++r) {
         const std::int64_t i = r * cols + c;
+        const float gi = g_bf16 != nullptr ? bfloat16_bits_to_float(g_bf16[i]) : g[i];
         const float d =
-            activation_grad(activation, g[i], saved != nullptr ? saved[i] : 0.0F, relu_scale);
+            activation_grad(activation, gi, saved != nullptr ? saved[i] : 0.0F, relu_scale);
         if (dz != nullptr) dz[i] = d;
         if (dz_bf16 != nullptr) dz_bf16[i] = float_to_bfloat16_bits(d);
         sum += d;

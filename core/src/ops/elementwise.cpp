@@ -1,6 +1,7 @@
 // Elementwise ops: broadcasting arithmetic, scalar ops and activations.
 // f16/bf16 inputs are computed in f32 (a differentiable cast) and the result
-// is cast back to the input's dtype.
+// is cast back to the input's dtype; add and mul of one 16-bit dtype run on
+// it directly where the back end reads 16-bit storage (the same bits).
 #include <stdexcept>
 #include <string>
 
@@ -70,15 +71,30 @@ Tensor unary_op(const char* name, const Tensor& a, Unary op, float scalar = 0.0F
       });
 }
 
-// a op b into a new contiguous f32 tensor of the broadcast shape (no history).
+// Whether a op b runs on a's and b's 16-bit storage as it is.
+bool binary_on_16bit(const Tensor& a, const Tensor& b) {
+  return a.dtype() != DType::f32 && a.dtype() == b.dtype() && backend_of(a).reads_16bit_storage();
+}
+
+// a op b into a new contiguous tensor of the broadcast shape (no history):
+// f32, or a's 16-bit dtype where binary_on_16bit(a, b).
 Tensor binary_kernel(Binary op, const Tensor& a, const Tensor& b, const Shape& shape) {
-  Tensor out = empty_on(a, shape);
+  if (a.dtype() != DType::f32 || b.dtype() != DType::f32) {
+    if (!binary_on_16bit(a, b)) {
+      return binary_kernel(op, detail::as_f32(a), detail::as_f32(b), shape);
+    }
+  }
+  Tensor out = empty_on(a, shape, a.dtype());
   if (out.numel() == 0) return out;
   const Strides so = contiguous_strides(shape);
   const Strides sa = backend::broadcast_strides(a.shape(), a.strides(), shape);
   const Strides sb = backend::broadcast_strides(b.shape(), b.strides(), shape);
   const auto plan = backend::make_strided_plan<3>(shape, {&so, &sa, &sb});
-  backend_of(a).binary(op, plan, a.data<float>(), b.data<float>(), out.data<float>());
+  if (a.dtype() == DType::f32) {
+    backend_of(a).binary(op, plan, a.data<float>(), b.data<float>(), out.data<float>());
+  } else {
+    backend_of(a).binary_16(op, plan, a.dtype(), a.raw_data(), b.raw_data(), out.raw_data());
+  }
   return out;
 }
 
@@ -94,7 +110,10 @@ Tensor binary_op(const char* name, Binary op, const Tensor& a, const Tensor& b) 
   require_floating(name, b, "b");
   require_same_device(name, {&a, &b});
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
-  if (a.dtype() != DType::f32 || b.dtype() != DType::f32) {
+  // add and mul of one 16-bit dtype on a back end that reads it: no f32
+  // copies (their gradients are g itself or products of 16-bit tensors).
+  const bool on_16bit = binary_on_16bit(a, b) && (op == Binary::add || op == Binary::mul);
+  if (!on_16bit && (a.dtype() != DType::f32 || b.dtype() != DType::f32)) {
     // Same low-precision dtype: compute in f32 and round back; mixed: f32.
     const DType result = a.dtype() == b.dtype() ? a.dtype() : DType::f32;
     return binary_op(name, op, detail::as_f32(a), detail::as_f32(b)).to(result);
@@ -127,10 +146,20 @@ Tensor binary_op(const char* name, Binary op, const Tensor& a, const Tensor& b) 
             if (need_a) da = detail::sum_to(g, shape_a);
             if (need_b) db = negated(detail::sum_to(g, shape_b));
             break;
-          case Binary::mul:
-            if (need_a) da = detail::sum_to(binary_kernel(Binary::mul, g, saved_b, gs), shape_a);
-            if (need_b) db = detail::sum_to(binary_kernel(Binary::mul, g, saved_a, gs), shape_b);
+          case Binary::mul: {
+            // A product summed over broadcast axes is summed in f32 before
+            // any rounding (as the f32 path does), not stored in 16 bits first.
+            const auto product_to = [&](const Tensor& other, const Shape& target) {
+              const bool summed = target != gs && g.dtype() != DType::f32;
+              return detail::sum_to(
+                  summed ? binary_kernel(Binary::mul, detail::as_f32(g), detail::as_f32(other), gs)
+                         : binary_kernel(Binary::mul, g, other, gs),
+                  target);
+            };
+            if (need_a) da = product_to(saved_b, shape_a);
+            if (need_b) db = product_to(saved_a, shape_b);
             break;
+          }
           case Binary::div:
             // d(a/b)/da = 1/b; d(a/b)/db = -(a/b)/b.
             if (need_a) da = detail::sum_to(binary_kernel(Binary::div, g, saved_b, gs), shape_a);
@@ -140,7 +169,8 @@ Tensor binary_op(const char* name, Binary op, const Tensor& a, const Tensor& b) 
             }
             break;
         }
-        // sum_to may hand back g itself: gradients must be contiguous f32 of the input's shape.
+        // sum_to may hand back g itself: gradients must be contiguous, of the
+        // input's shape (autograd converts them to its dtype).
         if (da.defined()) da = da.contiguous();
         if (db.defined()) db = db.contiguous();
         return autograd::TensorList{da, db};

@@ -1,7 +1,8 @@
 // layer_norm over the last axis: a fused forward that keeps each row's mean
 // and 1/std for a fused backward (dx, dgamma, dbeta in one kernel). gamma and
 // beta may be undefined (no scale / no shift). f16/bf16 inputs are computed in
-// f32 and the result cast back to x's dtype.
+// f32 and the result cast back to x's dtype, or (Backend::reads_16bit_storage)
+// read and written in their dtype by the kernels.
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -33,23 +34,35 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
     throw std::invalid_argument(fmt::format("layer_norm: eps {} must be >= 0", eps));
   }
   auto low = [](const Tensor& t) { return t.defined() && t.dtype() != DType::f32; };
-  if (low(x) || low(gamma) || low(beta)) {
-    auto f32 = [](const Tensor& t) { return t.defined() ? detail::as_f32(t) : t; };
+  auto f32 = [](const Tensor& t) { return t.defined() ? detail::as_f32(t) : t; };
+  // A 16-bit x on a back end that reads it: x, y and their gradients stay
+  // 16-bit (the same bits as the f32 path's rounded result); gamma and beta
+  // in f32.
+  if (low(x) && detail::backend_of(x).reads_16bit_storage()) {
+    if (low(gamma) || low(beta)) return layer_norm(x, f32(gamma), f32(beta), eps);
+  } else if (low(x) || low(gamma) || low(beta)) {
     return layer_norm(f32(x), f32(gamma), f32(beta), eps).to(x.dtype());
   }
+  const DType type = x.dtype();
 
   const Tensor xc = x.detach().contiguous();
   const Tensor g = gamma.defined() ? gamma.detach().contiguous() : Tensor();
   const Tensor b = beta.defined() ? beta.detach().contiguous() : Tensor();
   const std::int64_t rows = shape_numel(Shape(x.shape().begin(), x.shape().end() - 1));
-  Tensor y = detail::empty_on(xc, xc.shape());
+  Tensor y = detail::empty_on(xc, xc.shape(), type);
   Tensor mean = detail::empty_on(xc, {rows});
   Tensor rstd = detail::empty_on(xc, {rows});
   if (d > 0 && rows > 0) {
-    detail::backend_of(xc).layer_norm_forward(
-        xc.data<float>(), g.defined() ? g.data<float>() : nullptr,
-        b.defined() ? b.data<float>() : nullptr, y.data<float>(), mean.data<float>(),
-        rstd.data<float>(), rows, d, eps);
+    const float* gd = g.defined() ? g.data<float>() : nullptr;
+    const float* bd = b.defined() ? b.data<float>() : nullptr;
+    backend::Backend& be = detail::backend_of(xc);
+    if (type == DType::f32) {
+      be.layer_norm_forward(xc.data<float>(), gd, bd, y.data<float>(), mean.data<float>(),
+                            rstd.data<float>(), rows, d, eps);
+    } else {
+      be.layer_norm_forward_16(type, xc.raw_data(), gd, bd, y.raw_data(), mean.data<float>(),
+                               rstd.data<float>(), rows, d, eps);
+    }
   }
   const bool need_x = x.requires_grad();
   const bool need_g = gamma.defined() && gamma.requires_grad();
@@ -57,19 +70,27 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
   if (!grad_mode_enabled() || !(need_x || need_g || need_b)) return y;
   return autograd::record(
       std::move(y), "layer_norm", {x, gamma, beta},
-      [xc, g, mean, rstd, rows, d, need_x, need_g, need_b](const Tensor& grad) {
+      [xc, g, mean, rstd, rows, d, type, need_x, need_g, need_b](const Tensor& grad) {
+        // grad comes in y's dtype (autograd converts it to the output's).
         const Tensor gc = grad.contiguous();
         backend::Backend& be = detail::backend_of(gc);
-        Tensor dx = need_x ? detail::empty_on(gc, xc.shape()) : Tensor();
+        Tensor dx = need_x ? detail::empty_on(gc, xc.shape(), type) : Tensor();
         Tensor dgamma = need_g ? detail::empty_on(gc, {d}) : Tensor();
         Tensor dbeta = need_b ? detail::empty_on(gc, {d}) : Tensor();
         if (d > 0 && rows > 0) {
           Tensor scratch = detail::empty_on(gc, {be.layer_norm_scratch_size(rows, d)});
-          be.layer_norm_backward(
-              xc.data<float>(), g.defined() ? g.data<float>() : nullptr, mean.data<float>(),
-              rstd.data<float>(), gc.data<float>(), need_x ? dx.data<float>() : nullptr,
-              need_g ? dgamma.data<float>() : nullptr, need_b ? dbeta.data<float>() : nullptr, rows,
-              d, scratch.data<float>());
+          const float* gd = g.defined() ? g.data<float>() : nullptr;
+          float* dgd = need_g ? dgamma.data<float>() : nullptr;
+          float* dbd = need_b ? dbeta.data<float>() : nullptr;
+          if (type == DType::f32) {
+            be.layer_norm_backward(xc.data<float>(), gd, mean.data<float>(), rstd.data<float>(),
+                                   gc.data<float>(), need_x ? dx.data<float>() : nullptr, dgd, dbd,
+                                   rows, d, scratch.data<float>());
+          } else {
+            be.layer_norm_backward_16(
+                type, xc.raw_data(), gd, mean.data<float>(), rstd.data<float>(), gc.raw_data(),
+                need_x ? dx.raw_data() : nullptr, dgd, dbd, rows, d, scratch.data<float>());
+          }
         } else {
           if (need_g) dgamma.zero_();
           if (need_b) dbeta.zero_();

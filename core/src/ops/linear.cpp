@@ -2,8 +2,9 @@
 // BLAS, no copy) and one fused bias + activation pass. Backward fuses the
 // activation derivative with the bias gradient, then two GEMMs give dx and dW.
 // bf16 x and W at bf16 matmul precision go to the products as they are (y
-// is computed in f32 and rounded once); other f16/bf16 inputs are computed in
-// f32 and the result cast back to x's dtype.
+// and dx are computed in f32 and rounded once, by the product itself where
+// the back end can); other f16/bf16 inputs are computed in f32 and the
+// result cast back to x's dtype.
 // With an output dropout (after relu) the dropout runs in place on y, and y
 // is all backward keeps: relu' times the mask is (y > 0) * scale.
 // At bf16 matmul precision, on a backend that rounds operands ahead of its
@@ -141,8 +142,11 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
         // the products' dz as it is: no f32 copy (the logits' gradient).
         const bool g_is_dz =
             bf16_operands && g.dtype() == DType::bf16 && activation == Activation::none && !need_b;
-        const Tensor gc = g_is_dz ? g.contiguous() : detail::as_f32(g).contiguous();
-        backend::Backend& be = detail::backend_of(gc);
+        backend::Backend& be = detail::backend_of(g);
+        // A bf16 g that a pass forms dz from, on a back end that reads it: no f32 copy either.
+        const bool g_bf16 =
+            g_is_dz || (bf16_operands && g.dtype() == DType::bf16 && be.reads_16bit_storage());
+        const Tensor gc = g_bf16 ? g.contiguous() : detail::as_f32(g).contiguous();
         Tensor db = need_b ? detail::empty_on(gc, {out_features}) : Tensor();
         const float* saved_data = saved.defined() ? saved.data<float>() : nullptr;
         float* db_data = need_b ? db.data<float>() : nullptr;
@@ -154,9 +158,15 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
           dz_bf16 = gc;
         } else if (x_bf16.defined() && (activation != Activation::none || need_b)) {
           dz_bf16 = detail::empty_on(gc, {n_rows, out_features}, DType::bf16);
-          be.activation_backward_bf16(activation, gc.data<float>(), saved_data,
-                                      dz_bf16.data<std::uint16_t>(), db_data, n_rows, out_features,
-                                      keep_scale);
+          if (g_bf16) {
+            be.activation_backward_from_bf16(activation, gc.data<std::uint16_t>(), saved_data,
+                                             dz_bf16.data<std::uint16_t>(), db_data, n_rows,
+                                             out_features, keep_scale);
+          } else {
+            be.activation_backward_bf16(activation, gc.data<float>(), saved_data,
+                                        dz_bf16.data<std::uint16_t>(), db_data, n_rows,
+                                        out_features, keep_scale);
+          }
         } else {
           if (activation != Activation::none) dz = detail::empty_on(gc, gc.shape());
           be.activation_backward(activation, gc.data<float>(), saved_data,
@@ -165,19 +175,19 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
         }
         const GemmOperand dz_operand{dz_bf16.defined() ? nullptr : dz.data<float>(), out_features,
                                      false, bits(dz_bf16)};
-        Tensor dx = need_x ? detail::empty_on(gc, x_shape) : Tensor();
+        // A back end that can writes dx in bf16 straight from its product.
+        const bool dx_bf16 = bf16_operands && x_dtype == DType::bf16 && be.gemm_writes_bf16();
+        Tensor dx =
+            need_x ? detail::empty_on(gc, x_shape, dx_bf16 ? DType::bf16 : DType::f32) : Tensor();
         Tensor dw = need_w ? detail::empty_on(gc, {out_features, in}) : Tensor();
         // dx [rows, in] = dz [rows, out] W [out, in]
         const auto dx_product = [&] {
-          return GemmProduct{n_rows,
-                             in,
-                             out_features,
-                             1.0F,
-                             dz_operand,
-                             {bf16_operands ? nullptr : w.data<float>(), in, false, bits(w_bf16)},
-                             0.0F,
-                             dx.data<float>(),
-                             in};
+          return GemmProduct{
+              n_rows,       in,
+              out_features, 1.0F,
+              dz_operand,   {bf16_operands ? nullptr : w.data<float>(), in, false, bits(w_bf16)},
+              0.0F,         dx_bf16 ? nullptr : dx.data<float>(),
+              in,           dx_bf16 ? dx.data<std::uint16_t>() : nullptr};
         };
         // dW [out, in] = dz^T [out, rows] x [rows, in]
         const auto dw_product = [&] {

@@ -77,6 +77,15 @@ class Backend {
   // out = a op b over a plan with operands 0: out, 1: a, 2: b.
   virtual void binary(Binary op, const StridedPlan<3>& plan, const float* a, const float* b,
                       float* out) = 0;
+  // 16-bit storage read and written as it is, where reads_16bit_storage():
+  // binary ops with a, b and out all f16 or all bf16, and layer norm (below)
+  // with x, y, g and dx of one 16-bit dtype. The math is f32 and each output
+  // is rounded once at its store, so the results are those of the f32 path
+  // rounded to the dtype, bit for bit, without the f32 copies the ops make
+  // for other back ends (the defaults throw).
+  virtual bool reads_16bit_storage() const { return false; }
+  virtual void binary_16(Binary op, const StridedPlan<3>& plan, DType type, const void* a,
+                         const void* b, void* out);
   // out = x over a plan with operands 0: out, 1: x (a broadcasting copy).
   virtual void broadcast_copy(const StridedPlan<2>& plan, const float* x, float* out) = 0;
   // u8 out over a plan with operands 0: out, 1: a, 2: b (b unused for not_equal_scalar).
@@ -101,6 +110,11 @@ class Backend {
   virtual void activation_backward_bf16(Activation activation, const float* g, const float* saved,
                                         std::uint16_t* dz_bf16, float* db, std::int64_t rows,
                                         std::int64_t cols, float relu_scale) = 0;
+  // The same from a bf16 g (reads_16bit_storage()).
+  virtual void activation_backward_from_bf16(Activation activation, const std::uint16_t* g,
+                                             const float* saved, std::uint16_t* dz_bf16, float* db,
+                                             std::int64_t rows, std::int64_t cols,
+                                             float relu_scale);
 
   // ---- Reductions (f32) --------------------------------------------------------------
   // out[0] = sum(x[0, n)) / divisor, summed and divided in f64 (the result
@@ -133,6 +147,15 @@ class Backend {
                                    const float* rstd, const float* g, float* dx, float* dgamma,
                                    float* dbeta, std::int64_t rows, std::int64_t d,
                                    float* scratch) = 0;
+  // The same with x, y, g and dx of the 16-bit `type` (reads_16bit_storage());
+  // gamma, beta, mean, rstd, dgamma and dbeta f32.
+  virtual void layer_norm_forward_16(DType type, const void* x, const float* gamma,
+                                     const float* beta, void* y, float* mean, float* rstd,
+                                     std::int64_t rows, std::int64_t d, float eps);
+  virtual void layer_norm_backward_16(DType type, const void* x, const float* gamma,
+                                      const float* mean, const float* rstd, const void* g, void* dx,
+                                      float* dgamma, float* dbeta, std::int64_t rows,
+                                      std::int64_t d, float* scratch);
   // Per-channel mean and biased variance.
   virtual void batch_norm_stats(const BatchNormShape& s, const float* x, float* mean,
                                 float* var) = 0;

@@ -1,0 +1,41 @@
+// Backend's 16-bit storage entry points' defaults: a back end that computes
+// only f32 says so (reads_16bit_storage() is false) and the ops give it f32
+// copies; a call anyway is a bug in the caller.
+#include <stdexcept>
+#include <string>
+
+#include "backend/backend.hpp"
+
+namespace rig::backend {
+
+namespace {
+
+[[noreturn]] void f32_only(const char* entry) {
+  throw std::logic_error(std::string("Backend::") + entry +
+                         " called on a back end that computes f32 storage only");
+}
+
+}  // namespace
+
+void Backend::binary_16(Binary, const StridedPlan<3>&, DType, const void*, const void*, void*) {
+  f32_only("binary_16");
+}
+
+void Backend::activation_backward_from_bf16(Activation, const std::uint16_t*, const float*,
+                                            std::uint16_t*, float*, std::int64_t, std::int64_t,
+                                            float) {
+  f32_only("activation_backward_from_bf16");
+}
+
+void Backend::layer_norm_forward_16(DType, const void*, const float*, const float*, void*, float*,
+                                    float*, std::int64_t, std::int64_t, float) {
+  f32_only("layer_norm_forward_16");
+}
+
+void Backend::layer_norm_backward_16(DType, const void*, const float*, const float*, const float*,
+                                     const void*, void*, float*, float*, std::int64_t, std::int64_t,
+                                     float*) {
+  f32_only("layer_norm_backward_16");
+}
+
+}  // namespace rig::backend

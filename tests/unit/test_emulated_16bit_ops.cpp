@@ -1,0 +1,124 @@
+// The ops on 16-bit storage through the CUDA back end (on the SIMT-emulated
+// device, RIG_CUDA_EMULATOR=1): where the back end reads and writes bf16 as
+// it is (Backend::reads_16bit_storage, gemm_writes_bf16), the ops skip their
+// f32 copies; their results and gradients must still be, bit for bit, those
+// of f32 tensors holding the same values, rounded to the inputs' dtypes.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "rig/half.hpp"
+#include "rig/ops.hpp"
+#include "rig/tensor.hpp"
+
+namespace {
+
+using rig::DType;
+using rig::Tensor;
+
+// The emulated device as cuda:0 (each ctest test is its own process).
+rig::Device emulated_cuda() {
+  setenv("RIG_CUDA_EMULATOR", "1", 1);
+  return rig::Device::cuda(0);
+}
+
+Tensor random(const rig::Shape& shape, std::uint32_t seed, float lo = -1.0F, float hi = 1.0F) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(static_cast<std::size_t>(rig::shape_numel(shape)));
+  for (float& x : v) x = rig::bfloat16_bits_to_float(rig::float_to_bfloat16_bits(dist(rng)));
+  return Tensor::from_vector(v, shape);
+}
+
+Tensor leaf(const Tensor& values, DType dtype, rig::Device device) {
+  Tensor t = values.to(device).to(dtype);
+  t.set_requires_grad(true);
+  return t;
+}
+
+// got (16-bit) equals want (f32) rounded to got's dtype, bit for bit.
+bool same(const Tensor& got, const Tensor& want) {
+  return got.to_host().to(DType::f32).to_vector() ==
+         want.to_host().to(got.dtype()).to(DType::f32).to_vector();
+}
+
+TEST(Emulated16BitOps, LinearWritesDxInBf16WithTheBitsOfItsFloat32Copies) {
+  const rig::Device dev = emulated_cuda();
+  const Tensor x = random({3, 17, 40}, 1), w = random({50, 40}, 2), b = random({50}, 3);
+  const Tensor up = random({3, 17, 50}, 4).to(dev).to(DType::bf16);
+  const rig::ops::MatmulPrecisionScope bf16(rig::MatmulPrecision::bf16);
+  for (const auto activation : {rig::ops::Activation::none, rig::ops::Activation::relu}) {
+    for (const bool with_bias : {false, true}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "activation " << static_cast<int>(activation) << " bias " << with_bias);
+      Tensor x16 = leaf(x, DType::bf16, dev), w16 = leaf(w, DType::bf16, dev);
+      Tensor b16 = with_bias ? leaf(b, DType::bf16, dev) : Tensor();
+      const Tensor y16 = rig::ops::linear(x16, w16, b16, activation);
+      rig::ops::sum(rig::ops::mul(y16, up)).backward();
+      Tensor x32 = leaf(x, DType::f32, dev), w32 = leaf(w, DType::f32, dev);
+      Tensor b32 = with_bias ? leaf(b, DType::f32, dev) : Tensor();
+      const Tensor y32 = rig::ops::linear(x32, w32, b32, activation);
+      rig::ops::sum(rig::ops::mul(y32.to(DType::bf16), up)).backward();
+      EXPECT_EQ(y16.dtype(), DType::bf16);
+      EXPECT_EQ(x16.grad().dtype(), DType::bf16);
+      EXPECT_TRUE(same(y16.detach(), y32.detach())) << "y";
+      EXPECT_TRUE(same(x16.grad(), x32.grad())) << "dx";
+      EXPECT_TRUE(same(w16.grad(), w32.grad())) << "dW";
+      if (with_bias) {
+        EXPECT_TRUE(same(b16.grad(), b32.grad())) << "db";
+      }
+    }
+  }
+}
+
+TEST(Emulated16BitOps, AddAndMulWithBroadcastingHaveTheBitsOfTheirFloat32Copies) {
+  const rig::Device dev = emulated_cuda();
+  // A residual add [4, 6, 8] + [4, 6, 8] and a padding mask [4, 6, 1].
+  const Tensor a = random({4, 6, 8}, 11), b = random({4, 6, 8}, 12), m = random({4, 6, 1}, 13);
+  for (const DType type : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(rig::dtype_name(type));
+    const Tensor up = random({4, 6, 8}, 14).to(dev).to(type);
+    Tensor a16 = leaf(a, type, dev), b16 = leaf(b, type, dev), m16 = leaf(m, type, dev);
+    const Tensor y16 = rig::ops::mul(rig::ops::add(a16, b16), m16);
+    rig::ops::sum(rig::ops::mul(y16, up)).backward();
+    Tensor a32 = leaf(a.to(type).to(DType::f32), DType::f32, dev);
+    Tensor b32 = leaf(b.to(type).to(DType::f32), DType::f32, dev);
+    Tensor m32 = leaf(m.to(type).to(DType::f32), DType::f32, dev);
+    // The f32 path rounds each op's result, as the 16-bit path stores it.
+    const Tensor s32 = rig::ops::add(a32, b32).to(type).to(DType::f32);
+    const Tensor y32 = rig::ops::mul(s32, m32).to(type);
+    rig::ops::sum(rig::ops::mul(y32, up)).backward();
+    EXPECT_EQ(y16.dtype(), type);
+    EXPECT_TRUE(same(y16.detach(), y32.detach())) << "y";
+    EXPECT_TRUE(same(a16.grad(), a32.grad())) << "da";
+    EXPECT_TRUE(same(b16.grad(), b32.grad())) << "db";
+    EXPECT_TRUE(same(m16.grad(), m32.grad())) << "dm (summed over the broadcast axis)";
+  }
+}
+
+TEST(Emulated16BitOps, LayerNormHasTheBitsOfItsFloat32Copy) {
+  const rig::Device dev = emulated_cuda();
+  const Tensor x = random({70, 24}, 21, -3.0F, 3.0F), gamma = random({24}, 22, 0.5F, 1.5F),
+               beta = random({24}, 23);
+  for (const DType type : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(rig::dtype_name(type));
+    const Tensor up = random({70, 24}, 24).to(dev).to(type);
+    Tensor x16 = leaf(x, type, dev), g16 = leaf(gamma, DType::f32, dev),
+           b16 = leaf(beta, DType::f32, dev);
+    const Tensor y16 = rig::ops::layer_norm(x16, g16, b16, 1e-6F);
+    rig::ops::sum(rig::ops::mul(y16, up)).backward();
+    Tensor x32 = leaf(x.to(type).to(DType::f32), DType::f32, dev);
+    Tensor g32 = leaf(gamma, DType::f32, dev), b32 = leaf(beta, DType::f32, dev);
+    const Tensor y32 = rig::ops::layer_norm(x32, g32, b32, 1e-6F).to(type);
+    rig::ops::sum(rig::ops::mul(y32, up)).backward();
+    EXPECT_EQ(y16.dtype(), type);
+    EXPECT_TRUE(same(y16.detach(), y32.detach())) << "y";
+    EXPECT_TRUE(same(x16.grad(), x32.grad())) << "dx";
+    EXPECT_EQ(g16.grad().to_host().to_vector(), g32.grad().to_host().to_vector()) << "dgamma";
+    EXPECT_EQ(b16.grad().to_host().to_vector(), b32.grad().to_host().to_vector()) << "dbeta";
+  }
+}
+
+}  // namespace
