@@ -190,7 +190,8 @@ Encoded Network::encode(const Tensor& source_ids, const Tensor& source_lengths, 
   const std::int64_t length = source_ids.size(1);
   Encoded encoded;
   encoded.key_mask = key_padding_mask(source_lengths, length);
-  encoded.key_lengths = source_lengths;
+  // i32, as fused attention reads them: converted once, not by every layer.
+  encoded.key_lengths = source_lengths.to(rig::DType::i32);
   Tensor ffn_mask;
   if (remove_padding_) {
     ffn_mask = encoded.key_mask.reshape({source_ids.size(0), length, 1}).to(dtype_);

@@ -35,7 +35,7 @@ rig::Tensor position_encoding(std::int64_t length, std::int64_t hidden_size,
 struct Encoded {
   rig::Tensor output;       // [B, S, d], compute dtype
   rig::Tensor key_mask;     // u8 [B, 1, 1, S]: 1 at real source tokens
-  rig::Tensor key_lengths;  // i64 [B]: the source lengths key_mask was made from
+  rig::Tensor key_lengths;  // i32 [B]: the source lengths key_mask was made from
 };
 
 // The per-hypothesis state of incremental decoding: each decoder layer's
