@@ -98,6 +98,32 @@ TEST(Emulated16BitOps, AddAndMulWithBroadcastingHaveTheBitsOfTheirFloat32Copies)
   }
 }
 
+TEST(Emulated16BitOps, UnaryOpsHaveTheBitsOfTheirFloat32Copies) {
+  const rig::Device dev = emulated_cuda();
+  const Tensor x = random({5, 33}, 31, -3.0F, 3.0F);
+  using Op = Tensor (*)(const Tensor&);
+  const std::pair<const char*, Op> ops[] = {
+      {"relu", &rig::ops::relu},
+      {"gelu", [](const Tensor& t) { return rig::ops::gelu(t); }},
+      {"neg", &rig::ops::neg},
+      {"exp (through f32)", &rig::ops::exp}};
+  for (const DType type : {DType::bf16, DType::f16}) {
+    for (const auto& [name, op] : ops) {
+      SCOPED_TRACE(::testing::Message() << rig::dtype_name(type) << " " << name);
+      const Tensor up = random({5, 33}, 32).to(dev).to(type);
+      Tensor x16 = leaf(x, type, dev);
+      const Tensor y16 = op(x16);
+      rig::ops::sum(rig::ops::mul(y16, up)).backward();
+      Tensor x32 = leaf(x.to(type).to(DType::f32), DType::f32, dev);
+      const Tensor y32 = op(x32).to(type);
+      rig::ops::sum(rig::ops::mul(y32, up)).backward();
+      EXPECT_EQ(y16.dtype(), type);
+      EXPECT_TRUE(same(y16.detach(), y32.detach())) << "y";
+      EXPECT_TRUE(same(x16.grad(), x32.grad())) << "dx";
+    }
+  }
+}
+
 TEST(Emulated16BitOps, LayerNormHasTheBitsOfItsFloat32Copy) {
   const rig::Device dev = emulated_cuda();
   const Tensor x = random({70, 24}, 21, -3.0F, 3.0F), gamma = random({24}, 22, 0.5F, 1.5F),

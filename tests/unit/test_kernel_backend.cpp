@@ -757,6 +757,31 @@ TEST(KernelBackend16Bit, BinaryIsTheF32PathRounded) {
                std::logic_error);
 }
 
+TEST(KernelBackend16Bit, UnaryIsTheF32PathRounded) {
+  // relu, gelu (its derivative reads x) and mul_scalar: forward and backward.
+  const std::size_t n = 300;
+  for (const DType type : {DType::bf16, DType::f16}) {
+    const std::vector<std::uint16_t> xb = bits_of(uniform(n, 431, -3.0F, 3.0F), type);
+    const std::vector<std::uint16_t> gb = bits_of(uniform(n, 432), type);
+    const Dev<std::uint16_t> x16(xb), g16(gb), y16(n), dx16(n);
+    const Dev<float> x32(values_of(xb, type)), g32(values_of(gb, type)), y32(n), dx32(n);
+    for (const backend::Unary op :
+         {backend::Unary::relu, backend::Unary::gelu, backend::Unary::mul_scalar}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(type) << " op " << static_cast<int>(op));
+      emu().unary(op, x32.get(), y32.get(), static_cast<std::int64_t>(n), 0.75F);
+      emu().unary_16(op, type, x16.get(), y16.get(), static_cast<std::int64_t>(n), 0.75F);
+      EXPECT_EQ(y16.host(), bits_of(y32.host(), type));
+      const bool relu = op == backend::Unary::relu;
+      emu().unary_backward(op, g32.get(), relu ? nullptr : x32.get(), relu ? y32.get() : nullptr,
+                           dx32.get(), static_cast<std::int64_t>(n), 0.75F);
+      emu().unary_backward_16(op, type, g16.get(), relu ? nullptr : x16.get(),
+                              relu ? y16.get() : nullptr, dx16.get(), static_cast<std::int64_t>(n),
+                              0.75F);
+      EXPECT_EQ(dx16.host(), bits_of(dx32.host(), type));
+    }
+  }
+}
+
 TEST(KernelBackend16Bit, ActivationBackwardFromBf16IsTheF32Path) {
   // 70 rows: db's two stages. g in bf16 against the same values in f32.
   const std::int64_t rows = 70, cols = 24;

@@ -21,6 +21,15 @@ void Backend::binary_16(Binary, const StridedPlan<3>&, DType, const void*, const
   f32_only("binary_16");
 }
 
+void Backend::unary_16(Unary, DType, const void*, void*, std::int64_t, float) {
+  f32_only("unary_16");
+}
+
+void Backend::unary_backward_16(Unary, DType, const void*, const void*, const void*, void*,
+                                std::int64_t, float) {
+  f32_only("unary_backward_16");
+}
+
 void Backend::activation_backward_from_bf16(Activation, const std::uint16_t*, const float*,
                                             std::uint16_t*, float*, std::int64_t, std::int64_t,
                                             float) {

@@ -67,6 +67,10 @@ class KernelBackend final : public backend::Backend {
   void binary(backend::Binary op, const backend::StridedPlan<3>& plan, const float* a,
               const float* b, float* out) override;
   bool reads_16bit_storage() const override { return true; }
+  void unary_16(backend::Unary op, DType type, const void* x, void* y, std::int64_t n,
+                float scalar) override;
+  void unary_backward_16(backend::Unary op, DType type, const void* g, const void* x, const void* y,
+                         void* dx, std::int64_t n, float scalar) override;
   void binary_16(backend::Binary op, const backend::StridedPlan<3>& plan, DType type, const void* a,
                  const void* b, void* out) override;
   void broadcast_copy(const backend::StridedPlan<2>& plan, const float* x, float* out) override;

@@ -13,6 +13,28 @@ void KernelBackend::unary_backward(backend::Unary op, const float* g, const floa
   run(kernels::UnaryBackward{static_cast<kernels::UnaryOp>(op), g, x, y, dx, n, scalar});
 }
 
+// The kernels' float* operands hold 16-bit values here (their `type`).
+void KernelBackend::unary_16(backend::Unary op, DType type, const void* x, void* y, std::int64_t n,
+                             float scalar) {
+  kernels::UnaryForward k{static_cast<kernels::UnaryOp>(op), static_cast<const float*>(x),
+                          static_cast<float*>(y), n, scalar};
+  k.type = element_type(type, "unary_16");
+  run(k);
+}
+
+void KernelBackend::unary_backward_16(backend::Unary op, DType type, const void* g, const void* x,
+                                      const void* y, void* dx, std::int64_t n, float scalar) {
+  kernels::UnaryBackward k{static_cast<kernels::UnaryOp>(op),
+                           static_cast<const float*>(g),
+                           static_cast<const float*>(x),
+                           static_cast<const float*>(y),
+                           static_cast<float*>(dx),
+                           n,
+                           scalar};
+  k.type = element_type(type, "unary_backward_16");
+  run(k);
+}
+
 namespace {
 
 kernels::BinaryKernel binary_kernel(backend::Binary op, const backend::StridedPlan<3>& plan) {

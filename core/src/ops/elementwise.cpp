@@ -1,7 +1,8 @@
 // Elementwise ops: broadcasting arithmetic, scalar ops and activations.
 // f16/bf16 inputs are computed in f32 (a differentiable cast) and the result
-// is cast back to the input's dtype; add and mul of one 16-bit dtype run on
-// it directly where the back end reads 16-bit storage (the same bits).
+// is cast back to the input's dtype; add and mul of one 16-bit dtype, and
+// the unary ops whose derivative does not read a rounded output, run on it
+// directly where the back end reads 16-bit storage (the same bits).
 #include <stdexcept>
 #include <string>
 
@@ -50,23 +51,48 @@ bool reads_output(Unary op) {
   }
 }
 
+// Whether op runs on a's 16-bit storage as it is: where the back end reads
+// it and the derivative does not read the (rounded) output, or the output
+// is exact (relu of a 16-bit value is one): the f32 path's bits.
+bool unary_on_16bit(const Tensor& a, Unary op) {
+  return a.dtype() != DType::f32 && (!reads_output(op) || op == Unary::relu) &&
+         backend_of(a).reads_16bit_storage();
+}
+
 Tensor unary_op(const char* name, const Tensor& a, Unary op, float scalar = 0.0F) {
   require_floating(name, a, "x");
-  if (a.dtype() != DType::f32) return unary_op(name, a.to(DType::f32), op, scalar).to(a.dtype());
+  const bool on_16bit = unary_on_16bit(a, op);
+  if (a.dtype() != DType::f32 && !on_16bit) {
+    return unary_op(name, a.to(DType::f32), op, scalar).to(a.dtype());
+  }
+  const DType type = a.dtype();
   const Tensor x = a.contiguous();
-  Tensor out = empty_on(x, x.shape());
-  backend_of(x).unary(op, x.data<float>(), out.data<float>(), x.numel(), scalar);
+  Tensor out = empty_on(x, x.shape(), type);
+  if (type == DType::f32) {
+    backend_of(x).unary(op, x.data<float>(), out.data<float>(), x.numel(), scalar);
+  } else {
+    backend_of(x).unary_16(op, type, x.raw_data(), out.raw_data(), x.numel(), scalar);
+  }
   if (!grad_mode_enabled() || !a.requires_grad()) return out;
   Tensor saved_x = reads_input(op) ? x.detach() : Tensor();
   Tensor saved_y = reads_output(op) ? out.detach() : Tensor();
   return autograd::record(
-      std::move(out), name, {a}, [saved_x, saved_y, op, scalar](const Tensor& g) {
+      std::move(out), name, {a}, [saved_x, saved_y, op, scalar, type](const Tensor& g) {
+        // g comes in the output's dtype (autograd converts it).
         const Tensor gc = g.contiguous();
-        Tensor dx = empty_on(gc, gc.shape());
-        backend_of(gc).unary_backward(op, gc.data<float>(),
-                                      saved_x.defined() ? saved_x.data<float>() : nullptr,
-                                      saved_y.defined() ? saved_y.data<float>() : nullptr,
-                                      dx.data<float>(), dx.numel(), scalar);
+        Tensor dx = empty_on(gc, gc.shape(), type);
+        const auto data = [](const Tensor& t) -> const void* {
+          return t.defined() ? t.raw_data() : nullptr;
+        };
+        if (type == DType::f32) {
+          backend_of(gc).unary_backward(op, gc.data<float>(),
+                                        saved_x.defined() ? saved_x.data<float>() : nullptr,
+                                        saved_y.defined() ? saved_y.data<float>() : nullptr,
+                                        dx.data<float>(), dx.numel(), scalar);
+        } else {
+          backend_of(gc).unary_backward_16(op, type, gc.raw_data(), data(saved_x), data(saved_y),
+                                           dx.raw_data(), dx.numel(), scalar);
+        }
         return autograd::TensorList{dx};
       });
 }

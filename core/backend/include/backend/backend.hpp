@@ -86,6 +86,10 @@ class Backend {
   virtual bool reads_16bit_storage() const { return false; }
   virtual void binary_16(Binary op, const StridedPlan<3>& plan, DType type, const void* a,
                          const void* b, void* out);
+  // unary / unary_backward with x, y, g and dx of the 16-bit `type`.
+  virtual void unary_16(Unary op, DType type, const void* x, void* y, std::int64_t n, float scalar);
+  virtual void unary_backward_16(Unary op, DType type, const void* g, const void* x, const void* y,
+                                 void* dx, std::int64_t n, float scalar);
   // out = x over a plan with operands 0: out, 1: x (a broadcasting copy).
   virtual void broadcast_copy(const StridedPlan<2>& plan, const float* x, float* out) = 0;
   // u8 out over a plan with operands 0: out, 1: a, 2: b (b unused for not_equal_scalar).
