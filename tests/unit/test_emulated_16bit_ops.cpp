@@ -147,4 +147,38 @@ TEST(Emulated16BitOps, LayerNormHasTheBitsOfItsFloat32Copy) {
   }
 }
 
+TEST(Emulated16BitOps, BatchNormHasTheBitsOfItsFloat32Copy) {
+  const rig::Device dev = emulated_cuda();
+  // [N, C, H, W] with more than one chunk of values per channel.
+  const Tensor x = random({6, 3, 30, 30}, 41, -2.0F, 4.0F);
+  const Tensor gamma = random({3}, 42, 0.5F, 1.5F), beta = random({3}, 43);
+  for (const DType type : {DType::bf16, DType::f16}) {
+    for (const bool training : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << rig::dtype_name(type) << " training " << training);
+      const Tensor up = random({6, 3, 30, 30}, 44).to(dev).to(type);
+      const auto stats = [&] {
+        return std::pair{random({3}, 45).to(dev), random({3}, 46, 0.5F, 2.0F).to(dev)};
+      };
+      auto [mean16, var16] = stats();
+      auto [mean32, var32] = stats();
+      Tensor x16 = leaf(x, type, dev), g16 = leaf(gamma, DType::f32, dev),
+             b16 = leaf(beta, DType::f32, dev);
+      const Tensor y16 = rig::ops::batch_norm(x16, g16, b16, mean16, var16, training, 0.1F, 1e-5F);
+      rig::ops::sum(rig::ops::mul(y16, up)).backward();
+      Tensor x32 = leaf(x.to(type).to(DType::f32), DType::f32, dev);
+      Tensor g32 = leaf(gamma, DType::f32, dev), b32 = leaf(beta, DType::f32, dev);
+      const Tensor y32 =
+          rig::ops::batch_norm(x32, g32, b32, mean32, var32, training, 0.1F, 1e-5F).to(type);
+      rig::ops::sum(rig::ops::mul(y32, up)).backward();
+      EXPECT_EQ(y16.dtype(), type);
+      EXPECT_TRUE(same(y16.detach(), y32.detach())) << "y";
+      EXPECT_TRUE(same(x16.grad(), x32.grad())) << "dx";
+      EXPECT_EQ(g16.grad().to_host().to_vector(), g32.grad().to_host().to_vector()) << "dgamma";
+      EXPECT_EQ(b16.grad().to_host().to_vector(), b32.grad().to_host().to_vector()) << "dbeta";
+      EXPECT_EQ(mean16.to_host().to_vector(), mean32.to_host().to_vector()) << "running mean";
+      EXPECT_EQ(var16.to_host().to_vector(), var32.to_host().to_vector()) << "running var";
+    }
+  }
+}
+
 }  // namespace

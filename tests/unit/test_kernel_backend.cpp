@@ -801,6 +801,38 @@ TEST(KernelBackend16Bit, ActivationBackwardFromBf16IsTheF32Path) {
   }
 }
 
+TEST(KernelBackend16Bit, BatchNormIsTheF32PathRounded) {
+  // [n, c, inner] with more than one chunk per channel.
+  const backend::BatchNormShape s{5, 3, 700};
+  const auto n = static_cast<std::size_t>(s.n * s.c * s.inner);
+  const auto c = static_cast<std::size_t>(s.c);
+  const Dev<float> scale(uniform(c, 441, 0.5F, 1.5F)), shift(uniform(c, 442));
+  const Dev<float> invstd(uniform(c, 443, 0.5F, 2.0F)), gamma(uniform(c, 444, 0.5F, 1.5F));
+  for (const DType type : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(type));
+    const std::vector<std::uint16_t> xb = bits_of(uniform(n, 445, -2.0F, 4.0F), type);
+    const std::vector<std::uint16_t> gb = bits_of(uniform(n, 446), type);
+    const Dev<std::uint16_t> x16(xb), g16(gb), y16(n), dx16(n);
+    const Dev<float> x32(values_of(xb, type)), g32(values_of(gb, type)), y32(n), dx32(n);
+    const Dev<float> mean32(c), var32(c), mean16(c), var16(c);
+    emu().batch_norm_stats(s, x32.get(), mean32.get(), var32.get());
+    emu().batch_norm_stats_16(s, type, x16.get(), mean16.get(), var16.get());
+    EXPECT_EQ(mean16.host(), mean32.host());
+    EXPECT_EQ(var16.host(), var32.host());
+    emu().batch_norm_apply(s, x32.get(), scale.get(), shift.get(), y32.get());
+    emu().batch_norm_apply_16(s, type, x16.get(), scale.get(), shift.get(), y16.get());
+    EXPECT_EQ(y16.host(), bits_of(y32.host(), type));
+    const Dev<float> dg32(c), db32(c), dg16(c), db16(c);
+    emu().batch_norm_backward(s, x32.get(), g32.get(), mean32.get(), invstd.get(), gamma.get(),
+                              true, dx32.get(), dg32.get(), db32.get());
+    emu().batch_norm_backward_16(s, type, x16.get(), g16.get(), mean16.get(), invstd.get(),
+                                 gamma.get(), true, dx16.get(), dg16.get(), db16.get());
+    EXPECT_EQ(dx16.host(), bits_of(dx32.host(), type));
+    EXPECT_EQ(dg16.host(), dg32.host());
+    EXPECT_EQ(db16.host(), db32.host());
+  }
+}
+
 TEST(KernelBackend16Bit, LayerNormIsTheF32PathRounded) {
   // 70 rows: the parameter gradients' two stages (64-row blocks).
   const std::int64_t rows = 70, d = 40;

@@ -36,6 +36,21 @@ void Backend::activation_backward_from_bf16(Activation, const std::uint16_t*, co
   f32_only("activation_backward_from_bf16");
 }
 
+void Backend::batch_norm_stats_16(const BatchNormShape&, DType, const void*, float*, float*) {
+  f32_only("batch_norm_stats_16");
+}
+
+void Backend::batch_norm_apply_16(const BatchNormShape&, DType, const void*, const float*,
+                                  const float*, void*) {
+  f32_only("batch_norm_apply_16");
+}
+
+void Backend::batch_norm_backward_16(const BatchNormShape&, DType, const void*, const void*,
+                                     const float*, const float*, const float*, bool, void*, float*,
+                                     float*) {
+  f32_only("batch_norm_backward_16");
+}
+
 void Backend::layer_norm_forward_16(DType, const void*, const float*, const float*, void*, float*,
                                     float*, std::int64_t, std::int64_t, float) {
   f32_only("layer_norm_forward_16");

@@ -126,6 +126,14 @@ class KernelBackend final : public backend::Backend {
   void batch_norm_backward(const backend::BatchNormShape& s, const float* x, const float* dy,
                            const float* mean, const float* invstd, const float* gamma,
                            bool batch_stats, float* dx, float* dgamma, float* dbeta) override;
+  void batch_norm_stats_16(const backend::BatchNormShape& s, DType type, const void* x, float* mean,
+                           float* var) override;
+  void batch_norm_apply_16(const backend::BatchNormShape& s, DType type, const void* x,
+                           const float* scale, const float* shift, void* y) override;
+  void batch_norm_backward_16(const backend::BatchNormShape& s, DType type, const void* x,
+                              const void* dy, const float* mean, const float* invstd,
+                              const float* gamma, bool batch_stats, void* dx, float* dgamma,
+                              float* dbeta) override;
 
   void conv2d_forward(const backend::Conv2dShape& s, const float* x, const float* w, const float* b,
                       float* y) override;

@@ -1,17 +1,26 @@
 // KernelBackend: batch norm's statistics, per-channel coefficients, apply
-// and backward, reduced per channel in a fixed order.
+// and backward, reduced per channel in a fixed order. The 16-bit entry
+// points run the same kernels on f16 / bf16 x, y, dy and dx (their `type`).
 #include "cuda/backend/kernel_backend.hpp"
 
 namespace rig::cuda {
 
 void KernelBackend::batch_norm_stats(const backend::BatchNormShape& s, const float* x, float* mean,
                                      float* var) {
+  batch_norm_stats_16(s, DType::f32, x, mean, var);
+}
+
+void KernelBackend::batch_norm_stats_16(const backend::BatchNormShape& s, DType type, const void* x,
+                                        float* mean, float* var) {
   const std::int64_t chunks = kernels::batch_norm_chunks(s.n, s.inner);
   DeviceScratch buffer =
       scratch(static_cast<std::size_t>(kernels::batch_norm_stats_scratch(s.n, s.c, s.inner)) *
               sizeof(float));
   float* part = buffer.as<float>();
-  run(kernels::BatchNormStatsPartial{x, s.n, s.c, s.inner, part, part + s.c * chunks});
+  kernels::BatchNormStatsPartial k{static_cast<const float*>(x), s.n, s.c, s.inner, part,
+                                   part + s.c * chunks};
+  k.type = element_type(type, "batch_norm_stats");
+  run(k);
   run(kernels::BatchNormStatsFinish{part, part + s.c * chunks, s.n, s.c, s.inner, mean, var});
 }
 
@@ -23,13 +32,32 @@ void KernelBackend::batch_norm_prepare(const backend::BatchNormPrepare& a) {
 
 void KernelBackend::batch_norm_apply(const backend::BatchNormShape& s, const float* x,
                                      const float* scale, const float* shift, float* y) {
-  run(kernels::BatchNormApply{x, scale, shift, y, s.n, s.c, s.inner});
+  batch_norm_apply_16(s, DType::f32, x, scale, shift, y);
+}
+
+void KernelBackend::batch_norm_apply_16(const backend::BatchNormShape& s, DType type, const void* x,
+                                        const float* scale, const float* shift, void* y) {
+  kernels::BatchNormApply k{
+      static_cast<const float*>(x), scale, shift, static_cast<float*>(y), s.n, s.c, s.inner};
+  k.type = element_type(type, "batch_norm_apply");
+  run(k);
 }
 
 void KernelBackend::batch_norm_backward(const backend::BatchNormShape& s, const float* x,
                                         const float* dy, const float* mean, const float* invstd,
                                         const float* gamma, bool batch_stats, float* dx,
                                         float* dgamma, float* dbeta) {
+  batch_norm_backward_16(s, DType::f32, x, dy, mean, invstd, gamma, batch_stats, dx, dgamma, dbeta);
+}
+
+void KernelBackend::batch_norm_backward_16(const backend::BatchNormShape& s, DType type,
+                                           const void* x, const void* dy, const float* mean,
+                                           const float* invstd, const float* gamma,
+                                           bool batch_stats, void* dx, float* dgamma,
+                                           float* dbeta) {
+  const kernels::ElementType t = element_type(type, "batch_norm_backward");
+  const auto* xf = static_cast<const float*>(x);
+  const auto* dyf = static_cast<const float*>(dy);
   const std::int64_t chunks = kernels::batch_norm_chunks(s.n, s.inner);
   DeviceScratch buffer =
       scratch(static_cast<std::size_t>(kernels::batch_norm_backward_scratch(s.n, s.c, s.inner)) *
@@ -38,11 +66,17 @@ void KernelBackend::batch_norm_backward(const backend::BatchNormShape& s, const 
   float* part = coef + 3 * s.c;
   const bool sums = dgamma != nullptr || dbeta != nullptr || (dx != nullptr && batch_stats);
   if (sums) {
-    run(kernels::BatchNormGradPartial{x, dy, mean, s.n, s.c, s.inner, part, part + s.c * chunks});
+    kernels::BatchNormGradPartial k{xf, dyf, mean, s.n, s.c, s.inner, part, part + s.c * chunks};
+    k.type = t;
+    run(k);
   }
   run(kernels::BatchNormGradFinish{part, part + s.c * chunks, sums, s.n, s.c, s.inner, mean, invstd,
                                    gamma, batch_stats, dx != nullptr, dgamma, dbeta, coef});
-  if (dx != nullptr) run(kernels::BatchNormBackwardDx{x, dy, coef, dx, s.n, s.c, s.inner});
+  if (dx != nullptr) {
+    kernels::BatchNormBackwardDx k{xf, dyf, coef, static_cast<float*>(dx), s.n, s.c, s.inner};
+    k.type = t;
+    run(k);
+  }
 }
 
 }  // namespace rig::cuda

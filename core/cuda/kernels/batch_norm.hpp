@@ -1,4 +1,6 @@
-// Batch normalisation over contiguous f32 viewed as [n, c, inner]
+// Batch normalisation over contiguous f32 (or, through each kernel's `type`,
+// f16 / bf16 x, y, dy and dx, computed in f32 and rounded at the store)
+// viewed as [n, c, inner]
 // (Backend::batch_norm_*, core/cpu/batch_norm.cpp). M = n * inner elements
 // per channel, split into chunks of kBatchNormChunk (batch_norm_chunks(M) per
 // channel); per-channel reductions run in two stages, a block per (channel,
@@ -60,6 +62,7 @@
 #include <cstdint>
 
 #include "cuda/kernels/common.hpp"
+#include "cuda/kernels/element_type.hpp"
 #include "rig/math/bits.hpp"
 #include "rig/math/device_math.hpp"
 #include "simt/collectives.hpp"
@@ -162,8 +165,9 @@ inline unsigned partial_threads(std::int64_t n, std::int64_t inner) {
 struct BatchNormStatsPartial {
   const float* x = nullptr;  // [n, c, inner]
   std::int64_t n = 0, c = 0, inner = 1;
-  float* part_mean = nullptr;  // [c, chunks]
-  float* part_m2 = nullptr;    // [c, chunks]
+  float* part_mean = nullptr;           // [c, chunks]
+  float* part_m2 = nullptr;             // [c, chunks]
+  ElementType type = ElementType::f32;  // of x
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return simt::plan_rows(
@@ -187,15 +191,17 @@ struct BatchNormStatsPartial {
     // exactly its value and 0 (and large means lose nothing to the sums).
     std::int64_t i0 = 0, r0 = 0;
     batch_norm_detail::divmod(lo, inner, i0, r0);
-    const float shift = x[(i0 * c + ch) * inner + r0];
+    const float shift = load_element(x, type, (i0 * c + ch) * inner + r0);
     const float* xs = x;  // the lambdas capture locals, not the kernel's `this`
+    const ElementType ty = type;
     float s = 0.0F;
-    batch_norm_detail::for_channel_elements(first, hi, step, c, inner, ch,
-                                            [&](std::int64_t at) { s += xs[at] - shift; });
+    batch_norm_detail::for_channel_elements(first, hi, step, c, inner, ch, [&](std::int64_t at) {
+      s += load_element(xs, ty, at) - shift;
+    });
     const float dev = simt::block_sum(ctx, s) / static_cast<float>(hi - lo);
     float q = 0.0F;
     batch_norm_detail::for_channel_elements(first, hi, step, c, inner, ch, [&](std::int64_t at) {
-      const float d = (xs[at] - shift) - dev;
+      const float d = (load_element(xs, ty, at) - shift) - dev;
       q = ::fmaf(d, d, q);
     });
     const float m2 = simt::block_sum(ctx, q);
@@ -294,6 +300,7 @@ struct BatchNormApply {
   const float* shift = nullptr;  // [c]
   float* y = nullptr;            // [n, c, inner]
   std::int64_t n = 0, c = 0, inner = 1;
+  ElementType type = ElementType::f32;  // of x and y
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_grid_stride(device, n * c * inner);
@@ -305,8 +312,9 @@ struct BatchNormApply {
     const float* sc = scale;
     const float* sh = shift;
     float* ys = y;
+    const ElementType ty = type;
     batch_norm_detail::for_elements(ctx, n, c, inner, [&](std::int64_t t, std::int64_t ch) {
-      ys[t] = ::fmaf(xs[t], sc[ch], sh[ch]);
+      store_element(ys, ty, t, ::fmaf(load_element(xs, ty, t), sc[ch], sh[ch]));
     });
   }
 };
@@ -316,8 +324,9 @@ struct BatchNormGradPartial {
   const float* dy = nullptr;    // [n, c, inner]
   const float* mean = nullptr;  // [c]
   std::int64_t n = 0, c = 0, inner = 1;
-  float* part_g = nullptr;   // [c, chunks]: sum(dy)
-  float* part_gx = nullptr;  // [c, chunks]: sum(dy (x - mean))
+  float* part_g = nullptr;              // [c, chunks]: sum(dy)
+  float* part_gx = nullptr;             // [c, chunks]: sum(dy (x - mean))
+  ElementType type = ElementType::f32;  // of x and dy
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return simt::plan_rows(
@@ -338,12 +347,13 @@ struct BatchNormGradPartial {
     const float mu = mean[ch];
     const float* xs = x;  // the lambda captures locals, not the kernel's `this`
     const float* gs = dy;
+    const ElementType ty = type;
     float sg = 0.0F, sgx = 0.0F;
     batch_norm_detail::for_channel_elements(lo + ctx.thread_rank(), hi, ctx.block_threads(), c,
                                             inner, ch, [&](std::int64_t at) {
-                                              const float g = gs[at];
+                                              const float g = load_element(gs, ty, at);
                                               sg += g;
-                                              sgx = ::fmaf(g, xs[at] - mu, sgx);
+                                              sgx = ::fmaf(g, load_element(xs, ty, at) - mu, sgx);
                                             });
     sg = simt::block_sum(ctx, sg);
     sgx = simt::block_sum(ctx, sgx);
@@ -411,6 +421,7 @@ struct BatchNormBackwardDx {
   const float* coef = nullptr;  // [3 c] from BatchNormGradFinish
   float* dx = nullptr;          // [n, c, inner]
   std::int64_t n = 0, c = 0, inner = 1;
+  ElementType type = ElementType::f32;  // of x, dy and dx
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_grid_stride(device, n * c * inner);
@@ -424,8 +435,11 @@ struct BatchNormBackwardDx {
     const float* b = coef + c;
     const float* k = coef + 2 * c;
     float* out = dx;
+    const ElementType ty = type;
     batch_norm_detail::for_elements(ctx, n, c, inner, [&](std::int64_t t, std::int64_t ch) {
-      out[t] = ::fmaf(gs[t], a[ch], ::fmaf(xs[t], b[ch], k[ch]));
+      store_element(
+          out, ty, t,
+          ::fmaf(load_element(gs, ty, t), a[ch], ::fmaf(load_element(xs, ty, t), b[ch], k[ch])));
     });
   }
 };

@@ -77,21 +77,28 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
     throw std::invalid_argument(fmt::format(
         "batch_norm: x {}: training needs more than one value per channel", to_string(x.shape())));
   }
-  if (x.dtype() != DType::f32) {
+  backend::Backend& be = detail::backend_of(x);
+  if (x.dtype() != DType::f32 && !be.reads_16bit_storage()) {
     // f16 / bf16 storage: compute in f32, round the result to x's dtype.
     return batch_norm(detail::as_f32(x), gamma, beta, running_mean, running_var, training, momentum,
                       eps)
         .to(x.dtype());
   }
 
+  // f32, or (on a back end that reads it) x's 16-bit storage as it is: y,
+  // dx in that dtype, the f32 path's bits.
+  const DType type = x.dtype();
   const Tensor xc = x.detach().contiguous();
   const Tensor g = f32_vector(gamma);
   const Tensor b = f32_vector(beta);
-  backend::Backend& be = detail::backend_of(xc);
   Tensor mean = detail::empty_on(xc, {s.c});
   Tensor invstd = detail::empty_on(xc, {s.c});
   Tensor var = training ? detail::empty_on(xc, {s.c}) : Tensor();
-  if (training) be.batch_norm_stats(s, xc.data<float>(), mean.data<float>(), var.data<float>());
+  if (training && type == DType::f32) {
+    be.batch_norm_stats(s, xc.data<float>(), mean.data<float>(), var.data<float>());
+  } else if (training) {
+    be.batch_norm_stats_16(s, type, xc.raw_data(), mean.data<float>(), var.data<float>());
+  }
   // Handles share the buffers: the running statistics update in place, outside autograd.
   Tensor running_mean_handle = running_mean;
   Tensor running_var_handle = running_var;
@@ -114,24 +121,38 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   prepare.scale = scale.data<float>();
   prepare.shift = shift.data<float>();
   be.batch_norm_prepare(prepare);
-  Tensor out = detail::empty_on(xc, x.shape());
-  be.batch_norm_apply(s, xc.data<float>(), scale.data<float>(), shift.data<float>(),
-                      out.data<float>());
+  Tensor out = detail::empty_on(xc, x.shape(), type);
+  if (type == DType::f32) {
+    be.batch_norm_apply(s, xc.data<float>(), scale.data<float>(), shift.data<float>(),
+                        out.data<float>());
+  } else {
+    be.batch_norm_apply_16(s, type, xc.raw_data(), scale.data<float>(), shift.data<float>(),
+                           out.raw_data());
+  }
   return autograd::record(
       std::move(out), kOp, {x, gamma, beta},
-      [s, xc, g, mean, invstd, training, need_x = x.requires_grad(),
+      [s, xc, g, mean, invstd, training, type, need_x = x.requires_grad(),
        need_g = gamma.defined() && gamma.requires_grad(),
        need_b = beta.defined() && beta.requires_grad(),
        gamma_dtype = gamma.defined() ? gamma.dtype() : DType::f32,
        beta_dtype = beta.defined() ? beta.dtype() : DType::f32](const Tensor& grad) {
+        // grad comes in the output's dtype (autograd converts it).
         const Tensor gc = grad.contiguous();
-        Tensor dx = need_x ? detail::empty_on(gc, xc.shape()) : Tensor();
+        Tensor dx = need_x ? detail::empty_on(gc, xc.shape(), type) : Tensor();
         Tensor dg = need_g ? detail::empty_on(gc, {s.c}) : Tensor();
         Tensor db = need_b ? detail::empty_on(gc, {s.c}) : Tensor();
-        detail::backend_of(gc).batch_norm_backward(
-            s, xc.data<float>(), gc.data<float>(), mean.data<float>(), invstd.data<float>(),
-            g.defined() ? g.data<float>() : nullptr, training, need_x ? dx.data<float>() : nullptr,
-            need_g ? dg.data<float>() : nullptr, need_b ? db.data<float>() : nullptr);
+        const float* gamma_data = g.defined() ? g.data<float>() : nullptr;
+        float* dg_data = need_g ? dg.data<float>() : nullptr;
+        float* db_data = need_b ? db.data<float>() : nullptr;
+        if (type == DType::f32) {
+          detail::backend_of(gc).batch_norm_backward(
+              s, xc.data<float>(), gc.data<float>(), mean.data<float>(), invstd.data<float>(),
+              gamma_data, training, need_x ? dx.data<float>() : nullptr, dg_data, db_data);
+        } else {
+          detail::backend_of(gc).batch_norm_backward_16(
+              s, type, xc.raw_data(), gc.raw_data(), mean.data<float>(), invstd.data<float>(),
+              gamma_data, training, need_x ? dx.raw_data() : nullptr, dg_data, db_data);
+        }
         // Gradients in the parameters' own dtypes.
         if (need_g && gamma_dtype != DType::f32) dg = dg.to(gamma_dtype);
         if (need_b && beta_dtype != DType::f32) db = db.to(beta_dtype);

@@ -170,6 +170,16 @@ class Backend {
   virtual void batch_norm_backward(const BatchNormShape& s, const float* x, const float* dy,
                                    const float* mean, const float* invstd, const float* gamma,
                                    bool batch_stats, float* dx, float* dgamma, float* dbeta) = 0;
+  // stats, apply and backward with x, y, dy and dx of the 16-bit `type`
+  // (reads_16bit_storage()); the per-channel vectors f32.
+  virtual void batch_norm_stats_16(const BatchNormShape& s, DType type, const void* x, float* mean,
+                                   float* var);
+  virtual void batch_norm_apply_16(const BatchNormShape& s, DType type, const void* x,
+                                   const float* scale, const float* shift, void* y);
+  virtual void batch_norm_backward_16(const BatchNormShape& s, DType type, const void* x,
+                                      const void* dy, const float* mean, const float* invstd,
+                                      const float* gamma, bool batch_stats, void* dx, float* dgamma,
+                                      float* dbeta);
 
   // ---- Convolution and pooling (NCHW f32, contiguous) --------------------------------
   virtual void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* b,
