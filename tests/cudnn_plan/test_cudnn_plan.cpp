@@ -145,6 +145,19 @@ std::vector<Case> cases() {
       out.push_back({"conv_wgrad_" + base, dnn::conv2d_backward_filter_graph(c.shape, type)});
     }
   }
+  // ResNet-50 at batch 256 in bf16, as mixed-precision training runs its
+  // convolutions (all three graphs of each: the back end's conv2d_16).
+  for (const Conv& c : std::vector<Conv>{{"r50_stem_3x64_7x7s2_224", conv(256, 3, 64, 7, 2, 224)},
+                                         {"r50_64x256_1x1_56", conv(256, 64, 256, 1, 1, 56)},
+                                         {"r50_128x128_3x3_28", conv(256, 128, 128, 3, 1, 28)},
+                                         {"r50_512x2048_1x1_7", conv(256, 512, 2048, 1, 1, 7)}}) {
+    const std::string base = std::string("bf16_") + c.name;
+    out.push_back({"conv_fwd_" + base, dnn::conv2d_forward_graph(c.shape, dnn::ConvType::bf16)});
+    out.push_back(
+        {"conv_dgrad_" + base, dnn::conv2d_backward_data_graph(c.shape, dnn::ConvType::bf16)});
+    out.push_back(
+        {"conv_wgrad_" + base, dnn::conv2d_backward_filter_graph(c.shape, dnn::ConvType::bf16)});
+  }
   // What the deterministic filter costs wgrad: the same graphs allowing
   // nondeterministic engines (as cuDNN's heuristics would pick them).
   for (const Conv& c : convs) {

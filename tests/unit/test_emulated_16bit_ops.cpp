@@ -181,4 +181,29 @@ TEST(Emulated16BitOps, BatchNormHasTheBitsOfItsFloat32Copy) {
   }
 }
 
+TEST(Emulated16BitOps, Conv2dHasTheBitsOfItsFloat32Copy) {
+  // The emulated device has no 16-bit convolutions: the back end runs its
+  // f32 ones on f32 copies, so the bits are those of the f32 path.
+  const rig::Device dev = emulated_cuda();
+  const Tensor x = random({2, 4, 9, 9}, 51), w = random({6, 4, 3, 3}, 52);
+  rig::ops::Conv2dOptions options;
+  options.pad_h = options.pad_w = 1;
+  options.stride_h = options.stride_w = 2;
+  for (const DType type : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(rig::dtype_name(type));
+    Tensor x16 = leaf(x, type, dev), w16 = leaf(w, type, dev);
+    const Tensor y16 = rig::ops::conv2d(x16, w16, Tensor(), options);
+    const Tensor up = random(y16.shape(), 53).to(dev).to(type);
+    rig::ops::sum(rig::ops::mul(y16, up)).backward();
+    Tensor x32 = leaf(x.to(type).to(DType::f32), DType::f32, dev);
+    Tensor w32 = leaf(w.to(type).to(DType::f32), DType::f32, dev);
+    const Tensor y32 = rig::ops::conv2d(x32, w32, Tensor(), options).to(type);
+    rig::ops::sum(rig::ops::mul(y32, up)).backward();
+    EXPECT_EQ(y16.dtype(), type);
+    EXPECT_TRUE(same(y16.detach(), y32.detach())) << "y";
+    EXPECT_TRUE(same(x16.grad(), x32.grad())) << "dx";
+    EXPECT_TRUE(same(w16.grad(), w32.grad())) << "dW";
+  }
+}
+
 }  // namespace

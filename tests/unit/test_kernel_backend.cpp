@@ -833,6 +833,46 @@ TEST(KernelBackend16Bit, BatchNormIsTheF32PathRounded) {
   }
 }
 
+TEST(KernelBackend16Bit, Conv2dMatchesTheF32Path) {
+  // The emulated device converts to f32 (the same bits); a GPU runs cuDNN's
+  // bf16 / f16 convolutions, which accumulate in f32 in their own order.
+  backend::Conv2dShape s;
+  s.n = 2;
+  s.c_in = 8;
+  s.h = s.w = 10;
+  s.c_out = 16;
+  s.kernel_h = s.kernel_w = 3;
+  s.pad_h = s.pad_w = 1;
+  s.out_h = s.out_w = 10;
+  const auto nx = static_cast<std::size_t>(s.n * s.c_in * s.h * s.w);
+  const auto nw = static_cast<std::size_t>(s.c_out * s.c_in * 9);
+  const auto ny = static_cast<std::size_t>(s.n * s.c_out * s.out_h * s.out_w);
+#ifdef RIG_KERNEL_BACKEND_ON_GPU
+  const float tol = 1e-2F;
+#else
+  const float tol = 0.0F;
+#endif
+  for (const DType type : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(type));
+    const std::vector<std::uint16_t> xb = bits_of(uniform(nx, 451), type);
+    const std::vector<std::uint16_t> wb = bits_of(uniform(nw, 452), type);
+    const std::vector<std::uint16_t> gb = bits_of(uniform(ny, 453), type);
+    const Dev<std::uint16_t> x16(xb), w16(wb), g16(gb), y16(ny), dx16(nx), dw16(nw);
+    const Dev<float> x32(values_of(xb, type)), w32(values_of(wb, type)), g32(values_of(gb, type));
+    const Dev<float> y32(ny), dx32(nx), dw32(nw);
+    emu().conv2d_forward(s, x32.get(), w32.get(), nullptr, y32.get());
+    emu().conv2d_forward_16(s, type, x16.get(), w16.get(), y16.get());
+    emu().conv2d_backward(s, x32.get(), w32.get(), g32.get(), dx32.get(), dw32.get(), nullptr);
+    emu().conv2d_backward_16(s, type, x16.get(), w16.get(), g16.get(), dx16.get(), dw16.get());
+    const auto rounded = [&](const std::vector<float>& v) {
+      return values_of(bits_of(v, type), type);
+    };
+    EXPECT_TRUE(close(values_of(y16.host(), type), rounded(y32.host()), tol, tol)) << "y";
+    EXPECT_TRUE(close(values_of(dx16.host(), type), rounded(dx32.host()), tol, tol)) << "dx";
+    EXPECT_TRUE(close(values_of(dw16.host(), type), rounded(dw32.host()), tol, tol)) << "dW";
+  }
+}
+
 TEST(KernelBackend16Bit, LayerNormIsTheF32PathRounded) {
   // 70 rows: the parameter gradients' two stages (64-row blocks).
   const std::int64_t rows = 70, d = 40;

@@ -51,6 +51,15 @@ void Backend::batch_norm_backward_16(const BatchNormShape&, DType, const void*, 
   f32_only("batch_norm_backward_16");
 }
 
+void Backend::conv2d_forward_16(const Conv2dShape&, DType, const void*, const void*, void*) {
+  f32_only("conv2d_forward_16");
+}
+
+void Backend::conv2d_backward_16(const Conv2dShape&, DType, const void*, const void*, const void*,
+                                 void*, void*) {
+  f32_only("conv2d_backward_16");
+}
+
 void Backend::layer_norm_forward_16(DType, const void*, const float*, const float*, void*, float*,
                                     float*, std::int64_t, std::int64_t, float) {
   f32_only("layer_norm_forward_16");

@@ -139,6 +139,10 @@ class KernelBackend final : public backend::Backend {
                       float* y) override;
   void conv2d_backward(const backend::Conv2dShape& s, const float* x, const float* w,
                        const float* dy, float* dx, float* dw, float* db) override;
+  void conv2d_forward_16(const backend::Conv2dShape& s, DType type, const void* x, const void* w,
+                         void* y) override;
+  void conv2d_backward_16(const backend::Conv2dShape& s, DType type, const void* x, const void* w,
+                          const void* dy, void* dx, void* dw) override;
   void max_pool2d_forward(const backend::Pool2dShape& s, const float* x, float* y,
                           std::int32_t* index) override;
   void max_pool2d_backward(const backend::Pool2dShape& s, const std::int32_t* index,
@@ -253,6 +257,8 @@ class KernelBackend final : public backend::Backend {
 
  private:
   DeviceScratch scratch(std::size_t bytes) { return {device_->memory(), bytes}; }
+  // n elements of `type` at src copied to f32 scratch (null src: an empty scratch).
+  DeviceScratch f32_copy(DType type, const void* src, std::int64_t n);
   // A device copy of `bytes` host bytes (argument arrays: row pieces, slices).
   DeviceScratch upload(const void* host, std::size_t bytes);
   // Queues `kernel` on the device (which skips an empty launch).

@@ -52,6 +52,19 @@ class KernelDevice {
   virtual void conv2d_backward_filter(const backend::Conv2dShape& s, const float* x,
                                       const float* dy, float* dw) = 0;
 
+  // The same three convolutions on f16 / bf16 storage (accumulated in f32),
+  // where conv2d_16 says the device runs all three for `s` and `type`
+  // (cuDNN on the GPU, where it plans them); otherwise KernelBackend runs
+  // the f32 ones on f32 copies. The defaults: none.
+  virtual bool conv2d_16(const backend::Conv2dShape&, DType) {
+    return false;
+  }
+  virtual void conv2d_forward_16(const backend::Conv2dShape& s, DType type, const void* x,
+                                 const void* w, void* y);
+  virtual void conv2d_backward_data_16(const backend::Conv2dShape& s, DType type, const void* w,
+                                       const void* dy, void* dx);
+  virtual void conv2d_backward_filter_16(const backend::Conv2dShape& s, DType type, const void* x,
+                                         const void* dy, void* dw);
   // Fused attention (backend::FusedAttention): cuDNN's on the GPU, where it
   // plans the shape; none on the emulator (its attention is composed).
   virtual bool fused_attention_supported(const backend::FusedAttention&) {

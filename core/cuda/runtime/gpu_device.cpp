@@ -125,6 +125,54 @@ class GpuDevice final : public KernelDevice {
             {{dnn::uid::x, x}, {dnn::uid::dy, dy}, {dnn::uid::dw, dw}});
   }
 
+  // cuDNN's 16-bit convolutions where cuDNN plans all three graphs of the
+  // shape (once per shape and type).
+  bool conv2d_16(const backend::Conv2dShape& s, DType type) override {
+    if (type != DType::bf16 && type != DType::f16) return false;
+    const dnn::ConvType t = conv_type(type);
+    backend::Conv2dShape plain = s;
+    plain.bias = false;
+    const dnn::Graph forward = dnn::conv2d_forward_graph(plain, t);
+    const std::lock_guard lock(plans_mutex_);
+    if (const auto known = conv16_supported_.find(forward.key());
+        known != conv16_supported_.end()) {
+      return known->second;
+    }
+    bool ok = true;
+    try {
+      const DeviceGuard guard(device_);
+      if (!graphs_) graphs_ = std::make_unique<dnn::CudnnGraphs>();
+      graphs_->workspace_bytes(forward);
+      graphs_->workspace_bytes(dnn::conv2d_backward_data_graph(plain, t));
+      graphs_->workspace_bytes(dnn::conv2d_backward_filter_graph(plain, t));
+    } catch (const std::exception&) {
+      ok = false;
+    }
+    conv16_supported_.emplace(forward.key(), ok);
+    return ok;
+  }
+  void conv2d_forward_16(const backend::Conv2dShape& s, DType type, const void* x, const void* w,
+                         void* y) override {
+    backend::Conv2dShape plain = s;
+    plain.bias = false;
+    execute(dnn::conv2d_forward_graph(plain, conv_type(type)),
+            {{dnn::uid::x, x}, {dnn::uid::w, w}, {dnn::uid::y, y}});
+  }
+  void conv2d_backward_data_16(const backend::Conv2dShape& s, DType type, const void* w,
+                               const void* dy, void* dx) override {
+    backend::Conv2dShape plain = s;
+    plain.bias = false;
+    execute(dnn::conv2d_backward_data_graph(plain, conv_type(type)),
+            {{dnn::uid::dy, dy}, {dnn::uid::w, w}, {dnn::uid::dx, dx}});
+  }
+  void conv2d_backward_filter_16(const backend::Conv2dShape& s, DType type, const void* x,
+                                 const void* dy, void* dw) override {
+    backend::Conv2dShape plain = s;
+    plain.bias = false;
+    execute(dnn::conv2d_backward_filter_graph(plain, conv_type(type)),
+            {{dnn::uid::x, x}, {dnn::uid::dy, dy}, {dnn::uid::dw, dw}});
+  }
+
   // cuDNN's fused attention where cuDNN plans the shape (its forward and,
   // where statistics are kept, its backward), once per graph. Off with
   // RIG_CUDA_FUSED_ATTENTION=0 (the composed kernels then, as on the CPU).
@@ -138,7 +186,7 @@ class GpuDevice final : public KernelDevice {
     }
     const dnn::Graph forward = dnn::attention_forward_graph(s);
     const std::string key = forward.key();
-    const std::lock_guard lock(fused_mutex_);
+    const std::lock_guard lock(plans_mutex_);
     if (const auto known = fused_supported_.find(key); known != fused_supported_.end()) {
       return known->second;
     }
@@ -245,6 +293,9 @@ class GpuDevice final : public KernelDevice {
     return oldest;
   }
 
+  static dnn::ConvType conv_type(DType type) {
+    return type == DType::bf16 ? dnn::ConvType::bf16 : dnn::ConvType::f16;
+  }
   static bool fused_attention_enabled() {
     const char* value = std::getenv("RIG_CUDA_FUSED_ATTENTION");
     return value == nullptr || std::strcmp(value, "0") != 0;
@@ -323,8 +374,9 @@ class GpuDevice final : public KernelDevice {
   simt::DeviceProperties properties_;
   std::unique_ptr<CublasLtGemm> gemm_;
   std::unique_ptr<dnn::CudnnGraphs> graphs_;
-  std::mutex fused_mutex_;
-  std::map<std::string, bool> fused_supported_;  // by forward graph key
+  std::mutex plans_mutex_;
+  std::map<std::string, bool> fused_supported_;   // by forward graph key
+  std::map<std::string, bool> conv16_supported_;  // by forward graph key
   std::mutex staging_mutex_;
   std::vector<std::unique_ptr<Staging>> staging_;
   std::size_t next_reuse_ = 0;

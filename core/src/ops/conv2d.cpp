@@ -82,6 +82,27 @@ backend::Conv2dShape checked_shape(const Tensor& x, const Tensor& weight, const 
   return s;
 }
 
+Tensor conv2d_16bit(const Tensor& x, const Tensor& weight, const backend::Conv2dShape& s) {
+  const DType type = x.dtype();
+  const Tensor xc = x.detach().contiguous();
+  const Tensor wc = weight.detach().contiguous();
+  Tensor out = detail::empty_on(xc, {s.n, s.c_out, s.out_h, s.out_w}, type);
+  detail::backend_of(xc).conv2d_forward_16(s, type, xc.raw_data(), wc.raw_data(), out.raw_data());
+  if (!grad_mode_enabled() || !(x.requires_grad() || weight.requires_grad())) return out;
+  return autograd::record(std::move(out), kOp, {x, weight},
+                          [s, xc, wc, type, need_x = x.requires_grad(),
+                           need_w = weight.requires_grad()](const Tensor& g) {
+                            // g comes in the output's dtype (autograd converts it).
+                            const Tensor gc = g.contiguous();
+                            Tensor dx = need_x ? detail::empty_on(gc, xc.shape(), type) : Tensor();
+                            Tensor dw = need_w ? detail::empty_on(gc, wc.shape(), type) : Tensor();
+                            detail::backend_of(gc).conv2d_backward_16(
+                                s, type, xc.raw_data(), wc.raw_data(), gc.raw_data(),
+                                need_x ? dx.raw_data() : nullptr, need_w ? dw.raw_data() : nullptr);
+                            return autograd::TensorList{dx, dw};
+                          });
+}
+
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
@@ -92,6 +113,12 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
   detail::require_same_device(kOp, {&x, &weight, &bias});
   backend::Conv2dShape s = checked_shape(x, weight, bias, options);
   s.allow_tf32 = matmul_precision() == MatmulPrecision::bf16;
+  // x and weight of one 16-bit dtype and no bias, on a back end that reads
+  // 16-bit storage: y, dx and dW in that dtype, no f32 copies.
+  if (x.dtype() != DType::f32 && x.dtype() == weight.dtype() && !bias.defined() &&
+      detail::backend_of(x).reads_16bit_storage()) {
+    return conv2d_16bit(x, weight, s);
+  }
   if (x.dtype() != DType::f32 || weight.dtype() != DType::f32 ||
       (bias.defined() && bias.dtype() != DType::f32)) {
     // f16 / bf16 storage: compute in f32, round the result to x's dtype.

@@ -186,6 +186,12 @@ class Backend {
                               float* y) = 0;
   virtual void conv2d_backward(const Conv2dShape& s, const float* x, const float* w,
                                const float* dy, float* dx, float* dw, float* db) = 0;
+  // Convolutions without bias on x, w, y, dy, dx and dw of the 16-bit `type`
+  // (reads_16bit_storage()), accumulated in f32; dx, dw may be null.
+  virtual void conv2d_forward_16(const Conv2dShape& s, DType type, const void* x, const void* w,
+                                 void* y);
+  virtual void conv2d_backward_16(const Conv2dShape& s, DType type, const void* x, const void* w,
+                                  const void* dy, void* dx, void* dw);
   virtual void max_pool2d_forward(const Pool2dShape& s, const float* x, float* y,
                                   std::int32_t* index) = 0;
   virtual void max_pool2d_backward(const Pool2dShape& s, const std::int32_t* index, const float* dy,
