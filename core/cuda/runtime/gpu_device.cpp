@@ -105,22 +105,19 @@ class GpuDevice final : public KernelDevice {
 
   void conv2d_forward(const backend::Conv2dShape& s, const float* x, const float* w,
                       float* y) override {
-    backend::Conv2dShape plain = s;
-    plain.bias = false;
+    const backend::Conv2dShape plain = without_bias(s);
     execute(dnn::conv2d_forward_graph(plain),
             {{dnn::uid::x, x}, {dnn::uid::w, w}, {dnn::uid::y, y}});
   }
   void conv2d_backward_data(const backend::Conv2dShape& s, const float* w, const float* dy,
                             float* dx) override {
-    backend::Conv2dShape plain = s;
-    plain.bias = false;
+    const backend::Conv2dShape plain = without_bias(s);
     execute(dnn::conv2d_backward_data_graph(plain),
             {{dnn::uid::dy, dy}, {dnn::uid::w, w}, {dnn::uid::dx, dx}});
   }
   void conv2d_backward_filter(const backend::Conv2dShape& s, const float* x, const float* dy,
                               float* dw) override {
-    backend::Conv2dShape plain = s;
-    plain.bias = false;
+    const backend::Conv2dShape plain = without_bias(s);
     execute(dnn::conv2d_backward_filter_graph(plain),
             {{dnn::uid::x, x}, {dnn::uid::dy, dy}, {dnn::uid::dw, dw}});
   }
@@ -130,8 +127,7 @@ class GpuDevice final : public KernelDevice {
   bool conv2d_16(const backend::Conv2dShape& s, DType type) override {
     if (type != DType::bf16 && type != DType::f16) return false;
     const dnn::ConvType t = conv_type(type);
-    backend::Conv2dShape plain = s;
-    plain.bias = false;
+    const backend::Conv2dShape plain = without_bias(s);
     const dnn::Graph forward = dnn::conv2d_forward_graph(plain, t);
     const std::lock_guard lock(plans_mutex_);
     if (const auto known = conv16_supported_.find(forward.key());
@@ -153,22 +149,19 @@ class GpuDevice final : public KernelDevice {
   }
   void conv2d_forward_16(const backend::Conv2dShape& s, DType type, const void* x, const void* w,
                          void* y) override {
-    backend::Conv2dShape plain = s;
-    plain.bias = false;
+    const backend::Conv2dShape plain = without_bias(s);
     execute(dnn::conv2d_forward_graph(plain, conv_type(type)),
             {{dnn::uid::x, x}, {dnn::uid::w, w}, {dnn::uid::y, y}});
   }
   void conv2d_backward_data_16(const backend::Conv2dShape& s, DType type, const void* w,
                                const void* dy, void* dx) override {
-    backend::Conv2dShape plain = s;
-    plain.bias = false;
+    const backend::Conv2dShape plain = without_bias(s);
     execute(dnn::conv2d_backward_data_graph(plain, conv_type(type)),
             {{dnn::uid::dy, dy}, {dnn::uid::w, w}, {dnn::uid::dx, dx}});
   }
   void conv2d_backward_filter_16(const backend::Conv2dShape& s, DType type, const void* x,
                                  const void* dy, void* dw) override {
-    backend::Conv2dShape plain = s;
-    plain.bias = false;
+    const backend::Conv2dShape plain = without_bias(s);
     execute(dnn::conv2d_backward_filter_graph(plain, conv_type(type)),
             {{dnn::uid::x, x}, {dnn::uid::dy, dy}, {dnn::uid::dw, dw}});
   }
@@ -293,6 +286,11 @@ class GpuDevice final : public KernelDevice {
     return oldest;
   }
 
+  // The bias is KernelBackend's own kernel, not the graph's.
+  static backend::Conv2dShape without_bias(backend::Conv2dShape s) {
+    s.bias = false;
+    return s;
+  }
   static dnn::ConvType conv_type(DType type) {
     return type == DType::bf16 ? dnn::ConvType::bf16 : dnn::ConvType::f16;
   }
