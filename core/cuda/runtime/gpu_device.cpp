@@ -128,24 +128,10 @@ class GpuDevice final : public KernelDevice {
     if (type != DType::bf16 && type != DType::f16) return false;
     const dnn::ConvType t = conv_type(type);
     const backend::Conv2dShape plain = without_bias(s);
-    const dnn::Graph forward = dnn::conv2d_forward_graph(plain, t);
-    const std::lock_guard lock(plans_mutex_);
-    if (const auto known = conv16_supported_.find(forward.key());
-        known != conv16_supported_.end()) {
-      return known->second;
-    }
-    bool ok = true;
-    try {
-      const DeviceGuard guard(device_);
-      if (!graphs_) graphs_ = std::make_unique<dnn::CudnnGraphs>();
-      graphs_->workspace_bytes(forward);
-      graphs_->workspace_bytes(dnn::conv2d_backward_data_graph(plain, t));
-      graphs_->workspace_bytes(dnn::conv2d_backward_filter_graph(plain, t));
-    } catch (const std::exception&) {
-      ok = false;
-    }
-    conv16_supported_.emplace(forward.key(), ok);
-    return ok;
+    return plans_once(conv16_supported_, dnn::conv2d_forward_graph(plain, t), [&] {
+      return std::vector<dnn::Graph>{dnn::conv2d_backward_data_graph(plain, t),
+                                     dnn::conv2d_backward_filter_graph(plain, t)};
+    });
   }
   void conv2d_forward_16(const backend::Conv2dShape& s, DType type, const void* x, const void* w,
                          void* y) override {
@@ -177,27 +163,10 @@ class GpuDevice final : public KernelDevice {
     } catch (const std::invalid_argument&) {
       return false;
     }
-    const dnn::Graph forward = dnn::attention_forward_graph(s);
-    const std::string key = forward.key();
-    const std::lock_guard lock(plans_mutex_);
-    if (const auto known = fused_supported_.find(key); known != fused_supported_.end()) {
-      return known->second;
-    }
-    bool ok = true;
-    try {
-      const DeviceGuard guard(device_);
-      if (!graphs_) graphs_ = std::make_unique<dnn::CudnnGraphs>();
-      graphs_->workspace_bytes(forward);
-      if (s.stats) graphs_->workspace_bytes(dnn::attention_backward_graph(s));
-    } catch (const std::exception& e) {
-      ok = false;
-      if (std::getenv("RIG_CUDA_FUSED_ATTENTION") != nullptr) {
-        std::fprintf(stderr, "rig: cuDNN fused attention not used for %s: %s\n",
-                     forward.name.c_str(), e.what());
-      }
-    }
-    fused_supported_.emplace(key, ok);
-    return ok;
+    return plans_once(fused_supported_, dnn::attention_forward_graph(s), [&] {
+      return s.stats ? std::vector<dnn::Graph>{dnn::attention_backward_graph(s)}
+                     : std::vector<dnn::Graph>{};
+    });
   }
   void fused_attention_forward(const backend::FusedAttention& a) override {
     const dnn::AttentionGraphShape s = dnn::fused_attention_shape(a);
@@ -295,8 +264,38 @@ class GpuDevice final : public KernelDevice {
     return type == DType::bf16 ? dnn::ConvType::bf16 : dnn::ConvType::f16;
   }
   static bool fused_attention_enabled() {
-    const char* value = std::getenv("RIG_CUDA_FUSED_ATTENTION");
-    return value == nullptr || std::strcmp(value, "0") != 0;
+    static const bool enabled = [] {
+      const char* value = std::getenv("RIG_CUDA_FUSED_ATTENTION");
+      return value == nullptr || std::strcmp(value, "0") != 0;
+    }();
+    return enabled;
+  }
+
+  // Whether cuDNN plans `first` and the graphs `rest()` makes on this
+  // device: asked once per first's key (the answers cached in `known`; the
+  // other graphs are built only then). With RIG_CUDA_FUSED_ATTENTION set, a
+  // refusal is printed with cuDNN's reason.
+  template <class Rest>
+  bool plans_once(std::map<std::string, bool>& known, const dnn::Graph& first, Rest&& rest) {
+    const std::string key = first.key();
+    const std::lock_guard lock(plans_mutex_);
+    if (const auto it = known.find(key); it != known.end()) return it->second;
+    bool ok = true;
+    try {
+      const DeviceGuard guard(device_);
+      if (!graphs_) graphs_ = std::make_unique<dnn::CudnnGraphs>();
+      graphs_->workspace_bytes(first);
+      for (const dnn::Graph& g : rest()) graphs_->workspace_bytes(g);
+    } catch (const std::exception& e) {
+      ok = false;
+      if (std::getenv("RIG_CUDA_FUSED_ATTENTION") != nullptr) {
+        std::fprintf(stderr,
+                     "rig: cuDNN cannot plan %s here (f32 or composed kernels instead): %s\n",
+                     first.name.c_str(), e.what());
+      }
+    }
+    known.emplace(key, ok);
+    return ok;
   }
 
   // The device-side inputs of one fused attention call: the rows' lengths

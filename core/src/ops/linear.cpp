@@ -176,7 +176,7 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
         const GemmOperand dz_operand{dz_bf16.defined() ? nullptr : dz.data<float>(), out_features,
                                      false, bits(dz_bf16)};
         // A back end that can writes dx in bf16 straight from its product.
-        const bool dx_bf16 = bf16_operands && x_dtype == DType::bf16 && be.gemm_writes_bf16();
+        const bool dx_bf16 = bf16_operands && be.gemm_writes_bf16();
         Tensor dx =
             need_x ? detail::empty_on(gc, x_shape, dx_bf16 ? DType::bf16 : DType::f32) : Tensor();
         Tensor dw = need_w ? detail::empty_on(gc, {out_features, in}) : Tensor();
