@@ -17,10 +17,11 @@ int print_config(const std::string& experiment, const std::string& mode,
 int list_plugins(const std::vector<std::string>& plugin_paths);
 // Prints the schema of "experiment" or of a plugin given as KIND/NAME.
 int print_schema(const std::string& what, const std::vector<std::string>& plugin_paths);
-// `rig run --nproc N`: replaces this process by mpirun starting N copies of
-// the same command (without --nproc, with --communicator=mpi); returns only
-// by throwing when mpirun cannot be started (launch_local.cpp).
-[[noreturn]] int launch_local_processes(int nproc, int argc, char** argv);
+// `rig run --nproc N [--servers S]`: replaces this process by mpirun starting
+// N (+ S) copies of the same command (without --nproc and --servers, with
+// --communicator=mpi, or mpi_ps with S servers); returns only by throwing when
+// mpirun cannot be started (launch_local.cpp).
+[[noreturn]] int launch_local_processes(int nproc, int servers, int argc, char** argv);
 // Prints corpus BLEU (sacrebleu's score line) and its signature; hypotheses
 // come from standard input when hypothesis_file is empty (bleu_command.cpp).
 int bleu(const std::string& reference_file, const std::string& hypothesis_file,

@@ -1,5 +1,6 @@
 // `rig run --nproc N EXP`: N processes on this machine through mpirun, with
-// the communicator switched to mpi. One process per core, each bound to its
+// the communicator switched to mpi (`--servers S`: N workers and S parameter
+// servers, communicator mpi_ps). One process per core, each bound to its
 // core; with more processes than cores, unbound, one compute thread each.
 #include <unistd.h>
 
@@ -20,17 +21,24 @@
 namespace rig::cli {
 namespace {
 
-bool is_nproc_flag(const std::string& arg) {
-  return arg == "--nproc" || arg.starts_with("--nproc=");
+// --nproc N / --nproc=N, --servers S / --servers=S: handled here, not passed on.
+// Returns how many arguments the flag takes up (0: not one of them).
+int launcher_flag(const std::string& arg) {
+  for (const std::string flag : {"--nproc", "--servers"}) {
+    if (arg == flag) return 2;
+    if (arg.starts_with(flag + "=")) return 1;
+  }
+  return 0;
 }
 
 }  // namespace
 
-int launch_local_processes(int nproc, int argc, char** argv) {
-  std::vector<std::string> args = {"mpirun", "-n", std::to_string(nproc)};
+int launch_local_processes(int nproc, int servers, int argc, char** argv) {
+  const int processes = nproc + servers;
+  std::vector<std::string> args = {"mpirun", "-n", std::to_string(processes)};
   // mpirun refuses root unless told; whoever typed --nproc as root asked for it.
   if (geteuid() == 0) args.emplace_back("--allow-run-as-root");
-  if (nproc <= rig::affinity_cores()) {
+  if (processes <= rig::affinity_cores()) {
     args.insert(args.end(), {"--map-by", "core", "--bind-to", "core"});
   } else {
     args.insert(args.end(), {"--oversubscribe", "--bind-to", "none", "-x", "RIG_NUM_THREADS=1"});
@@ -42,14 +50,19 @@ int launch_local_processes(int nproc, int argc, char** argv) {
   bool progress_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (is_nproc_flag(arg)) {
-      if (arg == "--nproc") ++i;  // and its value
+    if (const int taken = launcher_flag(arg); taken > 0) {
+      i += taken - 1;  // and its value
       continue;
     }
     progress_given = progress_given || arg == "--progress" || arg.starts_with("--progress=");
     args.push_back(arg);
   }
-  args.emplace_back("--communicator=mpi");
+  if (servers > 0) {
+    args.emplace_back("--communicator=mpi_ps");
+    args.emplace_back(fmt::format("--communicator_params/servers={}", servers));
+  } else {
+    args.emplace_back("--communicator=mpi");
+  }
   // The ranks cannot tell where mpirun's output goes, but this process can:
   // rank 0 draws the bar when the user's terminal is its destination.
   if (!progress_given && std::getenv("RIG_PROGRESS") == nullptr && isatty(fileno(stdout)) == 1) {

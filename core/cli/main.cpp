@@ -11,9 +11,9 @@
 
 #include "commands.hpp"
 #include "config/overrides.hpp"
-#include "launch/launcher_env.hpp"
 #include "engine/run.hpp"
 #include "engine/validate.hpp"
+#include "launch/launcher_env.hpp"
 #include "report/report.hpp"
 #include "rig/error.hpp"
 #include "rig/plugin.hpp"
@@ -94,6 +94,11 @@ int dispatch(int argc, char** argv) {
   run->add_option("--nproc", nproc,
                   "start this many processes on this machine (through mpirun, communicator mpi)")
       ->check(CLI::PositiveNumber);
+  int servers = 0;
+  run->add_option("--servers", servers,
+                  "with --nproc N: N workers and this many parameter servers (through mpirun, "
+                  "communicator mpi_ps)")
+      ->check(CLI::NonNegativeNumber);
   run->add_option("--infer_output_file", run_options.infer_output_file,
                   "where infer mode writes its lines (default LOGDIR/infer_output.txt)");
   run->add_option("--timeline", run_options.timeline_file,
@@ -179,7 +184,7 @@ int dispatch(int argc, char** argv) {
   }
 
   if (run->parsed()) {
-    if (nproc > 1) rig::cli::launch_local_processes(nproc, argc, argv);
+    if (nproc > 1 || servers > 0) rig::cli::launch_local_processes(nproc, servers, argc, argv);
     run_options.plugin_paths = plugin_paths;
     run_options.overrides = overrides_from(run->remaining(), set_args);
     if (!logdir.empty()) {

@@ -7,6 +7,7 @@
 
 #include "rig/context.hpp"
 #include "rig/export.hpp"
+#include "rig/parameter_server.hpp"
 #include "rig/tensor.hpp"
 
 namespace rig {
@@ -57,6 +58,10 @@ class RIG_API Communicator {
   // Ends every rank's job with `exit_code` (the launcher's exit status where
   // it passes it on); `reason` is shown to the user. Does not return.
   [[noreturn]] virtual void abort(const std::string& reason, int exit_code) = 0;
+  // A parameter-server communicator's message transport, else nullptr. On a
+  // worker, the collectives above span the workers only; a server process
+  // serves parameters instead of training (rig/parameter_server.hpp).
+  virtual ParameterServerTransport* parameter_server() { return nullptr; }
 };
 
 }  // namespace rig

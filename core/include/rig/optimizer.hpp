@@ -19,6 +19,10 @@ class RIG_API Optimizer {
   // Named state buffers (e.g. "momentum"), laid out like the flat parameter buffer.
   virtual std::map<std::string, Tensor> state() const = 0;
   virtual void load_state(const std::map<std::string, Tensor>& state) = 0;
+  // Each element's update depends on that element alone (sgd, adam): a
+  // parameter server may then split one parameter among several servers.
+  // Layer-wise optimizers (novograd) keep the default.
+  virtual bool element_wise() const { return false; }
 };
 
 }  // namespace rig

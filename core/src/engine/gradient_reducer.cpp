@@ -41,10 +41,11 @@ std::vector<Bucket> plan_buckets(const ParameterStore& params, std::int64_t cap_
 }
 
 GradientReducer::GradientReducer(ParameterStore& params, Communicator& comm,
-                                 BucketSettings settings)
+                                 BucketSettings settings, BucketPush push)
     : params_(params),
       comm_(comm),
       settings_(settings),
+      push_(std::move(push)),
       overlap_(params.compute_dtype() == DType::f32) {
   const auto cap_bytes = static_cast<std::int64_t>(settings.cap_mb * 1024.0 * 1024.0);
   buckets_ = plan_buckets(params, std::max<std::int64_t>(cap_bytes, 1));
@@ -91,7 +92,10 @@ void GradientReducer::launch(std::size_t bucket) {
   const Bucket& b = buckets_[bucket];
   Tensor slice = params_.grads().slice(0, b.offset, b.offset + b.numel);
   InFlight op{nullptr, slice, {}};
-  if (settings_.fp16_compression) {
+  if (push_) {
+    push_(b.offset, slice);  // queued: the slice may change once this returns
+    op.request = std::make_unique<CompletedRequest>();
+  } else if (settings_.fp16_compression) {
     op.scratch = scratch_[bucket];
     op.scratch.copy_from(slice);  // rounds to f16
     op.request = comm_.allreduce(op.scratch, ReduceOp::average);

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -43,9 +44,13 @@ struct Bucket {
 // next parameter would take the current one over cap_bytes.
 std::vector<Bucket> plan_buckets(const ParameterStore& params, std::int64_t cap_bytes);
 
+// Where a parameter-server worker sends a finished bucket instead of reducing it.
+using BucketPush = std::function<void(std::int64_t offset, const Tensor& gradients)>;
+
 class GradientReducer final : public autograd::LeafGradListener {
  public:
-  GradientReducer(ParameterStore& params, Communicator& comm, BucketSettings settings);
+  GradientReducer(ParameterStore& params, Communicator& comm, BucketSettings settings,
+                  BucketPush push = {});
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
   std::int64_t bytes_per_step() const;
@@ -76,6 +81,7 @@ class GradientReducer final : public autograd::LeafGradListener {
   ParameterStore& params_;
   Communicator& comm_;
   BucketSettings settings_;
+  BucketPush push_;
   bool overlap_;
   std::vector<Bucket> buckets_;
   std::vector<Tensor> scratch_;  // per bucket, f16, under fp16 compression

@@ -16,6 +16,7 @@
 #include "engine/evaluator.hpp"
 #include "engine/inferencer.hpp"
 #include "engine/interactive.hpp"
+#include "engine/ps/serve.hpp"
 #include "engine/rank_agreement.hpp"
 #include "engine/resolve.hpp"
 #include "engine/resume.hpp"
@@ -121,7 +122,9 @@ std::shared_ptr<Communicator> make_run_communicator(const ResolvedExperiment& pr
   auto comm = primary.plugin(PluginKind::communicator)
                   .make_communicator(primary.params(PluginKind::communicator),
                                      CommunicatorContext{settings.logdir});
-  if (const int launched = launch::launcher_world_size(); comm->size() == 1 && launched > 1) {
+  // A parameter server's single worker or server is still one of several processes.
+  if (const int launched = launch::launcher_world_size();
+      comm->size() == 1 && launched > 1 && comm->parameter_server() == nullptr) {
     throw ConfigError(fmt::format(
         "this process is one of {} started by an MPI launcher, but the experiment's communicator "
         "is '{}': each process would train alone and write the same logdir; set communicator: "
@@ -197,6 +200,24 @@ int run(const RunOptions& options) {
   const DeviceChoice device = choose_run_device(resolved.primary.config, settings.device_request);
   settings.device = device.device;
   const auto comm = make_run_communicator(resolved.primary, settings);
+  ParameterServerTransport* const link = comm->parameter_server();
+  if (link != nullptr && !trains(options.mode)) {
+    throw ConfigError(fmt::format(
+        "the mpi_ps communicator trains (--mode train or train_eval), it does not {}: run that "
+        "mode on the checkpoint it wrote with the mpi communicator or in one process",
+        options.mode));
+  }
+  if (link != nullptr && link->is_server()) {
+    const Console quiet(false, ProgressBar::off);
+    const RunInputs inputs{options, resolved.primary, resolved.eval, settings, *comm, quiet};
+    try {
+      return ps::serve_parameters(inputs, *link);
+    } catch (const UserError& e) {
+      comm->abort(fmt::format("error: {}", e.what()), 2);
+    } catch (const std::exception& e) {
+      comm->abort(fmt::format("failed: {}", e.what()), 1);
+    }
+  }
   // interactive_infer answers on stdout, so everything else goes to stderr.
   const Console console = options.mode == "interactive_infer"
                               ? Console(comm->rank() == 0, false, stderr)

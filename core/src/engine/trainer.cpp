@@ -10,6 +10,7 @@
 #include "engine/bottleneck.hpp"
 #include "engine/evaluator.hpp"
 #include "engine/gradient_norm.hpp"
+#include "engine/ps/protocol.hpp"
 #include "engine/stop_signals.hpp"
 #include "rig/error.hpp"
 #include "rig/ops.hpp"
@@ -51,8 +52,14 @@ struct PhaseTimes {
   double objects = 0.0;  // over all ranks
   std::int64_t steps = 0;
   double gradient_norm = 0.0;
+  double staleness = 0.0;  // parameter server: of the weights pulled
+  std::int64_t staleness_max = 0;
+  std::int64_t global_step = 0;  // parameter server: the servers' step after the last pull
 
   void add(const PhaseTimes& o) {
+    staleness += o.staleness;
+    staleness_max = std::max(staleness_max, o.staleness_max);
+    global_step = std::max(global_step, o.global_step);
     data += o.data;
     forward += o.forward;
     backward += o.backward;
@@ -111,9 +118,16 @@ class TrainingLoop {
   // Several ranks: the stop signal anyone received, and the mean loss over
   // ranks (non-finite when any rank's is), in one collective.
   Tensor agree(const Tensor& step_loss);
-  int stop_signal() const {
-    return p_.comm.size() > 1 ? agreed_stop_signal_ : StopSignals::received();
+  int stop_signal() const { return agrees() ? agreed_stop_signal_ : StopSignals::received(); }
+  // Several ranks agree on the loss and on stopping at every step, except the
+  // workers of an asynchronous parameter server, which never wait for each other.
+  bool agrees() const {
+    return p_.comm.size() > 1 && (p_.ps == nullptr || p_.ps->settings().max_staleness == 0);
   }
+  // Parameter server: this worker pushed its last gradient (worker 0 then
+  // gathers the final state when it saves).
+  void finish_pushing();
+  void print_parameter_server();
   void print_bottleneck();
   Batch next_batch();
   void after_step(const PhaseTimes& times);
@@ -148,6 +162,8 @@ class TrainingLoop {
   Clock::time_point run_start_ = Clock::now();
   std::optional<Batch> sample_batch_;  // kept when samples are due this step
   int agreed_stop_signal_ = 0;         // several ranks stop together, at the same step
+  bool pushing_done_ = false;          // parameter server: this worker sent its last push
+  std::optional<ps::SnapshotResult> final_snapshot_;
   // The device's utilisation (where it can tell), sampled at the logging steps.
   double utilisation_sum_ = 0.0;
   std::int64_t utilisation_samples_ = 0;
@@ -269,7 +285,7 @@ GradientStats TrainingLoop::finish_gradients(Tensor& step_loss, PhaseTimes& time
   if (reducer != nullptr && !reducer->overlaps()) reduction = reducer->reduce_all();
   // Every rank must take the same branch after this: skip on anyone's
   // overflow, stop when anyone got a signal. The loss printed is the global mean.
-  if (p_.comm.size() > 1) step_loss = agree(step_loss);
+  if (agrees()) step_loss = agree(step_loss);
   // One trip to the device after the reduction, so every rank agrees on the
   // norm, the largest gradient (LogMax's statistic) and an overflow any rank saw.
   const GradientStats grads = ops::gradient_stats(p_.params.grads(), step_loss);
@@ -311,6 +327,20 @@ void TrainingLoop::skip_update(const GradientStats& grads, const Tensor& step_lo
 
 void TrainingLoop::update(const GradientStats& grads, PhaseTimes& times) {
   const auto c1 = Clock::now();
+  if (p_.ps != nullptr) {
+    // The servers ran the optimizer on the pushed gradients: fetch its result.
+    last_learning_rate_ = p_.lr_policy.learning_rate(state_.step);
+    const ps::PullResult pulled = p_.ps->pull(state_.step + 1);
+    p_.params.publish_values();
+    const auto c2 = Clock::now();
+    times.communication += seconds_between(c1, c2);
+    p_.timeline.phase("communication", state_.step, c1, c2);
+    times.staleness = static_cast<double>(pulled.staleness);
+    times.staleness_max = pulled.staleness;
+    times.global_step = pulled.global_step;
+    times.gradient_norm += grads.norm;
+    return;
+  }
   if (s_.max_grad_norm) clip_gradients(p_.params, grads.norm, *s_.max_grad_norm);
   last_learning_rate_ = p_.lr_policy.learning_rate(state_.step);
   if (o_.larc) apply_larc(p_.params, *o_.larc, last_learning_rate_);
@@ -372,6 +402,11 @@ void TrainingLoop::write_summaries() {
   if (const std::optional<double> u = sample_utilisation()) {
     scalars.emplace_back("device/utilisation_percent", *u);
   }
+  if (p_.ps != nullptr) {
+    scalars.emplace_back("ps/staleness_mean", t.staleness / n);
+    scalars.emplace_back("ps/staleness_max", static_cast<double>(t.staleness_max));
+    scalars.emplace_back("ps/global_step", static_cast<double>(t.global_step));
+  }
   if (p_.comm.size() > 1) {
     const StepCosts costs = costs_per_step(t, p_.comm.size());
     scalars.emplace_back("comm/busy_seconds", costs.comm_busy);
@@ -406,6 +441,13 @@ void TrainingLoop::save() {
   sync_buffers();
   if (p_.comm.rank() != 0) return;
   const auto t0 = Clock::now();
+  if (p_.ps != nullptr) {
+    // The servers hold the weights and the optimizer state; after the last
+    // step, once every worker has finished.
+    const ps::SnapshotResult snap = p_.ps->snapshot(p_.optimizer, state_.step, pushing_done_);
+    p_.params.publish_values();
+    if (pushing_done_) final_snapshot_ = snap;
+  }
   refresh_state();
   const auto root = o_.logdir / "checkpoints";
   const auto dir = save_checkpoint(root, p_.params, &p_.optimizer, state_, o_.config_yaml);
@@ -515,7 +557,10 @@ TrainResult TrainingLoop::run() {
     p_.loss_scaler.load_state(state_.loss_scaler);
   }
   first_step_ = state_.step;
-  if (first_step_ >= o_.max_steps) return nothing_to_train();
+  if (first_step_ >= o_.max_steps) {
+    finish_pushing();
+    return nothing_to_train();
+  }
   const StopSignals signals;
   const auto loop_start = Clock::now();
   while (state_.step < o_.max_steps) {
@@ -534,6 +579,7 @@ TrainResult TrainingLoop::run() {
   console_.clear_bar();
 
   record_result();
+  finish_pushing();
   if (result_.stop_signal != 0) {
     console_.print("*** Stopped by signal {} at step {}", result_.stop_signal, state_.step);
     if (state_.step > first_step_) save();
@@ -570,9 +616,43 @@ TrainResult TrainingLoop::run() {
   }
   if (state_.step > first_step_) {
     save();
+    print_parameter_server();
     evaluate_now();
   }
   return result_;
+}
+
+void TrainingLoop::finish_pushing() {
+  if (p_.ps == nullptr) return;
+  // Worker 0 gathers the final state in save(), unless nothing is saved.
+  const bool ran = state_.step > first_step_;
+  p_.ps->done(p_.comm.rank() == 0 && !o_.benchmark && ran);
+  pushing_done_ = true;
+  // Asynchronous workers end at different times: evaluation and the last
+  // checkpoint use the weights after every worker's last push.
+  if (ran && p_.ps->settings().max_staleness != 0) {
+    p_.ps->pull(ps::kFinalClock);
+    p_.params.publish_values();
+  }
+}
+
+void TrainingLoop::print_parameter_server() {
+  if (!final_snapshot_) return;
+  const ps::SnapshotResult& snap = *final_snapshot_;
+  std::int64_t reads = 0;
+  for (const auto& [staleness, count] : snap.staleness) reads += count;
+  std::string histogram;
+  for (const auto& [staleness, count] : snap.staleness) {
+    histogram += fmt::format(
+        "{}{}: {:.1f}%", histogram.empty() ? "" : ", ", staleness,
+        100.0 * static_cast<double>(count) / static_cast<double>(std::max<std::int64_t>(reads, 1)));
+  }
+  console_.print("*** Parameter server: global step {}; staleness of the {} reads served: {}",
+                 snap.global_step, reads, histogram);
+  if (snap.dropped_workers > 0 || snap.refused_pushes > 0) {
+    console_.print("*** Parameter server: {} worker(s) dropped as stragglers, {} push(es) refused",
+                   snap.dropped_workers, snap.refused_pushes);
+  }
 }
 
 }  // namespace

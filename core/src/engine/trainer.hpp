@@ -13,6 +13,7 @@
 #include "engine/gradient_reducer.hpp"
 #include "engine/larc.hpp"
 #include "engine/loss_scaler.hpp"
+#include "engine/ps/client.hpp"
 #include "engine/settings.hpp"
 #include "engine/summary_writer.hpp"
 #include "engine/timeline.hpp"
@@ -37,6 +38,9 @@ struct TrainerParts {
   SummaryWriter* summaries = nullptr;  // rank 0, unless benchmarking or save_summaries_steps 0
   BestModels* best_models = nullptr;   // train_eval with num_best_models > 0
   GradientReducer* reducer = nullptr;  // more than one process
+  // A parameter-server job's worker: the reducer pushes the gradients, the
+  // servers run the optimizer, and each step ends with a pull.
+  ps::Client* ps = nullptr;
 };
 
 struct TrainOptions {

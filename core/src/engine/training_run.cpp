@@ -10,6 +10,7 @@
 #include "engine/checkpoint.hpp"
 #include "engine/device_data.hpp"
 #include "engine/gradient_reducer.hpp"
+#include "engine/ps/client.hpp"
 #include "engine/resume.hpp"
 #include "engine/summary_writer.hpp"
 #include "engine/timeline.hpp"
@@ -78,7 +79,8 @@ struct TrainingHooks {
   std::unique_ptr<GradientReducer> reducer;
 };
 
-TrainingHooks make_hooks(const RunInputs& in, BuiltModel& built, const ResumePoint& resume) {
+TrainingHooks make_hooks(const RunInputs& in, BuiltModel& built, const ResumePoint& resume,
+                         ps::Client* ps) {
   const EngineSettings& settings = in.settings;
   const fs::path logdir = settings.logdir;
   const bool benchmark = in.options.benchmark;
@@ -103,7 +105,11 @@ TrainingHooks make_hooks(const RunInputs& in, BuiltModel& built, const ResumePoi
     hooks.best_models = std::make_unique<BestModels>(
         logdir, settings.best_model_metric, settings.best_model_mode, settings.num_best_models);
   }
-  if (in.comm.size() > 1) {
+  if (ps != nullptr) {
+    hooks.reducer = std::make_unique<GradientReducer>(
+        built.params, in.comm, BucketSettings{settings.bucket_cap_mb, false},
+        [ps](std::int64_t offset, const Tensor& gradients) { ps->push(offset, gradients); });
+  } else if (in.comm.size() > 1) {
     hooks.reducer = std::make_unique<GradientReducer>(
         built.params, in.comm,
         BucketSettings{settings.bucket_cap_mb, settings.fp16_gradient_compression});
@@ -137,6 +143,64 @@ ResumePoint start_weights(const RunInputs& in, BuiltModel& built, const std::str
   return resume;
 }
 
+// What a worker cannot do when the servers run the optimizer.
+void check_parameter_server_settings(const EngineSettings& settings, const LossScaler& scaler) {
+  if (settings.max_grad_norm) {
+    throw UserError(
+        "max_grad_norm clips by the global gradient norm, which no process has under the mpi_ps "
+        "communicator (each server holds a shard): remove max_grad_norm, or use LARC "
+        "(larc_params), which the servers apply per parameter");
+  }
+  if (scaler.automatic()) {
+    throw UserError(fmt::format(
+        "loss_scaling: {} adjusts the scale from every rank's overflow, which the mpi_ps "
+        "communicator does not gather: use a fixed loss_scaling number, or bfloat16 (dtype: "
+        "mixed with matmul_precision: bfloat16 needs no scaling)",
+        scaler.describe()));
+  }
+  if (settings.fp16_gradient_compression) {
+    throw UserError(
+        "gradient_compression: fp16 compresses all-reduced gradients; the mpi_ps communicator "
+        "pushes them to servers and has its own: communicator_params/gradient_compression: 2bit");
+  }
+}
+
+// A parameter-server worker: the shard plan, worker 0 handing each server its
+// shard (with the resumed optimizer state), and the first pull.
+std::unique_ptr<ps::Client> connect_to_servers(const RunInputs& in, BuiltModel& built,
+                                               const Optimizer& optimizer, const StepPlan& plan,
+                                               const std::string& identity,
+                                               std::int64_t start_step) {
+  ParameterServerTransport& link = *in.comm.parameter_server();
+  const YAML::Node& larc = in.settings.larc_params;
+  const bool split = optimizer.element_wise() && !(larc && !larc.IsNull());
+  auto client = std::make_unique<ps::Client>(link, built.params,
+                                             ps::plan_for(built.params, link.servers(), split));
+  const std::int64_t s = link.settings().max_staleness;
+  in.console.print(
+      "*** Parameter server: {} worker(s), {} server(s), max_staleness {} ({}); the servers run "
+      "the optimizer{}",
+      link.workers(), link.servers(), s < 0 ? std::string("unbounded") : std::to_string(s),
+      s == 0  ? "synchronous"
+      : s < 0 ? "asynchronous"
+              : "stale-synchronous",
+      split ? "" : " on whole parameters");
+  for (const std::string& line : ps::describe_shards(client->shards())) {
+    in.console.print("***   {}", line);
+  }
+  if (in.comm.rank() == 0) {
+    YAML::Node run;
+    run["config_hash"] = config::fnv1a64_hex(identity);
+    run["max_steps"] = plan.max_steps;
+    run["steps_per_epoch"] = plan.steps_per_epoch;
+    run["policy_steps_per_epoch"] = plan.policy_steps_per_epoch;
+    client->initialize(optimizer, run, start_step);
+  }
+  client->pull(start_step);
+  built.params.publish_values();
+  return client;
+}
+
 }  // namespace
 
 int train_model(const RunInputs& in, BuiltModel& built) {
@@ -161,7 +225,13 @@ int train_model(const RunInputs& in, BuiltModel& built) {
     if (!note.empty()) in.console.print("*** {}", note);
   }
 
-  TrainingHooks hooks = make_hooks(in, built, resume);
+  std::unique_ptr<ps::Client> ps_client;
+  if (in.comm.parameter_server() != nullptr) {
+    check_parameter_server_settings(
+        settings, *make_loss_scaler(settings.loss_scaling, settings.loss_scaling_params));
+    ps_client = connect_to_servers(in, built, *optimizer, plan, identity, resume.state.step);
+  }
+  TrainingHooks hooks = make_hooks(in, built, resume, ps_client.get());
   if (!options.benchmark && in.comm.rank() == 0) write_logdir_config(logdir, in.primary, options);
   Timeline timeline(options.timeline_file, in.comm.rank());
   TrainerParts parts{*built.model,
@@ -175,7 +245,8 @@ int train_model(const RunInputs& in, BuiltModel& built) {
                      hooks.eval_data.get(),
                      hooks.summaries.get(),
                      hooks.best_models.get(),
-                     hooks.reducer.get()};
+                     hooks.reducer.get(),
+                     ps_client.get()};
   // state.yaml keeps the identity config, so a mismatch can be explained later.
   TrainOptions train_options{settings,     plan.max_steps, options.benchmark,
                              logdir,       identity,       config::fnv1a64_hex(identity),

@@ -72,6 +72,8 @@ class Adam final : public rig::Optimizer {
     return Tensor::zeros({n}, rig::DType::f32, values_.device());
   }
 
+  bool element_wise() const override { return true; }
+
   void step(double learning_rate) override {
     ++step_;
     const auto t = static_cast<double>(step_);

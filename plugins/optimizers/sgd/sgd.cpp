@@ -31,6 +31,8 @@ class Sgd final : public rig::Optimizer {
     grads_ = ctx.params.grads();
   }
 
+  bool element_wise() const override { return true; }
+
   void step(double learning_rate) override {
     const bool first = momentum_ != 0.0 && !buffer_.defined();
     if (first) buffer_ = Tensor::empty({values_.numel()}, rig::DType::f32, values_.device());

@@ -52,11 +52,12 @@ void check(int rc, const char* call) {
 
 }  // namespace
 
-CommThread::CommThread(double timeout_s, double startup_timeout_s)
+CommThread::CommThread(double timeout_s, double startup_timeout_s, int servers)
     : timeout_(as_duration(timeout_s)),
       timeout_s_(timeout_s),
       startup_timeout_(as_duration(std::max(timeout_s, startup_timeout_s))),
       startup_timeout_s_(std::max(timeout_s, startup_timeout_s)),
+      servers_(servers),
       watchdog_([this](std::uint64_t /*seq*/) {
         Collective op;
         Clock::time_point start;
@@ -150,6 +151,20 @@ void CommThread::set_up() {
   // A communicator of our own: the host's messages never match ours.
   check(MPI_Comm_dup(MPI_COMM_WORLD, &mpi_.comm), "MPI_Comm_dup");
   MPI_Comm_set_errhandler(mpi_.comm, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(mpi_.comm, &world_rank_);
+  MPI_Comm_size(mpi_.comm, &world_size_);
+  if (servers_ > 0) {
+    if (servers_ >= world_size_) {
+      throw rig::UserError(fmt::format(
+          "mpi_ps: communicator_params/servers is {}, but the job has {} process(es): start at "
+          "least servers + 1 (mpirun -n W+S, or rig run --nproc W --servers S)",
+          servers_, world_size_));
+    }
+    ps_comm_ = mpi_.comm;
+    const int server = world_rank_ >= world_size_ - servers_ ? 1 : 0;
+    check(MPI_Comm_split(ps_comm_, server, world_rank_, &mpi_.comm), "MPI_Comm_split");
+    MPI_Comm_set_errhandler(mpi_.comm, MPI_ERRORS_RETURN);
+  }
   MPI_Comm_rank(mpi_.comm, &rank_);
   MPI_Comm_size(mpi_.comm, &size_);
   mpi_.size = size_;
@@ -273,6 +288,7 @@ void CommThread::tear_down() {
   MPI_Op_free(&mpi_.bf16_sum);
   MPI_Comm_free(&local_);
   MPI_Comm_free(&mpi_.comm);
+  if (ps_comm_ != MPI_COMM_NULL) MPI_Comm_free(&ps_comm_);
   if (owns_mpi_) MPI_Finalize();
 }
 

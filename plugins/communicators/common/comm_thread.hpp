@@ -38,7 +38,12 @@ class CommThread {
   // it cannot be. Every rank must issue a collective within timeout_s of this
   // rank issuing it, but the first: ranks start apart (MPI start-up, loading
   // data, building the model), so they meet there within startup_timeout_s.
-  CommThread(double timeout_s, double startup_timeout_s);
+  //
+  // `servers` > 0 (the mpi_ps communicator): the last `servers` processes of
+  // MPI_COMM_WORLD are a group of their own, and the collectives span this
+  // process's group; ps_comm() then spans every process, for the parameter
+  // server's messages (which need MPI_THREAD_MULTIPLE).
+  CommThread(double timeout_s, double startup_timeout_s, int servers = 0);
   CommThread(const CommThread&) = delete;
   CommThread& operator=(const CommThread&) = delete;
   // Runs what is queued, meets every rank in a last barrier, frees the MPI
@@ -48,6 +53,10 @@ class CommThread {
   int rank() const { return rank_; }
   int size() const { return size_; }
   int local_rank() const { return local_rank_; }
+  int world_rank() const { return world_rank_; }
+  int world_size() const { return world_size_; }
+  MPI_Comm ps_comm() const { return ps_comm_; }
+  bool thread_multiple() const { return thread_level_ == MPI_THREAD_MULTIPLE; }
 
   // Queues `op` (numbering it) and returns its state.
   std::shared_ptr<RequestState> submit(Collective op);
@@ -78,6 +87,10 @@ class CommThread {
   int rank_ = 0;
   int size_ = 1;
   int local_rank_ = 0;
+  const int servers_;
+  int world_rank_ = 0;
+  int world_size_ = 1;
+  MPI_Comm ps_comm_ = MPI_COMM_NULL;
   int thread_level_ = MPI_THREAD_SINGLE;
   bool owns_mpi_ = false;
   MPI_Comm local_ = MPI_COMM_NULL;
