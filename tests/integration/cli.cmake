@@ -202,6 +202,16 @@ if(TARGET rig-communicator-mpi)
   set_tests_properties(cli.data_parallel PROPERTIES LABELS "integration;mpi;no_sanitize"
     TIMEOUT 300 SKIP_RETURN_CODE 77)
 endif()
+# Parameter-server training on the mpi_ps communicator: synchronous runs
+# against iter_size W, resume across S and onto mpi, staleness, 2-bit
+# compression, a straggler, a killed server, refusals.
+if(TARGET rig-communicator-mpi_ps)
+  add_test(NAME cli.parameter_server
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/parameter_server.sh $<TARGET_FILE:rig_cli>
+            ${FIX}/tiny.yaml ${WORK}/parameter_server)
+  set_tests_properties(cli.parameter_server PROPERTIES LABELS "integration;mpi;no_sanitize"
+    TIMEOUT 600 SKIP_RETURN_CODE 77)
+endif()
 # tools/pack: the relocatable bundle, extracted into a fresh folder and moved,
 # trains the smoke experiment with an empty environment; ldd resolves inside
 # it; rig-bundle-check; bad input (docs/bundle.md). pack refuses sanitizer builds.

@@ -18,13 +18,26 @@ namespace {
 // Keys that may change between a run and its resumption without making the
 // checkpoint belong to a different experiment.
 constexpr const char* kScheduleKeys[] = {
-    "max_steps",        "num_epochs",           "logdir",
-    "print_loss_steps", "eval_steps",           "save_checkpoint_steps",
-    "target_loss",      "save_summaries_steps", "print_samples_steps",
-    "num_checkpoints",  "best_model_metric",    "best_model_mode",
-    "num_best_models",  "load_model",
+    "max_steps",
+    "num_epochs",
+    "logdir",
+    "print_loss_steps",
+    "eval_steps",
+    "save_checkpoint_steps",
+    "target_loss",
+    "save_summaries_steps",
+    "print_samples_steps",
+    "num_checkpoints",
+    "best_model_metric",
+    "best_model_mode",
+    "num_best_models",
+    "load_model",
     "device",            // a run may resume on another device
     "matmul_precision",  // or at another matmul precision
+    // or with other processes: a parameter-server job (mpi_ps, another number
+    // of servers) resumes on mpi and back
+    "communicator",
+    "communicator_params",
 };
 
 }  // namespace
@@ -62,7 +75,8 @@ ResumePoint find_resume_point(const fs::path& logdir, bool continue_learning,
     const std::vector<std::string> diffs = config_differences(saved, YAML::Load(identity));
     throw UserError(fmt::format(
         "--continue_learning: checkpoint {} was written by a different experiment config "
-        "(only max_steps, num_epochs, logdir and logging intervals may change); differences "
+        "(only max_steps, num_epochs, logdir, logging intervals, the device and the communicator "
+        "may change); differences "
         "(checkpoint -> now): {}",
         ckpt.dir.string(), diffs.empty() ? "unknown" : fmt::format("{}", fmt::join(diffs, "; "))));
   }

@@ -110,6 +110,13 @@ ResolvedRun resolve_run(const RunOptions& options) try {
     check_train_eval_model(primary, *eval);
   }
   EngineSettings settings = read_settings(primary.config);
+  // Known before MPI starts, so every process reports it alike (a ConfigError).
+  if (!trains && primary.plugin(PluginKind::communicator).name() == "mpi_ps") {
+    throw UserError(fmt::format(
+        "the mpi_ps communicator trains (--mode train or train_eval), it does not {}: run that "
+        "mode on the checkpoint it wrote with the mpi communicator or in one process",
+        mode));
+  }
   return {std::move(primary), std::move(eval), std::move(settings), progress};
 } catch (const ConfigError&) {
   throw;
@@ -201,12 +208,6 @@ int run(const RunOptions& options) {
   settings.device = device.device;
   const auto comm = make_run_communicator(resolved.primary, settings);
   ParameterServerTransport* const link = comm->parameter_server();
-  if (link != nullptr && !trains(options.mode)) {
-    throw ConfigError(fmt::format(
-        "the mpi_ps communicator trains (--mode train or train_eval), it does not {}: run that "
-        "mode on the checkpoint it wrote with the mpi communicator or in one process",
-        options.mode));
-  }
   if (link != nullptr && link->is_server()) {
     const Console quiet(false, ProgressBar::off);
     const RunInputs inputs{options, resolved.primary, resolved.eval, settings, *comm, quiet};

@@ -639,16 +639,39 @@ void TrainingLoop::finish_pushing() {
 void TrainingLoop::print_parameter_server() {
   if (!final_snapshot_) return;
   const ps::SnapshotResult& snap = *final_snapshot_;
+  // The staleness histogram: the first values one by one, the long tail of an
+  // unbounded run as one share.
+  constexpr std::size_t kShown = 6;
   std::int64_t reads = 0;
-  for (const auto& [staleness, count] : snap.staleness) reads += count;
-  std::string histogram;
+  double sum = 0.0;
   for (const auto& [staleness, count] : snap.staleness) {
-    histogram += fmt::format(
-        "{}{}: {:.1f}%", histogram.empty() ? "" : ", ", staleness,
-        100.0 * static_cast<double>(count) / static_cast<double>(std::max<std::int64_t>(reads, 1)));
+    reads += count;
+    sum += static_cast<double>(staleness * count);
   }
-  console_.print("*** Parameter server: global step {}; staleness of the {} reads served: {}",
-                 snap.global_step, reads, histogram);
+  const auto share = [&](std::int64_t count) {
+    return 100.0 * static_cast<double>(count) /
+           static_cast<double>(std::max<std::int64_t>(reads, 1));
+  };
+  std::string histogram;
+  std::size_t shown = 0;
+  std::int64_t tail = 0;
+  std::int64_t tail_from = 0;
+  for (const auto& [staleness, count] : snap.staleness) {
+    if (shown++ < kShown) {
+      histogram +=
+          fmt::format("{}{}: {:.1f}%", histogram.empty() ? "" : ", ", staleness, share(count));
+    } else {
+      if (tail == 0) tail_from = staleness;
+      tail += count;
+    }
+  }
+  if (tail > 0) histogram += fmt::format(", {} or more: {:.1f}%", tail_from, share(tail));
+  const std::int64_t max = snap.staleness.empty() ? 0 : snap.staleness.rbegin()->first;
+  console_.print(
+      "*** Parameter server: global step {}; staleness of the {} reads served: mean {:.2f}, max "
+      "{} ({})",
+      snap.global_step, reads, sum / static_cast<double>(std::max<std::int64_t>(reads, 1)), max,
+      histogram);
   if (snap.dropped_workers > 0 || snap.refused_pushes > 0) {
     console_.print("*** Parameter server: {} worker(s) dropped as stragglers, {} push(es) refused",
                    snap.dropped_workers, snap.refused_pushes);

@@ -185,6 +185,10 @@ std::unique_ptr<ps::Client> connect_to_servers(const RunInputs& in, BuiltModel& 
       : s < 0 ? "asynchronous"
               : "stale-synchronous",
       split ? "" : " on whole parameters");
+  if (const float t = link.settings().two_bit_threshold; t > 0.0F) {
+    in.console.print("*** Pushes are 2-bit compressed (threshold {}), the rest kept on the worker",
+                     t);
+  }
   for (const std::string& line : ps::describe_shards(client->shards())) {
     in.console.print("***   {}", line);
   }

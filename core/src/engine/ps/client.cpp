@@ -1,11 +1,15 @@
 #include "engine/ps/client.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
 
 #include <fmt/format.h>
 
 #include "engine/ps/protocol.hpp"
 #include "engine/ps/shard_state.hpp"
+#include "engine/ps/two_bit.hpp"
 #include "rig/error.hpp"
 
 namespace rig::engine::ps {
@@ -32,6 +36,18 @@ Client::Client(ParameterServerTransport& link, ParameterStore& params, std::vect
     : link_(link), params_(params), shards_(std::move(shards)) {
   if (static_cast<int>(shards_.size()) != link_.servers()) {
     throw std::logic_error("ps::Client: one shard per server");
+  }
+  if (link_.settings().two_bit_threshold > 0.0F) {
+    residual_ = Tensor::zeros({params_.numel()}, DType::f32, Device::cpu());
+  }
+  // Tests slow one worker down: RIG_PS_TEST_SLOW_WORKER=WORKER:MILLISECONDS
+  // makes that worker wait before each pull, as if its steps took that long.
+  if (const char* slow = std::getenv("RIG_PS_TEST_SLOW_WORKER")) {
+    int worker = -1;
+    long ms = 0;
+    if (std::sscanf(slow, "%d:%ld", &worker, &ms) == 2 && worker == link_.self()) {
+      test_delay_ = std::chrono::milliseconds(ms);
+    }
   }
 }
 
@@ -107,6 +123,7 @@ std::vector<PsMessage> Client::gather(std::int32_t kind, std::int64_t clock, dou
 }
 
 PullResult Client::pull(std::int64_t clock) {
+  if (test_delay_.count() > 0 && clock != kFinalClock) std::this_thread::sleep_for(test_delay_);
   const auto start = Clock::now();
   for (int s = 0; s < link_.servers(); ++s) {
     link_.send(message(Kind::pull, link_.workers() + s, clock));
@@ -146,7 +163,14 @@ void Client::push(std::int64_t offset, const Tensor& gradients) {
     const std::int64_t hi = std::min(end, shard.end);
     if (lo >= hi) continue;
     PsMessage m = message(Kind::push, link_.workers() + static_cast<int>(s), clock_, lo, hi - lo);
-    m.payload = bytes_of(host.slice(0, lo - offset, hi - offset));
+    const Tensor piece = host.slice(0, lo - offset, hi - offset).contiguous();
+    if (residual_.defined()) {
+      auto* residual = reinterpret_cast<float*>(residual_.raw_data()) + lo;
+      m.payload = compress_2bit(reinterpret_cast<const float*>(piece.raw_data()), residual, hi - lo,
+                                link_.settings().two_bit_threshold);
+    } else {
+      m.payload = bytes_of(piece);
+    }
     bytes_pushed_ += static_cast<std::int64_t>(m.payload.size());
     link_.send(std::move(m));
   }

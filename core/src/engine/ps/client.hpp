@@ -68,6 +68,8 @@ class Client {
   std::int64_t clock_ = 0;  // the clock being computed (last pulled)
   bool pulled_ = false;
   std::int64_t bytes_pushed_ = 0;
+  Tensor residual_;  // 2-bit compression: what was not sent yet, flat, on the CPU
+  std::chrono::milliseconds test_delay_{0};
 };
 
 }  // namespace rig::engine::ps

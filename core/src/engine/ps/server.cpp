@@ -8,6 +8,7 @@
 
 #include "engine/ps/protocol.hpp"
 #include "engine/ps/shard_state.hpp"
+#include "engine/ps/two_bit.hpp"
 #include "rig/error.hpp"
 #include "rig/ops.hpp"
 
@@ -141,8 +142,18 @@ void ShardServer::push(PsMessage& m) {
   const int worker = m.peer;
   const auto w = static_cast<std::size_t>(worker);
   if (dropped_[w]) {
-    ++report_.refused_pushes;
-    return;
+    // A dropped straggler's push older than max_staleness is refused; once it
+    // has caught up, it counts again from this push.
+    const std::int64_t s = settings_.max_staleness;
+    if (s >= 0 && m.clock < gate_->slowest() - s) {
+      ++report_.refused_pushes;
+      return;
+    }
+    dropped_[w] = false;
+    push_clock_[w] = m.clock;
+    gate_->readmit(worker, m.clock);
+    fmt::print(stderr, "rig: parameter server {}: {} caught up at step {}: it counts again\n",
+               link_.self() - workers_, link_.describe(worker), m.clock);
   }
   if (m.offset < shard_.begin || m.offset + m.count > shard_.end) {
     throw RunError(fmt::format(
@@ -153,7 +164,14 @@ void ShardServer::push(PsMessage& m) {
     throw RunError(fmt::format("parameter server: worker {} pushed for clock {} but is at {}",
                                worker, m.clock, push_clock_[w]));
   }
-  const Tensor piece = floats_from(m, m.count);
+  Tensor piece;
+  if (settings_.two_bit_threshold > 0.0F) {
+    piece = Tensor::empty({m.count}, DType::f32, Device::cpu());
+    decompress_2bit(m.payload, m.count, settings_.two_bit_threshold,
+                    reinterpret_cast<float*>(piece.raw_data()));
+  } else {
+    piece = floats_from(m, m.count);
+  }
   incoming_[w]
       .slice(0, m.offset - shard_.begin, m.offset - shard_.begin + m.count)
       .copy_from(piece);
@@ -281,6 +299,7 @@ void ShardServer::check_silence() {
     const double silent = seconds(now - heard_[w]);
     if (settings_.straggler_timeout_s > 0.0 && silent > settings_.straggler_timeout_s) {
       dropped_[w] = true;
+      received_[w] = 0;  // a push it was in the middle of is dropped with it
       ++report_.dropped_workers;
       gate_->retire(worker);
       std::fprintf(stderr,

@@ -51,6 +51,14 @@ void StalenessGate::retire(int worker) {
   active_clocks_.erase(active_clocks_.find(clocks_[i]));
 }
 
+void StalenessGate::readmit(int worker, std::int64_t clock) {
+  const std::size_t i = index(worker);
+  if (active_[i]) throw std::invalid_argument("StalenessGate::readmit: the worker is active");
+  active_[i] = true;
+  clocks_[i] = clock;
+  active_clocks_.insert(clock);
+}
+
 bool StalenessGate::active(int worker) const {
   return active_[index(worker)];
 }

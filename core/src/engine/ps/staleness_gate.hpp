@@ -29,6 +29,9 @@ class StalenessGate {
   std::int64_t clock(int worker) const;  // its last clock if retired
   // Finished or dropped: no longer holds the others back (again: no effect).
   void retire(int worker);
+  // A retired worker counts again, from `clock` (a dropped straggler that
+  // caught up). Throws std::invalid_argument when it is active.
+  void readmit(int worker, std::int64_t clock);
   bool active(int worker) const;
   int active_workers() const;
   int workers() const { return static_cast<int>(clocks_.size()); }
