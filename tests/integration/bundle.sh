@@ -66,7 +66,7 @@ rm -rf "out/$name" fresh
 bundle="$work/moved once/rig"
 
 # ldd from the moved folder: nothing missing, and everything outside the bundle
-# is glibc / the GCC runtime (plus, for the mpi and nccl plugins, Open MPI and what it needs).
+# is glibc / the GCC runtime (plus, for the mpi, mpi_ps and nccl plugins, Open MPI and what it needs).
 system='^(linux-vdso\.so|/?.*ld-linux[^ ]*|libc\.so|libm\.so|libstdc\+\+\.so|libgcc_s\.so)'
 while IFS= read -r -d '' elf; do
   rel="${elf#"$bundle/"}"
@@ -74,7 +74,8 @@ while IFS= read -r -d '' elf; do
   if grep -q "not found" <<<"$libs"; then echo "$libs"; fail "ldd $rel: a library is not found"; fi
   outside="$(grep -v -F "=> $bundle/" <<<"$libs" | awk '{print $1}' | grep -Ev "$system" || true)"
   case "$rel" in
-    lib/rig/plugins/rig-communicator-mpi.so | lib/rig/plugins/rig-communicator-nccl.so)
+    lib/rig/plugins/rig-communicator-mpi.so | lib/rig/plugins/rig-communicator-mpi_ps.so | \
+      lib/rig/plugins/rig-communicator-nccl.so)
       outside="$(grep -Ev '^lib(mpi|open-rte|open-pal|hwloc|event_core|event_pthreads|udev|z)[-.]' <<<"$outside" || true)" ;;
   esac
   [ -z "$outside" ] || { echo "$libs"; fail "ldd $rel: resolved outside the bundle: $outside"; }
