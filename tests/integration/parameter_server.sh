@@ -49,6 +49,16 @@ grep -q "Parameter server: 2 worker(s), 1 server(s), max_staleness 0 (synchronou
 grep -q "reads served: mean 0.00, max 0 (0: 100.0%)" ps21.log || fail "synchronous reads were stale"
 [ "$(grep -c 'Global step 20:' ps21.log)" -eq 1 ] || fail "only worker 0 prints"
 grep -q '"ps/staleness_max"' ps21/metrics.jsonl || fail "no staleness in metrics.jsonl"
+grep -q "global_step: 20" ps21/parameter_server.yaml || fail "no parameter_server.yaml"
+grep -q "parameter_server: {workers: 2, servers: 1, max_staleness: 0, global_step: 20" \
+  ps21/checkpoints/ckpt-20/state.yaml || fail "no parameter-server state in state.yaml"
+check "$rig" report ps21 > /dev/null
+grep -q "<h2>Parameter server</h2>" ps21/report.html || fail "the report has no parameter-server section"
+
+echo "== sgd: 4 workers + 1 server == iter_size 4"
+check "$rig" run "$exp" --logdir one4 --max_steps=12 --iter_size=4 > /dev/null
+ps_job 5 1 "$exp" --logdir ps41 --max_steps=12 > /dev/null
+same_checkpoint one4/checkpoints/ckpt-12 ps41/checkpoints/ckpt-12
 
 echo "== adam split between 2 servers: 2 + 2 == iter_size 2, 4 + 2 == iter_size 4"
 check "$rig" run adam.yaml --logdir adam_one2 --max_steps=20 --iter_size=2 > /dev/null

@@ -36,7 +36,8 @@ void emit_digest(YAML::Emitter& out, const char* name, const formats::files::Fil
 }
 
 std::string state_yaml(const TrainingState& state, const formats::files::FileDigest& model,
-                       const formats::files::FileDigest& optimizer, const std::string& config_yaml) {
+                       const formats::files::FileDigest& optimizer,
+                       const std::string& config_yaml) {
   auto or_null = [](const YAML::Node& node) {
     return node ? node : YAML::Node(YAML::NodeType::Null);
   };
@@ -58,6 +59,9 @@ std::string state_yaml(const TrainingState& state, const formats::files::FileDig
         << state.train_loss_step << YAML::EndMap;
   } else {
     out << YAML::Null;
+  }
+  if (state.parameter_server && !state.parameter_server.IsNull()) {
+    out << YAML::Key << "parameter_server" << YAML::Value << YAML::Flow << state.parameter_server;
   }
   out << YAML::Key << "config_hash" << YAML::Value << state.config_hash;
   out << YAML::Key << "files" << YAML::Value << YAML::BeginMap;
@@ -166,6 +170,9 @@ TrainingState read_state(const YAML::Node& root, const fs::path& file) {
   if (root["loss_scaler"] && !root["loss_scaler"].IsNull()) {
     state.loss_scaler = YAML::Clone(root["loss_scaler"]);
   }
+  if (root["parameter_server"] && !root["parameter_server"].IsNull()) {
+    state.parameter_server = YAML::Clone(root["parameter_server"]);
+  }
   if (root["max_steps"]) {
     state.max_steps = state_value<std::int64_t>(root, "max_steps", file, "an integer");
   }
@@ -202,7 +209,8 @@ fs::path save_checkpoint(const fs::path& root, const ParameterStore& params,
 
   formats::NamedTensors model;
   for (const auto& p : all_parameters(params)) model.emplace(p.name, master_of(p));
-  const auto model_digest = formats::write_safetensors(temp_dir / kModelFile, model, {{"format", "rig"}});
+  const auto model_digest =
+      formats::write_safetensors(temp_dir / kModelFile, model, {{"format", "rig"}});
   formats::NamedTensors optimizer_state;
   if (optimizer != nullptr) {
     for (auto& [name, tensor] : optimizer->state()) optimizer_state.emplace(name, tensor);
@@ -211,7 +219,7 @@ fs::path save_checkpoint(const fs::path& root, const ParameterStore& params,
       formats::write_safetensors(temp_dir / kOptimizerFile, optimizer_state, {{"format", "rig"}});
   // state.yaml last: a folder with it holds complete files.
   formats::files::write_synced(temp_dir / kStateFile,
-                      state_yaml(state, model_digest, optimizer_digest, config_yaml));
+                               state_yaml(state, model_digest, optimizer_digest, config_yaml));
   formats::files::sync_directory(temp_dir);
 
   // Saving a step twice (a signal right after a periodic save) replaces the

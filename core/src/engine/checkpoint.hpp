@@ -35,6 +35,9 @@ struct TrainingState {
   // and the step it was printed at; empty when none was printed before it.
   std::optional<double> train_loss;
   std::int64_t train_loss_step = 0;
+  // Parameter-server runs (mpi_ps): the servers' global step and each
+  // worker's clock when it was written; undefined otherwise.
+  YAML::Node parameter_server;
 };
 
 struct Checkpoint {

@@ -11,6 +11,7 @@
 #include "engine/evaluator.hpp"
 #include "engine/gradient_norm.hpp"
 #include "engine/ps/protocol.hpp"
+#include "engine/ps/staleness_file.hpp"
 #include "engine/stop_signals.hpp"
 #include "rig/error.hpp"
 #include "rig/ops.hpp"
@@ -128,12 +129,15 @@ class TrainingLoop {
   // gathers the final state when it saves).
   void finish_pushing();
   void print_parameter_server();
+  YAML::Node ps_state(const ps::SnapshotResult& snap) const;
   void print_bottleneck();
   Batch next_batch();
   void after_step(const PhaseTimes& times);
   void print_sample(const Batch& batch);
   void write_summaries();
-  void refresh_state();  // the fields a checkpoint needs beyond the step
+  // The fields a checkpoint needs beyond the step (and, under a parameter
+  // server, the weights and optimizer state from the servers).
+  void refresh_state();
   void save();
   void sync_buffers();
   void evaluate_now();
@@ -420,6 +424,15 @@ void TrainingLoop::write_summaries() {
 }
 
 void TrainingLoop::refresh_state() {
+  // The final state is gathered once: the servers end after sending it.
+  if (p_.ps != nullptr && !(pushing_done_ && final_snapshot_)) {
+    // The servers hold the weights and the optimizer state: worker 0 gathers
+    // them (after the last step, once every worker has finished).
+    const ps::SnapshotResult snap = p_.ps->snapshot(p_.optimizer, state_.step, pushing_done_);
+    p_.params.publish_values();
+    if (pushing_done_) final_snapshot_ = snap;
+    state_.parameter_server = ps_state(snap);
+  }
   state_.data_position = p_.data.position();
   state_.config_hash = o_.config_hash;
   state_.random_seed = s_.random_seed;
@@ -441,13 +454,6 @@ void TrainingLoop::save() {
   sync_buffers();
   if (p_.comm.rank() != 0) return;
   const auto t0 = Clock::now();
-  if (p_.ps != nullptr) {
-    // The servers hold the weights and the optimizer state; after the last
-    // step, once every worker has finished.
-    const ps::SnapshotResult snap = p_.ps->snapshot(p_.optimizer, state_.step, pushing_done_);
-    p_.params.publish_values();
-    if (pushing_done_) final_snapshot_ = snap;
-  }
   refresh_state();
   const auto root = o_.logdir / "checkpoints";
   const auto dir = save_checkpoint(root, p_.params, &p_.optimizer, state_, o_.config_yaml);
@@ -622,6 +628,16 @@ TrainResult TrainingLoop::run() {
   return result_;
 }
 
+YAML::Node TrainingLoop::ps_state(const ps::SnapshotResult& snap) const {
+  YAML::Node node;
+  node["workers"] = p_.comm.size();
+  node["servers"] = static_cast<int>(p_.ps->shards().size());
+  node["max_staleness"] = p_.ps->settings().max_staleness;
+  node["global_step"] = snap.global_step;
+  for (const std::int64_t c : snap.clocks) node["worker_clocks"].push_back(c);
+  return node;
+}
+
 void TrainingLoop::finish_pushing() {
   if (p_.ps == nullptr) return;
   // Worker 0 gathers the final state in save(), unless nothing is saved.
@@ -639,6 +655,8 @@ void TrainingLoop::finish_pushing() {
 void TrainingLoop::print_parameter_server() {
   if (!final_snapshot_) return;
   const ps::SnapshotResult& snap = *final_snapshot_;
+  ps::write_staleness_histogram(o_.logdir / "parameter_server.yaml", ps_state(snap),
+                                snap.staleness);
   // The staleness histogram: the first values one by one, the long tail of an
   // unbounded run as one share.
   constexpr std::size_t kShown = 6;

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "engine/bottleneck.hpp"
+#include "engine/ps/staleness_file.hpp"
 #include "report/html_text.hpp"
 #include "report/metrics_file.hpp"
 #include "report/run_config.hpp"
@@ -137,6 +138,32 @@ std::string bottleneck_section(const Metrics& metrics) {
          "</p>\n</section>\n";
 }
 
+// A parameter-server run: the histogram of the staleness its reads were served at.
+std::string parameter_server_section(const fs::path& logdir) {
+  const auto h = engine::ps::read_staleness_histogram(logdir / "parameter_server.yaml");
+  if (!h || h->reads.empty()) return "";
+  Line bars{"reads served", {}, false};
+  std::int64_t reads = 0;
+  for (const auto& [staleness, count] : h->reads) {
+    bars.points.emplace_back(static_cast<double>(staleness), static_cast<double>(count));
+    reads += count;
+  }
+  const Chart chart = stacked_chart(
+      {"Staleness of the reads", "reads served", "staleness (steps ahead of the slowest worker)"},
+      {bars}, Line{});
+  const auto number = [&](const char* key) {
+    return h->run[key] ? h->run[key].as<std::string>() : std::string("?");
+  };
+  const std::string s = number("max_staleness");
+  return fmt::format(
+      "<section>\n<h2>Parameter server</h2>\n<p>{} worker(s), {} server(s), max_staleness {}; "
+      "global step {}; {} reads of the weights served, at the staleness below.</p>\n{}\n"
+      "</section>\n",
+      escape_html(number("workers")), escape_html(number("servers")),
+      escape_html(s == "-1" ? "unbounded" : s), escape_html(number("global_step")), reads,
+      chart.svg);
+}
+
 }  // namespace
 
 fs::path write_report(const fs::path& logdir, const fs::path& output) {
@@ -164,6 +191,7 @@ fs::path write_report(const fs::path& logdir, const fs::path& output) {
       metrics.records, RIG_VERSION);
   html += "<section>\n<h2>Summary</h2>\n" + summary_table(metrics) + "</section>\n";
   html += bottleneck_section(metrics);
+  html += parameter_server_section(logdir);
   html += charts(metrics);
   if (!config.text.empty()) {
     html += "<section>\n<h2>Config</h2>\n<pre>" + escape_html(config.text) + "</pre>\n</section>\n";

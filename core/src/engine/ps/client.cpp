@@ -203,6 +203,9 @@ SnapshotResult Client::snapshot(Optimizer& optimizer, std::int64_t step, bool fi
     result.refused_pushes += p.meta["refused_pushes"].as<std::int64_t>();
     result.dropped_workers =
         std::max(result.dropped_workers, p.meta["dropped_workers"].as<std::int64_t>());
+    if (s == 0) {
+      for (const auto& c : p.meta["clocks"]) result.clocks.push_back(c.as<std::int64_t>());
+    }
     for (const auto& pair : p.meta["staleness"]) {
       result.staleness[pair[0].as<std::int64_t>()] += pair[1].as<std::int64_t>();
     }

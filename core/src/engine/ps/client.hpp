@@ -28,6 +28,7 @@ struct SnapshotResult {
   std::map<std::int64_t, std::int64_t> staleness;  // every server's reads, summed
   std::int64_t refused_pushes = 0;
   std::int64_t dropped_workers = 0;
+  std::vector<std::int64_t> clocks;  // each worker's pushes, as server 0 counted them
 };
 
 // The servers' shards for `params`: split only for an element-wise optimizer.

@@ -260,6 +260,7 @@ void ShardServer::send_snapshot(const Pending& p) {
   meta["pushes"] = report_.pushes;
   meta["refused_pushes"] = report_.refused_pushes;
   meta["dropped_workers"] = report_.dropped_workers;
+  for (int w = 0; w < workers_; ++w) meta["clocks"].push_back(gate_->clock(w));
   for (const auto& [staleness, count] : report_.staleness) {
     YAML::Node pair;
     pair.push_back(staleness);
