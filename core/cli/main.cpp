@@ -1,8 +1,10 @@
 // The `rig` command. Exit codes: 0 success, 2 bad input (usage, config,
 // files), 1 a failure while running.
+#include <chrono>
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -223,7 +225,13 @@ int main(int argc, char** argv) {
     return dispatch(argc, argv);
   } catch (const rig::engine::ConfigError& e) {
     // Every process of this host met the same bad input: one line, not one per rank.
-    if (rig::launch::launcher_local_rank() == 0) std::fprintf(stderr, "rig: error: %s\n", e.what());
+    if (rig::launch::launcher_local_rank() == 0) {
+      std::fprintf(stderr, "rig: error: %s\n", e.what());
+    } else {
+      // mpirun ends the job when the first process exits: let the one that
+      // explains go first.
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+    }
     return kExitBadInput;
   } catch (const rig::UserError& e) {
     std::fprintf(stderr, "rig: error: %s\n", e.what());

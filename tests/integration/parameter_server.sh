@@ -47,6 +47,8 @@ same_checkpoint one2/checkpoints/ckpt-20 ps21/checkpoints/ckpt-20
 grep -q "Parameter server: 2 worker(s), 1 server(s), max_staleness 0 (synchronous)" ps21.log ||
   fail "no parameter-server line"
 grep -q "reads served: mean 0.00, max 0 (0: 100.0%)" ps21.log || fail "synchronous reads were stale"
+grep -q "waiting for the parameter servers .* pushed and pulled by each worker" ps21.log ||
+  fail "the bottleneck line does not speak of the parameter servers"
 [ "$(grep -c 'Global step 20:' ps21.log)" -eq 1 ] || fail "only worker 0 prints"
 grep -q '"ps/staleness_max"' ps21/metrics.jsonl || fail "no staleness in metrics.jsonl"
 grep -q "global_step: 20" ps21/parameter_server.yaml || fail "no parameter_server.yaml"
@@ -59,6 +61,11 @@ echo "== sgd: 4 workers + 1 server == iter_size 4"
 check "$rig" run "$exp" --logdir one4 --max_steps=12 --iter_size=4 > /dev/null
 ps_job 5 1 "$exp" --logdir ps41 --max_steps=12 > /dev/null
 same_checkpoint one4/checkpoints/ckpt-12 ps41/checkpoints/ckpt-12
+
+echo "== workers on the sim device (device buffers, staged through the host): the same bits"
+check "$rig" run "$exp" --logdir sim_one2 --max_steps=20 --iter_size=2 --device=sim > /dev/null
+ps_job 3 1 "$exp" --logdir sim_ps21 --max_steps=20 --device=sim > /dev/null
+same_checkpoint sim_one2/checkpoints/ckpt-20 sim_ps21/checkpoints/ckpt-20
 
 echo "== adam split between 2 servers: 2 + 2 == iter_size 2, 4 + 2 == iter_size 4"
 check "$rig" run adam.yaml --logdir adam_one2 --max_steps=20 --iter_size=2 > /dev/null

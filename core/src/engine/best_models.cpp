@@ -62,8 +62,8 @@ void write_index(const fs::path& root, const Index& index) {
       << YAML::BeginSeq;
   for (const auto& [step, value] : index.entries) {
     out << YAML::Flow << YAML::BeginMap << YAML::Key << "step" << YAML::Value << step << YAML::Key
-        << "value" << YAML::Value << formats::files::yaml_number(value) << YAML::Key << "dir" << YAML::Value
-        << fmt::format("ckpt-{}", step) << YAML::EndMap;
+        << "value" << YAML::Value << formats::files::yaml_number(value) << YAML::Key << "dir"
+        << YAML::Value << fmt::format("ckpt-{}", step) << YAML::EndMap;
   }
   out << YAML::EndSeq << YAML::EndMap;
   formats::files::replace_file_atomically(root / kIndexFile, std::string(out.c_str()) + "\n");

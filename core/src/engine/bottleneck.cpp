@@ -48,6 +48,13 @@ std::string describe_bottleneck(const StepCosts& c) {
       "{}-bound. A step took {}: compute {} ({:.1f}%), waiting for data {} ({:.1f}%)",
       bottleneck_of(c), milliseconds(c.step), milliseconds(compute), 100.0 * share(compute, c.step),
       milliseconds(c.data), 100.0 * share(c.data, c.step));
+  if (c.parameter_server) {
+    return text + fmt::format(
+                      ", waiting for the parameter servers {} ({:.1f}%): {} per step pushed and "
+                      "pulled by each worker",
+                      milliseconds(c.communication), 100.0 * share(c.communication, c.step),
+                      megabytes(c.comm_bytes));
+  }
   if (c.world_size < 2) return text + " (one process: no gradient reduction)";
   text += fmt::format(
       ", waiting for the gradient reduction {} ({:.1f}%). Reduction: {} per step over {} "

@@ -16,6 +16,9 @@ struct StepCosts {
   double comm_busy = 0.0;      // the communicator was reducing this step's gradients
   double comm_bytes = 0.0;
   int world_size = 1;
+  // Parameter-server workers: the wait is the push and the pull of the new
+  // weights, comm_bytes both ways; no bus bandwidth or overlap applies.
+  bool parameter_server = false;
 };
 
 inline constexpr double kWaitShare = 0.2;

@@ -94,7 +94,8 @@ void SummaryWriter::write(std::int64_t step, const Scalars& scalars) {
 }
 
 void SummaryWriter::session_start(std::int64_t step) {
-  events_ << formats::tfevents::frame_record(formats::tfevents::session_start_event(unix_seconds_now(), step));
+  events_ << formats::tfevents::frame_record(
+      formats::tfevents::session_start_event(unix_seconds_now(), step));
   flush();
 }
 

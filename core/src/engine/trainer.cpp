@@ -166,7 +166,9 @@ class TrainingLoop {
   Clock::time_point run_start_ = Clock::now();
   std::optional<Batch> sample_batch_;  // kept when samples are due this step
   int agreed_stop_signal_ = 0;         // several ranks stop together, at the same step
-  bool pushing_done_ = false;          // parameter server: this worker sent its last push
+  bool pushing_done_ = false;
+  std::int64_t ps_bytes_before_ = 0;  // parameter server: bytes moved before this step          //
+                                      // parameter server: this worker sent its last push
   std::optional<ps::SnapshotResult> final_snapshot_;
   // The device's utilisation (where it can tell), sampled at the logging steps.
   double utilisation_sum_ = 0.0;
@@ -296,7 +298,7 @@ GradientStats TrainingLoop::finish_gradients(Tensor& step_loss, PhaseTimes& time
   const auto c1 = Clock::now();
   times.communication += seconds_between(c0, c1);
   times.comm_busy += reduction.busy_seconds;
-  times.comm_bytes += reduction.bytes;
+  if (p_.ps == nullptr) times.comm_bytes += reduction.bytes;
   p_.timeline.phase("communication", state_.step, c0, c1);
   return grads;
 }
@@ -342,6 +344,8 @@ void TrainingLoop::update(const GradientStats& grads, PhaseTimes& times) {
     times.staleness = static_cast<double>(pulled.staleness);
     times.staleness_max = pulled.staleness;
     times.global_step = pulled.global_step;
+    times.comm_bytes += static_cast<double>(p_.ps->bytes_moved() - ps_bytes_before_);
+    ps_bytes_before_ = p_.ps->bytes_moved();
     times.gradient_norm += grads.norm;
     return;
   }
@@ -366,7 +370,9 @@ StepCosts costs_per_step(const PhaseTimes& t, int world_size) {
 }
 
 void TrainingLoop::print_bottleneck() {
-  console_.print("*** Bottleneck: {}", describe_bottleneck(costs_per_step(timed_, p_.comm.size())));
+  StepCosts costs = costs_per_step(timed_, p_.comm.size());
+  costs.parameter_server = p_.ps != nullptr;
+  console_.print("*** Bottleneck: {}", describe_bottleneck(costs));
 }
 
 void TrainingLoop::print_sample(const Batch& batch) {
@@ -411,7 +417,9 @@ void TrainingLoop::write_summaries() {
     scalars.emplace_back("ps/staleness_max", static_cast<double>(t.staleness_max));
     scalars.emplace_back("ps/global_step", static_cast<double>(t.global_step));
   }
-  if (p_.comm.size() > 1) {
+  if (p_.ps != nullptr) {
+    scalars.emplace_back("comm/megabytes_per_step", t.comm_bytes / n / 1e6);
+  } else if (p_.comm.size() > 1) {
     const StepCosts costs = costs_per_step(t, p_.comm.size());
     scalars.emplace_back("comm/busy_seconds", costs.comm_busy);
     scalars.emplace_back("comm/megabytes_per_step", costs.comm_bytes / 1e6);
@@ -563,6 +571,7 @@ TrainResult TrainingLoop::run() {
     p_.loss_scaler.load_state(state_.loss_scaler);
   }
   first_step_ = state_.step;
+  if (p_.ps != nullptr) ps_bytes_before_ = p_.ps->bytes_moved();
   if (first_step_ >= o_.max_steps) {
     finish_pushing();
     return nothing_to_train();

@@ -134,6 +134,7 @@ std::string bottleneck_section(const Metrics& metrics) {
   costs.comm_busy = run_mean(metrics, "comm/busy_seconds").value_or(0.0);
   costs.comm_bytes = run_mean(metrics, "comm/megabytes_per_step").value_or(0.0) * 1e6;
   costs.world_size = static_cast<int>(run_mean(metrics, "comm/world_size").value_or(1.0));
+  costs.parameter_server = metrics.series.contains("ps/global_step");
   return "<section>\n<h2>Bottleneck</h2>\n<p>" + escape_html(engine::describe_bottleneck(costs)) +
          "</p>\n</section>\n";
 }

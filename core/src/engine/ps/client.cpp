@@ -145,6 +145,7 @@ PullResult Client::pull(std::int64_t clock) {
     const Shard& shard = shards_[s];
     host.slice(0, shard.begin, shard.end).copy_from(floats_from(replies[s], shard.numel()));
     result.global_step = std::min(result.global_step, replies[s].count);
+    bytes_pulled_ += static_cast<std::int64_t>(replies[s].payload.size());
     result.staleness = std::max(result.staleness, replies[s].offset);
   }
   if (!on_host) values.copy_from(host);

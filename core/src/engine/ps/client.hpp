@@ -56,7 +56,8 @@ class Client {
   // This worker pushed its last gradient; worker 0 says whether it will ask
   // for the final snapshot.
   void done(bool final_snapshot_follows);
-  std::int64_t bytes_pushed() const { return bytes_pushed_; }
+  // Bytes this worker sent in pushes and received in pulls, so far.
+  std::int64_t bytes_moved() const { return bytes_pushed_ + bytes_pulled_; }
 
  private:
   // One reply of `kind` from every server, by server index.
@@ -69,6 +70,7 @@ class Client {
   std::int64_t clock_ = 0;  // the clock being computed (last pulled)
   bool pulled_ = false;
   std::int64_t bytes_pushed_ = 0;
+  std::int64_t bytes_pulled_ = 0;
   Tensor residual_;  // 2-bit compression: what was not sent yet, flat, on the CPU
   std::chrono::milliseconds test_delay_{0};
 };
