@@ -103,17 +103,8 @@ start=$(date +%s)
 "${mpi[@]}" -n 2 "$rig" run "$exp" --logdir killed --max_steps=1000000 --communicator=mpi \
   --communicator_params/timeout_s=20 --print_loss_steps=1000 > killed.log 2>&1 &
 job=$!
-victim=""
-for _ in $(seq 1 100); do
-  for p in $(pgrep -f -- "--logdir killed" || true); do
-    if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1"; then
-      victim=$p
-    fi
-  done
-  [ -n "$victim" ] && grep -q "Data-parallel over 2" killed.log && break
-  sleep 0.2
-done
-[ -n "$victim" ] || { kill $job; fail "rank 1 never started"; }
+victim=$(await_rank "--logdir killed" 1 killed.log "Data-parallel over 2") ||
+  { kill $job; fail "rank 1 never started"; }
 sleep 1
 kill -9 "$victim"
 wait $job; code=$?

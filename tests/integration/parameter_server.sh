@@ -5,7 +5,7 @@
 # W = 2 and 4, S = 1 and 2); a checkpoint resumes with another S and on the
 # mpi communicator; a slowed worker is held within max_staleness and is not
 # with it unbounded; 2-bit compression trains; a stopped worker is dropped as
-# a straggler and the run completes; a killed server ends the job; what
+# a straggler and the run completes; a killed server or worker ends the job; what
 # mpi_ps refuses.
 # Usage: parameter_server.sh RIG EXPERIMENT WORKDIR   (EXPERIMENT: fixtures/tiny.yaml)
 set -euo pipefail
@@ -113,15 +113,6 @@ first=$(grep -o 'Train loss: [0-9.]*' twobit.log | head -1 | cut -d' ' -f3)
 last=$(grep -o 'Train loss: [0-9.]*' twobit.log | tail -1 | cut -d' ' -f3)
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' || fail "2-bit: loss $first -> $last"
 
-# The pid of rank RANK of the job whose command line holds PATTERN.
-rank_pid() {
-  for p in $(pgrep -f -- "$1" || true); do
-    if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
-      echo "$p"; return
-    fi
-  done
-}
-
 echo "== a stopped worker is dropped after straggler_timeout_s, and the run completes"
 set +e
 env RIG_PS_TEST_SLOW_WORKER=0:10 "${mpi[@]}" -n 3 "$rig" run "$exp" --logdir straggler \
@@ -129,13 +120,8 @@ env RIG_PS_TEST_SLOW_WORKER=0:10 "${mpi[@]}" -n 3 "$rig" run "$exp" --logdir str
   --communicator_params/straggler_timeout_s=1 --max_steps=400 --print_loss_steps=100 \
   > straggler.log 2>&1 &
 job=$!
-victim=""
-for _ in $(seq 1 100); do
-  victim=$(rank_pid "--logdir straggler" 1)
-  [ -n "$victim" ] && grep -q "Parameter server:" straggler.log && break
-  sleep 0.2
-done
-[ -n "$victim" ] || { kill $job; fail "worker 1 never started"; }
+victim=$(await_rank "--logdir straggler" 1 straggler.log "Parameter server:") ||
+  { kill $job; fail "worker 1 never started"; }
 sleep 1
 kill -STOP "$victim"
 sleep 3
@@ -148,28 +134,31 @@ grep -q "dropped worker 1 .* as a straggler" straggler.log || fail "the straggle
 grep -q "1 worker(s) dropped as stragglers" straggler.log || fail "the drop is not reported"
 grep -q "worker 1 .* caught up at step" straggler.log || fail "the straggler did not count again"
 
-echo "== a killed server ends the job"
-set +e
-start=$(date +%s)
-"${mpi[@]}" -n 3 "$rig" run "$exp" --logdir killed --communicator=mpi_ps --max_steps=1000000 \
-  --communicator_params/timeout_s=20 --print_loss_steps=100000 > killed.log 2>&1 &
-job=$!
-victim=""
-for _ in $(seq 1 100); do
-  victim=$(rank_pid "--logdir killed" 2)
-  [ -n "$victim" ] && grep -q "Parameter server:" killed.log && break
-  sleep 0.2
-done
-[ -n "$victim" ] || { kill $job; fail "the server never started"; }
-sleep 1
-kill -9 "$victim"
-wait $job; code=$?
-set -e
-elapsed=$(( $(date +%s) - start ))
-cat killed.log
-[ "$code" -ne 0 ] || fail "the job exited 0 after its server was killed"
-[ "$elapsed" -lt 40 ] || fail "the job took ${elapsed}s to end after its server was killed"
-grep -Eiq "rank 2.*(killed|signal 9)|signal 9.*rank 2" killed.log || fail "the killed rank is not named"
+# killed RANK WHAT: a job whose RANK is killed with SIGKILL ends within 40 s, naming it.
+killed() {
+  local rank="$1" what="$2" job victim code start elapsed
+  echo "== a killed $what ends the job"
+  set +e
+  start=$(date +%s)
+  "${mpi[@]}" -n 3 "$rig" run "$exp" --logdir "killed$rank" --communicator=mpi_ps \
+    --max_steps=1000000 --communicator_params/timeout_s=20 --print_loss_steps=100000 \
+    > "killed$rank.log" 2>&1 &
+  job=$!
+  victim=$(await_rank "--logdir killed$rank" "$rank" "killed$rank.log" "Parameter server:") ||
+    { kill $job; fail "rank $rank never started"; }
+  sleep 1
+  kill -9 "$victim"
+  wait $job; code=$?
+  set -e
+  elapsed=$(( $(date +%s) - start ))
+  cat "killed$rank.log"
+  [ "$code" -ne 0 ] || fail "the job exited 0 after its $what was killed"
+  [ "$elapsed" -lt 40 ] || fail "the job took ${elapsed}s to end after its $what was killed"
+  grep -Eiq "rank $rank.*(killed|signal 9)|signal 9.*rank $rank" "killed$rank.log" ||
+    fail "the killed $what is not named"
+}
+killed 2 server
+killed 1 worker
 
 echo "== what mpi_ps refuses"
 expect_code 2 "${mpi[@]}" -n 3 "$rig" run "$exp" --logdir refused --communicator=mpi_ps \

@@ -19,3 +19,24 @@ expect_error() {
   [ "$(wc -l < err.txt)" -eq 1 ] || fail "stderr is not one line"
   grep -Eq -- "$pattern" err.txt || fail "stderr does not match /$pattern/"
 }
+# rank_pid PATTERN RANK: the pid of MPI rank RANK of the job whose command line
+# holds PATTERN, or nothing.
+rank_pid() {
+  local p
+  for p in $(pgrep -f -- "$1" || true); do
+    if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
+      echo "$p"; return
+    fi
+  done
+}
+# await_rank PATTERN RANK LOG LINE: waits up to 20 s until rank RANK of that
+# job runs and LOG holds LINE, then prints the rank's pid; fails otherwise.
+await_rank() {
+  local pid=""
+  for _ in $(seq 1 100); do
+    pid=$(rank_pid "$1" "$2")
+    if [ -n "$pid" ] && grep -q -- "$4" "$3"; then echo "$pid"; return 0; fi
+    sleep 0.2
+  done
+  return 1
+}
