@@ -27,6 +27,14 @@ steps=300
 tolerance=1.0  # accuracy points asynchronous may lose
 min_sync=80.0  # synchronous accuracy (%) below which the comparison says nothing
 
+# logged LOG CMD...: echo CMD, run it with its output in LOG; show LOG if it fails.
+logged() {
+  local log="$1"; shift
+  echo "+ $*"
+  local code=0
+  "$@" > "$log" 2>&1 || code=$?
+  if [ "$code" -ne 0 ]; then cat "$log"; fail "exit $code: $*"; fi
+}
 # The losses of a log ("Train loss: X", "Validation loss: X"): each must be a number.
 finite_losses() {
   local log="$1" what="$2" values
@@ -38,17 +46,15 @@ finite_losses() {
 }
 # train SEED STALENESS LOGDIR: 2 workers + 1 server.
 train() {
-  check "$rig" run --nproc 2 --servers 1 "$exp" --logdir "$3" --random_seed="$1" \
-    --max_steps="$steps" --communicator_params/max_staleness="$2" > "$3.log" 2>&1 ||
-    { cat "$3.log"; fail "training seed $1, max_staleness $2 failed"; }
+  logged "$3.log" "$rig" run --nproc 2 --servers 1 "$exp" --logdir "$3" --random_seed="$1" \
+    --max_steps="$steps" --communicator_params/max_staleness="$2"
   finite_losses "$3.log" Train
   grep -q "Parameter server: global step $steps;" "$3.log" ||
     { cat "$3.log"; fail "$3: the servers did not reach global step $steps"; }
 }
 # evaluate LOGDIR: its last checkpoint on the test set, one process.
 evaluate() {
-  check "$rig" run "$exp" --mode eval --logdir "$1" --communicator=local > "$1.eval.log" 2>&1 ||
-    { cat "$1.eval.log"; fail "evaluating $1 failed"; }
+  logged "$1.eval.log" "$rig" run "$exp" --mode eval --logdir "$1" --communicator=local
   finite_losses "$1.eval.log" Validation
   grep -q "Evaluated 10000 samples" "$1.eval.log" || fail "$1: not the 10 000 test images"
 }

@@ -40,10 +40,13 @@ bool trains(const std::string& mode) {
 // whole job ends (the others may be waiting in a collective for it).
 int with_failure_handling(Communicator& comm, const Console& console,
                           const std::function<int()>& body) {
-  if (comm.size() == 1) return body();
+  // A lone parameter-server worker still has servers to take down with it.
+  if (comm.size() == 1 && comm.parameter_server() == nullptr) return body();
   try {
     return body();
   } catch (const RanksDisagree& e) {
+    // The parameter servers wait for the workers: they must be ended too.
+    if (comm.parameter_server() != nullptr) comm.abort(fmt::format("error: {}", e.what()), 2);
     if (comm.rank() == 0) std::fprintf(stderr, "rig: error: %s\n", e.what());
     return 2;
   } catch (const UserError& e) {

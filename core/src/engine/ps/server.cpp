@@ -280,7 +280,16 @@ void ShardServer::send_snapshot(const Pending& p) {
 // A worker the others wait for that has gone silent: dropped as a straggler
 // after straggler_timeout_s when that is set, else the job ends at timeout_s.
 void ShardServer::check_silence() {
-  if (!initialized_ || pulls_.empty()) return;
+  if (!initialized_) {
+    const double waited = seconds(Clock::now() - started_);
+    if (waited > settings_.startup_timeout_s) {
+      throw RunError(fmt::format(
+          "parameter server {}: {} sent no init within startup_timeout_s = {} (waited {:.1f} s)",
+          link_.self() - workers_, link_.describe(0), settings_.startup_timeout_s, waited));
+    }
+    return;
+  }
+  if (pulls_.empty()) return;
   const auto now = Clock::now();
   std::int64_t needed = std::numeric_limits<std::int64_t>::max();
   for (const Pending& p : pulls_) {

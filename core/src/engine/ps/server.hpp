@@ -100,6 +100,7 @@ class ShardServer {
   bool final_snapshot_sent_ = false;
   std::int64_t applied_pushes_ = 0;  // global step x workers
   ServerReport report_;
+  Clock::time_point started_ = Clock::now();
 };
 
 }  // namespace rig::engine::ps
