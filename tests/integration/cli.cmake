@@ -59,6 +59,9 @@ rig_cli_test(bad_usage 2 "rig: error: .*" ARGS frobnicate)
 rig_cli_test(missing_file 2 "no_such_experiment\\.yaml" ONE_LINE ARGS run no_such_experiment.yaml)
 rig_cli_test(yaml_syntax_error 2 "syntax_error\\.yaml:[0-9]+:[0-9]+: .*" ONE_LINE
   ARGS validate ${FIX}/syntax_error.yaml)
+rig_cli_test(alias_bomb 2 "alias_bomb\\.yaml: the YAML expands to more than 100000 nodes"
+  ONE_LINE ARGS validate ${FIX}/alias_bomb.yaml)
+set_tests_properties(cli.alias_bomb PROPERTIES TIMEOUT 5)
 rig_cli_test(unknown_key 2 "unknown_key\\.yaml:3:3: base_params\\.max_step: unknown key. did you mean 'max_steps'\\?"
   ONE_LINE ARGS validate ${FIX}/unknown_key.yaml)
 rig_cli_test(unknown_section 2 "unknown_section\\.yaml:9:1: .*trian_params.*did you mean 'train_params'"

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -56,6 +57,29 @@ TEST(ConfigLoad, LoadsAValidFile) {
   EXPECT_EQ(loc.key_column, 3);
   EXPECT_EQ(loc.describe(), path + ":3:14");
   EXPECT_EQ(loc.describe_key(), path + ":3:3");
+}
+
+// Nested aliases that expand to 10^9 nodes are refused at once, not walked.
+TEST(ConfigLoad, AliasBombIsRefusedQuickly) {
+  std::string text = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i < 10; ++i) {
+    const std::string prev = "*a" + std::to_string(i - 1);
+    text += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+    for (int k = 0; k < 10; ++k) text += (k > 0 ? ", " : "") + prev;
+    text += "]\n";
+  }
+  text += "base_params: {model: mlp, bomb: *a9}\n";
+  const auto start = std::chrono::steady_clock::now();
+  const std::string error = parse_error(text);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  EXPECT_NE(error.find("bad.yaml: the YAML expands to more than 100000 nodes"), std::string::npos)
+      << error;
+}
+
+TEST(ConfigLoad, DeepNestingIsRefused) {
+  const std::string error =
+      parse_error("base_params: " + std::string(100, '[') + std::string(100, ']') + "\n");
+  EXPECT_NE(error.find("nests deeper than 64 levels"), std::string::npos) << error;
 }
 
 TEST(ConfigLoad, MissingFile) {

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "config/defaults.hpp"
+#include "config/expansion_limit.hpp"
 #include "config/experiment_schema.hpp"
 #include "config/merge.hpp"
 #include "config/schema_validator.hpp"
@@ -53,6 +54,7 @@ ExperimentFile ExperimentFile::parse(const std::string& text, const std::string&
     throw UserError(fmt::format("{}:{}:{}: YAML syntax error: {}", path, e.mark.line + 1,
                                 e.mark.column + 1, e.msg));
   }
+  check_expansion(file.root_, path);
   if (!file.root_.IsDefined() || file.root_.IsNull()) {
     throw UserError(fmt::format("{}: experiment file is empty; expected {}", path, kShape));
   }

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "config/expansion_limit.hpp"
 #include "config/yaml_values.hpp"
 #include "rig/error.hpp"
 
@@ -81,6 +82,7 @@ void apply_override(YAML::Node root, SourceMap& sources, const Override& overrid
   } catch (const YAML::Exception& e) {
     throw UserError(fmt::format("{}: the value is not valid YAML: {}", origin, e.msg));
   }
+  check_expansion(value, origin);
   const std::vector<std::string> parts = split(override.path, '.');
   YAML::Node cur = root;
   std::string path;
