@@ -135,4 +135,20 @@ grep -q "loaded 1 tensor(s), 3 mismatched, 0 missing, 0 unused" g.log
 grep -q "layers.0.weight: checkpoint \[16,4\] vs model \[8,4\]" g.log
 expect_code 2 run "$exp" --logdir h --max_steps=5 --set load_model=nowhere
 grep -q "load_model: nowhere does not exist" err.txt
+
+# Time-based checkpoints (checkpoint_every_s): saves between the step-based
+# ones, at whatever step the clock says; resuming from one ends where a run
+# straight through does.
+big=(--max_steps=300 --model_params/hidden_sizes=[512,512] --batch_size_per_gpu=256)
+ok run "$exp" --logdir timed "${big[@]}" --checkpoint_every_s=0.1 --num_checkpoints=0 > timed.log
+cat timed.log
+[ "$(grep -c 'Saved checkpoint' timed.log)" -ge 3 ] || fail "checkpoint_every_s saved no checkpoint before the end"
+first=$(ls timed/checkpoints | sort -t- -k2 -n | head -1)
+[ "$first" != ckpt-300 ] || fail "no time-based checkpoint"
+mkdir -p timed_resume/checkpoints
+cp -r "timed/checkpoints/$first" timed_resume/checkpoints/
+ok run "$exp" --logdir timed_resume "${big[@]}" --continue_learning > /dev/null
+ok run "$exp" --logdir straight "${big[@]}" > /dev/null
+cmp timed_resume/checkpoints/ckpt-300/model.safetensors straight/checkpoints/ckpt-300/model.safetensors ||
+  fail "resuming from the time-based $first did not end where a straight run does"
 echo "checkpoints ok"

@@ -42,6 +42,12 @@ check "${mpi[@]}" -n 2 "$rig" run "$exp" --logdir fp16 --max_steps=20 --communic
   --gradient_compression=fp16 > fp16.log
 grep -q "reduced as float16" fp16.log || fail "fp16 compression not announced"
 
+echo "== checkpoint_every_s: rank 0's clock picks the steps, both ranks save there"
+check "${mpi[@]}" -n 2 "$rig" run "$exp" --logdir timed --communicator=mpi --max_steps=200 \
+  --model_params/hidden_sizes=[512,512] --batch_size_per_gpu=128 --checkpoint_every_s=0.1 \
+  --num_checkpoints=0 > timed.log
+[ "$(grep -c 'Saved checkpoint' timed.log)" -ge 2 ] || fail "no time-based checkpoint on 2 ranks"
+
 echo "== a 2-rank run resumed at step 10 ends where a straight one does"
 check "${mpi[@]}" -n 2 "$rig" run "$exp" --logdir resumed --max_steps=10 --communicator=mpi > /dev/null
 check "${mpi[@]}" -n 2 "$rig" run "$exp" --logdir resumed --max_steps=20 --communicator=mpi \

@@ -171,4 +171,8 @@ expect_code 2 "${mpi[@]}" -n 2 "$rig" run "$exp" --logdir refused --communicator
 grep -q "start at least servers + 1" err.txt || fail "too many servers not refused"
 expect_code 2 "${mpi[@]}" -n 3 "$rig" run "$exp" --logdir ps21 --mode eval --communicator=mpi_ps
 grep -q "the mpi_ps communicator trains" err.txt || fail "eval on mpi_ps not refused"
+expect_code 2 timeout 60 "${mpi[@]}" -n 3 "$rig" run "$exp" --logdir refused --communicator=mpi_ps \
+  --communicator_params/max_staleness=-1 --checkpoint_every_s=60
+grep -q "checkpoint_every_s needs the workers to agree" err.txt out.txt ||
+  fail "checkpoint_every_s on asynchronous workers not refused"
 echo "PASS"

@@ -24,6 +24,7 @@ constexpr const char* kScheduleKeys[] = {
     "print_loss_steps",
     "eval_steps",
     "save_checkpoint_steps",
+    "checkpoint_every_s",
     "target_loss",
     "save_summaries_steps",
     "print_samples_steps",

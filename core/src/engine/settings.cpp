@@ -54,6 +54,7 @@ EngineSettings read_settings(const config::ResolvedConfig& config) {
   s.print_samples_steps = optional_key<std::int64_t>(root, "print_samples_steps");
   s.eval_steps = root["eval_steps"].as<std::int64_t>();
   s.save_checkpoint_steps = root["save_checkpoint_steps"].as<std::int64_t>();
+  s.checkpoint_every_s = root["checkpoint_every_s"].as<double>();
   s.save_summaries_steps = root["save_summaries_steps"].as<std::int64_t>();
   s.num_checkpoints = root["num_checkpoints"].as<int>();
   s.best_model_metric = root["best_model_metric"].as<std::string>();

@@ -164,8 +164,14 @@ class TrainingLoop {
   std::int64_t consecutive_overflows_ = 0;
   double last_learning_rate_ = 0.0;
   Clock::time_point run_start_ = Clock::now();
-  std::optional<Batch> sample_batch_;  // kept when samples are due this step
-  int agreed_stop_signal_ = 0;         // several ranks stop together, at the same step
+  std::optional<Batch> sample_batch_;   // kept when samples are due this step
+  int agreed_stop_signal_ = 0;          // several ranks stop together, at the same step
+  bool agreed_checkpoint_due_ = false;  // several ranks: rank 0's clock asked for a checkpoint
+  Clock::time_point last_save_ = Clock::now();
+  bool checkpoint_time_due() const {
+    return s_.checkpoint_every_s > 0.0 &&
+           seconds_between(last_save_, Clock::now()) >= s_.checkpoint_every_s;
+  }
   bool pushing_done_ = false;
   std::int64_t ps_bytes_before_ = 0;  // parameter server: bytes moved before this step          //
                                       // parameter server: this worker sent its last push
@@ -185,12 +191,16 @@ class TrainingLoop {
 
 Tensor TrainingLoop::agree(const Tensor& step_loss) {
   const int signal = StopSignals::received();
-  const Tensor flag =
-      Tensor::from_vector(std::vector<float>{signal != 0 ? 1.0F : 0.0F}, {1}, device_);
-  Tensor sums = ops::concat({flag, step_loss.reshape({1})}, 0);
+  // Rank 0's clock says when a time-based checkpoint is due, for everyone.
+  const bool save_due = p_.comm.rank() == 0 && checkpoint_time_due();
+  const Tensor flags = Tensor::from_vector(
+      std::vector<float>{signal != 0 ? 1.0F : 0.0F, save_due ? 1.0F : 0.0F}, {2}, device_);
+  Tensor sums = ops::concat({flags, step_loss.reshape({1})}, 0);
   p_.comm.allreduce(sums, ReduceOp::sum)->wait();
-  if (sums.slice(0, 0, 1).item() > 0.0F) agreed_stop_signal_ = signal != 0 ? signal : SIGTERM;
-  return ops::mul_scalar(sums.slice(0, 1, 2).reshape({}),
+  const std::vector<float> agreed = sums.slice(0, 0, 2).to_vector();
+  if (agreed[0] > 0.0F) agreed_stop_signal_ = signal != 0 ? signal : SIGTERM;
+  agreed_checkpoint_due_ = agreed[1] > 0.0F;
+  return ops::mul_scalar(sums.slice(0, 2, 3).reshape({}),
                          1.0F / static_cast<float>(p_.comm.size()));
 }
 
@@ -466,6 +476,7 @@ void TrainingLoop::save() {
   const auto root = o_.logdir / "checkpoints";
   const auto dir = save_checkpoint(root, p_.params, &p_.optimizer, state_, o_.config_yaml);
   prune_checkpoints(root, s_.num_checkpoints);
+  last_save_ = Clock::now();
   console_.print("*** Saved checkpoint {}", dir.string());
   p_.timeline.phase("checkpoint", state_.step, t0, Clock::now());
 }
@@ -539,7 +550,8 @@ void TrainingLoop::after_step(const PhaseTimes& times) {
     summary_interval_ = {};
     summary_loss_.reset();
   }
-  if (due(s_.save_checkpoint_steps) && !last_step()) save();
+  const bool time_due = agrees() ? agreed_checkpoint_due_ : checkpoint_time_due();
+  if ((due(s_.save_checkpoint_steps) || time_due) && !last_step()) save();
   if (due(s_.eval_steps) && !last_step()) evaluate_now();
 }
 

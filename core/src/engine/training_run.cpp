@@ -144,7 +144,14 @@ ResumePoint start_weights(const RunInputs& in, BuiltModel& built, const std::str
 }
 
 // What a worker cannot do when the servers run the optimizer.
-void check_parameter_server_settings(const EngineSettings& settings, const LossScaler& scaler) {
+void check_parameter_server_settings(const EngineSettings& settings, const LossScaler& scaler,
+                                     const PsSettings& ps) {
+  if (settings.checkpoint_every_s > 0.0 && ps.max_staleness != 0) {
+    throw UserError(
+        "checkpoint_every_s needs the workers to agree on the step to save at, which "
+        "asynchronous workers (communicator_params/max_staleness other than 0) never do: use "
+        "save_checkpoint_steps");
+  }
   if (settings.max_grad_norm) {
     throw UserError(
         "max_grad_norm clips by the global gradient norm, which no process has under the mpi_ps "
@@ -232,7 +239,8 @@ int train_model(const RunInputs& in, BuiltModel& built) {
   std::unique_ptr<ps::Client> ps_client;
   if (in.comm.parameter_server() != nullptr) {
     check_parameter_server_settings(
-        settings, *make_loss_scaler(settings.loss_scaling, settings.loss_scaling_params));
+        settings, *make_loss_scaler(settings.loss_scaling, settings.loss_scaling_params),
+        in.comm.parameter_server()->settings());
     ps_client = connect_to_servers(in, built, *optimizer, plan, identity, resume.state.step);
   }
   TrainingHooks hooks = make_hooks(in, built, resume, ps_client.get());
