@@ -11,7 +11,7 @@
 #include "engine/evaluator.hpp"
 #include "engine/gradient_norm.hpp"
 #include "engine/ps/protocol.hpp"
-#include "engine/ps/staleness_file.hpp"
+#include "engine/ps/staleness_report.hpp"
 #include "engine/stop_signals.hpp"
 #include "rig/error.hpp"
 #include "rig/ops.hpp"
@@ -172,9 +172,10 @@ class TrainingLoop {
     return s_.checkpoint_every_s > 0.0 &&
            seconds_between(last_save_, Clock::now()) >= s_.checkpoint_every_s;
   }
+  // Parameter server: this worker sent its last push; the bytes it had moved
+  // before this step; the final state worker 0 gathered.
   bool pushing_done_ = false;
-  std::int64_t ps_bytes_before_ = 0;  // parameter server: bytes moved before this step          //
-                                      // parameter server: this worker sent its last push
+  std::int64_t ps_bytes_before_ = 0;
   std::optional<ps::SnapshotResult> final_snapshot_;
   // The device's utilisation (where it can tell), sampled at the logging steps.
   double utilisation_sum_ = 0.0;
@@ -426,8 +427,6 @@ void TrainingLoop::write_summaries() {
     scalars.emplace_back("ps/staleness_mean", t.staleness / n);
     scalars.emplace_back("ps/staleness_max", static_cast<double>(t.staleness_max));
     scalars.emplace_back("ps/global_step", static_cast<double>(t.global_step));
-  }
-  if (p_.ps != nullptr) {
     scalars.emplace_back("comm/megabytes_per_step", t.comm_bytes / n / 1e6);
   } else if (p_.comm.size() > 1) {
     const StepCosts costs = costs_per_step(t, p_.comm.size());
@@ -678,39 +677,8 @@ void TrainingLoop::print_parameter_server() {
   const ps::SnapshotResult& snap = *final_snapshot_;
   ps::write_staleness_histogram(o_.logdir / "parameter_server.yaml", ps_state(snap),
                                 snap.staleness);
-  // The staleness histogram: the first values one by one, the long tail of an
-  // unbounded run as one share.
-  constexpr std::size_t kShown = 6;
-  std::int64_t reads = 0;
-  double sum = 0.0;
-  for (const auto& [staleness, count] : snap.staleness) {
-    reads += count;
-    sum += static_cast<double>(staleness * count);
-  }
-  const auto share = [&](std::int64_t count) {
-    return 100.0 * static_cast<double>(count) /
-           static_cast<double>(std::max<std::int64_t>(reads, 1));
-  };
-  std::string histogram;
-  std::size_t shown = 0;
-  std::int64_t tail = 0;
-  std::int64_t tail_from = 0;
-  for (const auto& [staleness, count] : snap.staleness) {
-    if (shown++ < kShown) {
-      histogram +=
-          fmt::format("{}{}: {:.1f}%", histogram.empty() ? "" : ", ", staleness, share(count));
-    } else {
-      if (tail == 0) tail_from = staleness;
-      tail += count;
-    }
-  }
-  if (tail > 0) histogram += fmt::format(", {} or more: {:.1f}%", tail_from, share(tail));
-  const std::int64_t max = snap.staleness.empty() ? 0 : snap.staleness.rbegin()->first;
-  console_.print(
-      "*** Parameter server: global step {}; staleness of the {} reads served: mean {:.2f}, max "
-      "{} ({})",
-      snap.global_step, reads, sum / static_cast<double>(std::max<std::int64_t>(reads, 1)), max,
-      histogram);
+  console_.print("*** Parameter server: global step {}; {}", snap.global_step,
+                 ps::describe_staleness(snap.staleness));
   if (snap.dropped_workers > 0 || snap.refused_pushes > 0) {
     console_.print("*** Parameter server: {} worker(s) dropped as stragglers, {} push(es) refused",
                    snap.dropped_workers, snap.refused_pushes);

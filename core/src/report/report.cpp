@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "engine/bottleneck.hpp"
-#include "engine/ps/staleness_file.hpp"
+#include "engine/ps/staleness_report.hpp"
 #include "report/html_text.hpp"
 #include "report/metrics_file.hpp"
 #include "report/run_config.hpp"
