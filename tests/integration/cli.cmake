@@ -214,6 +214,15 @@ if(TARGET rig-communicator-mpi_ps)
             ${FIX}/tiny.yaml ${WORK}/parameter_server)
   set_tests_properties(cli.parameter_server PROPERTIES LABELS "integration;mpi;no_sanitize"
     TIMEOUT 600 SKIP_RETURN_CODE 77)
+  # Convergence on Fashion-MNIST (ps_convergence.sh): 3 seeds x synchronous /
+  # asynchronous on 2 workers + 1 server (ResNet-8, 300 steps), async within 1
+  # point of sync, no nan / inf; about 2 minutes, alone (staleness and time grow
+  # beside other tests).
+  add_test(NAME cli.ps_convergence
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ps_convergence.sh $<TARGET_FILE:rig_cli>
+            ${WORK}/ps_convergence ${FIX}/ps-fashion-mnist.yaml)
+  set_tests_properties(cli.ps_convergence PROPERTIES LABELS "integration;mpi;no_sanitize"
+    TIMEOUT 400 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
 endif()
 # tools/pack: the relocatable bundle, extracted into a fresh folder and moved,
 # trains the smoke experiment with an empty environment; ldd resolves inside

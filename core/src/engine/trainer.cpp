@@ -176,6 +176,7 @@ class TrainingLoop {
   // before this step; the final state worker 0 gathered.
   bool pushing_done_ = false;
   std::int64_t ps_bytes_before_ = 0;
+  std::int64_t ps_applied_before_ = 0;
   std::optional<ps::SnapshotResult> final_snapshot_;
   // The device's utilisation (where it can tell), sampled at the logging steps.
   double utilisation_sum_ = 0.0;
@@ -352,6 +353,14 @@ void TrainingLoop::update(const GradientStats& grads, PhaseTimes& times) {
     const auto c2 = Clock::now();
     times.communication += seconds_between(c1, c2);
     p_.timeline.phase("communication", state_.step, c1, c2);
+    if (!agrees() && p_.comm.size() > 1) {
+      // Asynchronous workers go at their own pace: what the job trained on
+      // since the last pull is the pushes the servers applied meanwhile (this
+      // worker's objects per push), not this worker's batch times the workers.
+      const double mine = times.objects / static_cast<double>(p_.comm.size());
+      times.objects = mine * static_cast<double>(pulled.applied_pushes - ps_applied_before_);
+    }
+    ps_applied_before_ = pulled.applied_pushes;
     times.staleness = static_cast<double>(pulled.staleness);
     times.staleness_max = pulled.staleness;
     times.global_step = pulled.global_step;
@@ -526,7 +535,13 @@ void TrainingLoop::after_step(const PhaseTimes& times) {
     state_.train_loss = print_loss_.mean(t.steps);
     print_loss_.reset();
     state_.train_loss_step = state_.step;
-    console_.print("*** Global step {}: *** Train loss: {:.4f}", state_.step, *state_.train_loss);
+    if (p_.ps != nullptr && !agrees() && p_.comm.size() > 1) {
+      // Asynchronous workers count their own steps; the servers' may differ.
+      console_.print("*** Global step {}: *** Train loss: {:.4f} (worker 0; the servers are at {})",
+                     state_.step, *state_.train_loss, t.global_step);
+    } else {
+      console_.print("*** Global step {}: *** Train loss: {:.4f}", state_.step, *state_.train_loss);
+    }
     sample_utilisation();
     // The data share says at a glance whether the input pipeline keeps up.
     const double per_step = t.step / static_cast<double>(t.steps);
@@ -582,7 +597,10 @@ TrainResult TrainingLoop::run() {
     p_.loss_scaler.load_state(state_.loss_scaler);
   }
   first_step_ = state_.step;
-  if (p_.ps != nullptr) ps_bytes_before_ = p_.ps->bytes_moved();
+  if (p_.ps != nullptr) {
+    ps_bytes_before_ = p_.ps->bytes_moved();
+    ps_applied_before_ = p_.ps->applied_pushes();
+  }
   if (first_step_ >= o_.max_steps) {
     finish_pushing();
     return nothing_to_train();

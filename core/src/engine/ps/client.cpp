@@ -137,18 +137,20 @@ PullResult Client::pull(std::int64_t clock) {
   std::vector<PsMessage> replies =
       gather(static_cast<std::int32_t>(Kind::weights), clock, timeout, "weights");
   PullResult result;
-  result.global_step = std::numeric_limits<std::int64_t>::max();
+  result.applied_pushes = std::numeric_limits<std::int64_t>::max();
   Tensor values = params_.values();
   const bool on_host = values.device().is_cpu();
   Tensor host = on_host ? values : Tensor::empty({params_.numel()}, DType::f32, Device::cpu());
   for (std::size_t s = 0; s < replies.size(); ++s) {
     const Shard& shard = shards_[s];
     host.slice(0, shard.begin, shard.end).copy_from(floats_from(replies[s], shard.numel()));
-    result.global_step = std::min(result.global_step, replies[s].count);
+    result.applied_pushes = std::min(result.applied_pushes, replies[s].count);
     bytes_pulled_ += static_cast<std::int64_t>(replies[s].payload.size());
     result.staleness = std::max(result.staleness, replies[s].offset);
   }
   if (!on_host) values.copy_from(host);
+  result.global_step = result.applied_pushes / link_.workers();
+  applied_pushes_ = result.applied_pushes;
   clock_ = clock;
   pulled_ = true;
   result.wait_seconds = std::chrono::duration<double>(Clock::now() - start).count();

@@ -18,8 +18,9 @@
 namespace rig::engine::ps {
 
 struct PullResult {
-  std::int64_t global_step = 0;  // the least over the servers: applied pushes / workers
-  std::int64_t staleness = 0;    // the most over the servers (staleness_gate.hpp)
+  std::int64_t applied_pushes = 0;  // the least over the servers
+  std::int64_t global_step = 0;     // applied pushes / workers
+  std::int64_t staleness = 0;       // the most over the servers (staleness_gate.hpp)
   double wait_seconds = 0.0;
 };
 
@@ -58,6 +59,8 @@ class Client {
   void done(bool final_snapshot_follows);
   // Bytes this worker sent in pushes and received in pulls, so far.
   std::int64_t bytes_moved() const { return bytes_pushed_ + bytes_pulled_; }
+  // The servers' applied pushes at the last pull.
+  std::int64_t applied_pushes() const { return applied_pushes_; }
 
  private:
   // One reply of `kind` from every server, by server index.
@@ -71,6 +74,7 @@ class Client {
   bool pulled_ = false;
   std::int64_t bytes_pushed_ = 0;
   std::int64_t bytes_pulled_ = 0;
+  std::int64_t applied_pushes_ = 0;
   Tensor residual_;  // 2-bit compression: what was not sent yet, flat, on the CPU
   std::chrono::milliseconds test_delay_{0};
 };

@@ -6,7 +6,7 @@
 //   worker -> server  push      a piece of a worker's gradient for `clock`, at flat `offset`
 //   worker -> server  pull      the weights a worker needs to compute its push for `clock`
 //                               (kFinalClock: the final ones, once every worker is done)
-//   server -> worker  weights   the shard's values; count = global step, offset = staleness
+//   server -> worker  weights   the shard's values; count = applied pushes, offset = staleness
 //   worker -> server  snapshot  worker 0: values and optimizer state for a checkpoint at step
 //                               `clock`; count 1: the final one, after every worker is done
 //   server -> worker  state     the snapshot (payload: a pack)

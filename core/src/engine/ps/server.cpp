@@ -231,7 +231,7 @@ void ShardServer::serve() {
     }
     const std::int64_t staleness = final ? 0 : gate_->staleness(it->clock);
     if (!final) ++report_.staleness[staleness];
-    PsMessage reply = message(Kind::weights, it->worker, it->clock, staleness, global_step());
+    PsMessage reply = message(Kind::weights, it->worker, it->clock, staleness, applied_pushes_);
     reply.payload = bytes_of(store_.values());
     link_.send(std::move(reply));
     it = pulls_.erase(it);
