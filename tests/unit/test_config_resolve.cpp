@@ -329,6 +329,7 @@ max_steps: 100
 print_loss_steps: 100
 eval_steps: 1000
 save_checkpoint_steps: 0
+checkpoint_every_s: 0
 logdir: runs/base
 random_seed: 0
 iter_size: 1
