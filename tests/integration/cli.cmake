@@ -223,6 +223,13 @@ if(TARGET rig-communicator-mpi_ps)
             ${WORK}/ps_convergence ${FIX}/ps-fashion-mnist.yaml)
   set_tests_properties(cli.ps_convergence PROPERTIES LABELS "integration;mpi;no_sanitize"
     TIMEOUT 400 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
+  # The link between a worker and its server taken down (tools/two-hosts,
+  # root): the worker names the server within timeout_s and ends.
+  add_test(NAME cli.ps_link_down
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ps_link_down.sh $<TARGET_FILE:rig_cli>
+            ${PROJECT_SOURCE_DIR}/tools/two-hosts ${WORK}/ps_link_down)
+  set_tests_properties(cli.ps_link_down PROPERTIES LABELS "integration;mpi;root;no_sanitize"
+    TIMEOUT 120 SKIP_RETURN_CODE 77)
 endif()
 # tools/pack: the relocatable bundle, extracted into a fresh folder and moved,
 # trains the smoke experiment with an empty environment; ldd resolves inside

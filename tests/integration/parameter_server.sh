@@ -11,6 +11,7 @@
 set -euo pipefail
 export LC_ALL=C
 rig="$(realpath "$1")"; exp="$(realpath "$2")"; work="$3"
+# shellcheck source=tests/integration/testlib.sh
 source "$(dirname "$0")/testlib.sh"
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
 command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
@@ -92,6 +93,12 @@ same_checkpoint one2/checkpoints/ckpt-20 resumed_ps/checkpoints/ckpt-20
 check "${mpi[@]}" -n 2 "$rig" run "$exp" --logdir resumed_mpi --max_steps=20 --communicator=mpi \
   --continue_learning > /dev/null
 same_checkpoint one2/checkpoints/ckpt-20 resumed_mpi/checkpoints/ckpt-20
+# Another number of workers (a larger global batch from here on) also resumes.
+cp -r resumed_ps/checkpoints/ckpt-10 resumed_w4_ckpt
+mkdir -p resumed_w4/checkpoints && mv resumed_w4_ckpt resumed_w4/checkpoints/ckpt-10
+ps_job 5 1 "$exp" --logdir resumed_w4 --max_steps=20 --continue_learning > resumed_w4.log
+grep -q "Resuming from .*ckpt-10" resumed_w4.log || fail "4 workers did not resume a 2-worker run"
+grep -q "Parameter server: 4 worker(s), 1 server(s)" resumed_w4.log || fail "not 4 workers"
 
 echo "== a slowed worker: held within max_staleness 2, not with it unbounded"
 check env RIG_PS_TEST_SLOW_WORKER=1:20 "${mpi[@]}" -n 3 "$rig" run "$exp" --logdir ssp \

@@ -24,7 +24,7 @@ expect_error() {
 rank_pid() {
   local p
   for p in $(pgrep -f -- "$1" || true); do
-    if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
+    if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
       echo "$p"; return
     fi
   done
