@@ -3,7 +3,8 @@
 # 2 ranks x batch B == 1 rank x iter_size 2 x batch B (bit for bit), a 2-rank
 # resume continues bit-exactly, eval and infer over 2 ranks cover every
 # sample once (infer in input order), ranks that run different configs are
-# caught, an error on one rank ends the job, a rank killed with SIGKILL ends
+# caught, deterministic reduction makes 4 ranks == 2 x iter_size 2 == 1 x
+# iter_size 4 bit for bit, an error on one rank ends the job, a rank killed with SIGKILL ends
 # the job, and launching `local` under mpirun is refused.
 # Usage: data_parallel.sh RIG EXPERIMENT WORKDIR   (EXPERIMENT: fixtures/tiny.yaml)
 set -euo pipefail
@@ -41,6 +42,28 @@ same one/checkpoints/ckpt-20/model.safetensors nproc/checkpoints/ckpt-20/model.s
 check "${mpi[@]}" -n 2 "$rig" run "$exp" --logdir fp16 --max_steps=20 --communicator=mpi \
   --gradient_compression=fp16 > fp16.log
 grep -q "reduced as float16" fp16.log || fail "fp16 compression not announced"
+
+echo "== communicator_params/deterministic: 4 ranks == 2 x iter_size 2 == 1 x iter_size 4, bit for bit"
+det=(--communicator_params/deterministic=true --max_steps=10 --save_checkpoint_steps=10
+  --eval_steps=1000)
+for e in "$exp" "$(dirname "$exp")/tiny-transformer.yaml"; do
+  tag=$(basename "$e" .yaml)
+  check "$rig" run "$e" --logdir "det1-$tag" --iter_size=4 "${det[@]}" > "det1-$tag.log"
+  grep -q "Deterministic reduction: 1 process(es) x iter_size 4" "det1-$tag.log" ||
+    fail "no deterministic-reduction line"
+  check "${mpi[@]}" -n 2 "$rig" run "$e" --logdir "det2-$tag" --iter_size=2 --communicator=mpi \
+    "${det[@]}" > /dev/null
+  check "${mpi[@]}" -n 4 "$rig" run "$e" --logdir "det4-$tag" --communicator=mpi "${det[@]}" \
+    > /dev/null
+  for f in model optimizer; do
+    same "det1-$tag/checkpoints/ckpt-10/$f.safetensors" "det2-$tag/checkpoints/ckpt-10/$f.safetensors"
+    same "det1-$tag/checkpoints/ckpt-10/$f.safetensors" "det4-$tag/checkpoints/ckpt-10/$f.safetensors"
+  done
+done
+expect_code 2 "$rig" run "$exp" --logdir det_mixed --communicator_params/deterministic=true \
+  --dtype=mixed
+grep -q "communicator_params/deterministic sums float32 gradients" err.txt ||
+  fail "deterministic reduction under mixed precision not refused"
 
 echo "== checkpoint_every_s: rank 0's clock picks the steps, both ranks save there"
 check "${mpi[@]}" -n 2 "$rig" run "$exp" --logdir timed --communicator=mpi --max_steps=200 \

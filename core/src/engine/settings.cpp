@@ -80,6 +80,9 @@ EngineSettings read_settings(const config::ResolvedConfig& config) {
   s.loss_scaling = node_or_null(root, "loss_scaling");
   s.loss_scaling_params = node_or_null(root, "loss_scaling_params");
   s.larc_params = node_or_null(root, "larc_params");
+  if (const YAML::Node comm = root["communicator_params"]; comm && comm["deterministic"]) {
+    s.deterministic_reduction = comm["deterministic"].as<bool>();
+  }
 
   if (s.print_samples_steps && *s.print_samples_steps % s.print_loss_steps != 0) {
     const auto where = config.where("print_samples_steps");
@@ -96,6 +99,14 @@ EngineSettings read_settings(const config::ResolvedConfig& config) {
         "{}: larc_params and max_grad_norm are both set: use one of them (LARC already bounds "
         "each layer's update, as in OpenSeq2Seq, which refuses the pair too)",
         where.describe()));
+  }
+  if (s.deterministic_reduction && (s.compute_dtype != DType::f32 || s.fp16_gradient_compression)) {
+    const auto where = config.where("communicator_params.deterministic");
+    throw UserError(fmt::format(
+        "{}: communicator_params/deterministic sums float32 gradients in one canonical order; "
+        "it cannot with {}: use dtype float32 without gradient_compression, or drop it",
+        where.describe(),
+        s.fp16_gradient_compression ? "gradient_compression: fp16" : "dtype " + s.dtype));
   }
   return s;
 }

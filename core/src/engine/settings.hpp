@@ -19,8 +19,11 @@ struct EngineSettings {
   std::int64_t print_loss_steps = 100;
   std::optional<std::int64_t> print_samples_steps;
   std::int64_t eval_steps = 1000;
-  std::int64_t save_checkpoint_steps = 0;   // 0: only at the end
-  double checkpoint_every_s = 0.0;          // also by wall time; 0: off
+  std::int64_t save_checkpoint_steps = 0;  // 0: only at the end
+  double checkpoint_every_s = 0.0;         // also by wall time; 0: off
+  // communicator_params/deterministic: the canonical-order gradient sum
+  // (deterministic_reduction.hpp).
+  bool deterministic_reduction = false;
   std::int64_t save_summaries_steps = 100;  // 0: none
   int num_checkpoints = 5;                  // 0: keep all
   std::string best_model_metric = "loss";

@@ -226,6 +226,7 @@ bool TrainingLoop::step(PhaseTimes& times) {
   Tensor step_loss;
   for (std::int64_t micro = 0; micro < s_.iter_size; ++micro) {
     const Tensor loss = forward_backward(micro, times);
+    if (p_.deterministic != nullptr) p_.deterministic->micro_done(micro);
     step_loss = micro == 0 ? loss : ops::add(step_loss, loss);
   }
   if (s_.iter_size > 1)
@@ -262,7 +263,9 @@ Tensor TrainingLoop::forward_backward(std::int64_t micro, PhaseTimes& times) {
   // The loss is scaled for float16 gradients and averaged over micro-batches,
   // like one batch iter_size times larger. A non-finite loss is found with the
   // gradient statistics, after backward: no read of the device here.
-  const double factor = p_.loss_scaler.scale() / static_cast<double>(s_.iter_size);
+  // (Deterministic reduction averages once, after its canonical sum.)
+  const double factor = p_.loss_scaler.scale() /
+                        (p_.deterministic != nullptr ? 1.0 : static_cast<double>(s_.iter_size));
   const Tensor scaled =
       factor != 1.0 ? ops::mul_scalar(out.loss, static_cast<float>(factor)) : out.loss;
   {
@@ -295,6 +298,7 @@ GradientStats TrainingLoop::finish_gradients(Tensor& step_loss, PhaseTimes& time
   GradientReducer* const reducer = p_.reducer;
   ReductionStats reduction;
   if (reducer != nullptr && reducer->overlaps()) reduction = reducer->finish();
+  if (p_.deterministic != nullptr) reduction = p_.deterministic->finish();
   // Unscaling moves 16-bit gradients into the f32 masters and divides them by
   // the loss scale: with f32 gradients and scale 1 it has nothing to do.
   if (p_.params.compute_dtype() != DType::f32 || loss_scale != 1.0) {

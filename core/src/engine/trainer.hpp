@@ -10,6 +10,7 @@
 
 #include "engine/checkpoint.hpp"
 #include "engine/console.hpp"
+#include "engine/deterministic_reduction.hpp"
 #include "engine/gradient_reducer.hpp"
 #include "engine/larc.hpp"
 #include "engine/loss_scaler.hpp"
@@ -41,6 +42,8 @@ struct TrainerParts {
   // A parameter-server job's worker: the reducer pushes the gradients, the
   // servers run the optimizer, and each step ends with a pull.
   ps::Client* ps = nullptr;
+  // communicator_params/deterministic: in place of the reducer.
+  DeterministicReduction* deterministic = nullptr;
 };
 
 struct TrainOptions {

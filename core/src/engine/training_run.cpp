@@ -77,6 +77,7 @@ struct TrainingHooks {
   std::unique_ptr<SummaryWriter> summaries;
   std::unique_ptr<BestModels> best_models;
   std::unique_ptr<GradientReducer> reducer;
+  std::unique_ptr<DeterministicReduction> deterministic;
 };
 
 TrainingHooks make_hooks(const RunInputs& in, BuiltModel& built, const ResumePoint& resume,
@@ -105,7 +106,15 @@ TrainingHooks make_hooks(const RunInputs& in, BuiltModel& built, const ResumePoi
     hooks.best_models = std::make_unique<BestModels>(
         logdir, settings.best_model_metric, settings.best_model_mode, settings.num_best_models);
   }
-  if (ps != nullptr) {
+  if (settings.deterministic_reduction && ps == nullptr) {
+    const auto chunk = static_cast<std::int64_t>(settings.bucket_cap_mb * 1024.0 * 1024.0 / 4.0);
+    hooks.deterministic =
+        std::make_unique<DeterministicReduction>(built.params, in.comm, settings.iter_size, chunk);
+    in.console.print(
+        "*** Deterministic reduction: {} process(es) x iter_size {}, summed in one canonical "
+        "order (the same bits for any processes x iter_size = {})",
+        in.comm.size(), settings.iter_size, in.comm.size() * settings.iter_size);
+  } else if (ps != nullptr) {
     hooks.reducer = std::make_unique<GradientReducer>(
         built.params, in.comm, BucketSettings{settings.bucket_cap_mb, false},
         [ps](std::int64_t offset, const Tensor& gradients) { ps->push(offset, gradients); });
@@ -258,7 +267,8 @@ int train_model(const RunInputs& in, BuiltModel& built) {
                      hooks.summaries.get(),
                      hooks.best_models.get(),
                      hooks.reducer.get(),
-                     ps_client.get()};
+                     ps_client.get(),
+                     hooks.deterministic.get()};
   // state.yaml keeps the identity config, so a mismatch can be explained later.
   TrainOptions train_options{settings,     plan.max_steps, options.benchmark,
                              logdir,       identity,       config::fnv1a64_hex(identity),
