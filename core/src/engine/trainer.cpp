@@ -125,6 +125,7 @@ class TrainingLoop {
   bool agrees() const {
     return p_.comm.size() > 1 && (p_.ps == nullptr || p_.ps->settings().max_staleness == 0);
   }
+  bool asynchronous_workers() const { return p_.ps != nullptr && p_.comm.size() > 1 && !agrees(); }
   // Parameter server: this worker pushed its last gradient (worker 0 then
   // gathers the final state when it saves).
   void finish_pushing();
@@ -357,7 +358,7 @@ void TrainingLoop::update(const GradientStats& grads, PhaseTimes& times) {
     const auto c2 = Clock::now();
     times.communication += seconds_between(c1, c2);
     p_.timeline.phase("communication", state_.step, c1, c2);
-    if (!agrees() && p_.comm.size() > 1) {
+    if (asynchronous_workers()) {
       // Asynchronous workers go at their own pace: what the job trained on
       // since the last pull is the pushes the servers applied meanwhile (this
       // worker's objects per push), not this worker's batch times the workers.
@@ -539,7 +540,7 @@ void TrainingLoop::after_step(const PhaseTimes& times) {
     state_.train_loss = print_loss_.mean(t.steps);
     print_loss_.reset();
     state_.train_loss_step = state_.step;
-    if (p_.ps != nullptr && !agrees() && p_.comm.size() > 1) {
+    if (asynchronous_workers()) {
       // Asynchronous workers count their own steps; the servers' may differ.
       console_.print("*** Global step {}: *** Train loss: {:.4f} (worker 0; the servers are at {})",
                      state_.step, *state_.train_loss, t.global_step);

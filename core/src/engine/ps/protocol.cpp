@@ -38,8 +38,12 @@ PsMessage message(Kind kind, int peer, std::int64_t clock, std::int64_t offset,
   return m;
 }
 
+Tensor host_contiguous(const Tensor& t) {
+  return t.device().is_cpu() && t.is_contiguous() ? t : t.contiguous().to_host();
+}
+
 std::vector<std::byte> bytes_of(const Tensor& t) {
-  const Tensor host = t.device().is_cpu() && t.is_contiguous() ? t : t.contiguous().to_host();
+  const Tensor host = host_contiguous(t);
   const std::byte* begin = host.raw_data();
   return {begin, begin + host.nbytes()};
 }
@@ -73,7 +77,7 @@ std::vector<std::byte> pack(const YAML::Node& meta, const NamedTensors& tensors)
     entry["dtype"] = static_cast<int>(t.dtype());
     entry["numel"] = t.numel();
     header["tensors"].push_back(entry);
-    hosts.push_back(t.device().is_cpu() && t.is_contiguous() ? t : t.contiguous().to_host());
+    hosts.push_back(host_contiguous(t));
   }
   YAML::Emitter out;
   out << YAML::Flow << header;

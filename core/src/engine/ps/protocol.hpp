@@ -36,6 +36,8 @@ std::string_view kind_name(std::int32_t kind);
 PsMessage message(Kind kind, int peer, std::int64_t clock = 0, std::int64_t offset = 0,
                   std::int64_t count = 0);
 
+// `t` itself when it is a contiguous CPU tensor, else a contiguous host copy.
+Tensor host_contiguous(const Tensor& t);
 // A contiguous tensor's bytes (read from the device when it lives there).
 std::vector<std::byte> bytes_of(const Tensor& t);
 // `count` f32 values from a payload, as a CPU tensor; throws when the payload

@@ -2,13 +2,14 @@
 
 #include <fmt/format.h>
 
+#include "engine/ps/protocol.hpp"
 #include "rig/error.hpp"
 
 namespace rig::engine::ps {
 namespace {
 
 Tensor host_flat(const Tensor& t) {
-  return t.contiguous().to_host().reshape({t.numel()});
+  return host_contiguous(t).reshape({t.numel()});
 }
 
 bool whole_pieces(const Shard& shard) {
