@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "config/overrides.hpp"
+#include "launch/elastic/supervisor.hpp"
 #include "rig/bleu.hpp"
 
 namespace rig::cli {
@@ -22,6 +23,20 @@ int print_schema(const std::string& what, const std::vector<std::string>& plugin
 // --communicator=mpi, or mpi_ps with S servers); returns only by throwing when
 // mpirun cannot be started (launch_local.cpp).
 [[noreturn]] int launch_local_processes(int nproc, int servers, int argc, char** argv);
+// What `rig run --elastic` needs of the run's own options.
+struct ElasticRun {
+  std::string experiment;
+  std::string mode = "train";
+  bool continue_learning = false;
+  bool benchmark = false;
+  int servers = 0;
+  std::vector<config::Override> overrides;
+  std::vector<std::string> plugin_paths;
+};
+// `rig run --elastic`: supervises the job through mpirun, restarting it on
+// failure (launch_elastic.cpp; the supervisor is launch/elastic).
+int launch_elastic(launch::elastic::ElasticOptions options, const ElasticRun& run, int argc,
+                   char** argv);
 // Prints corpus BLEU (sacrebleu's score line) and its signature; hypotheses
 // come from standard input when hypothesis_file is empty (bleu_command.cpp).
 int bleu(const std::string& reference_file, const std::string& hypothesis_file,

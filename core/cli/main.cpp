@@ -101,6 +101,36 @@ int dispatch(int argc, char** argv) {
                   "with --nproc N: N workers and this many parameter servers (through mpirun, "
                   "communicator mpi_ps)")
       ->check(CLI::NonNegativeNumber);
+  bool elastic = false;
+  rig::launch::elastic::ElasticOptions elastic_options;
+  run->add_flag("--elastic", elastic,
+                "supervise the job: start it through mpirun and, when a rank or host fails, "
+                "leave that out and restart from the newest checkpoint with the same global "
+                "batch (docs/distributed.md)");
+  run->add_option("--hosts", elastic_options.hosts,
+                  "--elastic: the hosts and their slots, host:N,... (default: this machine, one "
+                  "slot per core)");
+  run->add_option("--hostfile", elastic_options.hostfile,
+                  "--elastic: a file of hosts, one per line (host:N or 'host slots=N')");
+  run->add_option("--host-discovery", elastic_options.discovery,
+                  "--elastic: a command printing host:N lines, run before every attempt");
+  run->add_option("--min-nproc", elastic_options.min_nproc,
+                  "--elastic: the fewest processes to go on with (default 1)")
+      ->check(CLI::PositiveNumber);
+  run->add_option("--max-nproc", elastic_options.max_nproc,
+                  "--elastic: the most processes a restart may use (default: the first attempt's)")
+      ->check(CLI::PositiveNumber);
+  run->add_option("--max-restarts", elastic_options.max_restarts,
+                  "--elastic: restarts before giving up (default 3)")
+      ->check(CLI::NonNegativeNumber);
+  run->add_option("--host-backoff-s", elastic_options.backoff_s,
+                  "--elastic: how long a failed host or slot is left out, doubling with each of "
+                  "its failures (default 300)")
+      ->check(CLI::NonNegativeNumber);
+  run->add_option("--teardown-timeout-s", elastic_options.teardown_timeout_s,
+                  "--elastic: how long mpirun may take to end a failed job before it is ended "
+                  "(default 60)")
+      ->check(CLI::PositiveNumber);
   run->add_option("--infer_output_file", run_options.infer_output_file,
                   "where infer mode writes its lines (default LOGDIR/infer_output.txt)");
   run->add_option("--timeline", run_options.timeline_file,
@@ -186,11 +216,34 @@ int dispatch(int argc, char** argv) {
   }
 
   if (run->parsed()) {
-    if (nproc > 1 || servers > 0) rig::cli::launch_local_processes(nproc, servers, argc, argv);
+    const bool elastic_flags_given =
+        run->count("--hosts") + run->count("--hostfile") + run->count("--host-discovery") +
+            run->count("--min-nproc") + run->count("--max-nproc") + run->count("--max-restarts") +
+            run->count("--host-backoff-s") + run->count("--teardown-timeout-s") >
+        0;
+    if (elastic_flags_given && !elastic) {
+      throw rig::UserError(
+          "--hosts, --hostfile, --host-discovery, --min-nproc, --max-nproc, --max-restarts, "
+          "--host-backoff-s and --teardown-timeout-s belong to --elastic: add --elastic");
+    }
+    if (run->count("--hosts") + run->count("--hostfile") + run->count("--host-discovery") > 1) {
+      throw rig::UserError("--elastic: give one of --hosts, --hostfile and --host-discovery");
+    }
+    if (!elastic && (nproc > 1 || servers > 0)) {
+      rig::cli::launch_local_processes(nproc, servers, argc, argv);
+    }
     run_options.plugin_paths = plugin_paths;
     run_options.overrides = overrides_from(run->remaining(), set_args);
     if (!logdir.empty()) {
       run_options.overrides.push_back({"logdir", logdir, "--logdir " + logdir});
+    }
+    if (elastic) {
+      if (run->count("--nproc") > 0) elastic_options.nproc = nproc;
+      return rig::cli::launch_elastic(
+          elastic_options,
+          {run_options.experiment, run_options.mode, run_options.continue_learning,
+           run_options.benchmark, servers, run_options.overrides, plugin_paths},
+          argc, argv);
     }
     run_options.command_line = join_argv(argc, argv);
     return rig::engine::run(run_options);

@@ -204,6 +204,14 @@ if(TARGET rig-communicator-mpi)
             ${WORK}/data_parallel)
   set_tests_properties(cli.data_parallel PROPERTIES LABELS "integration;mpi;no_sanitize"
     TIMEOUT 300 SKIP_RETURN_CODE 77)
+  # `rig run --elastic` (elastic.sh): a killed rank resumed on fewer ranks with
+  # the same bytes, a kill inside a checkpoint write, --min-nproc,
+  # --max-restarts, SIGTERM and resume, bad flags.
+  add_test(NAME cli.elastic
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/elastic.sh $<TARGET_FILE:rig_cli> ${FIX}/tiny.yaml
+            ${WORK}/elastic)
+  set_tests_properties(cli.elastic PROPERTIES LABELS "integration;mpi;no_sanitize"
+    TIMEOUT 400 SKIP_RETURN_CODE 77)
 endif()
 # Parameter-server training on the mpi_ps communicator: synchronous runs
 # against iter_size W, resume across S and onto mpi, staleness, 2-bit

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "formats/checkpoint_files.hpp"
+#include "launch/test_faults.hpp"
 #include "rig/error.hpp"
 
 namespace rig::engine {
@@ -52,6 +53,11 @@ std::string state_yaml(const TrainingState& state, const formats::files::FileDig
   out << YAML::Key << "loss_scale" << YAML::Value << formats::files::yaml_number(state.loss_scale);
   out << YAML::Key << "loss_scaler" << YAML::Value << or_null(state.loss_scaler);
   out << YAML::Key << "max_steps" << YAML::Value << state.max_steps;
+  if (state.processes > 0) {
+    out << YAML::Key << "global_batch" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key
+        << "processes" << YAML::Value << state.processes << YAML::Key << "iter_size" << YAML::Value
+        << state.iter_size << YAML::EndMap;
+  }
   out << YAML::Key << "train_loss" << YAML::Value;
   if (state.train_loss) {
     out << YAML::Flow << YAML::BeginMap << YAML::Key << "value" << YAML::Value
@@ -176,6 +182,10 @@ TrainingState read_state(const YAML::Node& root, const fs::path& file) {
   if (root["max_steps"]) {
     state.max_steps = state_value<std::int64_t>(root, "max_steps", file, "an integer");
   }
+  if (const YAML::Node batch = root["global_batch"]; batch && batch.IsMap()) {
+    state.processes = state_value<int>(batch, "processes", file, "an integer");
+    state.iter_size = state_value<std::int64_t>(batch, "iter_size", file, "an integer");
+  }
   if (const YAML::Node loss = root["train_loss"]; loss && !loss.IsNull()) {
     if (!loss.IsMap())
       throw corrupt_state(file, "'train_loss' should be a map with value and step");
@@ -211,6 +221,7 @@ fs::path save_checkpoint(const fs::path& root, const ParameterStore& params,
   for (const auto& p : all_parameters(params)) model.emplace(p.name, master_of(p));
   const auto model_digest =
       formats::write_safetensors(temp_dir / kModelFile, model, {{"format", "rig"}});
+  launch::test_fault_in_checkpoint_write(state.step);
   formats::NamedTensors optimizer_state;
   if (optimizer != nullptr) {
     for (auto& [name, tensor] : optimizer->state()) optimizer_state.emplace(name, tensor);

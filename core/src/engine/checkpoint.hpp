@@ -38,6 +38,10 @@ struct TrainingState {
   // Parameter-server runs (mpi_ps): the servers' global step and each
   // worker's clock when it was written; undefined otherwise.
   YAML::Node parameter_server;
+  // The processes and iter_size that wrote it (0 when not recorded): their
+  // product is the micro-batches of a step, which an elastic restart keeps.
+  int processes = 0;
+  std::int64_t iter_size = 0;
 };
 
 struct Checkpoint {

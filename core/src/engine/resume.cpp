@@ -39,6 +39,9 @@ constexpr const char* kScheduleKeys[] = {
     // of servers) resumes on mpi and back
     "communicator",
     "communicator_params",
+    // and with another iter_size: an elastic restart on fewer processes keeps
+    // processes x iter_size, and so the global batch (the resume notes a change)
+    "iter_size",
 };
 
 }  // namespace
@@ -76,8 +79,8 @@ ResumePoint find_resume_point(const fs::path& logdir, bool continue_learning,
     const std::vector<std::string> diffs = config_differences(saved, YAML::Load(identity));
     throw UserError(fmt::format(
         "--continue_learning: checkpoint {} was written by a different experiment config "
-        "(only max_steps, num_epochs, logdir, logging intervals, the device and the communicator "
-        "may change); differences "
+        "(only max_steps, num_epochs, logdir, logging intervals, the device, the communicator and "
+        "iter_size may change); differences "
         "(checkpoint -> now): {}",
         ckpt.dir.string(), diffs.empty() ? "unknown" : fmt::format("{}", fmt::join(diffs, "; "))));
   }

@@ -1,6 +1,7 @@
-// SIGINT / SIGTERM during training: the first asks the trainer to finish the
-// current step, write a checkpoint and exit with 128 + signal (130 / 143); a
-// second one exits at once.
+// SIGINT / SIGTERM / SIGUSR1 during training: the first asks the trainer to
+// finish the current step, write a checkpoint and exit with 128 + signal
+// (130 / 143 / 138); a second one exits at once. SIGUSR1 is the one mpirun
+// forwards to every rank (`rig run --elastic` sends it on SIGTERM).
 #pragma once
 
 namespace rig::engine {

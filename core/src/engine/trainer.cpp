@@ -13,6 +13,8 @@
 #include "engine/ps/protocol.hpp"
 #include "engine/ps/staleness_report.hpp"
 #include "engine/stop_signals.hpp"
+#include "launch/progress_beacon.hpp"
+#include "launch/test_faults.hpp"
 #include "rig/error.hpp"
 #include "rig/ops.hpp"
 
@@ -470,6 +472,8 @@ void TrainingLoop::refresh_state() {
   state_.loss_scaler = p_.loss_scaler.state();
   state_.loss_scale = p_.loss_scaler.scale();
   state_.max_steps = o_.max_steps;
+  state_.processes = p_.comm.size();
+  state_.iter_size = s_.iter_size;
 }
 
 // Batch-norm statistics are updated from each rank's own batches; before they
@@ -611,10 +615,13 @@ TrainResult TrainingLoop::run() {
     return nothing_to_train();
   }
   const StopSignals signals;
+  launch::ProgressBeacon beacon(p_.comm.rank() == 0);
   const auto loop_start = Clock::now();
   while (state_.step < o_.max_steps) {
     PhaseTimes times;
     if (step(times)) after_step(times);
+    beacon.reached(state_.step);
+    launch::test_fault_after_step(state_.step, p_.comm.rank());
     console_.progress(state_.step - first_step_, o_.max_steps - first_step_,
                       seconds_between(loop_start, Clock::now()), [&] {
                         return last_loss_.defined() ? fmt::format("loss {:.4f}", last_loss_.item())

@@ -144,6 +144,17 @@ ResumePoint start_weights(const RunInputs& in, BuiltModel& built, const std::str
     restore_parameters(*resume.checkpoint, built.params);
     in.console.print("*** Resuming from {} at step {}", resume.checkpoint->dir.string(),
                      resume.state.step);
+    const TrainingState& saved = resume.state;
+    const std::int64_t micro_before = saved.processes * saved.iter_size;
+    const std::int64_t micro_now = in.comm.size() * settings.iter_size;
+    if (micro_before > 0 && micro_before != micro_now) {
+      in.console.print(
+          "*** Note: the global batch changes from {} to {} micro-batches a step ({} process(es) x "
+          "iter_size {} before, {} x {} now); keep processes x iter_size at {} to train on as "
+          "before",
+          micro_before, micro_now, saved.processes, saved.iter_size, in.comm.size(),
+          settings.iter_size, micro_before);
+    }
   } else if (settings.load_model) {
     print_transfer(in.console, load_matching_parameters(*settings.load_model, built.params));
   }

@@ -8,6 +8,7 @@
 
 #include "engine/bottleneck.hpp"
 #include "engine/ps/staleness_report.hpp"
+#include "report/elastic_section.hpp"
 #include "report/html_text.hpp"
 #include "report/metrics_file.hpp"
 #include "report/run_config.hpp"
@@ -193,6 +194,7 @@ fs::path write_report(const fs::path& logdir, const fs::path& output) {
   html += "<section>\n<h2>Summary</h2>\n" + summary_table(metrics) + "</section>\n";
   html += bottleneck_section(metrics);
   html += parameter_server_section(logdir);
+  html += elastic_section(logdir);
   html += charts(metrics);
   if (!config.text.empty()) {
     html += "<section>\n<h2>Config</h2>\n<pre>" + escape_html(config.text) + "</pre>\n</section>\n";
