@@ -38,6 +38,18 @@ int supervisor_argument(const std::string& arg) {
   return 0;
 }
 
+// The communicator the file gives training (train_params over base_params).
+std::string file_communicator(const config::ExperimentFile& file) {
+  std::string communicator = "local";
+  for (const char* section : {"base_params", "train_params"}) {
+    const YAML::Node params = file.root()[section];
+    if (params && params.IsMap() && params["communicator"] && params["communicator"].IsScalar()) {
+      communicator = params["communicator"].as<std::string>();
+    }
+  }
+  return communicator;
+}
+
 }  // namespace
 
 int launch_elastic(launch::elastic::ElasticOptions options, const ElasticRun& run, int argc,
@@ -55,9 +67,19 @@ int launch_elastic(launch::elastic::ElasticOptions options, const ElasticRun& ru
   const auto file = config::ExperimentFile::load(run.experiment);
   const plugin_host::PluginHost host(
       plugin_host::PluginHost::default_search_path(run.plugin_paths));
-  const auto resolved = engine::resolve_experiment(file, "train", run.overrides, host);
+  // The job runs on mpi unless the file or the command line names a
+  // multi-process communicator; it is resolved as it will run.
+  std::string communicator = file_communicator(file);
+  for (const auto& o : run.overrides) {
+    if (o.path == "communicator") communicator = o.value;
+  }
+  std::vector<config::Override> overrides = run.overrides;
+  const bool switch_to_mpi = communicator == "local";
+  if (switch_to_mpi) {
+    overrides.insert(overrides.begin(), {"communicator", "mpi", "--elastic (communicator mpi)"});
+  }
+  const auto resolved = engine::resolve_experiment(file, "train", overrides, host);
   const engine::EngineSettings settings = engine::read_settings(resolved.config);
-  const std::string communicator = resolved.config.root["communicator"].as<std::string>("local");
   if (communicator == "mpi_ps") {
     throw UserError(
         "--elastic restarts all-reduce jobs; communicator mpi_ps (a parameter server) cannot be "
@@ -82,7 +104,7 @@ int launch_elastic(launch::elastic::ElasticOptions options, const ElasticRun& ru
     }
     options.job.push_back(arg);
   }
-  if (communicator == "local") options.job.emplace_back("--communicator=mpi");
+  if (switch_to_mpi) options.job.emplace_back("--communicator=mpi");
   return launch::elastic::supervise(options);
 }
 

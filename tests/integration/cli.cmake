@@ -212,6 +212,13 @@ if(TARGET rig-communicator-mpi)
             ${WORK}/elastic)
   set_tests_properties(cli.elastic PROPERTIES LABELS "integration;mpi;no_sanitize"
     TIMEOUT 400 SKIP_RETURN_CODE 77)
+  # Host b of tools/two-hosts cut off mid-run (root): left out, the job ends on
+  # host a with the bytes of an uninterrupted run (elastic_two_hosts.sh).
+  add_test(NAME cli.elastic_two_hosts
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/elastic_two_hosts.sh $<TARGET_FILE:rig_cli>
+            ${PROJECT_SOURCE_DIR}/tools/two-hosts ${WORK}/elastic_two_hosts)
+  set_tests_properties(cli.elastic_two_hosts PROPERTIES LABELS "integration;mpi;root;no_sanitize"
+    TIMEOUT 300 SKIP_RETURN_CODE 77)
 endif()
 # Parameter-server training on the mpi_ps communicator: synchronous runs
 # against iter_size W, resume across S and onto mpi, staleness, 2-bit

@@ -136,6 +136,18 @@ TEST(ElasticFailureScan, ALostHostIsTheOneWhoseRanksDidNotComplain) {
   EXPECT_EQ(f.hosts, (std::vector<std::string>{"10.77.0.2"}));
 }
 
+TEST(ElasticFailureScan, ARankThatEndedItselfAfterComplainingIsNotTheCause) {
+  // Seen with host b's link down: rank 1 gave up first, then rank 0 found it gone.
+  const auto f = scan({"rig: mpi: rank 1 (pid 12 on host h-a): allreduce #54 did not finish "
+                       "within timeout_s = 5; no rank on this host is gone or behind; one of the "
+                       "2 rank(s) on other hosts, or the network, is stuck; ending the job",
+                       "rig: mpi: rank 0 (pid 11 on host h-a): allreduce #54 did not finish "
+                       "within timeout_s = 5; rank 1 (pid 12 on host h-a) is gone; ending the job"},
+                      {"a", "a", "b", "b"});
+  EXPECT_EQ(f.kind, el::Failure::Kind::hosts);
+  EXPECT_EQ(f.hosts, (std::vector<std::string>{"b"}));
+}
+
 TEST(ElasticFailureScan, ALostDaemon) {
   const auto f =
       scan({"ORTE has lost communication with a remote daemon.", "",

@@ -68,7 +68,8 @@ Failure FailureScan::verdict(const std::vector<std::string>& rank_hosts) const {
   // own watchdog findings come before it.
   if (signalled_) return *signalled_;
   if (lost_daemon_) return *lost_daemon_;
-  if (gone_) return *gone_;
+  // A rank that is gone after saying it waited on other hosts ended itself.
+  if (gone_ && complaining_ranks_.count(gone_->rank) == 0) return *gone_;
   if (!complaining_ranks_.empty()) {
     // These ranks are alive and waiting on ranks of other hosts: the hosts
     // none of them is on are the ones to suspect.
