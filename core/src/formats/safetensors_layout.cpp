@@ -1,5 +1,6 @@
 #include "formats/safetensors_layout.hpp"
 
+#include <algorithm>
 #include <optional>
 
 #include <fmt/format.h>
@@ -29,6 +30,15 @@ std::optional<std::uint64_t> byte_count(const Shape& shape, std::uint64_t elemen
     if (__builtin_mul_overflow(bytes, static_cast<std::uint64_t>(dim), &bytes)) return std::nullopt;
   }
   return bytes;
+}
+
+// A JSON array of whole numbers >= 0, `count` of them unless it is 0. Checked
+// before get<>(): nlohmann converts a float (1e30, or an integer beyond 64
+// bits, which it parses as a float) to an integer with an out-of-range cast.
+bool whole_numbers(const nlohmann::json& array, std::size_t count = 0) {
+  if (!array.is_array() || (count != 0 && array.size() != count)) return false;
+  return std::all_of(array.begin(), array.end(),
+                     [](const nlohmann::json& v) { return v.is_number_unsigned(); });
 }
 
 }  // namespace
@@ -80,10 +90,19 @@ std::vector<SafetensorsEntry> read_safetensors_layout(std::istream& in, std::uin
             "tensor '{}' has dtype {}, which rig does not read (F32, F16, BF16, I32, I64, U8)",
             name, entry.at("dtype").dump()));
       }
+      if (!whole_numbers(entry.at("shape"))) {
+        throw corrupt(fmt::format("tensor '{}' has shape {}; expected a list of whole numbers >= 0",
+                                  name, entry.at("shape").dump()));
+      }
+      if (!whole_numbers(entry.at("data_offsets"), 2)) {
+        throw corrupt(
+            fmt::format("tensor '{}' has data_offsets {}; expected two whole numbers >= 0", name,
+                        entry.at("data_offsets").dump()));
+      }
       Shape shape = entry.at("shape").get<Shape>();
       const auto offsets = entry.at("data_offsets").get<std::vector<std::uint64_t>>();
       // Compared without adding data_start, which a huge offset would wrap past.
-      if (offsets.size() != 2 || offsets[1] < offsets[0] || offsets[1] > data_size) {
+      if (offsets[1] < offsets[0] || offsets[1] > data_size) {
         throw corrupt(
             fmt::format("tensor '{}' lies outside the file (data_offsets {}, {} bytes of "
                         "data after the header)",

@@ -2,6 +2,7 @@
 // labels 0x00000801: uint8 [N]), gzipped or not, held in memory. Train mode
 // reads train_images / train_labels, eval and infer read test_images /
 // test_labels. The defaults are Debian's dataset-fashion-mnist package.
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -29,22 +30,57 @@ struct Source {
   std::string name() const { return fmt::format("{} {}", key, path); }
 };
 
-// The whole file, decompressed when it is gzipped (zlib reads plain files as they are).
-std::vector<std::uint8_t> read_file(const Source& source) {
+std::uint32_t big_endian32(const std::uint8_t* p) {
+  return (std::uint32_t{p[0]} << 24U) | (std::uint32_t{p[1]} << 16U) | (std::uint32_t{p[2]} << 8U) |
+         std::uint32_t{p[3]};
+}
+
+// A file's bytes; `cut` when reading stopped before its end.
+struct FileBytes {
+  std::vector<std::uint8_t> bytes;
+  bool cut = false;
+};
+
+// The file, decompressed when it is gzipped (zlib reads plain files as they
+// are), but no more than its header announces plus two bytes: a small header
+// followed by gigabytes (a gzip bomb) is refused after those two bytes instead
+// of filling memory.
+FileBytes read_file(const Source& source, std::uint32_t magic) {
   rig_data::require_file(kPlugin, source.key, source.path, kDefaultHint);
   const std::unique_ptr<gzFile_s, int (*)(gzFile)> file(gzopen(source.path.c_str(), "rb"),
                                                         &gzclose);
   if (!file) throw rig::UserError(fmt::format("{}: {}: cannot open", kPlugin, source.name()));
   gzbuffer(file.get(), 1U << 20U);
-  std::vector<std::uint8_t> bytes;
-  constexpr std::size_t kChunk = 1U << 22U;
-  for (;;) {
+  FileBytes result;
+  std::vector<std::uint8_t>& bytes = result.bytes;
+  // Appends up to `count` more bytes; false at the end of the file (or an error).
+  auto read = [&](std::uint64_t count) {
+    constexpr std::uint64_t kChunk = 1U << 22U;
     const std::size_t used = bytes.size();
-    bytes.resize(used + kChunk);
-    const int got = gzread(file.get(), bytes.data() + used, kChunk);
-    if (got < 0) break;
-    bytes.resize(used + static_cast<std::size_t>(got));
-    if (static_cast<std::size_t>(got) < kChunk) break;
+    const auto want = static_cast<unsigned>(std::min(count, kChunk));
+    bytes.resize(used + want);
+    const int got = gzread(file.get(), bytes.data() + used, want);
+    bytes.resize(used + static_cast<std::size_t>(std::max(got, 0)));
+    return got == static_cast<int>(want);
+  };
+  const std::size_t header = 4 + 4 * (magic & 0xFFU);
+  bool more = read(header);
+  // What the header announces, in 128 bits (3 dimensions of 32 bits each
+  // overflow 64); nothing past the header when it is not this file's.
+  unsigned __int128 limit = bytes.size();
+  if (more && big_endian32(bytes.data()) == magic) {
+    unsigned __int128 payload = 1;
+    for (std::size_t at = 4; at < header; at += 4) payload *= big_endian32(bytes.data() + at);
+    limit = header + payload + 1;
+  }
+  while (more && bytes.size() < limit) {
+    more = read(static_cast<std::uint64_t>(
+        std::min<unsigned __int128>(limit - bytes.size(), ~std::uint64_t{0})));
+  }
+  // One byte past the limit tells a file of exactly one byte too many from a longer one.
+  if (more) {
+    std::uint8_t next = 0;
+    result.cut = gzread(file.get(), &next, 1) == 1;
   }
   int code = Z_OK;
   const char* message = gzerror(file.get(), &code);
@@ -55,18 +91,14 @@ std::vector<std::uint8_t> read_file(const Source& source) {
   if (code != Z_OK) {
     throw rig::UserError(fmt::format("{}: {}: cannot read: {}", kPlugin, source.name(), message));
   }
-  return bytes;
-}
-
-std::uint32_t big_endian32(const std::uint8_t* p) {
-  return (std::uint32_t{p[0]} << 24U) | (std::uint32_t{p[1]} << 16U) | (std::uint32_t{p[2]} << 8U) |
-         std::uint32_t{p[3]};
+  return result;
 }
 
 // The dimensions of an IDX file after checking its magic number and that its
 // payload is exactly as long as they say.
-std::vector<std::uint64_t> idx_dims(const std::vector<std::uint8_t>& bytes, const Source& source,
+std::vector<std::uint64_t> idx_dims(const FileBytes& file, const Source& source,
                                     std::uint32_t magic, const char* what) {
+  const std::vector<std::uint8_t>& bytes = file.bytes;
   const std::size_t ndims = magic & 0xFFU;
   const std::size_t header = 4 + 4 * ndims;
   if (bytes.size() < 4) {
@@ -102,6 +134,12 @@ std::vector<std::uint64_t> idx_dims(const std::vector<std::uint8_t>& bytes, cons
         fmt::format("{}: {}: truncated: its header says {} x {} bytes but only {} bytes follow it",
                     kPlugin, source.name(), dims[0], record, payload));
   }
+  if (file.cut) {
+    throw rig::UserError(
+        fmt::format("{}: {}: more bytes follow the {} x {} bytes its header announces (reading "
+                    "stopped there); not an IDX {} file?",
+                    kPlugin, source.name(), dims[0], record, what));
+  }
   if (dims[0] * record != payload) {
     throw rig::UserError(fmt::format(
         "{}: {}: {} bytes follow the {} x {} bytes its header announces; not an IDX {} file?",
@@ -112,10 +150,12 @@ std::vector<std::uint64_t> idx_dims(const std::vector<std::uint8_t>& bytes, cons
 
 rig_data::ImageSet load(const Source& images_source, const Source& labels_source,
                         std::int64_t num_classes, std::int64_t limit) {
-  std::vector<std::uint8_t> images = read_file(images_source);
-  const auto image_dims = idx_dims(images, images_source, kImagesMagic, "image");
-  const std::vector<std::uint8_t> labels = read_file(labels_source);
-  const auto label_dims = idx_dims(labels, labels_source, kLabelsMagic, "label");
+  FileBytes image_file = read_file(images_source, kImagesMagic);
+  const auto image_dims = idx_dims(image_file, images_source, kImagesMagic, "image");
+  const FileBytes label_file = read_file(labels_source, kLabelsMagic);
+  const auto label_dims = idx_dims(label_file, labels_source, kLabelsMagic, "label");
+  std::vector<std::uint8_t>& images = image_file.bytes;
+  const std::vector<std::uint8_t>& labels = label_file.bytes;
   if (image_dims[0] != label_dims[0]) {
     throw rig::UserError(fmt::format(
         "{}: {} holds {} images but {} holds {} labels; they must be of the same set", kPlugin,

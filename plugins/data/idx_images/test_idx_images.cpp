@@ -422,6 +422,18 @@ TEST_F(IdxImages, BadFilesAreUserErrorsNamingTheFile) {
   EXPECT_TRUE(rig_test::contains(
       error(files(false, fmt::format("train_labels: '{}'", path("longer")))),
       "train_labels " + path("longer") + ": 1 bytes follow the 24 x 1 bytes its header announces"));
+  // A small header, then 64 MiB of zeros as a 64 KiB .gz (a gzip bomb; also in
+  // tests/fuzz/corpus/idx_images): refused after the bytes its header announces, without
+  // decompressing, or holding, the rest.
+  auto bomb = idx_labels(24);
+  bomb.resize(bomb.size() + (64U << 20U));
+  write("bomb", bomb);
+  ASSERT_EQ(std::system(fmt::format("gzip -n -f '{}'", path("bomb")).c_str()), 0);
+  ASSERT_LT(fs::file_size(dir / "bomb.gz"), 1U << 20U);
+  EXPECT_TRUE(rig_test::contains(
+      error(files(false, fmt::format("train_labels: '{}'", path("bomb.gz")))),
+      "train_labels " + path("bomb.gz") +
+          ": more bytes follow the 24 x 1 bytes its header announces (reading stopped there)"));
 
   // A label outside num_classes: the file and the record.
   EXPECT_TRUE(

@@ -1,6 +1,7 @@
 #include "piece_model.hpp"
 
 #include <algorithm>
+#include <exception>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -18,8 +19,16 @@ PieceModel::PieceModel(const std::string& plugin, const std::string& key, const 
   if (!std::filesystem::is_regular_file(path, error)) {
     throw rig::UserError(fmt::format("{}: {}: file not found", plugin_, name_));
   }
-  // Its status names sentencepiece's own source lines: not for the user.
-  if (!processor_->Load(path).ok()) {
+  // Its status names sentencepiece's own source lines: not for the user. Some
+  // corrupt models make it throw instead (its Darts trie refuses an empty
+  // piece): the same error, not an exception from inside the library.
+  bool loaded = false;
+  try {
+    loaded = processor_->Load(path).ok();
+  } catch (const std::exception&) {
+    loaded = false;
+  }
+  if (!loaded) {
     throw rig::UserError(fmt::format(
         "{}: {}: not a SentencePiece model (the .model file spm_train writes, not the .vocab)",
         plugin_, name_));
@@ -50,7 +59,13 @@ void PieceModel::check(const Vocabulary& vocab) const {
 
 std::vector<std::string> PieceModel::encode(std::string_view line) const {
   std::vector<std::string> pieces;
-  const auto status = processor_->Encode(std::string(line), &pieces);
+  sentencepiece::util::Status status;
+  try {
+    status = processor_->Encode(std::string(line), &pieces);
+  } catch (const std::exception& e) {
+    throw rig::UserError(
+        fmt::format("{}: {} cannot encode '{}': {}", plugin_, name_, line, e.what()));
+  }
   if (!status.ok()) {
     throw rig::UserError(
         fmt::format("{}: {} cannot encode '{}': {}", plugin_, name_, line, status.ToString()));

@@ -370,6 +370,19 @@ TEST_F(DataParallelText, TypedLinesNeedTheSentencePieceModel) {
             std::string::npos);
 }
 
+TEST_F(DataParallelText, ACorruptSentencePieceModelIsAUserError) {
+  // Found by tests/fuzz (fuzz_sentencepiece_model): a model holding an empty
+  // piece made libsentencepiece's Load throw its own exception (Darts'
+  // "zero-length key"), which ended the run without naming the file.
+  const std::string model = std::string(RIG_SOURCE_DIR) +
+                            "/tests/fuzz/corpus/sentencepiece_model/regression-empty-piece.model";
+  const std::string message =
+      error_of(fmt::format("{{sentencepiece_model: '{}'}}", model), Mode::infer);
+  EXPECT_EQ(message, fmt::format("parallel_text: sentencepiece_model {}: not a SentencePiece model "
+                                 "(the .model file spm_train writes, not the .vocab)",
+                                 model));
+}
+
 TEST_F(DataParallelText, SentencePieceModelMatchesTheVocab) {
   if (std::system("command -v spm_train > /dev/null 2>&1") != 0) {
     GTEST_SKIP() << "spm_train not installed (Debian: sentencepiece)";
