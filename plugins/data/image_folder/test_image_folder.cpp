@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -410,6 +411,23 @@ TEST_F(DataImageFolder, CorruptJpegIsAnErrorNamingItOrSkipped) {
             std::string::npos)
       << log;
   EXPECT_NE(log.find("garbage.jpg"), std::string::npos) << log;
+}
+
+TEST_F(DataImageFolder, AJpegOfEndlessScansIsCorruptNotAHang) {
+  // 37 KB claiming 16384 x 16384 pixels with 301 progressive scans (also in
+  // tests/fuzz/corpus/jpeg): each scan passes over every block, which kept a
+  // worker decoding for seconds per image; refused from its header now.
+  noisy_set(6, "val");
+  fs::copy_file(fs::path(RIG_SOURCE_DIR) / "tests/fuzz/corpus/jpeg/regression-300-scans.jpg",
+                root / "val" / "c1" / "scans.jpg");
+  auto strict = make("{image_size: 8, resize_size: 8}", rig::Mode::eval, 8);
+  const auto start = std::chrono::steady_clock::now();
+  const std::string message = rig_test::user_error_of([&] { epoch(*strict); });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_NE(message.find("corrupt JPEG '" + (root / "val" / "c1" / "scans.jpg").string() +
+                         "': 301 scans of a 16384x16384 image"),
+            std::string::npos)
+      << message;
 }
 
 TEST_F(DataImageFolder, BadFoldersAreUserErrorsNamingThem) {
