@@ -60,6 +60,22 @@ for e in "$exp" "$(dirname "$exp")/tiny-transformer.yaml"; do
     same "det1-$tag/checkpoints/ckpt-10/$f.safetensors" "det4-$tag/checkpoints/ckpt-10/$f.safetensors"
   done
 done
+# 232 samples = 3 steps of 64 and a tail of 40: 2 x 2 and 1 x 4 could start a
+# step in the tail and end it in the next epoch; a step begins again in the
+# new epoch instead, dropping the tail as 4 ranks do.
+tail=(--data_layer_params/num_samples=232 --max_steps=10 --save_checkpoint_steps=10
+  --communicator_params/deterministic=true --eval_steps=1000)
+check "$rig" run "$exp" --logdir tail1 --iter_size=4 "${tail[@]}" > /dev/null
+check "${mpi[@]}" -n 2 "$rig" run "$exp" --logdir tail2 --iter_size=2 --communicator=mpi \
+  "${tail[@]}" > /dev/null
+check "${mpi[@]}" -n 4 "$rig" run "$exp" --logdir tail4 --communicator=mpi "${tail[@]}" > /dev/null
+for f in model optimizer; do
+  same "tail1/checkpoints/ckpt-10/$f.safetensors" "tail4/checkpoints/ckpt-10/$f.safetensors"
+  same "tail2/checkpoints/ckpt-10/$f.safetensors" "tail4/checkpoints/ckpt-10/$f.safetensors"
+done
+grep -q "epoch: 3" tail4/checkpoints/ckpt-10/state.yaml || fail "10 steps of 3 per epoch end in epoch 3"
+expect_error "one epoch of the training data holds fewer than the 4 micro-batches" run "$exp" \
+  --logdir too_small --iter_size=4 --data_layer_params/num_samples=60 --max_steps=3
 expect_code 2 "$rig" run "$exp" --logdir det_mixed --communicator_params/deterministic=true \
   --dtype=mixed
 grep -q "communicator_params/deterministic sums float32 gradients" err.txt ||
@@ -129,10 +145,10 @@ grep -q $'\r' bar.log || fail "--progress on drew no bar"
 echo "== a rank killed with SIGKILL ends the job"
 set +e
 start=$(date +%s)
-"${mpi[@]}" -n 2 "$rig" run "$exp" --logdir killed --max_steps=1000000 --communicator=mpi \
+"${mpi[@]}" -n 2 "$rig" run "$exp" --logdir "$work/killed" --max_steps=1000000 --communicator=mpi \
   --communicator_params/timeout_s=20 --print_loss_steps=1000 > killed.log 2>&1 &
 job=$!
-victim=$(await_rank "--logdir killed" 1 killed.log "Data-parallel over 2") ||
+victim=$(await_rank "--logdir $work/killed " 1 killed.log "Data-parallel over 2") ||
   { kill $job; fail "rank 1 never started"; }
 sleep 1
 kill -9 "$victim"

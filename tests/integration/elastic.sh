@@ -52,14 +52,14 @@ echo "== rank 3 SIGKILLed from outside, wherever it is: still the uninterrupted 
 long=(--max_steps=300 --model_params/hidden_sizes=[64,64])
 check "${mpi[@]}" -n 4 "$rig" run "$exp" --logdir ref4long --communicator=mpi "${long[@]}" \
   "${det[@]}" > /dev/null
-"$rig" run "$exp" --elastic --hosts localhost:4 --logdir outside "${long[@]}" "${det[@]}" \
+"$rig" run "$exp" --elastic --hosts localhost:4 --logdir "$work/outside" "${long[@]}" "${det[@]}" \
   > outside.log 2>&1 &
 supervisor=$!
 killed_at=""
 for _ in $(seq 1 3000); do
   step=$(cat outside/.elastic-progress 2>/dev/null | tr -d ' ' || true)
   if [ -n "$step" ] && [ "$step" -ge 25 ]; then
-    pid=$(rank_pid "logdir outside" 3)
+    pid=$(rank_pid "logdir $work/outside " 3)
     if [ -n "$pid" ]; then kill -9 "$pid"; killed_at=$step; break; fi
   fi
   sleep 0.01

@@ -122,12 +122,12 @@ awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' || fail "2-bit: loss $f
 
 echo "== a stopped worker is dropped after straggler_timeout_s, and the run completes"
 set +e
-env RIG_PS_TEST_SLOW_WORKER=0:10 "${mpi[@]}" -n 3 "$rig" run "$exp" --logdir straggler \
+env RIG_PS_TEST_SLOW_WORKER=0:10 "${mpi[@]}" -n 3 "$rig" run "$exp" --logdir "$work/straggler" \
   --communicator=mpi_ps --communicator_params/max_staleness=1 \
   --communicator_params/straggler_timeout_s=1 --max_steps=400 --print_loss_steps=100 \
   > straggler.log 2>&1 &
 job=$!
-victim=$(await_rank "--logdir straggler" 1 straggler.log "Parameter server:") ||
+victim=$(await_rank "--logdir $work/straggler " 1 straggler.log "Parameter server:") ||
   { kill $job; fail "worker 1 never started"; }
 sleep 1
 kill -STOP "$victim"
@@ -147,11 +147,11 @@ killed() {
   echo "== a killed $what ends the job"
   set +e
   start=$(date +%s)
-  "${mpi[@]}" -n 3 "$rig" run "$exp" --logdir "killed$rank" --communicator=mpi_ps \
+  "${mpi[@]}" -n 3 "$rig" run "$exp" --logdir "$work/killed$rank" --communicator=mpi_ps \
     --max_steps=1000000 --communicator_params/timeout_s=20 --print_loss_steps=100000 \
     > "killed$rank.log" 2>&1 &
   job=$!
-  victim=$(await_rank "--logdir killed$rank" "$rank" "killed$rank.log" "Parameter server:") ||
+  victim=$(await_rank "--logdir $work/killed$rank " "$rank" "killed$rank.log" "Parameter server:") ||
     { kill $job; fail "rank $rank never started"; }
   sleep 1
   kill -9 "$victim"

@@ -20,7 +20,9 @@ expect_error() {
   grep -Eq -- "$pattern" err.txt || fail "stderr does not match /$pattern/"
 }
 # rank_pid PATTERN RANK: the pid of MPI rank RANK of the job whose command line
-# holds PATTERN, or nothing.
+# holds PATTERN, or nothing. ctest runs the scripts side by side: make PATTERN
+# unique (an absolute logdir and the space after it), or another test's job
+# matches ("--logdir killed" matched "--logdir killed1").
 rank_pid() {
   local p
   for p in $(pgrep -f -- "$1" || true); do

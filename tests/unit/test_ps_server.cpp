@@ -198,8 +198,8 @@ TEST(PsServer, RoundRobinAsyncIsDelayedSgd) {
     reference.push_back(reference.back());
     step(reference.back(), gradient(stale0));
   }
-  job.clients[0]->done(true);
-  job.clients[1]->done(false);
+  job.clients[0]->done(true, false);
+  job.clients[1]->done(false, false);
   PlainSgd container(*job.stores[0]);
   const ps::SnapshotResult snap = job.clients[0]->snapshot(container, kSteps + 1, true);
   EXPECT_EQ(job.values(0), reference.back());
@@ -226,8 +226,8 @@ TEST(PsServer, ReadAheadOfTheBoundWaits) {
   ASSERT_TRUE(reply.has_value());
   EXPECT_EQ(reply->kind, static_cast<std::int32_t>(ps::Kind::weights));
   EXPECT_EQ(reply->clock, 2);
-  job.clients[0]->done(false);
-  job.clients[1]->done(false);
+  job.clients[0]->done(false, false);
+  job.clients[1]->done(false, false);
 }
 
 // Synchronous: the two gradients are averaged into one update.
@@ -247,8 +247,33 @@ TEST(PsServer, SynchronousAveragesTheWorkers) {
   for (std::size_t i = 0; i < 4; ++i) mean[i] = (g0[i] + g1[i]) * 0.5F;
   step(w, mean);
   EXPECT_EQ(job.values(0), w);
-  job.clients[0]->done(false);
-  job.clients[1]->done(false);
+  job.clients[0]->done(false, false);
+  job.clients[1]->done(false, false);
+}
+
+// Asynchronous workers pull the final weights after their done. Worker 0's
+// final snapshot is served as soon as the last worker is done; the server
+// must stay until the final pulls announced in the done messages arrive (a
+// late one hung cli.parameter_server under load).
+TEST(PsServer, StaysForTheFinalPullsAnnounced) {
+  Job job(1);
+  job.clients[0]->pull(0);
+  job.clients[1]->pull(0);
+  job.push(0);
+  job.push(1);
+  job.clients[0]->done(true, true);
+  job.clients[1]->done(false, true);
+  PlainSgd container(*job.stores[0]);
+  job.clients[0]->snapshot(container, 1, true);
+  job.clients[0]->pull(ps::kFinalClock);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // worker 1 is late
+  // The server is still there: a fresh link message gets a reply.
+  job.links[1]->send(ps::message(ps::Kind::pull, kWorkers, ps::kFinalClock));
+  const std::optional<PsMessage> reply = job.links[1]->receive(std::chrono::milliseconds(5000));
+  ASSERT_TRUE(reply.has_value()) << "the server ended before worker 1's final pull";
+  EXPECT_EQ(reply->kind, static_cast<std::int32_t>(ps::Kind::weights));
+  job.server_thread.join();
+  EXPECT_EQ(job.server_error, "");
 }
 
 // A worker the others wait for that stays silent ends the job, named.

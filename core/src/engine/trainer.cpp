@@ -111,7 +111,8 @@ class TrainingLoop {
   // One attempted step; false when an overflow skipped the update.
   bool step(PhaseTimes& times);
   // Forward and backward of one micro-batch; returns its loss (f32, on the device).
-  Tensor forward_backward(std::int64_t micro, PhaseTimes& times);
+  // Nothing when the epoch ended before micro-batch `micro` > 0 (next_batch).
+  std::optional<Tensor> forward_backward(std::int64_t micro, PhaseTimes& times);
   // Reduction, unscaling and (several ranks) the agreement: the statistics of
   // the finished gradients, with step_loss turned into the mean over ranks.
   GradientStats finish_gradients(Tensor& step_loss, PhaseTimes& times);
@@ -134,7 +135,14 @@ class TrainingLoop {
   void print_parameter_server();
   YAML::Node ps_state(const ps::SnapshotResult& snap) const;
   void print_bottleneck();
-  Batch next_batch();
+  // The next batch, in a new epoch when this one is over; nothing when the
+  // epoch ended inside a step (micro > 0): the step begins again in the new
+  // epoch, so that the micro-batches of a step never straddle two epochs.
+  // That drops an epoch's tail of fewer than processes x iter_size batches,
+  // the tail a run with iter_size times the processes drops (the data layer
+  // drops its last incomplete batch of processes x batch_size), so that any N
+  // x k with the same product sees the same samples in the same steps.
+  std::optional<Batch> next_batch(std::int64_t micro);
   void after_step(const PhaseTimes& times);
   void print_sample(const Batch& batch);
   void write_summaries();
@@ -209,11 +217,12 @@ Tensor TrainingLoop::agree(const Tensor& step_loss) {
                          1.0F / static_cast<float>(p_.comm.size()));
 }
 
-Batch TrainingLoop::next_batch() {
-  if (auto batch = p_.data.next_batch()) return std::move(*batch);
+std::optional<Batch> TrainingLoop::next_batch(std::int64_t micro) {
+  if (auto batch = p_.data.next_batch()) return batch;
   ++state_.epoch;
   p_.data.start_epoch(state_.epoch);
-  if (auto batch = p_.data.next_batch()) return std::move(*batch);
+  if (micro > 0) return std::nullopt;
+  if (auto batch = p_.data.next_batch()) return batch;
   throw UserError(fmt::format(
       "the training data layer produced no batch in epoch {}: is the data set smaller than one "
       "global batch (batch_size_per_gpu x processes x iter_size)?",
@@ -227,10 +236,25 @@ bool TrainingLoop::step(PhaseTimes& times) {
   if (reducer != nullptr && reducer->overlaps()) reducer->arm();
   p_.params.zero_grad();
   Tensor step_loss;
+  bool began_again = false;
   for (std::int64_t micro = 0; micro < s_.iter_size; ++micro) {
-    const Tensor loss = forward_backward(micro, times);
+    const std::optional<Tensor> loss = forward_backward(micro, times);
+    if (!loss) {
+      // The epoch ended inside the step: its micro-batches so far are dropped
+      // (no bucket has left: they leave during the last micro-batch only).
+      if (began_again) {
+        throw UserError(fmt::format(
+            "one epoch of the training data holds fewer than the {} micro-batches of a step "
+            "(processes x iter_size): use a smaller batch_size_per_gpu or iter_size",
+            static_cast<std::int64_t>(p_.comm.size()) * s_.iter_size));
+      }
+      began_again = true;
+      p_.params.zero_grad();
+      micro = -1;
+      continue;
+    }
     if (p_.deterministic != nullptr) p_.deterministic->micro_done(micro);
-    step_loss = micro == 0 ? loss : ops::add(step_loss, loss);
+    step_loss = micro == 0 ? *loss : ops::add(step_loss, *loss);
   }
   if (s_.iter_size > 1)
     step_loss = ops::mul_scalar(step_loss, 1.0F / static_cast<float>(s_.iter_size));
@@ -250,12 +274,14 @@ bool TrainingLoop::step(PhaseTimes& times) {
   return true;
 }
 
-Tensor TrainingLoop::forward_backward(std::int64_t micro, PhaseTimes& times) {
+std::optional<Tensor> TrainingLoop::forward_backward(std::int64_t micro, PhaseTimes& times) {
   const std::int64_t step = state_.step;
   const auto world = static_cast<std::uint32_t>(p_.comm.size());
   const auto rank = static_cast<std::uint32_t>(p_.comm.rank());
   const auto t0 = Clock::now();
-  Batch batch = next_batch();
+  std::optional<Batch> next = next_batch(micro);
+  if (!next) return std::nullopt;
+  Batch batch = std::move(*next);
   // Keyed on the micro-batch's place in the global batch, not on the rank:
   // N processes and one process with iter_size N draw the same dropout.
   batch.rng = RandomKey{s_.random_seed, static_cast<std::uint64_t>(step), 0,
@@ -692,11 +718,12 @@ void TrainingLoop::finish_pushing() {
   if (p_.ps == nullptr) return;
   // Worker 0 gathers the final state in save(), unless nothing is saved.
   const bool ran = state_.step > first_step_;
-  p_.ps->done(p_.comm.rank() == 0 && !o_.benchmark && ran);
-  pushing_done_ = true;
   // Asynchronous workers end at different times: evaluation and the last
   // checkpoint use the weights after every worker's last push.
-  if (ran && p_.ps->settings().max_staleness != 0) {
+  const bool final_pull = ran && p_.ps->settings().max_staleness != 0;
+  p_.ps->done(p_.comm.rank() == 0 && !o_.benchmark && ran, final_pull);
+  pushing_done_ = true;
+  if (final_pull) {
     p_.ps->pull(ps::kFinalClock);
     p_.params.publish_values();
   }

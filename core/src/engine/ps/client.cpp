@@ -224,9 +224,11 @@ SnapshotResult Client::snapshot(Optimizer& optimizer, std::int64_t step, bool fi
   return result;
 }
 
-void Client::done(bool final_snapshot_follows) {
+void Client::done(bool final_snapshot_follows, bool final_pull_follows) {
+  const std::int64_t follows = (final_snapshot_follows ? kDoneSnapshotFollows : 0) |
+                               (final_pull_follows ? kDonePullFollows : 0);
   for (int s = 0; s < link_.servers(); ++s) {
-    link_.send(message(Kind::done, link_.workers() + s, clock_, 0, final_snapshot_follows ? 1 : 0));
+    link_.send(message(Kind::done, link_.workers() + s, clock_, 0, follows));
   }
   link_.flush();
 }

@@ -54,9 +54,10 @@ class Client {
   // Worker 0: the servers' values and optimizer state into params and
   // `optimizer`; `final` waits until every worker is done.
   SnapshotResult snapshot(Optimizer& optimizer, std::int64_t step, bool final);
-  // This worker pushed its last gradient; worker 0 says whether it will ask
-  // for the final snapshot.
-  void done(bool final_snapshot_follows);
+  // This worker pushed its last gradient; it says whether it will ask for
+  // the final snapshot (worker 0) and the final weights (pull(kFinalClock)),
+  // so that the servers stay until they have answered.
+  void done(bool final_snapshot_follows, bool final_pull_follows);
   // Bytes this worker sent in pushes and received in pulls, so far.
   std::int64_t bytes_moved() const { return bytes_pushed_ + bytes_pulled_; }
   // The servers' applied pushes at the last pull.

@@ -10,7 +10,9 @@
 //   worker -> server  snapshot  worker 0: values and optimizer state for a checkpoint at step
 //                               `clock`; count 1: the final one, after every worker is done
 //   server -> worker  state     the snapshot (payload: a pack)
-//   worker -> server  done      the worker pushed its last gradient
+//   worker -> server  done      the worker pushed its last gradient; count bit 0: the
+//                               final snapshot follows (worker 0), bit 1: a final pull
+//                               follows (the server stays until it has answered it)
 #pragma once
 
 #include <cstdint>
@@ -30,6 +32,9 @@ namespace rig::engine::ps {
 inline constexpr std::int64_t kFinalClock = std::numeric_limits<std::int64_t>::max();
 
 enum class Kind : std::int32_t { init = 1, push, pull, weights, snapshot, state, done };
+// The bits of a done message's count.
+inline constexpr std::int64_t kDoneSnapshotFollows = 1;
+inline constexpr std::int64_t kDonePullFollows = 2;
 
 std::string_view kind_name(std::int32_t kind);
 

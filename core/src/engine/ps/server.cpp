@@ -52,7 +52,8 @@ ServerReport ShardServer::run() {
 
 bool ShardServer::finished() const {
   return initialized_ && gate_->active_workers() == 0 && pulls_.empty() && snapshots_.empty() &&
-         (final_snapshot_sent_ || !final_snapshot_expected_);
+         (final_snapshot_sent_ || !final_snapshot_expected_) &&
+         final_pulls_answered_ >= final_pulls_expected_;
 }
 
 int ShardServer::worker_of(const PsMessage& m) const {
@@ -83,7 +84,8 @@ void ShardServer::handle(PsMessage& m) {
       break;
     case Kind::done:
       if (!initialized_) throw RunError("parameter server: a worker finished before init");
-      if (m.count != 0) final_snapshot_expected_ = true;
+      if ((m.count & kDoneSnapshotFollows) != 0) final_snapshot_expected_ = true;
+      if ((m.count & kDonePullFollows) != 0) ++final_pulls_expected_;
       gate_->retire(worker);
       apply_synchronous_if_complete();
       break;
@@ -231,6 +233,7 @@ void ShardServer::serve() {
     }
     const std::int64_t staleness = final ? 0 : gate_->staleness(it->clock);
     if (!final) ++report_.staleness[staleness];
+    if (final) ++final_pulls_answered_;
     PsMessage reply = message(Kind::weights, it->worker, it->clock, staleness, applied_pushes_);
     reply.payload = bytes_of(store_.values());
     link_.send(std::move(reply));

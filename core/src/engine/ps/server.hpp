@@ -98,6 +98,10 @@ class ShardServer {
   std::deque<Pending> snapshots_;
   bool final_snapshot_expected_ = false;  // worker 0 said so when it finished
   bool final_snapshot_sent_ = false;
+  // Final pulls workers said would follow their done, and those answered:
+  // the server must not end while one is still on its way.
+  int final_pulls_expected_ = 0;
+  int final_pulls_answered_ = 0;
   std::int64_t applied_pushes_ = 0;  // global step x workers
   ServerReport report_;
   Clock::time_point started_ = Clock::now();
