@@ -23,8 +23,8 @@ int default_threads() {
     if (n > 0) return n;
   }
   // An MPI launcher that binds each rank to its core(s) gets one thread per
-  // core it was given, not per machine core.
-  return affinity_cores();
+  // core it was given, not per machine core; unbound ranks share the machine.
+  return default_compute_threads();
 }
 
 // Workers wait for a job; a job is one range split into `chunks` pieces that

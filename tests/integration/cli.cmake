@@ -219,6 +219,13 @@ if(TARGET rig-communicator-mpi)
             ${PROJECT_SOURCE_DIR}/tools/two-hosts ${WORK}/elastic_two_hosts)
   set_tests_properties(cli.elastic_two_hosts PROPERTIES LABELS "integration;mpi;root;no_sanitize"
     TIMEOUT 300 SKIP_RETURN_CODE 77)
+  # A real one-machine Slurm (root; Debian's slurm-wlm and munge, started and
+  # stopped by slurm.sh): srun -n 2, a preemption with scancel --signal=TERM and
+  # its resume, and rig run --elastic as an sbatch job stopped by Slurm's SIGTERM.
+  add_test(NAME cli.slurm
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/slurm.sh $<TARGET_FILE:rig_cli> ${WORK}/slurm)
+  set_tests_properties(cli.slurm PROPERTIES LABELS "integration;mpi;root;no_sanitize"
+    TIMEOUT 300 SKIP_RETURN_CODE 77)
 endif()
 # Parameter-server training on the mpi_ps communicator: synchronous runs
 # against iter_size W, resume across S and onto mpi, staleness, 2-bit

@@ -206,14 +206,25 @@ Tensor TrainingLoop::agree(const Tensor& step_loss) {
   const int signal = StopSignals::received();
   // Rank 0's clock says when a time-based checkpoint is due, for everyone.
   const bool save_due = p_.comm.rank() == 0 && checkpoint_time_due();
-  const Tensor flags = Tensor::from_vector(
-      std::vector<float>{signal != 0 ? 1.0F : 0.0F, save_due ? 1.0F : 0.0F}, {2}, device_);
+  // The ranks signalled, the sum of their signal numbers (so that every rank
+  // names the signal the others got), and the checkpoint flag.
+  const Tensor flags =
+      Tensor::from_vector(std::vector<float>{signal != 0 ? 1.0F : 0.0F, static_cast<float>(signal),
+                                             save_due ? 1.0F : 0.0F},
+                          {3}, device_);
   Tensor sums = ops::concat({flags, step_loss.reshape({1})}, 0);
   p_.comm.allreduce(sums, ReduceOp::sum)->wait();
-  const std::vector<float> agreed = sums.slice(0, 0, 2).to_vector();
-  if (agreed[0] > 0.0F) agreed_stop_signal_ = signal != 0 ? signal : SIGTERM;
-  agreed_checkpoint_due_ = agreed[1] > 0.0F;
-  return ops::mul_scalar(sums.slice(0, 2, 3).reshape({}),
+  const std::vector<float> agreed = sums.slice(0, 0, 3).to_vector();
+  if (agreed[0] > 0.0F) {
+    const float mean = agreed[1] / agreed[0];
+    // Different signals on different ranks: call it SIGTERM.
+    agreed_stop_signal_ =
+        mean == std::floor(mean) && (signal == 0 || static_cast<int>(mean) == signal)
+            ? static_cast<int>(mean)
+            : SIGTERM;
+  }
+  agreed_checkpoint_due_ = agreed[2] > 0.0F;
+  return ops::mul_scalar(sums.slice(0, 3, 4).reshape({}),
                          1.0F / static_cast<float>(p_.comm.size()));
 }
 
