@@ -76,6 +76,23 @@ TEST(ConfigLoad, AliasBombIsRefusedQuickly) {
       << error;
 }
 
+TEST(ConfigLoad, TextThatIsNotUtf8IsRefused) {
+  // Found by tests/fuzz (fuzz_experiment, tests/fuzz/corpus/experiment/regression-not-utf8.yaml):
+  // a string of continuation bytes made the schema validator's minLength check
+  // (valijson's UTF-8 length) read past the end of its table.
+  std::string error =
+      parse_error("base_params:\n  model: \"ml\xFE\x80\x80\x80\x80\x80\x80\x80p\"\n");
+  EXPECT_EQ(error,
+            "bad.yaml:2:10: byte 0xFE (byte 3 of this value) is not UTF-8; YAML text must "
+            "be UTF-8");
+  error = parse_error(
+      "base_params:\n  mod\xC0\x80"
+      "el: mlp\n");
+  EXPECT_NE(error.find("bad.yaml:2:3: byte 0xC0 (byte 4 of this value) is not UTF-8"),
+            std::string::npos)
+      << error;
+}
+
 TEST(ConfigLoad, DeepNestingIsRefused) {
   const std::string error =
       parse_error("base_params: " + std::string(100, '[') + std::string(100, ']') + "\n");

@@ -191,6 +191,18 @@ TEST(ConfigResolve, SourcesPointIntoTheFile) {
   EXPECT_EQ(loc.key_path, "nothing_here");
 }
 
+TEST(ConfigResolve, OverridesThatAreNotUtf8AreRefused) {
+  // What the file's own text must be (ConfigLoad.TextThatIsNotUtf8IsRefused), an override must be.
+  EXPECT_EQ(resolve_error(kExperiment, "train", {parse_set_override("model=ml\xFF")}),
+            "command line (--set model=ml\xFF):1:1: byte 0xFF (byte 3 of this value) is not "
+            "UTF-8; YAML text must be UTF-8");
+  EXPECT_EQ(resolve_error(kExperiment, "train",
+                          {parse_set_override("mo\xE9"
+                                              "del=mlp")}),
+            "command line (--set mo\xE9"
+            "del=mlp): byte 0xE9 of the key is not UTF-8");
+}
+
 TEST(ConfigResolve, UnknownMode) {
   EXPECT_EQ(resolve_error(kExperiment, "training"),
             "unknown mode 'training' (expected train, eval or infer)");

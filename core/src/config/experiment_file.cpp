@@ -13,6 +13,7 @@
 #include "config/experiment_schema.hpp"
 #include "config/merge.hpp"
 #include "config/schema_validator.hpp"
+#include "config/utf8_text.hpp"
 #include "config/yaml_values.hpp"
 #include "rig/error.hpp"
 
@@ -55,6 +56,7 @@ ExperimentFile ExperimentFile::parse(const std::string& text, const std::string&
                                 e.mark.column + 1, e.msg));
   }
   check_expansion(file.root_, path);
+  check_utf8(file.root_, path);
   if (!file.root_.IsDefined() || file.root_.IsNull()) {
     throw UserError(fmt::format("{}: experiment file is empty; expected {}", path, kShape));
   }

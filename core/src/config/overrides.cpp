@@ -5,8 +5,10 @@
 #include <fmt/format.h>
 
 #include "config/expansion_limit.hpp"
+#include "config/utf8_text.hpp"
 #include "config/yaml_values.hpp"
 #include "rig/error.hpp"
+#include "rig/utf8.hpp"
 
 namespace rig::config {
 
@@ -76,6 +78,11 @@ Override parse_set_override(const std::string& arg) {
 
 void apply_override(YAML::Node root, SourceMap& sources, const Override& override) {
   const std::string origin = where(override.origin);
+  // The key becomes a key of the config, which must be text like its values (check_utf8).
+  if (const auto bad = first_invalid_utf8(override.path)) {
+    throw UserError(fmt::format("{}: byte 0x{:02X} of the key is not UTF-8", origin,
+                                static_cast<unsigned char>(override.path[*bad])));
+  }
   YAML::Node value;
   try {
     value = YAML::Load(override.value);
@@ -83,6 +90,7 @@ void apply_override(YAML::Node root, SourceMap& sources, const Override& overrid
     throw UserError(fmt::format("{}: the value is not valid YAML: {}", origin, e.msg));
   }
   check_expansion(value, origin);
+  check_utf8(value, origin);
   const std::vector<std::string> parts = split(override.path, '.');
   YAML::Node cur = root;
   std::string path;
