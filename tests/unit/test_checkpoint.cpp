@@ -233,6 +233,16 @@ TEST_F(Checkpoints, MissingFilesAndBadStateYamlAreRefused) {
   EXPECT_TRUE(contains(user_error_of([&] { rig::engine::load_checkpoint(dir3); }),
                        "'step' should be an integer, found 'twelve'"));
 
+  // Nested aliases that stand for billions of nodes are refused before the
+  // config is walked.
+  std::ofstream(dir3 / "state.yaml")
+      << "a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+         "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, "
+         "*c, "
+         "*c]\ne: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\nconfig: [*e, *e, *e, *e, *e, *e]\n";
+  EXPECT_TRUE(contains(user_error_of([&] { rig::engine::load_checkpoint(dir3); }),
+                       (dir3 / "state.yaml").string() + ": the YAML expands to more than"));
+
   EXPECT_TRUE(contains(user_error_of([&] { rig::engine::load_checkpoint(dir_ / "nowhere"); }),
                        "does not exist"));
 }

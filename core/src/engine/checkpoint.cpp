@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "config/expansion_limit.hpp"
 #include "formats/checkpoint_files.hpp"
 #include "launch/test_faults.hpp"
 #include "rig/error.hpp"
@@ -119,6 +120,8 @@ YAML::Node load_state_file(const fs::path& dir) {
   } catch (const YAML::Exception& e) {
     throw corrupt_state(file, fmt::format("it is not valid YAML ({})", e.what()));
   }
+  // Its config is compared and printed node by node: no alias bomb gets there.
+  config::check_expansion(root, file.string());
   if (!root.IsMap()) {
     throw corrupt_state(file, "it should be a map with step, epoch, files and config");
   }

@@ -106,6 +106,8 @@ class Supervisor {
   int run_attempt(const std::vector<std::string>& command, Attempt& attempt, FailureScan& scan);
   void note_progress(Attempt& attempt);
   void save_record() { write_elastic_yaml(o_.logdir, record_); }
+  // The supervisor was asked to stop (`when` says at what point); 128 + signal.
+  int stopped(const std::string& when);
 
   const ElasticOptions& o_;
   Exclusions exclusions_;
@@ -189,7 +191,9 @@ int Supervisor::run_attempt(const std::vector<std::string>& command, Attempt& at
       if (failing_since && !failed_at_) failed_at_ = failing_since;
       return *code;
     }
-    if (g_stop_count > 0 && !stop_forwarded_) {
+    // The ranks stop cleanly on SIGUSR1 once they train (before, it would end
+    // them): a signal that comes earlier waits for the first step.
+    if (g_stop_count > 0 && !stop_forwarded_ && attempt.reached) {
       stop_forwarded_ = true;
       say("signal {}: asking every rank to finish its step, checkpoint and stop (signal again "
           "to end it at once)",
@@ -212,6 +216,17 @@ int Supervisor::run_attempt(const std::vector<std::string>& command, Attempt& at
       term_sent = Clock::now();
     }
   }
+}
+
+int Supervisor::stopped(const std::string& when) {
+  const auto saved = newest_checkpoint(o_.logdir);
+  const int signal = g_stop_signal;
+  record_.outcome = fmt::format("stopped by signal {}{}", signal, when);
+  save_record();
+  say("stopped by signal {}{}; the newest checkpoint is {}; run the same command with "
+      "--continue_learning to go on",
+      signal, when, saved ? fmt::format("ckpt-{}", *saved) : std::string("none"));
+  return 128 + signal;
 }
 
 int Supervisor::run() {
@@ -254,6 +269,7 @@ int Supervisor::run() {
 
   bool resume = o_.continue_learning;
   for (;;) {
+    if (g_stop_count > 0) return stopped(" before a restart");
     const auto now = Clock::now();
     std::vector<HostSlots> usable = exclusions_.available(hosts, now);
     const int restart = static_cast<int>(record_.attempts.size());
@@ -307,16 +323,7 @@ int Supervisor::run() {
           record_.lost_steps(), record_.downtime_s());
       return 0;
     }
-    if (stop_forwarded_) {
-      const auto saved = newest_checkpoint(o_.logdir);
-      record_.outcome = fmt::format("stopped by signal {}", static_cast<int>(g_stop_signal));
-      save_record();
-      say("stopped by signal {}; the newest checkpoint is {}; run the same command with "
-          "--continue_learning to go on",
-          static_cast<int>(g_stop_signal),
-          saved ? fmt::format("ckpt-{}", *saved) : std::string("none"));
-      return 128 + g_stop_signal;
-    }
+    if (stop_forwarded_) return stopped("");
     // Bad input fails the same way every time: no restart can help.
     if (code == kExitBadInput && restart == 0 && !done.reached) {
       record_.outcome = "bad input: the job exited with 2 before its first step";
