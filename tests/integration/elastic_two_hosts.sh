@@ -14,14 +14,10 @@ work="$3"
 # shellcheck source=tests/integration/testlib.sh
 source "$(dirname "$0")/testlib.sh"
 exp="$(realpath "$(dirname "$0")")/fixtures/tiny.yaml"
-why=$("$two_hosts" preflight) || { echo "SKIP: $why"; exit 77; }
-name="rig-el-$$"  # unique: ctest -j runs tests side by side
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
-trap '"$two_hosts" --name "$name" down >/dev/null 2>&1' EXIT
-trap 'exit 1' TERM INT HUP
-check "$two_hosts" --name "$name" up --rate 1gbit > /dev/null
+two_hosts_up "$two_hosts" rig-el 1gbit
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 RIG_PROGRESS=0 RIG_NUM_THREADS=1
-args=(--max_steps=300 --model_params/hidden_sizes=[64,64] --save_checkpoint_steps=10
+args=(--max_steps=300 "--model_params/hidden_sizes=[64,64]" --save_checkpoint_steps=10
   --eval_steps=1000 --communicator_params/deterministic=true)
 
 echo "== the uninterrupted 4-rank reference, on this machine"

@@ -14,12 +14,8 @@ work="$3"
 # shellcheck source=tests/integration/testlib.sh
 source "$(dirname "$0")/testlib.sh"
 exp="$(realpath "$(dirname "$0")")/fixtures/tiny.yaml"
-why=$("$two_hosts" preflight) || { echo "SKIP: $why"; exit 77; }
-name="rig-psl-$$"  # unique: ctest -j runs tests side by side
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
-trap '"$two_hosts" --name "$name" down >/dev/null 2>&1' EXIT
-trap 'exit 1' TERM INT HUP
-check "$two_hosts" --name "$name" up --rate 100mbit > /dev/null
+two_hosts_up "$two_hosts" rig-psl 100mbit
 
 timeout_s=5
 set +e

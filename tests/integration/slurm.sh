@@ -61,7 +61,7 @@ export SLURM_CONF="$work/slurm.conf"
 stop_cluster() {
   scancel --full --signal=KILL --user=root > /dev/null 2>&1 || true
   for pidfile in slurmd.pid slurmctld.pid munge/munged.pid; do
-    [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null || true
+    if [ -f "$pidfile" ]; then kill "$(cat "$pidfile")" 2>/dev/null || true; fi
   done
 }
 trap stop_cluster EXIT
@@ -79,9 +79,16 @@ if [ -z "$up" ]; then
   exit 77
 fi
 
-args=(--max_steps=3000 --model_params/hidden_sizes=[256,256] --batch_size_per_gpu=64
+args=(--max_steps=3000 "--model_params/hidden_sizes=[256,256]" --batch_size_per_gpu=64
   --print_loss_steps=100 --save_checkpoint_steps=1000000 --eval_steps=1000000
   --communicator_params/deterministic=true)
+# same_as_reference DIR: its ckpt-3000 holds the uninterrupted run's bytes.
+same_as_reference() {
+  for f in model optimizer; do
+    cmp "$1/checkpoints/ckpt-3000/$f.safetensors" "ref/checkpoints/ckpt-3000/$f.safetensors" ||
+      fail "$1: $f differs from the uninterrupted run"
+  done
+}
 # wait_for_step FILE STEP: until FILE holds a loss line at STEP or later (60 s at most).
 wait_for_step() {
   for _ in $(seq 1 600); do
@@ -125,10 +132,7 @@ step=$(sed -n 's/.*Stopped by signal 15 at step \([0-9]*\).*/\1/p' pre.log)
 check srun -n 2 "$rig" run "$exp" --communicator=mpi --logdir "$work/pre" --continue_learning \
   "${args[@]}" > resumed.log 2>&1 || { cat resumed.log; fail "the resume failed"; }
 grep -q "Resuming from .*ckpt-$step" resumed.log || fail "did not resume from ckpt-$step"
-for f in model optimizer; do
-  cmp "pre/checkpoints/ckpt-3000/$f.safetensors" "ref/checkpoints/ckpt-3000/$f.safetensors" ||
-    fail "$f differs from the uninterrupted run"
-done
+same_as_reference pre
 
 echo "== rig run --elastic as an sbatch job: Slurm's SIGTERM stops it with a checkpoint; a second job resumes"
 elastic=("$rig" run "$exp" --elastic --nproc 2 --logdir "$work/el" "${args[@]}")
@@ -146,8 +150,5 @@ wait_job "$jid"
 grep -vE "Global step|time per step" el2.log
 grep -q "Resuming from" el2.log || fail "the second job did not resume"
 grep -q "Elastic: finished" el2.log || fail "the second job did not finish"
-for f in model optimizer; do
-  cmp "el/checkpoints/ckpt-3000/$f.safetensors" "ref/checkpoints/ckpt-3000/$f.safetensors" ||
-    fail "$f differs from the uninterrupted run"
-done
+same_as_reference el
 echo "PASS"

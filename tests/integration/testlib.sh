@@ -10,6 +10,18 @@ expect_code() {
   if [ "$got" -ne "$want" ]; then echo "FAIL: exit $got, expected $want: $*"; exit 1; fi
 }
 fail() { echo "FAIL: $*"; exit 1; }
+# two_hosts_up TOOL PREFIX RATE: skips (77) where tools/two-hosts cannot run,
+# else brings up a pair named PREFIX-<pid> (unique: ctest runs tests side by
+# side) at RATE, taken down when the script exits; sets `name`.
+two_hosts_up() {
+  local why
+  why=$("$1" preflight) || { echo "SKIP: $why"; exit 77; }
+  name="$2-$$"
+  # shellcheck disable=SC2064 # the tool and the name are fixed now
+  trap "\"$1\" --name \"$name\" down >/dev/null 2>&1" EXIT
+  trap 'exit 1' TERM INT HUP
+  check "$1" --name "$name" up --rate "$3" > /dev/null
+}
 # expect_error PATTERN RIG-ARGS...: `$rig RIG-ARGS` exits 2 with one line on
 # stderr matching the extended regex PATTERN.
 expect_error() {
