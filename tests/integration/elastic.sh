@@ -131,6 +131,13 @@ expect_error "--mode eval runs once" run "$exp" --elastic --mode eval
 expect_error "'localhost:0' should be host or host:N" run "$exp" --elastic --hosts localhost:0
 expect_error "--nproc 5 needs 5 slots" run "$exp" --elastic --hosts localhost:4 --nproc 5
 expect_error "give one of --hosts" run "$exp" --elastic --hosts localhost:2 --hostfile x
+echo "== the supervisor's iter_size holds over the user's --set iter_size"
+check env RIG_TEST_FAULT=crash_at_step=25,crash_rank=3 "$rig" run "$exp" --elastic \
+  --hosts localhost:4 --logdir set_iter --max_steps=40 "${det[@]}" --set iter_size=1 \
+  > set_iter.log 2>&1 || { cat set_iter.log; fail "the elastic job did not finish"; }
+grep -q "Deterministic reduction: 2 process(es) x iter_size 2" set_iter.log ||
+  fail "the restart did not run with iter_size 2"
+same_checkpoint set_iter/checkpoints/ckpt-40 ref4/checkpoints/ckpt-40
 echo "== a job that fails on bad input is not restarted"
 expect_code 2 "$rig" run "$exp" --elastic --hosts localhost:2 --logdir killed --max_steps=40
 grep -q "already holds checkpoints" err.txt out.txt || fail "the job's own message is missing"

@@ -154,7 +154,9 @@ std::vector<std::string> Supervisor::mpirun_command(const std::vector<HostSlots>
   for (const auto& name : forwarded_environment()) args.insert(args.end(), {"-x", name});
   args.insert(args.end(), {"-x", fmt::format("{}={}", kProgressEnv, progress_file_.string())});
   args.insert(args.end(), o_.job.begin(), o_.job.end());
-  args.push_back(fmt::format("--iter_size={}", world.iter_size));
+  // As --set, which is applied after every --key=value override and after
+  // any --set the user gave, so that this one holds.
+  args.insert(args.end(), {"--set", fmt::format("iter_size={}", world.iter_size)});
   if (resume) args.emplace_back("--continue_learning");
   return args;
 }
