@@ -2,7 +2,6 @@
 // needs (logdir, iter_size, checkpoints, deterministic reduction), strips the
 // supervisor's own flags from the command line and hands the rest, as the
 // job, to launch/elastic's supervisor.
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -12,6 +11,7 @@
 #include "config/experiment_file.hpp"
 #include "engine/resolve.hpp"
 #include "engine/settings.hpp"
+#include "launch/mpirun_command.hpp"
 #include "plugin_host/plugin_host.hpp"
 #include "rig/error.hpp"
 
@@ -93,9 +93,7 @@ int launch_elastic(launch::elastic::ElasticOptions options, const ElasticRun& ru
   options.continue_learning = run.continue_learning;
 
   // The job: this rig, `run`, and every argument that is not the supervisor's.
-  std::error_code error;
-  const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
-  options.job.push_back(error ? std::string(argv[0]) : self.string());
+  options.job.push_back(launch::self_executable(argv[0]));
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (const int taken = supervisor_argument(arg); taken > 0) {

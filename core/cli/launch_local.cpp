@@ -8,14 +8,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "rig/cores.hpp"
+#include "launch/mpirun_command.hpp"
 #include "rig/error.hpp"
 
 namespace rig::cli {
@@ -35,18 +34,11 @@ int launcher_flag(const std::string& arg) {
 
 int launch_local_processes(int nproc, int servers, int argc, char** argv) {
   const int processes = nproc + servers;
-  std::vector<std::string> args = {"mpirun", "-n", std::to_string(processes)};
-  // mpirun refuses root unless told; whoever typed --nproc as root asked for it.
-  if (geteuid() == 0) args.emplace_back("--allow-run-as-root");
-  if (processes <= rig::affinity_cores()) {
-    args.insert(args.end(), {"--map-by", "core", "--bind-to", "core"});
-  } else {
-    args.insert(args.end(), {"--oversubscribe", "--bind-to", "none", "-x", "RIG_NUM_THREADS=1"});
-  }
-  // Resolved now: in mpirun's children /proc/self/exe would be mpirun itself.
-  std::error_code error;
-  const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
-  args.push_back(error ? std::string(argv[0]) : self.string());
+  std::vector<std::string> args = launch::mpirun_start(processes);
+  const std::vector<std::string> binding = launch::local_binding(processes);
+  args.insert(args.end(), {"--map-by", "core"});
+  args.insert(args.end(), binding.begin(), binding.end());
+  args.push_back(launch::self_executable(argv[0]));
   bool progress_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];

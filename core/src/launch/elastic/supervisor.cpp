@@ -1,7 +1,5 @@
 #include "launch/elastic/supervisor.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
@@ -15,6 +13,7 @@
 #include "launch/elastic/failure_scan.hpp"
 #include "launch/elastic/hosts.hpp"
 #include "launch/elastic/placement.hpp"
+#include "launch/mpirun_command.hpp"
 #include "launch/progress_beacon.hpp"
 #include "rig/cores.hpp"
 #include "rig/error.hpp"
@@ -140,16 +139,13 @@ std::vector<HostSlots> Supervisor::hosts_now() const {
 
 std::vector<std::string> Supervisor::mpirun_command(const std::vector<HostSlots>& placed,
                                                     WorldSize world, bool resume) const {
-  std::vector<std::string> args = {
-      "mpirun", "-n", std::to_string(world.processes), "-H", describe(placed), "--map-by", "slot"};
-  if (geteuid() == 0) args.emplace_back("--allow-run-as-root");
+  std::vector<std::string> args = mpirun_start(world.processes);
+  args.insert(args.end(), {"-H", describe(placed), "--map-by", "slot"});
   bool all_local = true;
   for (const auto& h : placed) all_local = all_local && is_this_machine(h.host);
-  if (all_local && world.processes > rig::affinity_cores()) {
-    // More ranks than cores on this machine: unbound, one compute thread each.
-    args.insert(args.end(), {"--oversubscribe", "--bind-to", "none", "-x", "RIG_NUM_THREADS=1"});
-  } else if (all_local) {
-    args.insert(args.end(), {"--bind-to", "core"});
+  if (all_local) {
+    const std::vector<std::string> binding = local_binding(world.processes);
+    args.insert(args.end(), binding.begin(), binding.end());
   }
   for (const auto& name : forwarded_environment()) args.insert(args.end(), {"-x", name});
   args.insert(args.end(), {"-x", fmt::format("{}={}", kProgressEnv, progress_file_.string())});
@@ -314,10 +310,6 @@ int Supervisor::run() {
     Attempt& done = record_.attempts.back();
     done.ended_s = seconds_since(start_);
     done.exit_code = code;
-    if (const auto reached = read_progress(progress_file_);
-        reached && *reached > done.resumed_from.value_or(0)) {
-      done.reached = reached;
-    }
     if (code == 0) {
       record_.outcome = fmt::format("finished after {} restart(s)", record_.restarts());
       save_record();
