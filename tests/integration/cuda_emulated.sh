@@ -11,7 +11,8 @@
 #   and mixed precision (loss scaling on the device), and mixed bfloat16;
 # - a ResNet on Fashion-MNIST when Debian's dataset is installed (batch
 #   norm, convolutions, pooling), at a small learning rate: its first steps
-#   amplify rounding differences at the experiment's own.
+#   amplify rounding differences at the experiment's own; and in bfloat16
+#   mixed precision (the device's 16-bit convolutions, batch norm and relu).
 # quick (the sanitizer builds, where the emulator is many times slower): the
 # mlp's training and a few float32 transformer steps with beam search only.
 # Usage: cuda_emulated.sh RIG TINY_EXPERIMENT SMOKE_EXPERIMENT FASHION_EXPERIMENT WORKDIR [full|quick]
@@ -133,6 +134,11 @@ if [ -f /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ]; then
     --save_checkpoint_steps=3 --print_loss_steps=1
   grep -q "Validation Acc@1" resnet-cuda.log || fail "no accuracy on cuda"
   close_results resnet-cpu.log resnet-cuda.log
+  echo "== the ResNet in bfloat16 mixed precision (16-bit convolutions, batch norm and relu)"
+  train_both resnet-bf16 "$fashion" --mode train --num_epochs=1 --set data_layer_params.limit=48 \
+    --set lr_policy_params.max_lr=0.0001 --batch_size_per_gpu=16 --print_loss_steps=1 \
+    --dtype=mixed --mixed_dtype=bfloat16
+  close_results resnet-bf16-cpu.log resnet-bf16-cuda.log 1e-2
 else
   echo "(no Fashion-MNIST: the ResNet part is skipped)"
 fi

@@ -31,3 +31,10 @@ if(TARGET rig-communicator-nccl)
   set_tests_properties(cli.nccl_fake PROPERTIES LABELS "integration;mpi;no_sanitize" TIMEOUT 600
     SKIP_RETURN_CODE 77)
 endif()
+# tools/kernel-census on the emulated CUDA device: one step's kernels, counted
+# (RIG_CUDA_CENSUS): see kernel_census.sh.
+add_test(NAME cli.kernel_census
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/kernel_census.sh ${PROJECT_SOURCE_DIR}/tools/kernel-census
+          $<TARGET_FILE:rig_cli> ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/tiny.yaml
+          ${CMAKE_CURRENT_BINARY_DIR}/work/kernel_census)
+set_tests_properties(cli.kernel_census PROPERTIES LABELS "integration;no_sanitize" TIMEOUT 300)

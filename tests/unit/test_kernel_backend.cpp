@@ -59,6 +59,19 @@ Backend& emu() {
 }
 #endif
 
+// The back ends whose 16-bit convolutions are checked: the emulator both with
+// its device's 16-bit convolutions and without them (the f32 ones on f32
+// copies, as for a shape cuDNN does not plan); the GPU as it is.
+std::vector<Backend*> conv16_backends() {
+#ifdef RIG_KERNEL_BACKEND_ON_GPU
+  return {&emu()};
+#else
+  static const std::unique_ptr<Backend> f32_only =
+      cuda::make_emulated_backend(0, cuda::EmulatedConvolutions::f32_only);
+  return {&emu(), f32_only.get()};
+#endif
+}
+
 // Outputs start as 0xFF bytes (NaN floats, -1 integers) on both back ends,
 // so an element that one of them fails to write shows up.
 template <class T>
@@ -834,7 +847,8 @@ TEST(KernelBackend16Bit, BatchNormIsTheF32PathRounded) {
 }
 
 TEST(KernelBackend16Bit, Conv2dMatchesTheF32Path) {
-  // The emulated device converts to f32 (the same bits); a GPU runs cuDNN's
+  // The emulated device converts to f32 (the same bits), inside its 16-bit
+  // convolutions or, without them, in the back end's copies; a GPU runs cuDNN's
   // bf16 / f16 convolutions, which accumulate in f32 in their own order.
   backend::Conv2dShape s;
   s.n = 2;
@@ -852,25 +866,26 @@ TEST(KernelBackend16Bit, Conv2dMatchesTheF32Path) {
 #else
   const float tol = 0.0F;
 #endif
-  for (const DType type : {DType::bf16, DType::f16}) {
-    SCOPED_TRACE(dtype_name(type));
-    const std::vector<std::uint16_t> xb = bits_of(uniform(nx, 451), type);
-    const std::vector<std::uint16_t> wb = bits_of(uniform(nw, 452), type);
-    const std::vector<std::uint16_t> gb = bits_of(uniform(ny, 453), type);
-    const Dev<std::uint16_t> x16(xb), w16(wb), g16(gb), y16(ny), dx16(nx), dw16(nw);
-    const Dev<float> x32(values_of(xb, type)), w32(values_of(wb, type)), g32(values_of(gb, type));
-    const Dev<float> y32(ny), dx32(nx), dw32(nw);
-    emu().conv2d_forward(s, x32.get(), w32.get(), nullptr, y32.get());
-    emu().conv2d_forward_16(s, type, x16.get(), w16.get(), y16.get());
-    emu().conv2d_backward(s, x32.get(), w32.get(), g32.get(), dx32.get(), dw32.get(), nullptr);
-    emu().conv2d_backward_16(s, type, x16.get(), w16.get(), g16.get(), dx16.get(), dw16.get());
-    const auto rounded = [&](const std::vector<float>& v) {
-      return values_of(bits_of(v, type), type);
-    };
-    EXPECT_TRUE(close(values_of(y16.host(), type), rounded(y32.host()), tol, tol)) << "y";
-    EXPECT_TRUE(close(values_of(dx16.host(), type), rounded(dx32.host()), tol, tol)) << "dx";
-    EXPECT_TRUE(close(values_of(dw16.host(), type), rounded(dw32.host()), tol, tol)) << "dW";
-  }
+  for (Backend* conv : conv16_backends())
+    for (const DType type : {DType::bf16, DType::f16}) {
+      SCOPED_TRACE(std::string(dtype_name(type)) + (conv == &emu() ? "" : ", f32 convolutions"));
+      const std::vector<std::uint16_t> xb = bits_of(uniform(nx, 451), type);
+      const std::vector<std::uint16_t> wb = bits_of(uniform(nw, 452), type);
+      const std::vector<std::uint16_t> gb = bits_of(uniform(ny, 453), type);
+      const Dev<std::uint16_t> x16(xb), w16(wb), g16(gb), y16(ny), dx16(nx), dw16(nw);
+      const Dev<float> x32(values_of(xb, type)), w32(values_of(wb, type)), g32(values_of(gb, type));
+      const Dev<float> y32(ny), dx32(nx), dw32(nw);
+      emu().conv2d_forward(s, x32.get(), w32.get(), nullptr, y32.get());
+      conv->conv2d_forward_16(s, type, x16.get(), w16.get(), y16.get());
+      emu().conv2d_backward(s, x32.get(), w32.get(), g32.get(), dx32.get(), dw32.get(), nullptr);
+      conv->conv2d_backward_16(s, type, x16.get(), w16.get(), g16.get(), dx16.get(), dw16.get());
+      const auto rounded = [&](const std::vector<float>& v) {
+        return values_of(bits_of(v, type), type);
+      };
+      EXPECT_TRUE(close(values_of(y16.host(), type), rounded(y32.host()), tol, tol)) << "y";
+      EXPECT_TRUE(close(values_of(dx16.host(), type), rounded(dx32.host()), tol, tol)) << "dx";
+      EXPECT_TRUE(close(values_of(dw16.host(), type), rounded(dw32.host()), tol, tol)) << "dW";
+    }
 }
 
 TEST(KernelBackend16Bit, LayerNormIsTheF32PathRounded) {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "cuda/backend/kernel_backend.hpp"
+#include "cuda/backend/kernel_census.hpp"
 
 namespace rig::cuda {
 
@@ -44,7 +45,11 @@ kernels::ElementType element_type(DType dtype, const char* what) {
 }
 
 KernelBackend::KernelBackend(std::unique_ptr<KernelDevice> device, int index)
-    : device_(std::move(device)), index_(index) {}
+    : device_(std::move(device)), index_(index) {
+  if (std::string file = census_file_requested(); !file.empty()) {
+    device_ = with_census(std::move(device_), std::move(file));
+  }
+}
 
 KernelBackend::~KernelBackend() = default;
 

@@ -2,10 +2,12 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "backend/caching_allocator.hpp"
 #include "cuda/backend/kernel_backend.hpp"
 #include "cuda/gemm/lt_interpreter.hpp"
+#include "rig/half.hpp"
 #include "simt/emulator.hpp"
 
 namespace rig::cuda {
@@ -18,11 +20,31 @@ backend::Conv2dShape without_bias(backend::Conv2dShape s) {
   return s;
 }
 
+// n elements of a 16-bit `type` at src as f32 values (exact: f32 holds every f16 and bf16).
+std::vector<float> widened(DType type, const void* src, std::int64_t n) {
+  std::vector<float> out(static_cast<std::size_t>(n));
+  const auto* bits = static_cast<const std::uint16_t*>(src);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    out[i] = type == DType::bf16 ? bfloat16_bits_to_float(bits[i]) : half_bits_to_float(bits[i]);
+  }
+  return out;
+}
+
+// f32 values rounded to nearest even into a 16-bit `type` at dst.
+void narrowed(DType type, const std::vector<float>& values, void* dst) {
+  auto* bits = static_cast<std::uint16_t*>(dst);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    bits[i] =
+        type == DType::bf16 ? float_to_bfloat16_bits(values[i]) : float_to_half_bits(values[i]);
+  }
+}
+
 class EmulatedDevice final : public KernelDevice {
  public:
-  EmulatedDevice()
+  explicit EmulatedDevice(EmulatedConvolutions convolutions)
       : properties_(simt::DeviceProperties::h100_sxm()),
-        pool_(backend::host_memory(), backend::caching_enabled(), backend::cache_limit()) {}
+        pool_(backend::host_memory(), backend::caching_enabled(), backend::cache_limit()),
+        convolutions_(convolutions) {}
 
   backend::MemoryPool& memory() override { return pool_; }
   const simt::DeviceProperties& properties() const override { return properties_; }
@@ -52,6 +74,37 @@ class EmulatedDevice final : public KernelDevice {
     backend::cpu_backend().conv2d_backward(without_bias(s), x, nullptr, dy, nullptr, dw, nullptr);
   }
 
+  // As cuDNN's 16-bit graphs: f32 accumulation, the result rounded once. The
+  // widening and rounding happen inside the device, not as kernels, so the
+  // back end queues the GPU's kernel sequence around them.
+  bool conv2d_16(const backend::Conv2dShape&, DType) override {
+    return convolutions_ == EmulatedConvolutions::with_16bit;
+  }
+  void conv2d_forward_16(const backend::Conv2dShape& s, DType type, const void* x, const void* w,
+                         void* y) override {
+    const std::vector<float> xf = widened(type, x, s.n * s.c_in * s.h * s.w);
+    const std::vector<float> wf = widened(type, w, weight_elements(s));
+    std::vector<float> yf(static_cast<std::size_t>(s.n * s.c_out * s.out_h * s.out_w));
+    conv2d_forward(s, xf.data(), wf.data(), yf.data());
+    narrowed(type, yf, y);
+  }
+  void conv2d_backward_data_16(const backend::Conv2dShape& s, DType type, const void* w,
+                               const void* dy, void* dx) override {
+    const std::vector<float> wf = widened(type, w, weight_elements(s));
+    const std::vector<float> dyf = widened(type, dy, s.n * s.c_out * s.out_h * s.out_w);
+    std::vector<float> dxf(static_cast<std::size_t>(s.n * s.c_in * s.h * s.w));
+    conv2d_backward_data(s, wf.data(), dyf.data(), dxf.data());
+    narrowed(type, dxf, dx);
+  }
+  void conv2d_backward_filter_16(const backend::Conv2dShape& s, DType type, const void* x,
+                                 const void* dy, void* dw) override {
+    const std::vector<float> xf = widened(type, x, s.n * s.c_in * s.h * s.w);
+    const std::vector<float> dyf = widened(type, dy, s.n * s.c_out * s.out_h * s.out_w);
+    std::vector<float> dwf(static_cast<std::size_t>(weight_elements(s)));
+    conv2d_backward_filter(s, xf.data(), dyf.data(), dwf.data());
+    narrowed(type, dwf, dw);
+  }
+
   void to_host(void* host, const void* src, std::size_t bytes) override {
     std::memcpy(host, src, bytes);
   }
@@ -76,15 +129,21 @@ class EmulatedDevice final : public KernelDevice {
     simt::emulate(shape, kernel, simt::EmulatorOptions{.seed = ++launches_});
   }
 
+  static std::int64_t weight_elements(const backend::Conv2dShape& s) {
+    return s.c_out * (s.c_in / s.groups) * s.kernel_h * s.kernel_w;
+  }
+
   simt::DeviceProperties properties_;
   backend::CachingAllocator pool_;
+  EmulatedConvolutions convolutions_;
   std::uint64_t launches_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<backend::Backend> make_emulated_backend(int index) {
-  return std::make_unique<KernelBackend>(std::make_unique<EmulatedDevice>(), index);
+std::unique_ptr<backend::Backend> make_emulated_backend(int index,
+                                                        EmulatedConvolutions convolutions) {
+  return std::make_unique<KernelBackend>(std::make_unique<EmulatedDevice>(convolutions), index);
 }
 
 }  // namespace rig::cuda

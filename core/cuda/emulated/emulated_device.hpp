@@ -12,7 +12,14 @@
 
 namespace rig::cuda {
 
+// Whether the emulated device has 16-bit convolutions, as a GPU where cuDNN
+// plans all three graphs of a shape (the default, so a bf16 step queues the
+// GPU's kernels), or not, as a shape cuDNN refuses (the back end then runs
+// the f32 convolutions on f32 copies).
+enum class EmulatedConvolutions { with_16bit, f32_only };
+
 // The emulated back end of device cuda:`index`.
-std::unique_ptr<backend::Backend> make_emulated_backend(int index);
+std::unique_ptr<backend::Backend> make_emulated_backend(
+    int index, EmulatedConvolutions convolutions = EmulatedConvolutions::with_16bit);
 
 }  // namespace rig::cuda

@@ -1,0 +1,282 @@
+#include "cuda/backend/kernel_census.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace rig::cuda {
+
+namespace {
+
+// What one queued piece of work adds to its census line.
+struct Work {
+  std::string detail;  // operand types, after the kernel's name
+  std::int64_t elements = 0;
+  double bytes = 0;
+  double flops = 0;
+};
+
+const char* type_name(kernels::ElementType type) {
+  switch (type) {
+    case kernels::ElementType::f16:
+      return "f16";
+    case kernels::ElementType::bf16:
+      return "bf16";
+    default:
+      return "f32";
+  }
+}
+double type_bytes(kernels::ElementType type) {
+  return type == kernels::ElementType::f32 ? 4.0 : 2.0;
+}
+double type_bytes(DType type) {
+  return kernels::dtype_bytes(type);
+}
+
+// Kernels without an estimate count launches only.
+template <class Kernel>
+Work work_of(const Kernel&) {
+  return {};
+}
+
+Work work_of(const kernels::CopyStrided& k) {
+  const std::int64_t n = kernels::shape_elements(k.ndim, k.shape);
+  return {fmt::format("{} -> {}", dtype_name(k.src_type), dtype_name(k.dst_type)), n,
+          static_cast<double>(n) * (type_bytes(k.src_type) + type_bytes(k.dst_type))};
+}
+Work work_of(const kernels::CopyContiguous& k) {
+  return {"bytes", k.bytes, 2.0 * static_cast<double>(k.bytes)};
+}
+Work work_of(const kernels::FillStrided& k) {
+  const std::int64_t n = kernels::shape_elements(k.ndim, k.shape);
+  return {std::string(dtype_name(k.dst_type)), n, static_cast<double>(n) * type_bytes(k.dst_type)};
+}
+Work work_of(const kernels::AddStrided& k) {
+  const std::int64_t n = kernels::shape_elements(k.ndim, k.shape);
+  const std::int64_t r = k.row_sum ? kernels::shape_elements(k.rdim, k.rshape) : 1;
+  return {fmt::format("{} += {}", dtype_name(k.dst_type), dtype_name(k.src_type)), n * r,
+          static_cast<double>(n) * 2.0 * type_bytes(k.dst_type) +
+              static_cast<double>(n * r) * type_bytes(k.src_type)};
+}
+Work work_of(const kernels::BinaryKernel& k) {
+  const std::int64_t n = kernels::shape_elements(k.ndim, k.shape);
+  return {type_name(k.type), n, 3.0 * static_cast<double>(n) * type_bytes(k.type)};
+}
+Work work_of(const kernels::UnaryForward& k) {
+  return {type_name(k.type), k.n, 2.0 * static_cast<double>(k.n) * type_bytes(k.type)};
+}
+Work work_of(const kernels::UnaryBackward& k) {
+  const double operands = 2.0 + (k.x != nullptr ? 1.0 : 0.0) + (k.y != nullptr ? 1.0 : 0.0);
+  return {type_name(k.type), k.n, operands * static_cast<double>(k.n) * type_bytes(k.type)};
+}
+Work work_of(const kernels::DropoutForward& k) {
+  return {type_name(k.type), k.n, 2.0 * static_cast<double>(k.n) * type_bytes(k.type)};
+}
+Work work_of(const kernels::DropoutBackward& k) {
+  return {type_name(k.type), k.n, 2.0 * static_cast<double>(k.n) * type_bytes(k.type)};
+}
+Work work_of(const kernels::BatchNormStatsPartial& k) {
+  const std::int64_t n = k.n * k.c * k.inner;
+  return {type_name(k.type), n, static_cast<double>(n) * type_bytes(k.type)};
+}
+Work work_of(const kernels::BatchNormApply& k) {
+  const std::int64_t n = k.n * k.c * k.inner;
+  return {type_name(k.type), n, 2.0 * static_cast<double>(n) * type_bytes(k.type)};
+}
+Work work_of(const kernels::BatchNormGradPartial& k) {
+  const std::int64_t n = k.n * k.c * k.inner;
+  return {type_name(k.type), n, 2.0 * static_cast<double>(n) * type_bytes(k.type)};
+}
+Work work_of(const kernels::BatchNormBackwardDx& k) {
+  const std::int64_t n = k.n * k.c * k.inner;
+  return {type_name(k.type), n, 3.0 * static_cast<double>(n) * type_bytes(k.type)};
+}
+Work work_of(const kernels::LayerNormForward& k) {
+  const std::int64_t n = k.rows * k.d;
+  return {type_name(k.type), n, 2.0 * static_cast<double>(n) * type_bytes(k.type)};
+}
+Work work_of(const kernels::SgdUpdateKernel& k) {
+  const double streams =
+      k.buffer != nullptr ? 5.0 : 3.0;  // p and buffer read and written, grad read
+  return {"f32", k.n, streams * 4.0 * static_cast<double>(k.n)};
+}
+Work work_of(const kernels::AdamUpdateKernel& k) {
+  const double streams = k.vmax != nullptr ? 9.0 : 7.0;
+  return {"f32", k.n, streams * 4.0 * static_cast<double>(k.n)};
+}
+
+double conv_flops(const backend::Conv2dShape& s) {
+  return 2.0 * static_cast<double>(s.n * s.c_out * s.out_h * s.out_w) *
+         static_cast<double>((s.c_in / s.groups) * s.kernel_h * s.kernel_w);
+}
+
+// The census's lines, by name and detail, and the file they are written to.
+class Census {
+ public:
+  explicit Census(std::string file) : file_(std::move(file)) {}
+
+  void add(const std::string& name, const Work& work) {
+    const std::lock_guard lock(mutex_);
+    Line& line = lines_[work.detail.empty() ? name : name + " " + work.detail];
+    ++line.launches;
+    line.elements += work.elements;
+    line.bytes += work.bytes;
+    line.flops += work.flops;
+  }
+
+  // Rewrites the file whole (through a temporary, so a reader never sees half).
+  void write() {
+    const std::lock_guard lock(mutex_);
+    std::vector<std::pair<std::string, Line>> sorted(lines_.begin(), lines_.end());
+    std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+      if (a.second.bytes != b.second.bytes) return a.second.bytes > b.second.bytes;
+      return a.second.launches > b.second.launches;
+    });
+    const std::string temporary = file_ + ".partial";
+    {
+      std::ofstream out(temporary, std::ios::trunc);
+      out << "# rig kernel census (RIG_CUDA_CENSUS): launches\telements\tbytes\tflops\twhat\n";
+      for (const auto& [what, line] : sorted) {
+        out << fmt::format("{}\t{}\t{:.0f}\t{:.0f}\t{}\n", line.launches, line.elements, line.bytes,
+                           line.flops, what);
+      }
+      if (!out) return;  // a diagnostic: never fail the run over it
+    }
+    std::error_code ignored;
+    std::filesystem::rename(temporary, file_, ignored);
+  }
+
+ private:
+  struct Line {
+    std::int64_t launches = 0, elements = 0;
+    double bytes = 0, flops = 0;
+  };
+  std::string file_;
+  std::mutex mutex_;
+  std::map<std::string, Line> lines_;
+};
+
+class CensusDevice final : public KernelDevice {
+ public:
+  CensusDevice(std::unique_ptr<KernelDevice> device, std::string file)
+      : device_(std::move(device)), census_(std::move(file)) {}
+
+  backend::MemoryPool& memory() override { return device_->memory(); }
+  const simt::DeviceProperties& properties() const override { return device_->properties(); }
+  std::optional<double> utilisation() override { return device_->utilisation(); }
+
+// An empty grid queues nothing, so it is not counted.
+#define RIG_CENSUS_RUN(K)                                                                       \
+  void run(const kernels::K& kernel) override {                                                 \
+    if (kernel.plan(device_->properties()).grid.count() != 0) census_.add(#K, work_of(kernel)); \
+    device_->run(kernel);                                                                       \
+  }
+  RIG_CUDA_KERNELS(RIG_CENSUS_RUN)
+#undef RIG_CENSUS_RUN
+
+  void gemm(const LtPlan& plan, const void* a, const void* b, const void* c, void* d, void* bias,
+            void* aux) override {
+    const double products = static_cast<double>(plan.m * plan.n * plan.k) *
+                            static_cast<double>(std::max<std::int64_t>(plan.batch_count(), 0));
+    census_.add("cuBLASLt matmul", {fmt::format("{} x {} -> {}{}", name_of(plan.a.type),
+                                                name_of(plan.b.type), name_of(plan.d.type),
+                                                plan.compute == GemmCompute::tf32 ? " (tf32)" : ""),
+                                    0, 0, 2.0 * products});
+    device_->gemm(plan, a, b, c, d, bias, aux);
+  }
+
+  void conv2d_forward(const backend::Conv2dShape& s, const float* x, const float* w,
+                      float* y) override {
+    census_.add("convolution forward", {"f32", 0, 0, conv_flops(s)});
+    device_->conv2d_forward(s, x, w, y);
+  }
+  void conv2d_backward_data(const backend::Conv2dShape& s, const float* w, const float* dy,
+                            float* dx) override {
+    census_.add("convolution data gradient", {"f32", 0, 0, conv_flops(s)});
+    device_->conv2d_backward_data(s, w, dy, dx);
+  }
+  void conv2d_backward_filter(const backend::Conv2dShape& s, const float* x, const float* dy,
+                              float* dw) override {
+    census_.add("convolution filter gradient", {"f32", 0, 0, conv_flops(s)});
+    device_->conv2d_backward_filter(s, x, dy, dw);
+  }
+  bool conv2d_16(const backend::Conv2dShape& s, DType type) override {
+    return device_->conv2d_16(s, type);
+  }
+  void conv2d_forward_16(const backend::Conv2dShape& s, DType type, const void* x, const void* w,
+                         void* y) override {
+    census_.add("convolution forward", {std::string(dtype_name(type)), 0, 0, conv_flops(s)});
+    device_->conv2d_forward_16(s, type, x, w, y);
+  }
+  void conv2d_backward_data_16(const backend::Conv2dShape& s, DType type, const void* w,
+                               const void* dy, void* dx) override {
+    census_.add("convolution data gradient", {std::string(dtype_name(type)), 0, 0, conv_flops(s)});
+    device_->conv2d_backward_data_16(s, type, w, dy, dx);
+  }
+  void conv2d_backward_filter_16(const backend::Conv2dShape& s, DType type, const void* x,
+                                 const void* dy, void* dw) override {
+    census_.add("convolution filter gradient",
+                {std::string(dtype_name(type)), 0, 0, conv_flops(s)});
+    device_->conv2d_backward_filter_16(s, type, x, dy, dw);
+  }
+  bool fused_attention_supported(const backend::FusedAttention& a) override {
+    return device_->fused_attention_supported(a);
+  }
+  void fused_attention_forward(const backend::FusedAttention& a) override {
+    census_.add("fused attention forward", {});
+    device_->fused_attention_forward(a);
+  }
+  void fused_attention_backward(const backend::FusedAttention& a) override {
+    census_.add("fused attention backward", {});
+    device_->fused_attention_backward(a);
+  }
+
+  void to_host(void* host, const void* src, std::size_t bytes) override {
+    census_.add("copy to host", bytes_work(bytes));
+    device_->to_host(host, src, bytes);
+    census_.write();
+  }
+  void from_host(void* dst, const void* host, std::size_t bytes) override {
+    census_.add("copy from host", bytes_work(bytes));
+    device_->from_host(dst, host, bytes);
+  }
+  void copy(void* dst, const void* src, std::size_t bytes) override {
+    census_.add("copy on the device", bytes_work(2 * bytes));
+    device_->copy(dst, src, bytes);
+  }
+  void zero(void* dst, std::size_t bytes) override {
+    census_.add("zero", bytes_work(bytes));
+    device_->zero(dst, bytes);
+  }
+  void synchronize() override {
+    device_->synchronize();
+    census_.write();
+  }
+
+ private:
+  static Work bytes_work(std::size_t bytes) {
+    return {"", 0, static_cast<double>(bytes), 0};
+  }
+
+  std::unique_ptr<KernelDevice> device_;
+  Census census_;
+};
+
+}  // namespace
+
+std::string census_file_requested() {
+  const char* file = std::getenv("RIG_CUDA_CENSUS");
+  return file == nullptr ? std::string() : std::string(file);
+}
+
+std::unique_ptr<KernelDevice> with_census(std::unique_ptr<KernelDevice> device, std::string file) {
+  return std::make_unique<CensusDevice>(std::move(device), std::move(file));
+}
+
+}  // namespace rig::cuda

@@ -1,0 +1,27 @@
+// The kernel census: with RIG_CUDA_CENSUS=FILE, the CUDA back end (on the GPU
+// and on the emulator) counts what it queues on the device, per kernel and
+// per operand types: launches, elements, an estimate of the bytes moved (each
+// operand read once, each result written once; 0 where not estimated),
+// cuBLASLt's and the convolutions' floating-point operations, and the
+// device's own copies. FILE is rewritten, whole, each time the host waits
+// for the device (a read or a synchronize), so it holds the counts up to the
+// last wait when the process ends. tools/kernel-census subtracts two runs to
+// give one training step's census. It answers "which copies and casts does
+// a bf16 step still do" without a profiler, on any machine (the emulator's
+// kernel sequence is the GPU's where both have the same libraries' paths).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "cuda/backend/kernel_device.hpp"
+
+namespace rig::cuda {
+
+// The census's file from RIG_CUDA_CENSUS; empty when the census is off.
+std::string census_file_requested();
+
+// `device` wrapped so that everything queued on it is counted into `file`.
+std::unique_ptr<KernelDevice> with_census(std::unique_ptr<KernelDevice> device, std::string file);
+
+}  // namespace rig::cuda

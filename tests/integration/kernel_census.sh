@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# tools/kernel-census on the emulated CUDA device (RIG_CUDA_EMULATOR=1): one
+# step of the tiny mlp in float32 and in bfloat16 mixed precision, counted
+# kernel by kernel; a bad call is refused with exit 2.
+# Usage: kernel_census.sh TOOL RIG TINY_EXPERIMENT WORKDIR
+set -euo pipefail
+export LC_ALL=C RIG_PROGRESS=0 RIG_CUDA_EMULATOR=1
+tool="$(realpath "$1")"; rig="$(realpath "$2")"; tiny="$(realpath "$3")"; work="$4"
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/testlib.sh"
+rm -rf "$work"; mkdir -p "$work"; cd "$work"
+
+echo "== float32: the mlp's two linear layers forward and backward, sgd, no casts"
+check "$tool" "$rig" f32.txt -- "$tiny"
+grep -q "^One training step" f32.txt || fail "no heading"
+# forward 2 products, backward 3 (the first layer's input needs no gradient)
+grep -Eq "^ +5 .* cuBLASLt matmul f32 x f32 -> f32$" f32.txt || fail "not 5 f32 products a step"
+grep -Eq "^ +1 .* SgdUpdateKernel f32$" f32.txt || fail "not one sgd update a step"
+grep -q "^casts between dtypes .*: 0.0 kB, 0.0%" f32.txt || fail "a float32 step casts"
+grep -Eq "^ +[0-9]+ .* in all" f32.txt || fail "no total"
+
+echo "== bfloat16 mixed: the weights' bf16 copies are the casts"
+check "$tool" "$rig" bf16.txt -- "$tiny" --dtype=mixed --mixed_dtype=bfloat16
+grep -Eq "^ +[0-9]+ .* CopyStrided f32 -> bf16$" bf16.txt || fail "no casts to bf16"
+grep -Eq "cuBLASLt matmul bf16 x bf16" bf16.txt || fail "no bf16 products"
+
+echo "== a bad call: exit 2 and the usage"
+if "$tool" "$rig" out.txt "$tiny" > bad.log 2>&1; then fail "a call without -- was accepted"; else
+  code=$?; fi
+[ "$code" = 2 ] || fail "exit $code, expected 2"
+grep -q "usage: tools/kernel-census" bad.log || fail "no usage"
+echo "PASS"
