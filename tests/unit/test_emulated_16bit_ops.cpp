@@ -182,8 +182,8 @@ TEST(Emulated16BitOps, BatchNormHasTheBitsOfItsFloat32Copy) {
 }
 
 TEST(Emulated16BitOps, Conv2dHasTheBitsOfItsFloat32Copy) {
-  // The emulated device has no 16-bit convolutions: the back end runs its
-  // f32 ones on f32 copies, so the bits are those of the f32 path.
+  // The emulated device's 16-bit convolutions widen to f32 inside the device
+  // and round once, so the bits are those of the f32 path.
   const rig::Device dev = emulated_cuda();
   const Tensor x = random({2, 4, 9, 9}, 51), w = random({6, 4, 3, 3}, 52);
   rig::ops::Conv2dOptions options;
@@ -203,6 +203,34 @@ TEST(Emulated16BitOps, Conv2dHasTheBitsOfItsFloat32Copy) {
     EXPECT_TRUE(same(y16.detach(), y32.detach())) << "y";
     EXPECT_TRUE(same(x16.grad(), x32.grad())) << "dx";
     EXPECT_TRUE(same(w16.grad(), w32.grad())) << "dW";
+  }
+}
+
+TEST(Emulated16BitOps, MaxPoolHasTheBitsOfItsFloat32Copy) {
+  // ResNet's stem pool (3x3, stride 2, padding 1: overlapping windows, so dx
+  // sums several gradients) on values with many ties within a window.
+  const rig::Device dev = emulated_cuda();
+  std::vector<float> tied(2 * 3 * 9 * 9);
+  std::mt19937 rng(61);
+  for (float& v : tied) v = 0.5F * static_cast<float>(static_cast<int>(rng() % 5) - 2);
+  const Tensor x = Tensor::from_vector(tied, {2, 3, 9, 9});
+  rig::ops::Pool2dOptions options;
+  options.kernel_h = options.kernel_w = 3;
+  options.pad_h = options.pad_w = 1;
+  options.stride_h = options.stride_w = 2;
+  for (const DType type : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(rig::dtype_name(type));
+    Tensor x16 = leaf(x, type, dev);
+    const Tensor y16 = rig::ops::max_pool2d(x16, options);
+    const Tensor up = random(y16.shape(), 62).to(dev).to(type);
+    rig::ops::sum(rig::ops::mul(y16, up)).backward();
+    Tensor x32 = leaf(x.to(type).to(DType::f32), DType::f32, dev);
+    const Tensor y32 = rig::ops::max_pool2d(x32, options).to(type);
+    rig::ops::sum(rig::ops::mul(y32, up)).backward();
+    EXPECT_EQ(y16.dtype(), type);
+    EXPECT_EQ(x16.grad().dtype(), type);
+    EXPECT_TRUE(same(y16.detach(), y32.detach())) << "y";
+    EXPECT_TRUE(same(x16.grad(), x32.grad())) << "dx";
   }
 }
 

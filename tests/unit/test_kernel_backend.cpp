@@ -888,6 +888,38 @@ TEST(KernelBackend16Bit, Conv2dMatchesTheF32Path) {
     }
 }
 
+TEST(KernelBackend16Bit, MaxPoolIsTheF32PathRounded) {
+  // Overlapping 3x3 windows at stride 2 (dx sums several gradients), a tie and a NaN.
+  backend::Pool2dShape s;
+  s.planes = 4;
+  s.h = 9;
+  s.w = 10;
+  s.kernel_h = s.kernel_w = 3;
+  s.stride_h = s.stride_w = 2;
+  s.pad_h = s.pad_w = 1;
+  s.out_h = 5;
+  s.out_w = 5;
+  const std::size_t in = 360, out = 100;
+  std::vector<float> x = uniform(in, 461, -2.0F, 2.0F);
+  x[12] = x[13];
+  x[50] = kNaN;
+  for (const DType type : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(type));
+    const std::vector<std::uint16_t> xb = bits_of(x, type);
+    const std::vector<std::uint16_t> gb = bits_of(uniform(out, 462), type);
+    const Dev<std::uint16_t> x16(xb), g16(gb), y16(out), dx16(in);
+    const Dev<float> x32(values_of(xb, type)), g32(values_of(gb, type)), y32(out), dx32(in);
+    const Dev<std::int32_t> index16(out), index32(out);
+    emu().max_pool2d_forward(s, x32.get(), y32.get(), index32.get());
+    emu().max_pool2d_forward_16(s, type, x16.get(), y16.get(), index16.get());
+    EXPECT_EQ(y16.host(), bits_of(y32.host(), type));
+    EXPECT_EQ(index16.host(), index32.host());
+    emu().max_pool2d_backward(s, index32.get(), g32.get(), dx32.get());
+    emu().max_pool2d_backward_16(s, type, index16.get(), g16.get(), dx16.get());
+    EXPECT_EQ(dx16.host(), bits_of(dx32.host(), type));
+  }
+}
+
 TEST(KernelBackend16Bit, LayerNormIsTheF32PathRounded) {
   // 70 rows: the parameter gradients' two stages (64-row blocks).
   const std::int64_t rows = 70, d = 40;

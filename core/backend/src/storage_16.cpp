@@ -71,4 +71,13 @@ void Backend::layer_norm_backward_16(DType, const void*, const float*, const flo
   f32_only("layer_norm_backward_16");
 }
 
+void Backend::max_pool2d_forward_16(const Pool2dShape&, DType, const void*, void*, std::int32_t*) {
+  f32_only("max_pool2d_forward_16");
+}
+
+void Backend::max_pool2d_backward_16(const Pool2dShape&, DType, const std::int32_t*, const void*,
+                                     void*) {
+  f32_only("max_pool2d_backward_16");
+}
+
 }  // namespace rig::backend

@@ -147,6 +147,10 @@ class KernelBackend final : public backend::Backend {
                           std::int32_t* index) override;
   void max_pool2d_backward(const backend::Pool2dShape& s, const std::int32_t* index,
                            const float* dy, float* dx) override;
+  void max_pool2d_forward_16(const backend::Pool2dShape& s, DType type, const void* x, void* y,
+                             std::int32_t* index) override;
+  void max_pool2d_backward_16(const backend::Pool2dShape& s, DType type, const std::int32_t* index,
+                              const void* dy, void* dx) override;
   void avg_pool2d_forward(const backend::Pool2dShape& s, const float* x, float* y) override;
   void avg_pool2d_backward(const backend::Pool2dShape& s, const float* dy, float* dx) override;
   void global_avg_pool_forward(std::int64_t planes, std::int64_t size, const float* x,

@@ -1,4 +1,5 @@
-// KernelBackend: max, average and global average pooling (NCHW f32).
+// KernelBackend: max, average and global average pooling (NCHW f32; max pooling
+// also on f16 / bf16 storage).
 #include "cuda/backend/kernel_backend.hpp"
 
 namespace rig::cuda {
@@ -20,6 +21,22 @@ void KernelBackend::max_pool2d_forward(const backend::Pool2dShape& s, const floa
 void KernelBackend::max_pool2d_backward(const backend::Pool2dShape& s, const std::int32_t* index,
                                         const float* dy, float* dx) {
   run(kernels::MaxPool2dBackward{geometry(s), index, dy, dx});
+}
+
+void KernelBackend::max_pool2d_forward_16(const backend::Pool2dShape& s, DType type, const void* x,
+                                          void* y, std::int32_t* index) {
+  kernels::MaxPool2dForward k{geometry(s), static_cast<const float*>(x), static_cast<float*>(y),
+                              index};
+  k.type = element_type(type, "max_pool2d_forward");
+  run(k);
+}
+
+void KernelBackend::max_pool2d_backward_16(const backend::Pool2dShape& s, DType type,
+                                           const std::int32_t* index, const void* dy, void* dx) {
+  kernels::MaxPool2dBackward k{geometry(s), index, static_cast<const float*>(dy),
+                               static_cast<float*>(dx)};
+  k.type = element_type(type, "max_pool2d_backward");
+  run(k);
 }
 
 void KernelBackend::avg_pool2d_forward(const backend::Pool2dShape& s, const float* x, float* y) {

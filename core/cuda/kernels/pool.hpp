@@ -41,6 +41,7 @@
 #include <cstdint>
 
 #include "cuda/kernels/common.hpp"
+#include "cuda/kernels/element_type.hpp"
 #include "rig/math/bits.hpp"
 
 namespace rig::kernels {
@@ -111,6 +112,8 @@ struct MaxPool2dForward {
   const float* x = nullptr;       // [planes, h, w]
   float* y = nullptr;             // [planes, out_h, out_w]
   std::int32_t* index = nullptr;  // [planes, out_h, out_w] or null
+  // Of x and y: a 16-bit maximum is one of its inputs, so y is the f32 path's, rounded exactly.
+  ElementType type = ElementType::f32;
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_grid_stride(device, s.planes * s.out_size());
@@ -125,14 +128,14 @@ struct MaxPool2dForward {
       std::int64_t r0 = 0, r1 = 0, c0 = 0, c1 = 0;
       pool_detail::window(oy * s.stride_h - s.pad_h, s.kernel_h, s.h, r0, r1);
       pool_detail::window(ox * s.stride_w - s.pad_w, s.kernel_w, s.w, c0, c1);
-      const float* plane = x + p * s.in_size();
+      const std::int64_t plane = p * s.in_size();
       float best = neg_inf();
       auto at = static_cast<std::int32_t>(r0 * s.w + c0);
       std::int32_t nan_at = -1;
       for (std::int64_t r = r0; r < r1; ++r) {
         for (std::int64_t c = c0; c < c1; ++c) {
           const auto k = static_cast<std::int32_t>(r * s.w + c);
-          const float v = plane[k];
+          const float v = load_element(x, type, plane + k);
           if (v > best) {
             best = v;
             at = k;
@@ -140,7 +143,7 @@ struct MaxPool2dForward {
           if (v != v) nan_at = k;
         }
       }
-      y[t] = nan_at >= 0 ? math::bits_float(0x7FC00000U) : best;
+      store_element(y, type, t, nan_at >= 0 ? math::bits_float(0x7FC00000U) : best);
       if (index != nullptr) index[t] = nan_at >= 0 ? nan_at : at;
     }
   }
@@ -151,6 +154,8 @@ struct MaxPool2dBackward {
   const std::int32_t* index = nullptr;  // [planes, out_h, out_w], from MaxPool2dForward
   const float* dy = nullptr;            // [planes, out_h, out_w]
   float* dx = nullptr;                  // [planes, h, w]
+  // Of dy and dx: summed in f32 in a fixed order, rounded once (the f32 path's bits).
+  ElementType type = ElementType::f32;
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_grid_stride(device, s.planes * s.in_size());
@@ -171,10 +176,10 @@ struct MaxPool2dBackward {
       for (std::int64_t oy = y0; oy < y1; ++oy) {
         for (std::int64_t ox = x0; ox < x1; ++ox) {
           const std::int64_t o = base + oy * s.out_w + ox;
-          if (index[o] == self) sum += dy[o];
+          if (index[o] == self) sum += load_element(dy, type, o);
         }
       }
-      dx[t] = sum;
+      store_element(dx, type, t, sum);
     }
   }
 };

@@ -65,10 +65,35 @@ Tensor in_f32(const Tensor& x, F f) {
   return f(detail::as_f32(x)).to(x.dtype());
 }
 
+// max_pool2d on 16-bit x as it is, on a back end that reads 16-bit storage:
+// the f32 path's bits without its f32 copies of x, y, dy and dx.
+Tensor max_pool2d_16bit(const Tensor& x, const backend::Pool2dShape& s) {
+  const Tensor xc = x.detach().contiguous();
+  const DType type = x.dtype();
+  const Shape out_shape{x.size(0), x.size(1), s.out_h, s.out_w};
+  Tensor out = detail::empty_on(xc, out_shape, type);
+  const bool need_grad = grad_mode_enabled() && x.requires_grad();
+  Tensor index = need_grad ? detail::empty_on(xc, out_shape, DType::i32) : Tensor();
+  detail::backend_of(xc).max_pool2d_forward_16(s, type, xc.raw_data(), out.raw_data(),
+                                               need_grad ? index.data<std::int32_t>() : nullptr);
+  if (!need_grad) return out;
+  return autograd::record(std::move(out), "max_pool2d", {x},
+                          [s, type, index, shape = xc.shape()](const Tensor& g) {
+                            const Tensor gc = g.to(type).contiguous();
+                            Tensor dx = detail::empty_on(gc, shape, type);
+                            detail::backend_of(gc).max_pool2d_backward_16(
+                                s, type, index.data<std::int32_t>(), gc.raw_data(), dx.raw_data());
+                            return autograd::TensorList{dx};
+                          });
+}
+
 }  // namespace
 
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options) {
   const backend::Pool2dShape s = checked_shape("max_pool2d", x, options);
+  if (x.dtype() != DType::f32 && detail::backend_of(x).reads_16bit_storage()) {
+    return max_pool2d_16bit(x, s);
+  }
   return in_f32(x, [&](const Tensor& xf) {
     const Tensor xc = xf.detach().contiguous();
     const Shape out_shape{x.size(0), x.size(1), s.out_h, s.out_w};

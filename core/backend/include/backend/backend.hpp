@@ -196,6 +196,13 @@ class Backend {
                                   std::int32_t* index) = 0;
   virtual void max_pool2d_backward(const Pool2dShape& s, const std::int32_t* index, const float* dy,
                                    float* dx) = 0;
+  // Max pooling on f16 / bf16 x and y (backward: dy and dx) as they are, where
+  // reads_16bit_storage(): the f32 path's bits (the maximum is one of its
+  // inputs; dx summed in f32 in the same order and rounded once).
+  virtual void max_pool2d_forward_16(const Pool2dShape& s, DType type, const void* x, void* y,
+                                     std::int32_t* index);
+  virtual void max_pool2d_backward_16(const Pool2dShape& s, DType type, const std::int32_t* index,
+                                      const void* dy, void* dx);
   virtual void avg_pool2d_forward(const Pool2dShape& s, const float* x, float* y) = 0;
   virtual void avg_pool2d_backward(const Pool2dShape& s, const float* dy, float* dx) = 0;
   virtual void global_avg_pool_forward(std::int64_t planes, std::int64_t size, const float* x,
