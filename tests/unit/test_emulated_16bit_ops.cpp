@@ -44,7 +44,7 @@ bool same(const Tensor& got, const Tensor& want) {
          want.to_host().to(got.dtype()).to(DType::f32).to_vector();
 }
 
-TEST(Emulated16BitOps, LinearWritesDxInBf16WithTheBitsOfItsFloat32Copies) {
+TEST(Emulated16BitOps, LinearWritesDxAndDwInBf16WithTheBitsOfItsFloat32Copies) {
   const rig::Device dev = emulated_cuda();
   const Tensor x = random({3, 17, 40}, 1), w = random({50, 40}, 2), b = random({50}, 3);
   const Tensor up = random({3, 17, 50}, 4).to(dev).to(DType::bf16);

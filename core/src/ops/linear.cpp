@@ -179,7 +179,12 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
         const bool dx_bf16 = bf16_operands && be.gemm_writes_bf16();
         Tensor dx =
             need_x ? detail::empty_on(gc, x_shape, dx_bf16 ? DType::bf16 : DType::f32) : Tensor();
-        Tensor dw = need_w ? detail::empty_on(gc, {out_features, in}) : Tensor();
+        // Likewise dW for a bf16 weight: written rounded by its product, not
+        // rounded by a cast of an f32 dW afterwards (a pass and a launch per weight).
+        const bool dw_bf16 = dx_bf16 && w_dtype == DType::bf16;
+        Tensor dw =
+            need_w ? detail::empty_on(gc, {out_features, in}, dw_bf16 ? DType::bf16 : DType::f32)
+                   : Tensor();
         // dx [rows, in] = dz [rows, out] W [out, in]
         const auto dx_product = [&] {
           return GemmProduct{
@@ -199,8 +204,9 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
               {dz_operand.data, out_features, true, dz_operand.bf16},
               {x_kept.defined() ? x_kept.data<float>() : nullptr, in, false, bits(x_bf16)},
               0.0F,
-              dw.data<float>(),
-              in};
+              dw_bf16 ? nullptr : dw.data<float>(),
+              in,
+              dw_bf16 ? dw.data<std::uint16_t>() : nullptr};
         };
         if (need_x && need_w) {
           be.gemm_pair(dx_product(), dw_product(), precision);
