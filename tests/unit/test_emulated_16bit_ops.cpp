@@ -234,4 +234,40 @@ TEST(Emulated16BitOps, MaxPoolHasTheBitsOfItsFloat32Copy) {
   }
 }
 
+TEST(Emulated16BitOps, BatchNormReluHasTheBitsOfBatchNormThenRelu) {
+  // The CUDA back end fuses the relu into batch norm's apply and backward;
+  // every output, gradient and running statistic must keep the two ops' bits.
+  const rig::Device dev = emulated_cuda();
+  const Tensor x = random({6, 3, 30, 30}, 71, -2.0F, 4.0F);
+  const Tensor gamma = random({3}, 72, 0.5F, 1.5F), beta = random({3}, 73);
+  for (const DType type : {DType::f32, DType::bf16, DType::f16}) {
+    for (const bool training : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << rig::dtype_name(type) << " training " << training);
+      const Tensor up = random({6, 3, 30, 30}, 74).to(dev).to(type);
+      const auto stats = [&] {
+        return std::pair{random({3}, 75).to(dev), random({3}, 76, 0.5F, 2.0F).to(dev)};
+      };
+      auto [mean_f, var_f] = stats();
+      auto [mean_u, var_u] = stats();
+      Tensor xf = leaf(x, type, dev), gf = leaf(gamma, DType::f32, dev),
+             bf = leaf(beta, DType::f32, dev);
+      const Tensor yf = rig::ops::batch_norm_relu(xf, gf, bf, mean_f, var_f, training, 0.1F, 1e-5F);
+      rig::ops::sum(rig::ops::mul(yf, up)).backward();
+      Tensor xu = leaf(x, type, dev), gu = leaf(gamma, DType::f32, dev),
+             bu = leaf(beta, DType::f32, dev);
+      const Tensor yu =
+          rig::ops::relu(rig::ops::batch_norm(xu, gu, bu, mean_u, var_u, training, 0.1F, 1e-5F));
+      rig::ops::sum(rig::ops::mul(yu, up)).backward();
+      const auto host = [](const Tensor& t) { return t.to_host().to(DType::f32).to_vector(); };
+      EXPECT_EQ(yf.dtype(), type);
+      EXPECT_EQ(host(yf.detach()), host(yu.detach())) << "y";
+      EXPECT_EQ(host(xf.grad()), host(xu.grad())) << "dx";
+      EXPECT_EQ(host(gf.grad()), host(gu.grad())) << "dgamma";
+      EXPECT_EQ(host(bf.grad()), host(bu.grad())) << "dbeta";
+      EXPECT_EQ(host(mean_f), host(mean_u)) << "running mean";
+      EXPECT_EQ(host(var_f), host(var_u)) << "running var";
+    }
+  }
+}
+
 }  // namespace

@@ -888,6 +888,69 @@ TEST(KernelBackend16Bit, Conv2dMatchesTheF32Path) {
     }
 }
 
+TEST(KernelBackend16Bit, BatchNormReluIsBatchNormThenRelu) {
+  // The fused entry points against batch norm's and relu's own, bit for bit,
+  // on 16-bit storage (a relu of a 16-bit value is exact) and on f32.
+  const backend::BatchNormShape s{5, 3, 700};
+  const auto n = static_cast<std::size_t>(s.n * s.c * s.inner);
+  const auto c = static_cast<std::size_t>(s.c);
+  const Dev<float> scale(uniform(c, 471, 0.5F, 1.5F)), shift(uniform(c, 472));
+  const Dev<float> invstd(uniform(c, 473, 0.5F, 2.0F)), gamma(uniform(c, 474, 0.5F, 1.5F));
+  const Dev<float> mean(uniform(c, 475));
+  for (const DType type : {DType::f32, DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(type));
+    const std::size_t bytes = type == DType::f32 ? 4 : 2;
+    // Elements as raw bytes of `type` (f32 through its bits).
+    const auto stored = [&](const std::vector<float>& v) {
+      std::vector<std::uint16_t> out(v.size() * bytes / 2);
+      if (type == DType::f32) {
+        std::memcpy(out.data(), v.data(), v.size() * 4);
+      } else {
+        out = bits_of(v, type);
+      }
+      return out;
+    };
+    const Dev<std::uint16_t> x(stored(uniform(n, 476, -2.0F, 2.0F))), g(stored(uniform(n, 477))),
+        y_bn(n * bytes / 2), y_relu(n * bytes / 2), y_fused(n * bytes / 2), g_relu(n * bytes / 2),
+        dx(n * bytes / 2), dx_fused(n * bytes / 2);
+    if (type == DType::f32) {
+      emu().batch_norm_apply(s, reinterpret_cast<const float*>(x.get()), scale.get(), shift.get(),
+                             reinterpret_cast<float*>(y_bn.get()));
+      emu().unary(backend::Unary::relu, reinterpret_cast<const float*>(y_bn.get()),
+                  reinterpret_cast<float*>(y_relu.get()), static_cast<std::int64_t>(n), 0.0F);
+    } else {
+      emu().batch_norm_apply_16(s, type, x.get(), scale.get(), shift.get(), y_bn.get());
+      emu().unary_16(backend::Unary::relu, type, y_bn.get(), y_relu.get(),
+                     static_cast<std::int64_t>(n), 0.0F);
+    }
+    emu().batch_norm_apply_relu(s, type, x.get(), scale.get(), shift.get(), y_fused.get());
+    EXPECT_EQ(y_fused.host(), y_relu.host()) << "y";
+
+    const Dev<float> dg(c), db(c), dg_fused(c), db_fused(c);
+    if (type == DType::f32) {
+      emu().unary_backward(backend::Unary::relu, reinterpret_cast<const float*>(g.get()), nullptr,
+                           reinterpret_cast<const float*>(y_relu.get()),
+                           reinterpret_cast<float*>(g_relu.get()), static_cast<std::int64_t>(n),
+                           0.0F);
+      emu().batch_norm_backward(s, reinterpret_cast<const float*>(x.get()),
+                                reinterpret_cast<const float*>(g_relu.get()), mean.get(),
+                                invstd.get(), gamma.get(), true, reinterpret_cast<float*>(dx.get()),
+                                dg.get(), db.get());
+    } else {
+      emu().unary_backward_16(backend::Unary::relu, type, g.get(), nullptr, y_relu.get(),
+                              g_relu.get(), static_cast<std::int64_t>(n), 0.0F);
+      emu().batch_norm_backward_16(s, type, x.get(), g_relu.get(), mean.get(), invstd.get(),
+                                   gamma.get(), true, dx.get(), dg.get(), db.get());
+    }
+    emu().batch_norm_backward_relu(s, type, x.get(), y_fused.get(), g.get(), mean.get(),
+                                   invstd.get(), gamma.get(), true, dx_fused.get(), dg_fused.get(),
+                                   db_fused.get());
+    EXPECT_EQ(dx_fused.host(), dx.host()) << "dx";
+    EXPECT_EQ(dg_fused.host(), dg.host()) << "dgamma";
+    EXPECT_EQ(db_fused.host(), db.host()) << "dbeta";
+  }
+}
+
 TEST(KernelBackend16Bit, MaxPoolIsTheF32PathRounded) {
   // Overlapping 3x3 windows at stride 2 (dx sums several gradients), a tie and a NaN.
   backend::Pool2dShape s;

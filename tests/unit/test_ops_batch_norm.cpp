@@ -75,6 +75,46 @@ INSTANTIATE_TEST_SUITE_P(Configs, OpsBatchNormGradCheck,
                                            BnConfig{"eval_2d", {4, 5}, false}),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// batch_norm_relu: relu(batch_norm(...)) in one op (fused on the CUDA back
+// end; composed here), its gradients against finite differences.
+TEST_P(OpsBatchNormGradCheck, WithReluMatchesFiniteDifferences) {
+  const BnConfig& cfg = GetParam();
+  const std::int64_t c = cfg.x[1];
+  const Tensor gamma = random_tensor({c}, 12, 0.5F, 1.5F);
+  const Tensor beta = random_tensor({c}, 13);
+  const Tensor mean0 = random_tensor({c}, 14);
+  const Tensor var0 = random_tensor({c}, 15, 0.5F, 2.0F);
+  const auto normalised = [&](const Tensor& in) {
+    return ops::batch_norm(in, gamma, beta, mean0.clone(), var0.clone(), cfg.training).to_vector();
+  };
+  // Finite differences of step 1e-2 across relu's kink mean nothing: inputs
+  // whose output lies within 0.05 of 0 are moved until none does.
+  Tensor x = random_tensor(cfg.x, 11, -2.0F, 3.0F);
+  for (int round = 0; round < 50; ++round) {
+    const std::vector<float> y = normalised(x);
+    std::vector<float> xs = x.to_vector();
+    bool moved = false;
+    for (std::size_t i = 0; i < y.size(); ++i) {
+      if (std::fabs(y[i]) < 0.05F) {
+        xs[i] += 0.3F;
+        moved = true;
+      }
+    }
+    if (!moved) break;
+    x = Tensor::from_vector(xs, cfg.x);
+  }
+  for (const float v : normalised(x)) ASSERT_GT(std::fabs(v), 0.05F) << "an output at the kink";
+  const auto op = [&](const std::vector<Tensor>& in) {
+    return ops::batch_norm_relu(in[0], in[1], in[2], mean0.clone(), var0.clone(), cfg.training);
+  };
+  EXPECT_TRUE(check_gradients(op, {x, gamma, beta}, 1e-2, 2e-2, 2e-3, 160));
+  // The same numbers as the two ops.
+  const Tensor fused = op({x, gamma, beta});
+  const Tensor composed =
+      ops::relu(ops::batch_norm(x, gamma, beta, mean0.clone(), var0.clone(), cfg.training));
+  EXPECT_EQ(fused.to_vector(), composed.to_vector());
+}
+
 // A direct double reference at the ResNet benchmark's layout (many pixels per
 // channel, several threads) and for [N, C] with more channels than one block.
 void expect_matches_reference(const Shape& shape) {

@@ -80,4 +80,17 @@ void Backend::max_pool2d_backward_16(const Pool2dShape&, DType, const std::int32
   f32_only("max_pool2d_backward_16");
 }
 
+void Backend::batch_norm_apply_relu(const BatchNormShape&, DType, const void*, const float*,
+                                    const float*, void*) {
+  throw std::logic_error(
+      "Backend::batch_norm_apply_relu called on a back end that does not fuse it");
+}
+
+void Backend::batch_norm_backward_relu(const BatchNormShape&, DType, const void*, const void*,
+                                       const void*, const float*, const float*, const float*, bool,
+                                       void*, float*, float*) {
+  throw std::logic_error(
+      "Backend::batch_norm_backward_relu called on a back end that does not fuse it");
+}
+
 }  // namespace rig::backend

@@ -134,6 +134,13 @@ class KernelBackend final : public backend::Backend {
                               const void* dy, const float* mean, const float* invstd,
                               const float* gamma, bool batch_stats, void* dx, float* dgamma,
                               float* dbeta) override;
+  bool fuses_batch_norm_relu() const override { return true; }
+  void batch_norm_apply_relu(const backend::BatchNormShape& s, DType type, const void* x,
+                             const float* scale, const float* shift, void* y) override;
+  void batch_norm_backward_relu(const backend::BatchNormShape& s, DType type, const void* x,
+                                const void* relu_y, const void* dy, const float* mean,
+                                const float* invstd, const float* gamma, bool batch_stats, void* dx,
+                                float* dgamma, float* dbeta) override;
 
   void conv2d_forward(const backend::Conv2dShape& s, const float* x, const float* w, const float* b,
                       float* y) override;
@@ -284,6 +291,14 @@ class KernelBackend final : public backend::Backend {
   void gemm_heads(std::int64_t batches, std::int64_t heads, const backend::GemmProduct& first,
                   const backend::HeadStrides& a, const backend::HeadStrides& b,
                   const backend::HeadStrides& c, MatmulPrecision precision);
+  // Batch norm's apply and backward, with the relu fused where asked
+  // (relu; relu_y non-null): see kernel_backend_batch_norm.cpp.
+  void batch_norm_apply_kernel(const backend::BatchNormShape& s, DType type, const void* x,
+                               const float* scale, const float* shift, void* y, bool relu);
+  void batch_norm_backward_kernels(const backend::BatchNormShape& s, DType type, const void* x,
+                                   const void* relu_y, const void* dy, const float* mean,
+                                   const float* invstd, const float* gamma, bool batch_stats,
+                                   void* dx, float* dgamma, float* dbeta);
   // Dropout of the attention weights: see kernel_backend_attention.cpp.
   void attention_weights(const backend::AttentionShape& s, const float* x, float* out);
 

@@ -1,6 +1,7 @@
 // KernelBackend: batch norm's statistics, per-channel coefficients, apply
 // and backward, reduced per channel in a fixed order. The 16-bit entry
-// points run the same kernels on f16 / bf16 x, y, dy and dx (their `type`).
+// points run the same kernels on f16 / bf16 x, y, dy and dx (their `type`);
+// the relu entry points fold a following relu into apply and backward.
 #include "cuda/backend/kernel_backend.hpp"
 
 namespace rig::cuda {
@@ -37,9 +38,22 @@ void KernelBackend::batch_norm_apply(const backend::BatchNormShape& s, const flo
 
 void KernelBackend::batch_norm_apply_16(const backend::BatchNormShape& s, DType type, const void* x,
                                         const float* scale, const float* shift, void* y) {
+  batch_norm_apply_kernel(s, type, x, scale, shift, y, false);
+}
+
+void KernelBackend::batch_norm_apply_relu(const backend::BatchNormShape& s, DType type,
+                                          const void* x, const float* scale, const float* shift,
+                                          void* y) {
+  batch_norm_apply_kernel(s, type, x, scale, shift, y, true);
+}
+
+void KernelBackend::batch_norm_apply_kernel(const backend::BatchNormShape& s, DType type,
+                                            const void* x, const float* scale, const float* shift,
+                                            void* y, bool relu) {
   kernels::BatchNormApply k{
       static_cast<const float*>(x), scale, shift, static_cast<float*>(y), s.n, s.c, s.inner};
   k.type = element_type(type, "batch_norm_apply");
+  k.relu = relu;
   run(k);
 }
 
@@ -55,9 +69,28 @@ void KernelBackend::batch_norm_backward_16(const backend::BatchNormShape& s, DTy
                                            const float* invstd, const float* gamma,
                                            bool batch_stats, void* dx, float* dgamma,
                                            float* dbeta) {
+  batch_norm_backward_kernels(s, type, x, nullptr, dy, mean, invstd, gamma, batch_stats, dx, dgamma,
+                              dbeta);
+}
+
+void KernelBackend::batch_norm_backward_relu(const backend::BatchNormShape& s, DType type,
+                                             const void* x, const void* relu_y, const void* dy,
+                                             const float* mean, const float* invstd,
+                                             const float* gamma, bool batch_stats, void* dx,
+                                             float* dgamma, float* dbeta) {
+  batch_norm_backward_kernels(s, type, x, relu_y, dy, mean, invstd, gamma, batch_stats, dx, dgamma,
+                              dbeta);
+}
+
+void KernelBackend::batch_norm_backward_kernels(const backend::BatchNormShape& s, DType type,
+                                                const void* x, const void* relu_y, const void* dy,
+                                                const float* mean, const float* invstd,
+                                                const float* gamma, bool batch_stats, void* dx,
+                                                float* dgamma, float* dbeta) {
   const kernels::ElementType t = element_type(type, "batch_norm_backward");
   const auto* xf = static_cast<const float*>(x);
   const auto* dyf = static_cast<const float*>(dy);
+  const auto* ryf = static_cast<const float*>(relu_y);
   const std::int64_t chunks = kernels::batch_norm_chunks(s.n, s.inner);
   DeviceScratch buffer =
       scratch(static_cast<std::size_t>(kernels::batch_norm_backward_scratch(s.n, s.c, s.inner)) *
@@ -68,6 +101,7 @@ void KernelBackend::batch_norm_backward_16(const backend::BatchNormShape& s, DTy
   if (sums) {
     kernels::BatchNormGradPartial k{xf, dyf, mean, s.n, s.c, s.inner, part, part + s.c * chunks};
     k.type = t;
+    k.relu_y = ryf;
     run(k);
   }
   run(kernels::BatchNormGradFinish{part, part + s.c * chunks, sums, s.n, s.c, s.inner, mean, invstd,
@@ -75,6 +109,7 @@ void KernelBackend::batch_norm_backward_16(const backend::BatchNormShape& s, DTy
   if (dx != nullptr) {
     kernels::BatchNormBackwardDx k{xf, dyf, coef, static_cast<float*>(dx), s.n, s.c, s.inner};
     k.type = t;
+    k.relu_y = ryf;
     run(k);
   }
 }

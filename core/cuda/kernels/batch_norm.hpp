@@ -28,6 +28,10 @@
 //        clones fuse it (GCC's default contraction), so the emulator, the
 //        GPU and those clones give the same bits; the CPU's baseline clone
 //        rounds the product (within an ulp of the larger term).
+//   batch_norm_apply_relu and batch_norm_backward_relu (a relu after the
+//   batch norm, fused): BatchNormApply with `relu`, and BatchNormGradPartial
+//   and BatchNormBackwardDx with `relu_y` (relu's backward folded into their
+//   reads of dy): the bits of the unfused kernels, two passes fewer.
 //   batch_norm_backward(s, x, dy, mean, invstd, gamma, batch_stats, dx,
 //   dgamma, dbeta), scratch batch_norm_backward_scratch(s) floats (coef =
 //   scratch: a, b, k of c floats each; part = scratch + 3 c):
@@ -158,6 +162,14 @@ RIG_HD_INLINE void for_elements(Ctx& ctx, std::int64_t n, std::int64_t c, std::i
 inline unsigned partial_threads(std::int64_t n, std::int64_t inner) {
   const std::int64_t m = n * inner;
   return row_block_threads(m < kBatchNormChunk ? m : kBatchNormChunk);
+}
+
+// dy at `at`, or with a relu after the batch norm (relu_y: its output, or
+// null) relu's backward of it first: relu_y > 0 ? dy : 0, as UnaryBackward.
+RIG_HD_INLINE float grad_at(const float* dy, const float* relu_y, ElementType type,
+                            std::int64_t at) {
+  if (relu_y != nullptr && !(load_element(relu_y, type, at) > 0.0F)) return 0.0F;
+  return load_element(dy, type, at);
 }
 
 }  // namespace batch_norm_detail
@@ -301,6 +313,9 @@ struct BatchNormApply {
   float* y = nullptr;            // [n, c, inner]
   std::int64_t n = 0, c = 0, inner = 1;
   ElementType type = ElementType::f32;  // of x and y
+  // y = relu(y as stored), relu's rule (x < 0 ? 0 : x, NaN kept): the bits
+  // of this kernel and then UnaryForward's relu, in one pass.
+  bool relu = false;
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_grid_stride(device, n * c * inner);
@@ -313,8 +328,14 @@ struct BatchNormApply {
     const float* sh = shift;
     float* ys = y;
     const ElementType ty = type;
+    const bool rl = relu;
     batch_norm_detail::for_elements(ctx, n, c, inner, [&](std::int64_t t, std::int64_t ch) {
-      store_element(ys, ty, t, ::fmaf(load_element(xs, ty, t), sc[ch], sh[ch]));
+      float v = ::fmaf(load_element(xs, ty, t), sc[ch], sh[ch]);
+      if (rl) {
+        v = round_element(ty, v);
+        v = v < 0.0F ? 0.0F : v;
+      }
+      store_element(ys, ty, t, v);
     });
   }
 };
@@ -326,7 +347,10 @@ struct BatchNormGradPartial {
   std::int64_t n = 0, c = 0, inner = 1;
   float* part_g = nullptr;              // [c, chunks]: sum(dy)
   float* part_gx = nullptr;             // [c, chunks]: sum(dy (x - mean))
-  ElementType type = ElementType::f32;  // of x and dy
+  ElementType type = ElementType::f32;  // of x, dy and relu_y
+  // The forward's relu output where a relu followed (BatchNormApply::relu):
+  // dy where relu_y > 0, else 0 (relu's backward, folded in). Or null.
+  const float* relu_y = nullptr;
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return simt::plan_rows(
@@ -347,14 +371,15 @@ struct BatchNormGradPartial {
     const float mu = mean[ch];
     const float* xs = x;  // the lambda captures locals, not the kernel's `this`
     const float* gs = dy;
+    const float* ry = relu_y;
     const ElementType ty = type;
     float sg = 0.0F, sgx = 0.0F;
-    batch_norm_detail::for_channel_elements(lo + ctx.thread_rank(), hi, ctx.block_threads(), c,
-                                            inner, ch, [&](std::int64_t at) {
-                                              const float g = load_element(gs, ty, at);
-                                              sg += g;
-                                              sgx = ::fmaf(g, load_element(xs, ty, at) - mu, sgx);
-                                            });
+    batch_norm_detail::for_channel_elements(
+        lo + ctx.thread_rank(), hi, ctx.block_threads(), c, inner, ch, [&](std::int64_t at) {
+          const float g = batch_norm_detail::grad_at(gs, ry, ty, at);
+          sg += g;
+          sgx = ::fmaf(g, load_element(xs, ty, at) - mu, sgx);
+        });
     sg = simt::block_sum(ctx, sg);
     sgx = simt::block_sum(ctx, sgx);
     if (ctx.thread_rank() == 0) {
@@ -421,7 +446,8 @@ struct BatchNormBackwardDx {
   const float* coef = nullptr;  // [3 c] from BatchNormGradFinish
   float* dx = nullptr;          // [n, c, inner]
   std::int64_t n = 0, c = 0, inner = 1;
-  ElementType type = ElementType::f32;  // of x, dy and dx
+  ElementType type = ElementType::f32;  // of x, dy, dx and relu_y
+  const float* relu_y = nullptr;        // as BatchNormGradPartial's
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_grid_stride(device, n * c * inner);
@@ -435,11 +461,12 @@ struct BatchNormBackwardDx {
     const float* b = coef + c;
     const float* k = coef + 2 * c;
     float* out = dx;
+    const float* ry = relu_y;
     const ElementType ty = type;
     batch_norm_detail::for_elements(ctx, n, c, inner, [&](std::int64_t t, std::int64_t ch) {
-      store_element(
-          out, ty, t,
-          ::fmaf(load_element(gs, ty, t), a[ch], ::fmaf(load_element(xs, ty, t), b[ch], k[ch])));
+      store_element(out, ty, t,
+                    ::fmaf(batch_norm_detail::grad_at(gs, ry, ty, t), a[ch],
+                           ::fmaf(load_element(xs, ty, t), b[ch], k[ch])));
     });
   }
 };

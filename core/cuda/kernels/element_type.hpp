@@ -36,4 +36,16 @@ RIG_HD_INLINE void store_element(void* data, ElementType type, std::int64_t i, f
   }
 }
 
+// v as `type` stores it: rounded to nearest even for f16 / bf16.
+RIG_HD_INLINE float round_element(ElementType type, float v) {
+  switch (type) {
+    case ElementType::f16:
+      return half_bits_to_float(float_to_half_bits(v));
+    case ElementType::bf16:
+      return bfloat16_bits_to_float(float_to_bfloat16_bits(v));
+    default:
+      return v;
+  }
+}
+
 }  // namespace rig::kernels

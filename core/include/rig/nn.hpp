@@ -213,6 +213,8 @@ class RIG_API BatchNorm2d : public Module {
   BatchNorm2d(ParameterStore& store, std::string name, std::int64_t channels, float momentum = 0.1F,
               float eps = 1e-5F, bool zero_init_gamma = false);
   Tensor forward(const Tensor& x, bool training) const;
+  // relu(forward(x, training)), fused where the back end can (ops::batch_norm_relu).
+  Tensor forward_relu(const Tensor& x, bool training) const;
 
  private:
   float momentum_;

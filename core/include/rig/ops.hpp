@@ -99,6 +99,11 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
 Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                   const Tensor& running_mean, const Tensor& running_var, bool training,
                   float momentum = 0.1F, float eps = 1e-5F);
+// relu(batch_norm(...)): one op with the same results, which a back end that
+// fuses the two (the CUDA one) runs in two passes over x fewer each way.
+Tensor batch_norm_relu(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                       const Tensor& running_mean, const Tensor& running_var, bool training,
+                       float momentum = 0.1F, float eps = 1e-5F);
 
 // ---- Neural-network ops -----------------------------------------------------
 // weight [V, D], ids (i32/i64) [...] -> [..., D]; ids out of range throw.

@@ -27,4 +27,9 @@ Tensor BatchNorm2d::forward(const Tensor& x, bool training) const {
   return ops::batch_norm(x, gamma_, beta_, running_mean_, running_var_, training, momentum_, eps_);
 }
 
+Tensor BatchNorm2d::forward_relu(const Tensor& x, bool training) const {
+  return ops::batch_norm_relu(x, gamma_, beta_, running_mean_, running_var_, training, momentum_,
+                              eps_);
+}
+
 }  // namespace rig::nn

@@ -42,11 +42,11 @@ Tensor f32_vector(const Tensor& t) {
   return t.defined() ? detail::as_f32(t).detach().contiguous() : Tensor();
 }
 
-}  // namespace
-
-Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                  const Tensor& running_mean, const Tensor& running_var, bool training,
-                  float momentum, float eps) {
+// batch_norm, and with `relu` (only where the back end fuses it) relu of it
+// in the same passes.
+Tensor batch_norm_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                       const Tensor& running_mean, const Tensor& running_var, bool training,
+                       float momentum, float eps, bool relu) {
   detail::require_floating(kOp, x, "x");
   detail::require_same_device(kOp, {&x, &gamma, &beta, &running_mean, &running_var});
   if (x.dim() != 2 && x.dim() != 4) {
@@ -122,16 +122,21 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   prepare.shift = shift.data<float>();
   be.batch_norm_prepare(prepare);
   Tensor out = detail::empty_on(xc, x.shape(), type);
-  if (type == DType::f32) {
+  if (relu) {
+    be.batch_norm_apply_relu(s, type, xc.raw_data(), scale.data<float>(), shift.data<float>(),
+                             out.raw_data());
+  } else if (type == DType::f32) {
     be.batch_norm_apply(s, xc.data<float>(), scale.data<float>(), shift.data<float>(),
                         out.data<float>());
   } else {
     be.batch_norm_apply_16(s, type, xc.raw_data(), scale.data<float>(), shift.data<float>(),
                            out.raw_data());
   }
+  // With a relu, its output decides where dy passes (relu's backward).
+  const Tensor relu_y = relu ? out.detach() : Tensor();
   return autograd::record(
-      std::move(out), kOp, {x, gamma, beta},
-      [s, xc, g, mean, invstd, training, type, need_x = x.requires_grad(),
+      std::move(out), relu ? "batch_norm_relu" : kOp, {x, gamma, beta},
+      [s, xc, relu_y, g, mean, invstd, training, type, need_x = x.requires_grad(),
        need_g = gamma.defined() && gamma.requires_grad(),
        need_b = beta.defined() && beta.requires_grad(),
        gamma_dtype = gamma.defined() ? gamma.dtype() : DType::f32,
@@ -144,7 +149,12 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
         const float* gamma_data = g.defined() ? g.data<float>() : nullptr;
         float* dg_data = need_g ? dg.data<float>() : nullptr;
         float* db_data = need_b ? db.data<float>() : nullptr;
-        if (type == DType::f32) {
+        if (relu_y.defined()) {
+          detail::backend_of(gc).batch_norm_backward_relu(
+              s, type, xc.raw_data(), relu_y.raw_data(), gc.raw_data(), mean.data<float>(),
+              invstd.data<float>(), gamma_data, training, need_x ? dx.raw_data() : nullptr, dg_data,
+              db_data);
+        } else if (type == DType::f32) {
           detail::backend_of(gc).batch_norm_backward(
               s, xc.data<float>(), gc.data<float>(), mean.data<float>(), invstd.data<float>(),
               gamma_data, training, need_x ? dx.data<float>() : nullptr, dg_data, db_data);
@@ -158,6 +168,26 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
         if (need_b && beta_dtype != DType::f32) db = db.to(beta_dtype);
         return autograd::TensorList{dx, dg, db};
       });
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                  const Tensor& running_mean, const Tensor& running_var, bool training,
+                  float momentum, float eps) {
+  return batch_norm_impl(x, gamma, beta, running_mean, running_var, training, momentum, eps, false);
+}
+
+Tensor batch_norm_relu(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                       const Tensor& running_mean, const Tensor& running_var, bool training,
+                       float momentum, float eps) {
+  detail::require_floating(kOp, x, "x");
+  const backend::Backend& be = detail::backend_of(x);
+  if (be.fuses_batch_norm_relu() && (x.dtype() == DType::f32 || be.reads_16bit_storage())) {
+    return batch_norm_impl(x, gamma, beta, running_mean, running_var, training, momentum, eps,
+                           true);
+  }
+  return relu(batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, eps));
 }
 
 }  // namespace rig::ops

@@ -72,9 +72,13 @@ Tensor Block::shortcut(const Tensor& x, bool training) const {
 }
 
 Tensor Block::forward(const Tensor& x, bool training) const {
-  Tensor h = ops::relu(bn1_.forward(conv1_.forward(x), training));
-  h = bn2_.forward(conv2_.forward(h), training);
-  if (conv3_) h = bn3_->forward(conv3_->forward(ops::relu(h)), training);
+  Tensor h = bn1_.forward_relu(conv1_.forward(x), training);
+  if (conv3_) {
+    h = bn2_.forward_relu(conv2_.forward(h), training);
+    h = bn3_->forward(conv3_->forward(h), training);
+  } else {
+    h = bn2_.forward(conv2_.forward(h), training);
+  }
   return ops::relu(ops::add(h, shortcut(x, training)));
 }
 

@@ -117,7 +117,7 @@ class Resnet final : public rig::Model {
   // Logits [N, num_classes] in the compute dtype.
   Tensor compute(const Tensor& images, bool training) const {
     check_images(images);
-    Tensor h = ops::relu(bn1_.forward(conv1_.forward(images.to(dtype_)), training));
+    Tensor h = bn1_.forward_relu(conv1_.forward(images.to(dtype_)), training);
     if (arch_.imagenet_stem) h = ops::max_pool2d(h, {3, 3, 2, 2, 1, 1});
     for (const Block& block : blocks_) h = block.forward(h, training);
     return fc_.forward(ops::global_avg_pool2d(h));

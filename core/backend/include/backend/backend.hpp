@@ -180,6 +180,19 @@ class Backend {
                                       const void* dy, const float* mean, const float* invstd,
                                       const float* gamma, bool batch_stats, void* dx, float* dgamma,
                                       float* dbeta);
+  // Batch norm with a relu after it, fused, on x, y, dy and dx of `type` (f32,
+  // or 16-bit where reads_16bit_storage()), where fuses_batch_norm_relu():
+  // apply writes relu(y) with the bits of batch_norm_apply(_16) then relu;
+  // backward takes that output as relu_y and gives the bits of relu's
+  // backward then batch_norm_backward(_16). Two passes over the activation
+  // fewer each way; the ops compose the two ops elsewhere.
+  virtual bool fuses_batch_norm_relu() const { return false; }
+  virtual void batch_norm_apply_relu(const BatchNormShape& s, DType type, const void* x,
+                                     const float* scale, const float* shift, void* y);
+  virtual void batch_norm_backward_relu(const BatchNormShape& s, DType type, const void* x,
+                                        const void* relu_y, const void* dy, const float* mean,
+                                        const float* invstd, const float* gamma, bool batch_stats,
+                                        void* dx, float* dgamma, float* dbeta);
 
   // ---- Convolution and pooling (NCHW f32, contiguous) --------------------------------
   virtual void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* b,
