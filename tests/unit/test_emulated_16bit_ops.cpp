@@ -5,7 +5,10 @@
 // of f32 tensors holding the same values, rounded to the inputs' dtypes.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -266,6 +269,35 @@ TEST(Emulated16BitOps, BatchNormReluHasTheBitsOfBatchNormThenRelu) {
       EXPECT_EQ(host(bf.grad()), host(bu.grad())) << "dbeta";
       EXPECT_EQ(host(mean_f), host(mean_u)) << "running mean";
       EXPECT_EQ(host(var_f), host(var_u)) << "running var";
+    }
+  }
+}
+
+TEST(Emulated16BitOps, AddReluHasTheBitsOfAddThenRelu) {
+  // A ResNet block's output (same shapes) and a broadcast b, compared as bits
+  // (a -0 that relu keeps must stay -0).
+  const rig::Device dev = emulated_cuda();
+  const Tensor a = random({4, 6, 8}, 81), b_same = random({4, 6, 8}, 82), b_row = random({8}, 83);
+  for (const DType type : {DType::f32, DType::bf16, DType::f16}) {
+    for (const Tensor& b : {b_same, b_row}) {
+      SCOPED_TRACE(::testing::Message() << rig::dtype_name(type) << " b " << b.dim() << "-d");
+      const Tensor up = random({4, 6, 8}, 84).to(dev).to(type);
+      Tensor af = leaf(a, type, dev), bf = leaf(b, type, dev);
+      const Tensor yf = rig::ops::add_relu(af, bf);
+      rig::ops::sum(rig::ops::mul(yf, up)).backward();
+      Tensor au = leaf(a, type, dev), bu = leaf(b, type, dev);
+      const Tensor yu = rig::ops::relu(rig::ops::add(au, bu));
+      rig::ops::sum(rig::ops::mul(yu, up)).backward();
+      const auto bits = [](const Tensor& t) {
+        const std::vector<float> v = t.to_host().to(DType::f32).to_vector();
+        std::vector<std::uint32_t> out(v.size());
+        std::memcpy(out.data(), v.data(), v.size() * sizeof(float));
+        return out;
+      };
+      EXPECT_EQ(yf.dtype(), type);
+      EXPECT_EQ(bits(yf.detach()), bits(yu.detach())) << "y";
+      EXPECT_EQ(bits(af.grad()), bits(au.grad())) << "da";
+      EXPECT_EQ(bits(bf.grad()), bits(bu.grad())) << "db";
     }
   }
 }

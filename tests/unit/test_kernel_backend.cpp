@@ -770,6 +770,29 @@ TEST(KernelBackend16Bit, BinaryIsTheF32PathRounded) {
                std::logic_error);
 }
 
+TEST(KernelBackend16Bit, AddReluIsAddThenRelu) {
+  // out [3, 5] = relu(a [3, 5] + b [5]) against binary_16 add then unary_16 relu.
+  const Shape shape{3, 5};
+  const Strides so{5, 1}, sa{5, 1}, sb{0, 1};
+  const auto plan = backend::make_strided_plan<3>(shape, {&so, &sa, &sb});
+  for (const DType type : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(type));
+    const Dev<std::uint16_t> a(bits_of(uniform(15, 481, -2.0F, 2.0F), type)),
+        b(bits_of(uniform(5, 482), type)), sum(15), relu(15), fused(15);
+    emu().binary_16(backend::Binary::add, plan, type, a.get(), b.get(), sum.get());
+    emu().unary_16(backend::Unary::relu, type, sum.get(), relu.get(), 15, 0.0F);
+    emu().add_relu(plan, type, a.get(), b.get(), fused.get());
+    EXPECT_EQ(fused.host(), relu.host());
+  }
+  const Dev<float> a(uniform(15, 483, -2.0F, 2.0F)), b(uniform(5, 484)), sum(15), relu(15),
+      fused(15);
+  emu().binary(backend::Binary::add, plan, a.get(), b.get(), sum.get());
+  emu().unary(backend::Unary::relu, sum.get(), relu.get(), 15, 0.0F);
+  emu().add_relu(plan, DType::f32, a.get(), b.get(), fused.get());
+  EXPECT_EQ(fused.host(), relu.host()) << "f32";
+  EXPECT_FALSE(cpu().fuses_relu());
+}
+
 TEST(KernelBackend16Bit, UnaryIsTheF32PathRounded) {
   // relu, gelu (its derivative reads x) and mul_scalar: forward and backward.
   const std::size_t n = 300;

@@ -105,6 +105,19 @@ TEST_F(TensorGradCheck, LinearWithoutBiasAndStridedInput) {
       {rand({4, 3}), rand({2, 4}), rand({2})}));
 }
 
+TEST_F(TensorGradCheck, AddReluWithBroadcasting) {
+  // b [4] broadcast over a's rows; every a + b kept 0.1 off relu's kink.
+  const Tensor b = rand({4});
+  std::vector<float> a = rand({3, 4}).to_vector();
+  const std::vector<float> bv = b.to_vector();
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::fabs(a[i] + bv[i % 4]) < 0.1F) a[i] += 0.3F;
+  }
+  const Tensor at = Tensor::from_vector(a, {3, 4});
+  EXPECT_TRUE(check_gradients([](const auto& in) { return ops::add_relu(in[0], in[1]); }, {at, b}));
+  EXPECT_EQ(ops::add_relu(at, b).to_vector(), ops::relu(ops::add(at, b)).to_vector());
+}
+
 TEST_F(TensorGradCheck, LinearWithOutputDropout) {
   // A fixed key: the same mask at every evaluation. Inputs kept off relu's kink.
   const ops::OutputDropout dropout{0.3F, {7, 1, 0, 5}};

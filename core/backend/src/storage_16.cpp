@@ -93,4 +93,8 @@ void Backend::batch_norm_backward_relu(const BatchNormShape&, DType, const void*
       "Backend::batch_norm_backward_relu called on a back end that does not fuse it");
 }
 
+void Backend::add_relu(const StridedPlan<3>&, DType, const void*, const void*, void*) {
+  throw std::logic_error("Backend::add_relu called on a back end that does not fuse it");
+}
+
 }  // namespace rig::backend

@@ -134,7 +134,9 @@ class KernelBackend final : public backend::Backend {
                               const void* dy, const float* mean, const float* invstd,
                               const float* gamma, bool batch_stats, void* dx, float* dgamma,
                               float* dbeta) override;
-  bool fuses_batch_norm_relu() const override { return true; }
+  bool fuses_relu() const override { return true; }
+  void add_relu(const backend::StridedPlan<3>& plan, DType type, const void* a, const void* b,
+                void* out) override;
   void batch_norm_apply_relu(const backend::BatchNormShape& s, DType type, const void* x,
                              const float* scale, const float* shift, void* y) override;
   void batch_norm_backward_relu(const backend::BatchNormShape& s, DType type, const void* x,

@@ -71,6 +71,17 @@ void KernelBackend::binary_16(backend::Binary op, const backend::StridedPlan<3>&
   run(k);
 }
 
+void KernelBackend::add_relu(const backend::StridedPlan<3>& plan, DType type, const void* a,
+                             const void* b, void* out) {
+  kernels::BinaryKernel k = binary_kernel(backend::Binary::add, plan);
+  k.a = static_cast<const float*>(a);
+  k.b = static_cast<const float*>(b);
+  k.out = static_cast<float*>(out);
+  k.type = element_type(type, "add_relu");
+  k.relu = true;
+  run(k);
+}
+
 void KernelBackend::compare(backend::Compare op, const backend::StridedPlan<3>& plan, DType dtype,
                             const void* a, const void* b, double scalar, std::uint8_t* out) {
   kernels::CompareKernel k;

@@ -206,6 +206,9 @@ struct BinaryKernel {
   const float* b = nullptr;
   float* out = nullptr;
   ElementType type = ElementType::f32;  // of a, b and out
+  // out = relu(the value as stored), relu's rule: the bits of this kernel
+  // and then UnaryForward's relu, in one pass (Backend::add_relu).
+  bool relu = false;
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_grid_stride(device, shape_elements(ndim, shape), 1, 40);  // ptxas: 40
@@ -217,8 +220,12 @@ struct BinaryKernel {
     for (std::int64_t i = global_thread(ctx); i < n; i += grid_threads(ctx)) {
       std::int64_t off[3];
       strided_offsets(i, ndim, shape, strides, off);
-      store_element(out, type, off[0],
-                    binary_value(op, load_element(a, type, off[1]), load_element(b, type, off[2])));
+      float v = binary_value(op, load_element(a, type, off[1]), load_element(b, type, off[2]));
+      if (relu) {
+        v = round_element(type, v);
+        v = v < 0.0F ? 0.0F : v;
+      }
+      store_element(out, type, off[0], v);
     }
   }
 };

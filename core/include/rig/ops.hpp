@@ -61,6 +61,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
 
 // ---- Elementwise (NumPy broadcasting) -------------------------------------
 Tensor add(const Tensor& a, const Tensor& b);
+// relu(add(a, b)): one op with the same results, which a back end that fuses
+// the two (the CUDA one) runs in one pass (a ResNet block's output).
+Tensor add_relu(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);

@@ -183,7 +183,7 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                        float momentum, float eps) {
   detail::require_floating(kOp, x, "x");
   const backend::Backend& be = detail::backend_of(x);
-  if (be.fuses_batch_norm_relu() && (x.dtype() == DType::f32 || be.reads_16bit_storage())) {
+  if (be.fuses_relu() && (x.dtype() == DType::f32 || be.reads_16bit_storage())) {
     return batch_norm_impl(x, gamma, beta, running_mean, running_var, training, momentum, eps,
                            true);
   }

@@ -208,6 +208,45 @@ Tensor binary_op(const char* name, Binary op, const Tensor& a, const Tensor& b) 
 Tensor add(const Tensor& a, const Tensor& b) {
   return binary_op("add", Binary::add, a, b);
 }
+
+Tensor add_relu(const Tensor& a, const Tensor& b) {
+  require_floating("add_relu", a, "a");
+  require_floating("add_relu", b, "b");
+  require_same_device("add_relu", {&a, &b});
+  const Shape shape = broadcast_shapes(a.shape(), b.shape(), "add_relu");
+  backend::Backend& be = backend_of(a);
+  const DType type = a.dtype();
+  const bool fused =
+      be.fuses_relu() && type == b.dtype() && (type == DType::f32 || binary_on_16bit(a, b));
+  if (!fused) return relu(add(a, b));
+  Tensor out = empty_on(a, shape, type);
+  if (out.numel() != 0) {
+    const Strides so = contiguous_strides(shape);
+    const Strides sa = backend::broadcast_strides(a.shape(), a.strides(), shape);
+    const Strides sb = backend::broadcast_strides(b.shape(), b.strides(), shape);
+    be.add_relu(backend::make_strided_plan<3>(shape, {&so, &sa, &sb}), type, a.raw_data(),
+                b.raw_data(), out.raw_data());
+  }
+  if (!grad_mode_enabled() || !(a.requires_grad() || b.requires_grad())) return out;
+  return autograd::record(
+      std::move(out), "add_relu", {a, b},
+      [y = out.detach(), type, need_a = a.requires_grad(), need_b = b.requires_grad(),
+       shape_a = a.shape(), shape_b = b.shape()](const Tensor& g) {
+        // relu's backward from the output, then add's (the gradient to both).
+        const Tensor gc = g.contiguous();
+        Tensor dz = empty_on(gc, gc.shape(), type);
+        if (type == DType::f32) {
+          backend_of(gc).unary_backward(Unary::relu, gc.data<float>(), nullptr, y.data<float>(),
+                                        dz.data<float>(), dz.numel(), 0.0F);
+        } else {
+          backend_of(gc).unary_backward_16(Unary::relu, type, gc.raw_data(), nullptr, y.raw_data(),
+                                           dz.raw_data(), dz.numel(), 0.0F);
+        }
+        Tensor da = need_a ? detail::sum_to(dz, shape_a).contiguous() : Tensor();
+        Tensor db = need_b ? detail::sum_to(dz, shape_b).contiguous() : Tensor();
+        return autograd::TensorList{da, db};
+      });
+}
 Tensor sub(const Tensor& a, const Tensor& b) {
   return binary_op("sub", Binary::sub, a, b);
 }

@@ -79,7 +79,7 @@ Tensor Block::forward(const Tensor& x, bool training) const {
   } else {
     h = bn2_.forward(conv2_.forward(h), training);
   }
-  return ops::relu(ops::add(h, shortcut(x, training)));
+  return ops::add_relu(h, shortcut(x, training));
 }
 
 }  // namespace rig_resnet

@@ -180,13 +180,16 @@ class Backend {
                                       const void* dy, const float* mean, const float* invstd,
                                       const float* gamma, bool batch_stats, void* dx, float* dgamma,
                                       float* dbeta);
-  // Batch norm with a relu after it, fused, on x, y, dy and dx of `type` (f32,
-  // or 16-bit where reads_16bit_storage()), where fuses_batch_norm_relu():
-  // apply writes relu(y) with the bits of batch_norm_apply(_16) then relu;
-  // backward takes that output as relu_y and gives the bits of relu's
-  // backward then batch_norm_backward(_16). Two passes over the activation
-  // fewer each way; the ops compose the two ops elsewhere.
-  virtual bool fuses_batch_norm_relu() const { return false; }
+  // A relu fused into the op before it, where fuses_relu(), on f32 or (where
+  // reads_16bit_storage()) 16-bit storage, with the bits of the two ops; the
+  // ops compose them elsewhere. Batch norm: apply writes relu(y) with the
+  // bits of batch_norm_apply(_16) then relu; backward takes that output as
+  // relu_y and gives the bits of relu's backward then
+  // batch_norm_backward(_16): two passes over the activation fewer each way.
+  // add_relu: out = relu(a + b) as binary(_16) add then relu, one pass.
+  virtual bool fuses_relu() const { return false; }
+  virtual void add_relu(const StridedPlan<3>& plan, DType type, const void* a, const void* b,
+                        void* out);
   virtual void batch_norm_apply_relu(const BatchNormShape& s, DType type, const void* x,
                                      const float* scale, const float* shift, void* y);
   virtual void batch_norm_backward_relu(const BatchNormShape& s, DType type, const void* x,
