@@ -103,8 +103,11 @@ stop=(--max_steps=800 "--model_params/hidden_sizes=[256,256]" --batch_size_per_g
   --print_loss_steps=500 --save_checkpoint_steps=1000000)
 check "${mpi[@]}" -n 2 "$rig" run "$exp" --logdir ref2stop --communicator=mpi "${stop[@]}" \
   --communicator_params/deterministic=true > /dev/null
-"$rig" run "$exp" --elastic --hosts localhost:2 --logdir stopped "${stop[@]}" \
-  --communicator_params/deterministic=true > stopped.log 2>&1 &
+# 5 ms a step (RIG_TEST_FAULT): 800 steps last 4 s or more, so the signal
+# comes mid-training however busy the machine is (at 0.5 ms a step, a loaded
+# machine's poll below saw step 20 only after the last step).
+RIG_TEST_FAULT=step_sleep_ms=5 "$rig" run "$exp" --elastic --hosts localhost:2 --logdir stopped \
+  "${stop[@]}" --communicator_params/deterministic=true > stopped.log 2>&1 &
 supervisor=$!
 for _ in $(seq 1 3000); do
   step=$(tr -d ' ' < stopped/.elastic-progress 2>/dev/null || true)

@@ -116,8 +116,10 @@ grep -q "(train mode): 131 parameters, 2 process(es)" ref.log ||
 
 echo "== scancel --signal=TERM preempts: a checkpoint, exit 143; srun --continue_learning, same bytes"
 set +e
-srun -n 2 -J "preempt$$" "$rig" run "$exp" --communicator=mpi --logdir "$work/pre" "${args[@]}" \
-  > pre.log 2>&1 &
+# 2 ms a step (RIG_TEST_FAULT): 3000 steps last 6 s or more, so the signal
+# comes mid-training however busy the machine is.
+RIG_TEST_FAULT=step_sleep_ms=2 srun -n 2 -J "preempt$$" "$rig" run "$exp" --communicator=mpi \
+  --logdir "$work/pre" "${args[@]}" > pre.log 2>&1 &
 job=$!
 set -e
 wait_for_step pre.log 200
@@ -136,7 +138,8 @@ same_as_reference pre
 
 echo "== rig run --elastic as an sbatch job: Slurm's SIGTERM stops it with a checkpoint; a second job resumes"
 elastic=("$rig" run "$exp" --elastic --nproc 2 --logdir "$work/el" "${args[@]}")
-jid=$(sbatch --parsable -n 2 -J "elastic$$" -o "$work/el1.log" --wrap "exec ${elastic[*]}")
+jid=$(RIG_TEST_FAULT=step_sleep_ms=2 sbatch --parsable -n 2 -J "elastic$$" -o "$work/el1.log" \
+  --wrap "exec ${elastic[*]}")
 wait_for_step el1.log 200
 check scancel --batch --signal=TERM "$jid"
 wait_job "$jid"

@@ -3,11 +3,13 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 
 namespace rig::launch {
 namespace {
@@ -16,6 +18,7 @@ struct Faults {
   std::optional<std::int64_t> crash_at_step;
   std::optional<int> crash_rank;
   std::optional<std::int64_t> kill_in_checkpoint;
+  std::int64_t step_sleep_ms = 0;
   std::string once;
 };
 
@@ -34,6 +37,7 @@ Faults parse_faults() {
     if (key == "crash_at_step") faults.crash_at_step = value;
     if (key == "crash_rank") faults.crash_rank = static_cast<int>(value);
     if (key == "kill_in_checkpoint") faults.kill_in_checkpoint = value;
+    if (key == "step_sleep_ms") faults.step_sleep_ms = value;
   }
   return faults;
 }
@@ -58,6 +62,7 @@ void die() {
 
 void test_fault_after_step(std::int64_t step, int rank) {
   const Faults& f = faults();
+  if (f.step_sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(f.step_sleep_ms));
   if (f.crash_at_step && *f.crash_at_step == step && (!f.crash_rank || *f.crash_rank == rank)) {
     die();
   }

@@ -6,6 +6,9 @@
 //                          after the model file and before state.yaml
 //   once=FILE              a fault fires only while FILE does not exist, and
 //                          creates it first (so that a restarted job runs on)
+//   step_sleep_ms=M        every step ends with an M ms sleep: a tiny model's
+//                          job lasts long enough for a signal to arrive
+//                          mid-training however loaded the machine is
 #pragma once
 
 #include <cstdint>
