@@ -327,7 +327,7 @@ void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const 
 void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const float* dy,
                      float* dx, float* dw, float* db) {
   const bool want_weights = dw != nullptr || db != nullptr;
-  const std::int64_t w_numel = s.c_out * (s.c_in / s.groups) * s.kernel_h * s.kernel_w;
+  const std::int64_t w_numel = s.w_elements();
   if (s.n == 0) {
     if (dw) std::fill(dw, dw + w_numel, 0.0F);
     if (db) std::fill(db, db + s.c_out, 0.0F);

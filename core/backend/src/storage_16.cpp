@@ -15,6 +15,11 @@ namespace {
                          " called on a back end that computes f32 storage only");
 }
 
+[[noreturn]] void not_fused(const char* entry) {
+  throw std::logic_error(std::string("Backend::") + entry +
+                         " called on a back end that does not fuse relu (fuses_relu() is false)");
+}
+
 }  // namespace
 
 void Backend::binary_16(Binary, const StridedPlan<3>&, DType, const void*, const void*, void*) {
@@ -82,19 +87,17 @@ void Backend::max_pool2d_backward_16(const Pool2dShape&, DType, const std::int32
 
 void Backend::batch_norm_apply_relu(const BatchNormShape&, DType, const void*, const float*,
                                     const float*, void*) {
-  throw std::logic_error(
-      "Backend::batch_norm_apply_relu called on a back end that does not fuse it");
+  not_fused("batch_norm_apply_relu");
 }
 
 void Backend::batch_norm_backward_relu(const BatchNormShape&, DType, const void*, const void*,
                                        const void*, const float*, const float*, const float*, bool,
                                        void*, float*, float*) {
-  throw std::logic_error(
-      "Backend::batch_norm_backward_relu called on a back end that does not fuse it");
+  not_fused("batch_norm_backward_relu");
 }
 
 void Backend::add_relu(const StridedPlan<3>&, DType, const void*, const void*, void*) {
-  throw std::logic_error("Backend::add_relu called on a back end that does not fuse it");
+  not_fused("add_relu");
 }
 
 }  // namespace rig::backend

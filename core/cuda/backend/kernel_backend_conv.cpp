@@ -52,20 +52,6 @@ void KernelDevice::conv2d_backward_filter_16(const backend::Conv2dShape&, DType,
   throw std::logic_error("16-bit convolution asked of a cuda device without it");
 }
 
-namespace {
-
-std::int64_t x_elements(const backend::Conv2dShape& s) {
-  return s.n * s.c_in * s.h * s.w;
-}
-std::int64_t w_elements(const backend::Conv2dShape& s) {
-  return s.c_out * (s.c_in / s.groups) * s.kernel_h * s.kernel_w;
-}
-std::int64_t y_elements(const backend::Conv2dShape& s) {
-  return s.n * s.c_out * s.out_h * s.out_w;
-}
-
-}  // namespace
-
 // n elements of `type` at src as an f32 scratch buffer (null src: none).
 DeviceScratch KernelBackend::f32_copy(DType type, const void* src, std::int64_t n) {
   if (src == nullptr) return {};
@@ -76,15 +62,16 @@ DeviceScratch KernelBackend::f32_copy(DType type, const void* src, std::int64_t 
 
 void KernelBackend::conv2d_forward_16(const backend::Conv2dShape& s, DType type, const void* x,
                                       const void* w, void* y) {
-  if (y_elements(s) == 0) return;
+  if (s.y_elements() == 0) return;
   if (device_->conv2d_16(s, type)) {
     device_->conv2d_forward_16(s, type, x, w, y);
     return;
   }
-  const DeviceScratch xf = f32_copy(type, x, x_elements(s)), wf = f32_copy(type, w, w_elements(s));
-  DeviceScratch yf = scratch(static_cast<std::size_t>(y_elements(s)) * sizeof(float));
+  const DeviceScratch xf = f32_copy(type, x, s.x_elements()),
+                      wf = f32_copy(type, w, s.w_elements());
+  DeviceScratch yf = scratch(static_cast<std::size_t>(s.y_elements()) * sizeof(float));
   device_->conv2d_forward(s, xf.as<float>(), wf.as<float>(), yf.as<float>());
-  copy_strided({y_elements(s)}, y, {1}, type, yf.as<float>(), {1}, DType::f32);
+  copy_strided({s.y_elements()}, y, {1}, type, yf.as<float>(), {1}, DType::f32);
 }
 
 void KernelBackend::conv2d_backward_16(const backend::Conv2dShape& s, DType type, const void* x,
@@ -94,18 +81,18 @@ void KernelBackend::conv2d_backward_16(const backend::Conv2dShape& s, DType type
     if (dw != nullptr) device_->conv2d_backward_filter_16(s, type, x, dy, dw);
     return;
   }
-  const DeviceScratch dyf = f32_copy(type, dy, y_elements(s));
+  const DeviceScratch dyf = f32_copy(type, dy, s.y_elements());
   if (dx != nullptr) {
-    const DeviceScratch wf = f32_copy(type, w, w_elements(s));
-    DeviceScratch dxf = scratch(static_cast<std::size_t>(x_elements(s)) * sizeof(float));
+    const DeviceScratch wf = f32_copy(type, w, s.w_elements());
+    DeviceScratch dxf = scratch(static_cast<std::size_t>(s.x_elements()) * sizeof(float));
     device_->conv2d_backward_data(s, wf.as<float>(), dyf.as<float>(), dxf.as<float>());
-    copy_strided({x_elements(s)}, dx, {1}, type, dxf.as<float>(), {1}, DType::f32);
+    copy_strided({s.x_elements()}, dx, {1}, type, dxf.as<float>(), {1}, DType::f32);
   }
   if (dw != nullptr) {
-    const DeviceScratch xf = f32_copy(type, x, x_elements(s));
-    DeviceScratch dwf = scratch(static_cast<std::size_t>(w_elements(s)) * sizeof(float));
+    const DeviceScratch xf = f32_copy(type, x, s.x_elements());
+    DeviceScratch dwf = scratch(static_cast<std::size_t>(s.w_elements()) * sizeof(float));
     device_->conv2d_backward_filter(s, xf.as<float>(), dyf.as<float>(), dwf.as<float>());
-    copy_strided({w_elements(s)}, dw, {1}, type, dwf.as<float>(), {1}, DType::f32);
+    copy_strided({s.w_elements()}, dw, {1}, type, dwf.as<float>(), {1}, DType::f32);
   }
 }
 

@@ -111,9 +111,9 @@ Work work_of(const kernels::AdamUpdateKernel& k) {
   return {"f32", k.n, streams * 4.0 * static_cast<double>(k.n)};
 }
 
+// 2 per multiply-add: each output sums (c_in / groups) kh kw products.
 double conv_flops(const backend::Conv2dShape& s) {
-  return 2.0 * static_cast<double>(s.n * s.c_out * s.out_h * s.out_w) *
-         static_cast<double>((s.c_in / s.groups) * s.kernel_h * s.kernel_w);
+  return 2.0 * static_cast<double>(s.y_elements()) * static_cast<double>(s.w_elements() / s.c_out);
 }
 
 // The census's lines, by name and detail, and the file they are written to.

@@ -7,7 +7,6 @@
 #include "backend/caching_allocator.hpp"
 #include "cuda/backend/kernel_backend.hpp"
 #include "cuda/gemm/lt_interpreter.hpp"
-#include "rig/half.hpp"
 #include "simt/emulator.hpp"
 
 namespace rig::cuda {
@@ -20,23 +19,17 @@ backend::Conv2dShape without_bias(backend::Conv2dShape s) {
   return s;
 }
 
-// n elements of a 16-bit `type` at src as f32 values (exact: f32 holds every f16 and bf16).
-std::vector<float> widened(DType type, const void* src, std::int64_t n) {
-  std::vector<float> out(static_cast<std::size_t>(n));
-  const auto* bits = static_cast<const std::uint16_t*>(src);
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    out[i] = type == DType::bf16 ? bfloat16_bits_to_float(bits[i]) : half_bits_to_float(bits[i]);
-  }
-  return out;
+// n elements of `from` at src converted to `to` at dst by the CPU back end
+// (widening is exact; narrowing rounds to nearest even, as the GPU stores).
+void converted(std::int64_t n, void* dst, DType to, const void* src, DType from) {
+  backend::cpu_backend().copy_strided({n}, dst, {1}, to, src, {1}, from);
 }
 
-// f32 values rounded to nearest even into a 16-bit `type` at dst.
-void narrowed(DType type, const std::vector<float>& values, void* dst) {
-  auto* bits = static_cast<std::uint16_t*>(dst);
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    bits[i] =
-        type == DType::bf16 ? float_to_bfloat16_bits(values[i]) : float_to_half_bits(values[i]);
-  }
+// n elements of a 16-bit `type` at src as f32 values.
+std::vector<float> widened(DType type, const void* src, std::int64_t n) {
+  std::vector<float> out(static_cast<std::size_t>(n));
+  converted(n, out.data(), DType::f32, src, type);
+  return out;
 }
 
 class EmulatedDevice final : public KernelDevice {
@@ -82,27 +75,27 @@ class EmulatedDevice final : public KernelDevice {
   }
   void conv2d_forward_16(const backend::Conv2dShape& s, DType type, const void* x, const void* w,
                          void* y) override {
-    const std::vector<float> xf = widened(type, x, s.n * s.c_in * s.h * s.w);
-    const std::vector<float> wf = widened(type, w, weight_elements(s));
-    std::vector<float> yf(static_cast<std::size_t>(s.n * s.c_out * s.out_h * s.out_w));
+    const std::vector<float> xf = widened(type, x, s.x_elements());
+    const std::vector<float> wf = widened(type, w, s.w_elements());
+    std::vector<float> yf(static_cast<std::size_t>(s.y_elements()));
     conv2d_forward(s, xf.data(), wf.data(), yf.data());
-    narrowed(type, yf, y);
+    converted(s.y_elements(), y, type, yf.data(), DType::f32);
   }
   void conv2d_backward_data_16(const backend::Conv2dShape& s, DType type, const void* w,
                                const void* dy, void* dx) override {
-    const std::vector<float> wf = widened(type, w, weight_elements(s));
-    const std::vector<float> dyf = widened(type, dy, s.n * s.c_out * s.out_h * s.out_w);
-    std::vector<float> dxf(static_cast<std::size_t>(s.n * s.c_in * s.h * s.w));
+    const std::vector<float> wf = widened(type, w, s.w_elements());
+    const std::vector<float> dyf = widened(type, dy, s.y_elements());
+    std::vector<float> dxf(static_cast<std::size_t>(s.x_elements()));
     conv2d_backward_data(s, wf.data(), dyf.data(), dxf.data());
-    narrowed(type, dxf, dx);
+    converted(s.x_elements(), dx, type, dxf.data(), DType::f32);
   }
   void conv2d_backward_filter_16(const backend::Conv2dShape& s, DType type, const void* x,
                                  const void* dy, void* dw) override {
-    const std::vector<float> xf = widened(type, x, s.n * s.c_in * s.h * s.w);
-    const std::vector<float> dyf = widened(type, dy, s.n * s.c_out * s.out_h * s.out_w);
-    std::vector<float> dwf(static_cast<std::size_t>(weight_elements(s)));
+    const std::vector<float> xf = widened(type, x, s.x_elements());
+    const std::vector<float> dyf = widened(type, dy, s.y_elements());
+    std::vector<float> dwf(static_cast<std::size_t>(s.w_elements()));
     conv2d_backward_filter(s, xf.data(), dyf.data(), dwf.data());
-    narrowed(type, dwf, dw);
+    converted(s.w_elements(), dw, type, dwf.data(), DType::f32);
   }
 
   void to_host(void* host, const void* src, std::size_t bytes) override {
@@ -127,10 +120,6 @@ class EmulatedDevice final : public KernelDevice {
     // Each launch interleaves its threads differently (a race shows up as
     // results that change between runs of a test).
     simt::emulate(shape, kernel, simt::EmulatorOptions{.seed = ++launches_});
-  }
-
-  static std::int64_t weight_elements(const backend::Conv2dShape& s) {
-    return s.c_out * (s.c_in / s.groups) * s.kernel_h * s.kernel_w;
   }
 
   simt::DeviceProperties properties_;

@@ -330,12 +330,8 @@ struct BatchNormApply {
     const ElementType ty = type;
     const bool rl = relu;
     batch_norm_detail::for_elements(ctx, n, c, inner, [&](std::int64_t t, std::int64_t ch) {
-      float v = ::fmaf(load_element(xs, ty, t), sc[ch], sh[ch]);
-      if (rl) {
-        v = round_element(ty, v);
-        v = v < 0.0F ? 0.0F : v;
-      }
-      store_element(ys, ty, t, v);
+      const float v = ::fmaf(load_element(xs, ty, t), sc[ch], sh[ch]);
+      store_element(ys, ty, t, rl ? relu_of_stored(ty, v) : v);
     });
   }
 };

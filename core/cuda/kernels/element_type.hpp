@@ -36,16 +36,21 @@ RIG_HD_INLINE void store_element(void* data, ElementType type, std::int64_t i, f
   }
 }
 
-// v as `type` stores it: rounded to nearest even for f16 / bf16.
-RIG_HD_INLINE float round_element(ElementType type, float v) {
+// relu of v as `type` stores it (rounded to nearest even for f16 / bf16),
+// with relu's rule (x < 0 ? 0 : x: -0 and NaN kept): the bits of storing v
+// and then running relu on the stored value, for kernels that fuse a relu.
+RIG_HD_INLINE float relu_of_stored(ElementType type, float v) {
   switch (type) {
     case ElementType::f16:
-      return half_bits_to_float(float_to_half_bits(v));
+      v = half_bits_to_float(float_to_half_bits(v));
+      break;
     case ElementType::bf16:
-      return bfloat16_bits_to_float(float_to_bfloat16_bits(v));
+      v = bfloat16_bits_to_float(float_to_bfloat16_bits(v));
+      break;
     default:
-      return v;
+      break;
   }
+  return v < 0.0F ? 0.0F : v;
 }
 
 }  // namespace rig::kernels

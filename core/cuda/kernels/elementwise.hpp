@@ -220,12 +220,9 @@ struct BinaryKernel {
     for (std::int64_t i = global_thread(ctx); i < n; i += grid_threads(ctx)) {
       std::int64_t off[3];
       strided_offsets(i, ndim, shape, strides, off);
-      float v = binary_value(op, load_element(a, type, off[1]), load_element(b, type, off[2]));
-      if (relu) {
-        v = round_element(type, v);
-        v = v < 0.0F ? 0.0F : v;
-      }
-      store_element(out, type, off[0], v);
+      const float v =
+          binary_value(op, load_element(a, type, off[1]), load_element(b, type, off[2]));
+      store_element(out, type, off[0], relu ? relu_of_stored(type, v) : v);
     }
   }
 };

@@ -142,6 +142,10 @@ struct Conv2dShape {
   // at bf16 matmul precision, where 16-bit activations and weights arrive
   // as bf16 values that TF32 holds exactly. The CPU computes in f32 either way.
   bool allow_tf32 = false;
+
+  std::int64_t x_elements() const { return n * c_in * h * w; }
+  std::int64_t w_elements() const { return c_out * (c_in / groups) * kernel_h * kernel_w; }
+  std::int64_t y_elements() const { return n * c_out * out_h * out_w; }
 };
 
 struct Pool2dShape {
