@@ -154,6 +154,58 @@ TEST(KernelElementwise, BiasActivationMatchesCpu) {
   }
 }
 
+TEST(KernelElementwise, BiasReluDropoutStoreIsBiasActivationDropoutAndACast) {
+  const RandomKey key{7, 3, 1, 99};
+  for (const std::int64_t rows : {1, 3, 37}) {
+    for (const std::int64_t cols : {1, 33, 100}) {  // n % 4 != 0 included: a partial block
+      for (const bool relu : {false, true}) {
+        for (const float p : {0.0F, 0.3F}) {
+          for (const ElementType type : {ElementType::bf16, ElementType::f16}) {
+            const bool with_bias = (rows + cols) % 2 == 0 || relu;
+            SCOPED_TRACE(::testing::Message()
+                         << rows << "x" << cols << " relu " << relu << " p " << p << " f16 "
+                         << (type == ElementType::f16) << " bias " << with_bias);
+            const auto n = static_cast<std::size_t>(rows * cols);
+            std::vector<float> y = uniform(rows * cols, -3.0F, 3.0F, 21);
+            y[0] = -0.0F;  // relu keeps -0 (v < 0 is false), as the CPU
+            const std::vector<float> bias = uniform(cols, -1.0F, 1.0F, 22);
+            const Activation act = relu ? Activation::relu : Activation::none;
+            const float scale = 1.0F / (1.0F - p);
+            std::vector<float> want = y;
+            cpu().bias_activation(want.data(), nullptr, with_bias ? bias.data() : nullptr, rows,
+                                  cols, act);
+            if (p > 0.0F) {
+              cpu().dropout_forward(key, p, scale, DType::f32, want.data(), want.data(),
+                                    rows * cols, nullptr);
+            }
+            std::vector<std::uint16_t> got(n, 0x7777);
+            BiasReluDropoutStore k;
+            k.y = y.data();
+            k.bias = with_bias ? bias.data() : nullptr;
+            k.out = got.data();
+            k.type = type;
+            k.rows = rows;
+            k.cols = cols;
+            k.relu = relu;
+            if (p > 0.0F) {
+              k.dropped = true;
+              k.stream = math::PhiloxStream::of(key.seed, key.step, key.rank, key.purpose);
+              k.threshold = math::dropout_threshold(p);
+              k.scale = scale;
+            }
+            run(k);
+            for (std::size_t i = 0; i < n; ++i) {
+              const std::uint16_t bits = type == ElementType::bf16 ? float_to_bfloat16_bits(want[i])
+                                                                   : float_to_half_bits(want[i]);
+              ASSERT_EQ(got[i], bits) << "element " << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(KernelElementwise, ActivationBackwardMatchesCpu) {
   for (const std::int64_t rows : {1, 37, 64, 65, 150}) {
     for (const std::int64_t cols : {1, 33, 70}) {

@@ -5,6 +5,7 @@
 // of f32 tensors holding the same values, rounded to the inputs' dtypes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -73,6 +74,37 @@ TEST(Emulated16BitOps, LinearWritesDxAndDwInBf16WithTheBitsOfItsFloat32Copies) {
         EXPECT_TRUE(same(b16.grad(), b32.grad())) << "db";
       }
     }
+  }
+}
+
+TEST(Emulated16BitOps, LinearWithReluAndDropoutRoundsOnceAndKeepsTheBf16Output) {
+  // bias + relu + output dropout + rounding in one pass (bias_activation_16),
+  // relu's backward from the kept bf16 y: the f32 layer's bits throughout.
+  const rig::Device dev = emulated_cuda();
+  const Tensor x = random({4, 9, 40}, 11), w = random({64, 40}, 12), b = random({64}, 13);
+  const Tensor up = random({4, 9, 64}, 14).to(dev).to(DType::bf16);
+  const rig::ops::MatmulPrecisionScope bf16(rig::MatmulPrecision::bf16);
+  const rig::RandomKey key{3, 8, 0, 21};
+  for (const float p : {0.0F, 0.4F}) {
+    SCOPED_TRACE(::testing::Message() << "p " << p);
+    const rig::ops::OutputDropout dropout{p, key};
+    Tensor x16 = leaf(x, DType::bf16, dev), w16 = leaf(w, DType::bf16, dev);
+    Tensor b16 = leaf(b, DType::bf16, dev);
+    const Tensor y16 = rig::ops::linear(x16, w16, b16, rig::ops::Activation::relu, dropout);
+    rig::ops::sum(rig::ops::mul(y16, up)).backward();
+    Tensor x32 = leaf(x, DType::f32, dev), w32 = leaf(w, DType::f32, dev);
+    Tensor b32 = leaf(b, DType::f32, dev);
+    const Tensor y32 = rig::ops::linear(x32, w32, b32, rig::ops::Activation::relu, dropout);
+    rig::ops::sum(rig::ops::mul(y32.to(DType::bf16), up)).backward();
+    EXPECT_EQ(y16.dtype(), DType::bf16);
+    EXPECT_TRUE(same(y16.detach(), y32.detach())) << "y";
+    EXPECT_TRUE(same(x16.grad(), x32.grad())) << "dx";
+    EXPECT_TRUE(same(w16.grad(), w32.grad())) << "dW";
+    EXPECT_TRUE(same(b16.grad(), b32.grad())) << "db";
+    // Dropout dropped some of the positive outputs, and the same ones.
+    const std::vector<float> kept = y16.to_host().to(DType::f32).to_vector();
+    const auto zeros = std::count(kept.begin(), kept.end(), 0.0F);
+    EXPECT_GT(zeros, p > 0.0F ? 9 * 64 * 4 / 2 + 50 : 100);
   }
 }
 

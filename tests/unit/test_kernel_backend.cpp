@@ -818,23 +818,65 @@ TEST(KernelBackend16Bit, UnaryIsTheF32PathRounded) {
   }
 }
 
-TEST(KernelBackend16Bit, ActivationBackwardFromBf16IsTheF32Path) {
-  // 70 rows: db's two stages. g in bf16 against the same values in f32.
+TEST(KernelBackend16Bit, ActivationBackward16IsTheF32Path) {
+  // 70 rows: db's two stages. g and saved in bf16 against the same values in f32.
   const std::int64_t rows = 70, cols = 24;
   const auto n = static_cast<std::size_t>(rows * cols);
   const std::vector<std::uint16_t> gb = bits_of(uniform(n, 421), DType::bf16);
-  const Dev<std::uint16_t> g16(gb), dz_a(n), dz_b(n);
-  const Dev<float> g32(values_of(gb, DType::bf16)), saved(uniform(n, 422));
+  const std::vector<std::uint16_t> sb = bits_of(uniform(n, 422), DType::bf16);
+  const Dev<std::uint16_t> g16(gb), saved16(sb), dz_a(n), dz_b(n);
+  const Dev<float> g32(values_of(gb, DType::bf16)), saved32(values_of(sb, DType::bf16));
   const Dev<float> db_a(static_cast<std::size_t>(cols)), db_b(static_cast<std::size_t>(cols));
   for (const Activation act : {Activation::none, Activation::relu, Activation::gelu}) {
-    SCOPED_TRACE(static_cast<int>(act));
-    emu().activation_backward_bf16(act, g32.get(), saved.get(), dz_a.get(), db_a.get(), rows, cols,
-                                   1.25F);
-    emu().activation_backward_from_bf16(act, g16.get(), saved.get(), dz_b.get(), db_b.get(), rows,
-                                        cols, 1.25F);
-    EXPECT_EQ(dz_b.host(), dz_a.host());
-    EXPECT_EQ(db_b.host(), db_a.host());
+    for (const DType g_type : {DType::f32, DType::bf16}) {
+      for (const DType saved_type : {DType::f32, DType::bf16}) {
+        SCOPED_TRACE(::testing::Message() << static_cast<int>(act) << " g " << dtype_name(g_type)
+                                          << " saved " << dtype_name(saved_type));
+        emu().activation_backward_bf16(act, g32.get(), saved32.get(), dz_a.get(), db_a.get(), rows,
+                                       cols, 1.25F);
+        const void* g = g_type == DType::bf16 ? static_cast<const void*>(g16.get()) : g32.get();
+        const void* saved =
+            saved_type == DType::bf16 ? static_cast<const void*>(saved16.get()) : saved32.get();
+        emu().activation_backward_16(act, g_type, g, saved_type, saved, dz_b.get(), db_b.get(),
+                                     rows, cols, 1.25F);
+        EXPECT_EQ(dz_b.host(), dz_a.host());
+        EXPECT_EQ(db_b.host(), db_a.host());
+      }
+    }
   }
+  EXPECT_THROW(emu().activation_backward_16(Activation::relu, DType::f16, g16.get(), DType::f32,
+                                            saved32.get(), dz_b.get(), nullptr, rows, cols, 1.0F),
+               std::invalid_argument);
+}
+
+TEST(KernelBackend16Bit, BiasActivation16IsBiasActivationDropoutAndACast) {
+  const std::int64_t rows = 9, cols = 37;
+  const auto n = static_cast<std::size_t>(rows * cols);
+  const std::vector<float> y = uniform(n, 423, -2.0F, 2.0F);
+  const std::vector<float> bias = uniform(static_cast<std::size_t>(cols), 424);
+  const Dev<float> y_dev(y), bias_dev(bias), composed(n);
+  const Dev<std::uint16_t> fused(n);
+  const RandomKey key{5, 11, 0, 3};
+  for (const Activation act : {Activation::none, Activation::relu}) {
+    for (const bool dropped : {false, true}) {
+      for (const DType type : {DType::bf16, DType::f16}) {
+        SCOPED_TRACE(::testing::Message()
+                     << static_cast<int>(act) << " dropped " << dropped << " " << dtype_name(type));
+        const Dev<float> work(y);
+        emu().bias_activation(work.get(), nullptr, bias_dev.get(), rows, cols, act);
+        if (dropped) {
+          emu().dropout_forward(key, 0.25F, 4.0F / 3.0F, DType::f32, work.get(), work.get(),
+                                rows * cols, nullptr);
+        }
+        emu().bias_activation_16(type, y_dev.get(), bias_dev.get(), rows, cols, act,
+                                 dropped ? &key : nullptr, 0.25F, 4.0F / 3.0F, fused.get());
+        EXPECT_EQ(fused.host(), bits_of(work.host(), type));
+      }
+    }
+  }
+  EXPECT_THROW(emu().bias_activation_16(DType::bf16, y_dev.get(), nullptr, rows, cols,
+                                        Activation::gelu, nullptr, 0.0F, 1.0F, fused.get()),
+               std::invalid_argument);
 }
 
 TEST(KernelBackend16Bit, BatchNormIsTheF32PathRounded) {

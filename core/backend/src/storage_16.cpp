@@ -35,10 +35,14 @@ void Backend::unary_backward_16(Unary, DType, const void*, const void*, const vo
   f32_only("unary_backward_16");
 }
 
-void Backend::activation_backward_from_bf16(Activation, const std::uint16_t*, const float*,
-                                            std::uint16_t*, float*, std::int64_t, std::int64_t,
-                                            float) {
-  f32_only("activation_backward_from_bf16");
+void Backend::activation_backward_16(Activation, DType, const void*, DType, const void*,
+                                     std::uint16_t*, float*, std::int64_t, std::int64_t, float) {
+  f32_only("activation_backward_16");
+}
+
+void Backend::bias_activation_16(DType, const float*, const float*, std::int64_t, std::int64_t,
+                                 Activation, const RandomKey*, float, float, void*) {
+  f32_only("bias_activation_16");
 }
 
 void Backend::batch_norm_stats_16(const BatchNormShape&, DType, const void*, float*, float*) {

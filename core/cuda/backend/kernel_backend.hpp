@@ -86,10 +86,12 @@ class KernelBackend final : public backend::Backend {
   void activation_backward_bf16(Activation activation, const float* g, const float* saved,
                                 std::uint16_t* dz_bf16, float* db, std::int64_t rows,
                                 std::int64_t cols, float relu_scale) override;
-  void activation_backward_from_bf16(Activation activation, const std::uint16_t* g,
-                                     const float* saved, std::uint16_t* dz_bf16, float* db,
-                                     std::int64_t rows, std::int64_t cols,
-                                     float relu_scale) override;
+  void activation_backward_16(Activation activation, DType g_type, const void* g, DType saved_type,
+                              const void* saved, std::uint16_t* dz_bf16, float* db,
+                              std::int64_t rows, std::int64_t cols, float relu_scale) override;
+  void bias_activation_16(DType type, const float* y, const float* bias, std::int64_t rows,
+                          std::int64_t cols, Activation activation, const RandomKey* dropout_key,
+                          float p, float scale, void* out) override;
 
   void sum_all(const float* x, std::int64_t n, double divisor, float* out) override;
   void sum_squares(const float* x, std::int64_t n, double divisor, float* out) override;

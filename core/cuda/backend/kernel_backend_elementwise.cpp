@@ -1,6 +1,9 @@
 // KernelBackend: elementwise ops, bias + activation and its backward.
 #include "cuda/backend/kernel_backend.hpp"
 
+#include <stdexcept>
+#include <string>
+
 namespace rig::cuda {
 
 void KernelBackend::unary(backend::Unary op, const float* x, float* y, std::int64_t n,
@@ -167,15 +170,58 @@ void KernelBackend::activation_backward_bf16(Activation activation, const float*
       {activation, g, saved, nullptr, dz_bf16, nullptr, rows, cols, relu_scale}, db);
 }
 
-void KernelBackend::activation_backward_from_bf16(Activation activation, const std::uint16_t* g,
-                                                  const float* saved, std::uint16_t* dz_bf16,
-                                                  float* db, std::int64_t rows, std::int64_t cols,
-                                                  float relu_scale) {
-  kernels::ActivationBackward k{activation, nullptr, saved, nullptr,   dz_bf16,
-                                nullptr,    rows,    cols,  relu_scale};
-  k.g_bf16 = g;
+void KernelBackend::activation_backward_16(Activation activation, DType g_type, const void* g,
+                                           DType saved_type, const void* saved,
+                                           std::uint16_t* dz_bf16, float* db, std::int64_t rows,
+                                           std::int64_t cols, float relu_scale) {
+  const auto f32_or_bf16 = [](DType type, const char* what) {
+    if (type != DType::f32 && type != DType::bf16) {
+      throw std::invalid_argument(std::string("activation_backward_16: ") + what + " is " +
+                                  std::string(dtype_name(type)) + ", not f32 or bf16");
+    }
+    return type == DType::bf16;
+  };
+  const bool g_bf16 = f32_or_bf16(g_type, "g");
+  const bool saved_bf16 = f32_or_bf16(saved_type, "saved");
+  kernels::ActivationBackward k{activation,
+                                g_bf16 ? nullptr : static_cast<const float*>(g),
+                                saved_bf16 ? nullptr : static_cast<const float*>(saved),
+                                nullptr,
+                                dz_bf16,
+                                nullptr,
+                                rows,
+                                cols,
+                                relu_scale};
+  if (g_bf16) k.g_bf16 = static_cast<const std::uint16_t*>(g);
+  if (saved_bf16) k.saved_bf16 = static_cast<const std::uint16_t*>(saved);
   activation_backward_with([this](const auto& run_k) { run(run_k); },
                            [this](std::size_t bytes) { return scratch(bytes); }, k, db);
+}
+
+void KernelBackend::bias_activation_16(DType type, const float* y, const float* bias,
+                                       std::int64_t rows, std::int64_t cols, Activation activation,
+                                       const RandomKey* dropout_key, float p, float scale,
+                                       void* out) {
+  if (activation != Activation::none && activation != Activation::relu) {
+    throw std::invalid_argument(
+        "bias_activation_16: the activation must be none or relu (the others keep an f32 y)");
+  }
+  kernels::BiasReluDropoutStore k;
+  k.y = y;
+  k.bias = bias;
+  k.out = out;
+  k.type = element_type(type, "bias_activation_16");
+  k.rows = rows;
+  k.cols = cols;
+  k.relu = activation == Activation::relu;
+  if (dropout_key != nullptr) {
+    k.dropped = true;
+    k.stream = math::PhiloxStream::of(dropout_key->seed, dropout_key->step, dropout_key->rank,
+                                      dropout_key->purpose);
+    k.threshold = math::dropout_threshold(p);
+    k.scale = scale;
+  }
+  run(k);
 }
 
 }  // namespace rig::cuda

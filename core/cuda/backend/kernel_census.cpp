@@ -101,6 +101,77 @@ Work work_of(const kernels::LayerNormForward& k) {
   const std::int64_t n = k.rows * k.d;
   return {type_name(k.type), n, 2.0 * static_cast<double>(n) * type_bytes(k.type)};
 }
+Work work_of(const kernels::LayerNormBackwardDx& k) {
+  const std::int64_t n = k.rows * k.d;
+  return {type_name(k.type), n, 3.0 * static_cast<double>(n) * type_bytes(k.type)};
+}
+Work work_of(const kernels::LayerNormBackwardParams& k) {
+  const std::int64_t n = k.rows * k.d;
+  return {type_name(k.type), n, 2.0 * static_cast<double>(n) * type_bytes(k.type)};
+}
+Work work_of(const kernels::SoftmaxForward& k) {
+  const std::int64_t n = k.rows * k.cols;
+  const double mask = k.mask != nullptr ? 1.0 : 0.0;
+  return {type_name(k.type), n, static_cast<double>(n) * (2.0 * type_bytes(k.type) + mask)};
+}
+Work work_of(const kernels::SoftmaxBackward& k) {
+  const std::int64_t n = k.rows * k.cols;
+  return {type_name(k.type), n, 3.0 * static_cast<double>(n) * type_bytes(k.type)};
+}
+Work work_of(const kernels::CrossEntropyForward& k) {
+  const std::int64_t n = k.rows * k.c;
+  return {type_name(k.type), n, static_cast<double>(n) * type_bytes(k.type)};
+}
+Work work_of(const kernels::CrossEntropyBackward& k) {
+  const std::int64_t n = k.rows * k.c;
+  return {type_name(k.type), n, 2.0 * static_cast<double>(n) * type_bytes(k.type)};
+}
+// y read and written in place (f32, or `type` for 16-bit storage); pre written for gelu.
+Work work_of(const kernels::BiasActivation& k) {
+  const std::int64_t n = k.rows * k.cols;
+  const double streams = k.pre != nullptr && k.activation == Activation::gelu ? 3.0 : 2.0;
+  return {type_name(k.type), n, streams * static_cast<double>(n) * type_bytes(k.type)};
+}
+// The f32 product read, `type` written.
+Work work_of(const kernels::BiasReluDropoutStore& k) {
+  const std::int64_t n = k.rows * k.cols;
+  return {fmt::format("f32 -> {}", type_name(k.type)), n,
+          static_cast<double>(n) * (4.0 + type_bytes(k.type))};
+}
+// g and saved read, dz written (each f32 or bf16).
+Work work_of(const kernels::ActivationBackward& k) {
+  const std::int64_t n = k.rows * k.cols;
+  const double g = k.g_bf16 != nullptr ? 2.0 : k.g != nullptr ? 4.0 : 0.0;
+  const double saved = k.saved_bf16 != nullptr ? 2.0 : k.saved != nullptr ? 4.0 : 0.0;
+  const double dz = (k.dz != nullptr ? 4.0 : 0.0) + (k.dz_bf16 != nullptr ? 2.0 : 0.0);
+  return {fmt::format("g {} saved {} dz {}", g == 2.0 ? "bf16" : "f32",
+                      saved == 2.0   ? "bf16"
+                      : saved == 4.0 ? "f32"
+                                     : "none",
+                      k.dz_bf16 != nullptr ? "bf16" : "f32"),
+          n, static_cast<double>(n) * (g + saved + dz)};
+}
+Work work_of(const kernels::MaxPool2dForward& k) {
+  const std::int64_t in = k.s.planes * k.s.in_size(), out = k.s.planes * k.s.out_size();
+  const double index = k.index != nullptr ? 4.0 : 0.0;
+  return {type_name(k.type), in,
+          static_cast<double>(in) * type_bytes(k.type) +
+              static_cast<double>(out) * (type_bytes(k.type) + index)};
+}
+Work work_of(const kernels::MaxPool2dBackward& k) {
+  const std::int64_t in = k.s.planes * k.s.in_size(), out = k.s.planes * k.s.out_size();
+  return {type_name(k.type), in,
+          static_cast<double>(in) * type_bytes(k.type) +
+              static_cast<double>(out) * (type_bytes(k.type) + 4.0)};
+}
+Work work_of(const kernels::GlobalAvgPoolForward& k) {
+  const std::int64_t n = k.planes * k.size;
+  return {"f32", n, 4.0 * static_cast<double>(n + k.planes)};
+}
+Work work_of(const kernels::GlobalAvgPoolBackward& k) {
+  const std::int64_t n = k.planes * k.size;
+  return {"f32", n, 4.0 * static_cast<double>(n + k.planes)};
+}
 Work work_of(const kernels::SgdUpdateKernel& k) {
   const double streams =
       k.buffer != nullptr ? 5.0 : 3.0;  // p and buffer read and written, grad read

@@ -36,7 +36,8 @@
   X(AdamUpdateKernel) X(SgdUpdateKernel) X(NovogradUpdateKernel) \
   X(UnscalePartials) X(UnscaleFinish) \
   X(DropoutForward) X(DropoutBackward) \
-  X(UnaryForward) X(UnaryBackward) X(BinaryKernel) X(BiasActivation) X(ActivationBackward) \
+  X(UnaryForward) X(UnaryBackward) X(BinaryKernel) X(BiasActivation) X(BiasReluDropoutStore) \
+  X(ActivationBackward) \
   X(ColumnTotals) \
   X(CopyStrided) X(FillStrided) X(CopyContiguous) \
   X(SumPartials) X(SumFinish) X(SumAxis) X(MaxAxis) X(MaxAxisBackward) \

@@ -15,6 +15,8 @@ template void run<kernels::UnscalePartials>(const kernels::UnscalePartials&, cud
 template void run<kernels::UnscaleFinish>(const kernels::UnscaleFinish&, cudaStream_t);
 template void run<kernels::DropoutForward>(const kernels::DropoutForward&, cudaStream_t);
 template void run<kernels::DropoutBackward>(const kernels::DropoutBackward&, cudaStream_t);
+template void run<kernels::BiasReluDropoutStore>(const kernels::BiasReluDropoutStore&,
+                                                 cudaStream_t);
 template void run<kernels::BinaryKernel>(const kernels::BinaryKernel&, cudaStream_t);
 template void run<kernels::CopyStrided>(const kernels::CopyStrided&, cudaStream_t);
 template void run<kernels::FillStrided>(const kernels::FillStrided&, cudaStream_t);

@@ -6,7 +6,9 @@
 // the back end can); other f16/bf16 inputs are computed in f32 and the
 // result cast back to x's dtype.
 // With an output dropout (after relu) the dropout runs in place on y, and y
-// is all backward keeps: relu' times the mask is (y > 0) * scale.
+// is all backward keeps: relu' times the mask is (y > 0) * scale. On a back
+// end that reads 16-bit storage, a bf16 layer's bias, relu, dropout and
+// rounding are one pass over the f32 product, and the bf16 y is kept.
 // At bf16 matmul precision, on a backend that rounds operands ahead of its
 // products (the CPU), x and W are rounded once, used by the forward product
 // and kept for backward (x in bf16: half its f32 size).
@@ -85,6 +87,11 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
   const bool y_bf16 = bf16_operands && !b.defined() && activation == Activation::none &&
                       dropout.p == 0.0F && be.gemm_writes_bf16();
   Tensor y = detail::empty_on(xc, out_shape, y_bf16 ? DType::bf16 : DType::f32);
+  // Else, a back end that reads 16-bit storage adds the bias, applies relu
+  // and the dropout and rounds y to bf16 in one pass over the f32 product;
+  // relu's backward then reads the bf16 y (its sign is the f32 y's).
+  const bool store_bf16 = bf16_operands && !y_bf16 && be.reads_16bit_storage() &&
+                          (activation == Activation::none || activation == Activation::relu);
   const bool needs_grad = grad_mode_enabled() && (x.requires_grad() || weight.requires_grad() ||
                                                   (bias.defined() && bias.requires_grad()));
   Tensor pre =
@@ -113,17 +120,25 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
            y_bf16 ? nullptr : y.data<float>(), out_features,
            y_bf16 ? y.data<std::uint16_t>() : nullptr},
           precision);
-  if (!y_bf16) {
+  if (store_bf16) {
+    Tensor rounded = detail::empty_on(xc, out_shape, DType::bf16);
+    be.bias_activation_16(DType::bf16, y.data<float>(), b.defined() ? b.data<float>() : nullptr,
+                          n_rows, out_features, activation, dropped ? &dropout.key : nullptr,
+                          dropout.p, keep_scale, rounded.raw_data());
+    y = std::move(rounded);
+  } else if (!y_bf16) {
     be.bias_activation(y.data<float>(), pre.defined() ? pre.data<float>() : nullptr,
                        b.defined() ? b.data<float>() : nullptr, n_rows, out_features, activation);
   }
-  if (dropped) {
+  if (dropped && !store_bf16) {
     be.dropout_forward(dropout.key, dropout.p, keep_scale, DType::f32, y.data<float>(),
                        y.data<float>(), y.numel(), nullptr);
   }
+  // y still to be cast to the inputs' bf16 (its f32 copy is what backward keeps).
+  const bool cast_y = bf16_operands && !y_bf16 && !store_bf16;
   const DType x_dtype = x.dtype(), w_dtype = weight.dtype();
   const DType b_dtype = bias.defined() ? bias.dtype() : DType::f32;
-  if (!needs_grad) return bf16_operands && !y_bf16 ? y.to(x_dtype) : y;
+  if (!needs_grad) return cast_y ? y.to(x_dtype) : y;
 
   // The activation derivative reads the output (relu, tanh, sigmoid) or the pre-activation (gelu).
   const Tensor saved = activation == Activation::gelu   ? pre
@@ -131,7 +146,7 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
                                                         : y.detach();
   // dW needs x, rounded when the products are; dx needs W.
   const Tensor x_kept = x_bf16.defined() ? Tensor() : xc;
-  Tensor out = bf16_operands && !y_bf16 ? y.to(x_dtype) : std::move(y);
+  Tensor out = cast_y ? y.to(x_dtype) : std::move(y);
   return autograd::record(
       std::move(out), "linear", {x, weight, bias},
       [x_kept, x_bf16, x_shape = xc.shape(), w, w_bf16, bits, saved, activation, keep_scale, n_rows,
@@ -148,7 +163,8 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
             g_is_dz || (bf16_operands && g.dtype() == DType::bf16 && be.reads_16bit_storage());
         const Tensor gc = g_bf16 ? g.contiguous() : detail::as_f32(g).contiguous();
         Tensor db = need_b ? detail::empty_on(gc, {out_features}) : Tensor();
-        const float* saved_data = saved.defined() ? saved.data<float>() : nullptr;
+        const void* saved_data = saved.defined() ? saved.raw_data() : nullptr;
+        const DType saved_dtype = saved.defined() ? saved.dtype() : DType::f32;
         float* db_data = need_b ? db.data<float>() : nullptr;
         // dz for the two products: g itself, f32 dz, or (at bf16 precision,
         // when a pass over g runs anyway) dz written only rounded to bf16.
@@ -158,18 +174,19 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
           dz_bf16 = gc;
         } else if (x_bf16.defined() && (activation != Activation::none || need_b)) {
           dz_bf16 = detail::empty_on(gc, {n_rows, out_features}, DType::bf16);
-          if (g_bf16) {
-            be.activation_backward_from_bf16(activation, gc.data<std::uint16_t>(), saved_data,
-                                             dz_bf16.data<std::uint16_t>(), db_data, n_rows,
-                                             out_features, keep_scale);
+          if (g_bf16 || saved_dtype == DType::bf16) {
+            be.activation_backward_16(activation, gc.dtype(), gc.raw_data(), saved_dtype,
+                                      saved_data, dz_bf16.data<std::uint16_t>(), db_data, n_rows,
+                                      out_features, keep_scale);
           } else {
-            be.activation_backward_bf16(activation, gc.data<float>(), saved_data,
-                                        dz_bf16.data<std::uint16_t>(), db_data, n_rows,
-                                        out_features, keep_scale);
+            be.activation_backward_bf16(
+                activation, gc.data<float>(), static_cast<const float*>(saved_data),
+                dz_bf16.data<std::uint16_t>(), db_data, n_rows, out_features, keep_scale);
           }
         } else {
           if (activation != Activation::none) dz = detail::empty_on(gc, gc.shape());
-          be.activation_backward(activation, gc.data<float>(), saved_data,
+          be.activation_backward(activation, gc.data<float>(),
+                                 static_cast<const float*>(saved_data),
                                  activation == Activation::none ? nullptr : dz.data<float>(),
                                  db_data, n_rows, out_features, keep_scale);
         }

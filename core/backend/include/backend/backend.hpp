@@ -114,11 +114,20 @@ class Backend {
   virtual void activation_backward_bf16(Activation activation, const float* g, const float* saved,
                                         std::uint16_t* dz_bf16, float* db, std::int64_t rows,
                                         std::int64_t cols, float relu_scale) = 0;
-  // The same from a bf16 g (reads_16bit_storage()).
-  virtual void activation_backward_from_bf16(Activation activation, const std::uint16_t* g,
-                                             const float* saved, std::uint16_t* dz_bf16, float* db,
-                                             std::int64_t rows, std::int64_t cols,
-                                             float relu_scale);
+  // The same with g and saved each f32 or bf16 (g_type, saved_type), where
+  // reads_16bit_storage().
+  virtual void activation_backward_16(Activation activation, DType g_type, const void* g,
+                                      DType saved_type, const void* saved, std::uint16_t* dz_bf16,
+                                      float* db, std::int64_t rows, std::int64_t cols,
+                                      float relu_scale);
+  // y (f32 [rows, cols], a product) -> out (`type`, f16 or bf16) = relu (or
+  // nothing: activation none) of y + bias (may be null), then, where
+  // dropout_key is set, dropout_forward's keep rule for p with `scale`,
+  // rounded once: the bits of bias_activation, dropout_forward on f32 and a
+  // cast, in one pass (reads_16bit_storage()).
+  virtual void bias_activation_16(DType type, const float* y, const float* bias, std::int64_t rows,
+                                  std::int64_t cols, Activation activation,
+                                  const RandomKey* dropout_key, float p, float scale, void* out);
 
   // ---- Reductions (f32) --------------------------------------------------------------
   // out[0] = sum(x[0, n)) / divisor, summed and divided in f64 (the result
