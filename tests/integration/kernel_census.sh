@@ -23,6 +23,22 @@ check "$tool" "$rig" bf16.txt -- "$tiny" --dtype=mixed --mixed_dtype=bfloat16
 grep -Eq "^ +[0-9]+ .* CopyStrided f32 -> bf16$" bf16.txt || fail "no casts to bf16"
 grep -Eq "cuBLASLt matmul bf16 x bf16" bf16.txt || fail "no bf16 products"
 
+echo "== a bfloat16 transformer with the emulated device's fused attention (as cuDNN's on a GPU)"
+transformer="$(dirname "$tiny")/tiny-transformer.yaml"
+RIG_CUDA_EMULATOR_FUSED_ATTENTION=1 check "$tool" "$rig" nmt.txt -- "$transformer" \
+  --dtype=mixed --mixed_dtype=bfloat16 --model_params.encoder_params.relu_dropout=0.1 \
+  --model_params.decoder_params.relu_dropout=0.1
+# 1 encoder self, 1 decoder self and 1 encoder-decoder attention, forward and backward
+grep -Eq "^ +3 .* fused attention forward bf16$" nmt.txt || fail "not 3 fused attention forwards"
+grep -Eq "^ +3 .* fused attention backward bf16$" nmt.txt || fail "not 3 fused attention backwards"
+if grep -q "SoftmaxForward" nmt.txt; then fail "attention composed from softmax kernels"; fi
+# the logits reach the loss in bf16, and their gradient leaves it in bf16
+grep -Eq "^ +1 .* CrossEntropyForward bf16$" nmt.txt || fail "the loss does not read bf16 logits"
+grep -Eq "^ +1 .* CrossEntropyBackward bf16$" nmt.txt || fail "the loss's gradient is not bf16"
+# each feed-forward layer: bias, relu, dropout and rounding in one pass (2 layers x 2 linears)
+grep -Eq "^ +4 .* BiasReluDropoutStore f32 -> bf16$" nmt.txt || fail "not 4 fused bias passes"
+if grep -Eq "BiasActivation|DropoutForward f32" nmt.txt; then fail "an f32 bias or dropout pass"; fi
+
 echo "== a bad call: exit 2 and the usage"
 if "$tool" "$rig" out.txt "$tiny" > bad.log 2>&1; then fail "a call without -- was accepted"; else
   code=$?; fi

@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "bf16_values.hpp"
 #include "rig/half.hpp"
 #include "rig/ops.hpp"
 #include "rig/tensor.hpp"
@@ -21,25 +22,16 @@ namespace {
 
 using rig::DType;
 using rig::Tensor;
+using rig::test::leaf;
+
+Tensor random(const rig::Shape& shape, std::uint32_t seed, float lo = -1.0F, float hi = 1.0F) {
+  return rig::test::bf16_exact_uniform(shape, seed, lo, hi);
+}
 
 // The emulated device as cuda:0 (each ctest test is its own process).
 rig::Device emulated_cuda() {
   setenv("RIG_CUDA_EMULATOR", "1", 1);
   return rig::Device::cuda(0);
-}
-
-Tensor random(const rig::Shape& shape, std::uint32_t seed, float lo = -1.0F, float hi = 1.0F) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(static_cast<std::size_t>(rig::shape_numel(shape)));
-  for (float& x : v) x = rig::bfloat16_bits_to_float(rig::float_to_bfloat16_bits(dist(rng)));
-  return Tensor::from_vector(v, shape);
-}
-
-Tensor leaf(const Tensor& values, DType dtype, rig::Device device) {
-  Tensor t = values.to(device).to(dtype);
-  t.set_requires_grad(true);
-  return t;
 }
 
 // got (16-bit) equals want (f32) rounded to got's dtype, bit for bit.

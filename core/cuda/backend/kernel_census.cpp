@@ -187,6 +187,13 @@ double conv_flops(const backend::Conv2dShape& s) {
   return 2.0 * static_cast<double>(s.y_elements()) * static_cast<double>(s.w_elements() / s.c_out);
 }
 
+// The FLOPs of one [B, H] batch of [Tq, D] x [D, Tk]-sized products.
+double attention_products(const backend::FusedAttention& a) {
+  const double full = 2.0 * static_cast<double>(a.b * a.h) * static_cast<double>(a.tq) *
+                      static_cast<double>(a.tk) * static_cast<double>(a.d);
+  return a.causal ? full / 2.0 : full;
+}
+
 // The census's lines, by name and detail, and the file they are written to.
 class Census {
  public:
@@ -299,12 +306,16 @@ class CensusDevice final : public KernelDevice {
   bool fused_attention_supported(const backend::FusedAttention& a) override {
     return device_->fused_attention_supported(a);
   }
+  // FLOPs: the forward's two products (q k^T, weights v), the backward's
+  // five (q k^T again, dv, d weights, dq, dk); half of them under a causal mask.
   void fused_attention_forward(const backend::FusedAttention& a) override {
-    census_.add("fused attention forward", {});
+    census_.add("fused attention forward",
+                {std::string(dtype_name(a.type)), 0, 0, 2.0 * attention_products(a)});
     device_->fused_attention_forward(a);
   }
   void fused_attention_backward(const backend::FusedAttention& a) override {
-    census_.add("fused attention backward", {});
+    census_.add("fused attention backward",
+                {std::string(dtype_name(a.type)), 0, 0, 5.0 * attention_products(a)});
     device_->fused_attention_backward(a);
   }
 

@@ -1,11 +1,14 @@
 #include "cuda/emulated/emulated_device.hpp"
 
+#include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "backend/caching_allocator.hpp"
 #include "cuda/backend/kernel_backend.hpp"
+#include "cuda/emulated/emulated_attention.hpp"
 #include "cuda/gemm/lt_interpreter.hpp"
 #include "simt/emulator.hpp"
 
@@ -34,10 +37,11 @@ std::vector<float> widened(DType type, const void* src, std::int64_t n) {
 
 class EmulatedDevice final : public KernelDevice {
  public:
-  explicit EmulatedDevice(EmulatedConvolutions convolutions)
+  EmulatedDevice(EmulatedConvolutions convolutions, EmulatedAttention attention)
       : properties_(simt::DeviceProperties::h100_sxm()),
         pool_(backend::host_memory(), backend::caching_enabled(), backend::cache_limit()),
-        convolutions_(convolutions) {}
+        convolutions_(convolutions),
+        attention_(attention) {}
 
   backend::MemoryPool& memory() override { return pool_; }
   const simt::DeviceProperties& properties() const override { return properties_; }
@@ -98,6 +102,16 @@ class EmulatedDevice final : public KernelDevice {
     converted(s.w_elements(), dw, type, dwf.data(), DType::f32);
   }
 
+  bool fused_attention_supported(const backend::FusedAttention& a) override {
+    return attention_ == EmulatedAttention::fused && emulated_attention_supported(a);
+  }
+  void fused_attention_forward(const backend::FusedAttention& a) override {
+    emulated_attention_forward(a);
+  }
+  void fused_attention_backward(const backend::FusedAttention& a) override {
+    emulated_attention_backward(a);
+  }
+
   void to_host(void* host, const void* src, std::size_t bytes) override {
     std::memcpy(host, src, bytes);
   }
@@ -125,14 +139,27 @@ class EmulatedDevice final : public KernelDevice {
   simt::DeviceProperties properties_;
   backend::CachingAllocator pool_;
   EmulatedConvolutions convolutions_;
+  EmulatedAttention attention_;
   std::uint64_t launches_ = 0;
 };
 
 }  // namespace
 
+EmulatedAttention emulated_attention_requested() {
+  const char* value = std::getenv("RIG_CUDA_EMULATOR_FUSED_ATTENTION");
+  const std::string text = value == nullptr ? "" : value;
+  if (text.empty() || text == "0") return EmulatedAttention::composed;
+  if (text == "1") return EmulatedAttention::fused;
+  throw std::invalid_argument("RIG_CUDA_EMULATOR_FUSED_ATTENTION=" + text +
+                              ": expected 1 (the emulator's attention fused, as cuDNN's on a GPU) "
+                              "or 0");
+}
+
 std::unique_ptr<backend::Backend> make_emulated_backend(int index,
-                                                        EmulatedConvolutions convolutions) {
-  return std::make_unique<KernelBackend>(std::make_unique<EmulatedDevice>(convolutions), index);
+                                                        EmulatedConvolutions convolutions,
+                                                        EmulatedAttention attention) {
+  return std::make_unique<KernelBackend>(std::make_unique<EmulatedDevice>(convolutions, attention),
+                                         index);
 }
 
 }  // namespace rig::cuda

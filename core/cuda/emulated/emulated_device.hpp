@@ -18,8 +18,20 @@ namespace rig::cuda {
 // the f32 convolutions on f32 copies).
 enum class EmulatedConvolutions { with_16bit, f32_only };
 
+// Whether the emulated device has fused attention (emulated_attention.hpp),
+// as a GPU with cuDNN's, or not (the default: the back end composes attention
+// from its kernels, with the CPU's dropout bits, so that the emulator's
+// Transformer matches the CPU's). RIG_CUDA_EMULATOR_FUSED_ATTENTION=1 asks
+// for it (emulated_attention_requested).
+enum class EmulatedAttention { composed, fused };
+
+// RIG_CUDA_EMULATOR_FUSED_ATTENTION: 1 fused, unset or 0 composed; anything
+// else throws std::invalid_argument saying what is expected.
+EmulatedAttention emulated_attention_requested();
+
 // The emulated back end of device cuda:`index`.
 std::unique_ptr<backend::Backend> make_emulated_backend(
-    int index, EmulatedConvolutions convolutions = EmulatedConvolutions::with_16bit);
+    int index, EmulatedConvolutions convolutions = EmulatedConvolutions::with_16bit,
+    EmulatedAttention attention = EmulatedAttention::composed);
 
 }  // namespace rig::cuda

@@ -55,8 +55,10 @@ Backend& cuda_backend(int index) {
   }
   auto& slot = backends[static_cast<std::size_t>(index)];
   if (!slot) {
-    slot = cuda_emulator_requested() ? cuda::make_emulated_backend(index)
-                                     : make_library_backend(index);
+    slot = cuda_emulator_requested()
+               ? cuda::make_emulated_backend(index, cuda::EmulatedConvolutions::with_16bit,
+                                             cuda::emulated_attention_requested())
+               : make_library_backend(index);
   }
   return *slot;
 }

@@ -58,13 +58,16 @@ class Transformer final : public rig::Model {
     }
     const rig_transformer::Encoded encoded =
         net_.encode(source, source_lengths, training, batch.rng);
-    const Tensor logits = net_.decode(target, encoded, training, batch.rng).to(rig::DType::f32);
+    // 16-bit logits go to the loss as they are: it computes in f32 and, where
+    // the back end reads 16-bit storage, returns their gradient in their dtype
+    // (no f32 copy of the [B, T, vocab] logits or of their gradient).
+    const Tensor logits = net_.decode(target, encoded, training, batch.rng);
     const Tensor weights = length_mask(target_lengths, target.size(1));
     rig::ModelOutput out;
     out.loss = ops::padded_cross_entropy(logits, target, weights, params_.label_smoothing);
     if (mode != rig::Mode::eval) return out;  // training reads nothing back
     // Eval metrics: three numbers read back at once.
-    const Tensor predicted = ops::argmax(logits.detach(), -1);
+    const Tensor predicted = ops::argmax(logits.detach().to(rig::DType::f32), -1);
     const Tensor correct =
         ops::sum(ops::mul(ops::equal(predicted, target).to(rig::DType::f32), weights));
     const std::vector<float> numbers =
