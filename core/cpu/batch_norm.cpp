@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <vector>
 
 #include "cpu/parallel.hpp"
@@ -277,6 +278,11 @@ void batch_norm_backward(const BatchNormShape& s, const float* x, const float* d
 }
 
 void batch_norm_prepare(const BatchNormPrepare& a) {
+  if (a.param_type != DType::f32) {
+    throw std::logic_error("batch_norm_prepare: 16-bit gamma and beta on the CPU back end");
+  }
+  const auto* gamma = static_cast<const float*>(a.gamma);
+  const auto* beta = static_cast<const float*>(a.beta);
   for (std::int64_t c = 0; c < a.c; ++c) {
     float var = 0.0F;
     if (a.training) {
@@ -291,9 +297,9 @@ void batch_norm_prepare(const BatchNormPrepare& a) {
       var = a.running_var[c];
     }
     a.invstd[c] = 1.0F / std::sqrt(var + a.eps);
-    const float k = (a.gamma != nullptr ? a.gamma[c] : 1.0F) * a.invstd[c];
+    const float k = (gamma != nullptr ? gamma[c] : 1.0F) * a.invstd[c];
     a.scale[c] = k;
-    a.shift[c] = (a.beta != nullptr ? a.beta[c] : 0.0F) - a.mean[c] * k;
+    a.shift[c] = (beta != nullptr ? beta[c] : 0.0F) - a.mean[c] * k;
   }
 }
 

@@ -139,10 +139,11 @@ TEST(KernelBatchNorm, PrepareMatchesCpuBits) {
       cpu().batch_norm_prepare(args);
 
       Out got = make();
-      run(BatchNormPrepareChannels{c, args.training, args.momentum, args.eps, args.unbias,
-                                   got.mean.data(), args.var, pc.running ? got.rm.data() : nullptr,
-                                   pc.running ? got.rv.data() : nullptr, args.gamma, args.beta,
-                                   got.invstd.data(), got.scale.data(), got.shift.data()});
+      run(BatchNormPrepareChannels{
+          c, args.training, args.momentum, args.eps, args.unbias, got.mean.data(), args.var,
+          pc.running ? got.rm.data() : nullptr, pc.running ? got.rv.data() : nullptr,
+          static_cast<const float*>(args.gamma), static_cast<const float*>(args.beta),
+          got.invstd.data(), got.scale.data(), got.shift.data()});
       EXPECT_TRUE(bit_equal(got.mean, want.mean));
       EXPECT_TRUE(bit_equal(got.rm, want.rm));
       EXPECT_TRUE(bit_equal(got.rv, want.rv));

@@ -904,11 +904,61 @@ TEST(KernelBackend16Bit, BatchNormIsTheF32PathRounded) {
     emu().batch_norm_backward(s, x32.get(), g32.get(), mean32.get(), invstd.get(), gamma.get(),
                               true, dx32.get(), dg32.get(), db32.get());
     emu().batch_norm_backward_16(s, type, x16.get(), g16.get(), mean16.get(), invstd.get(),
-                                 gamma.get(), true, dx16.get(), dg16.get(), db16.get());
+                                 DType::f32, gamma.get(), true, dx16.get(), dg16.get(), db16.get());
     EXPECT_EQ(dx16.host(), bits_of(dx32.host(), type));
     EXPECT_EQ(dg16.host(), dg32.host());
     EXPECT_EQ(db16.host(), db32.host());
+    // A 16-bit model's gamma read as it is, dgamma and dbeta written rounded.
+    const std::vector<std::uint16_t> gamma_bits = bits_of(gamma.host(), type);
+    const Dev<std::uint16_t> gamma16(gamma_bits), dgp(c), dbp(c), dxp(n), dxv(n);
+    const Dev<float> gamma_values(values_of(gamma_bits, type)), dgv(c), dbv(c);
+    emu().batch_norm_backward_16(s, type, x16.get(), g16.get(), mean16.get(), invstd.get(),
+                                 DType::f32, gamma_values.get(), true, dxv.get(), dgv.get(),
+                                 dbv.get());
+    emu().batch_norm_backward_16(s, type, x16.get(), g16.get(), mean16.get(), invstd.get(), type,
+                                 gamma16.get(), true, dxp.get(), dgp.get(), dbp.get());
+    EXPECT_EQ(dxp.host(), dxv.host());
+    EXPECT_EQ(dgp.host(), bits_of(dgv.host(), type));
+    EXPECT_EQ(dbp.host(), bits_of(dbv.host(), type));
   }
+}
+
+TEST(KernelBackend16Bit, BatchNormPrepareReads16BitGammaAndBeta) {
+  const std::size_t c = 37;
+  const std::vector<float> mean = uniform(c, 451), var = uniform(c, 452, 0.5F, 2.0F);
+  for (const DType type : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(type));
+    const std::vector<std::uint16_t> gb = bits_of(uniform(c, 453, 0.5F, 1.5F), type),
+                                     bb = bits_of(uniform(c, 454), type);
+    const Dev<std::uint16_t> gamma16(gb), beta16(bb);
+    const Dev<float> gamma32(values_of(gb, type)), beta32(values_of(bb, type));
+    std::vector<std::vector<float>> results;
+    for (const bool sixteen : {false, true}) {
+      const Dev<float> m(mean), v(var), rm(uniform(c, 455)), rv(uniform(c, 456, 0.5F, 2.0F));
+      const Dev<float> invstd(c), scale(c), shift(c);
+      backend::BatchNormPrepare args;
+      args.c = static_cast<std::int64_t>(c);
+      args.unbias = 1.5F;
+      args.mean = m.get();
+      args.var = v.get();
+      args.running_mean = rm.get();
+      args.running_var = rv.get();
+      args.gamma = sixteen ? static_cast<const void*>(gamma16.get()) : gamma32.get();
+      args.beta = sixteen ? static_cast<const void*>(beta16.get()) : beta32.get();
+      args.param_type = sixteen ? type : DType::f32;
+      args.invstd = invstd.get();
+      args.scale = scale.get();
+      args.shift = shift.get();
+      emu().batch_norm_prepare(args);
+      for (const Dev<float>* out : {&invstd, &scale, &shift, &rm, &rv}) {
+        results.push_back(out->host());
+      }
+    }
+    for (std::size_t i = 0; i < 5; ++i) EXPECT_EQ(results[i + 5], results[i]) << "output " << i;
+  }
+  backend::BatchNormPrepare bad;
+  bad.param_type = DType::bf16;
+  EXPECT_THROW(cpu().batch_norm_prepare(bad), std::logic_error);
 }
 
 TEST(KernelBackend16Bit, Conv2dMatchesTheF32Path) {
@@ -1005,11 +1055,11 @@ TEST(KernelBackend16Bit, BatchNormReluIsBatchNormThenRelu) {
       emu().unary_backward_16(backend::Unary::relu, type, g.get(), nullptr, y_relu.get(),
                               g_relu.get(), static_cast<std::int64_t>(n), 0.0F);
       emu().batch_norm_backward_16(s, type, x.get(), g_relu.get(), mean.get(), invstd.get(),
-                                   gamma.get(), true, dx.get(), dg.get(), db.get());
+                                   DType::f32, gamma.get(), true, dx.get(), dg.get(), db.get());
     }
     emu().batch_norm_backward_relu(s, type, x.get(), y_fused.get(), g.get(), mean.get(),
-                                   invstd.get(), gamma.get(), true, dx_fused.get(), dg_fused.get(),
-                                   db_fused.get());
+                                   invstd.get(), DType::f32, gamma.get(), true, dx_fused.get(),
+                                   dg_fused.get(), db_fused.get());
     EXPECT_EQ(dx_fused.host(), dx.host()) << "dx";
     EXPECT_EQ(dg_fused.host(), dg.host()) << "dgamma";
     EXPECT_EQ(db_fused.host(), db.host()) << "dbeta";

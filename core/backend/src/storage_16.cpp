@@ -55,8 +55,8 @@ void Backend::batch_norm_apply_16(const BatchNormShape&, DType, const void*, con
 }
 
 void Backend::batch_norm_backward_16(const BatchNormShape&, DType, const void*, const void*,
-                                     const float*, const float*, const float*, bool, void*, float*,
-                                     float*) {
+                                     const float*, const float*, DType, const void*, bool, void*,
+                                     void*, void*) {
   f32_only("batch_norm_backward_16");
 }
 
@@ -95,8 +95,8 @@ void Backend::batch_norm_apply_relu(const BatchNormShape&, DType, const void*, c
 }
 
 void Backend::batch_norm_backward_relu(const BatchNormShape&, DType, const void*, const void*,
-                                       const void*, const float*, const float*, const float*, bool,
-                                       void*, float*, float*) {
+                                       const void*, const float*, const float*, DType, const void*,
+                                       bool, void*, void*, void*) {
   not_fused("batch_norm_backward_relu");
 }
 

@@ -134,8 +134,8 @@ class KernelBackend final : public backend::Backend {
                            const float* scale, const float* shift, void* y) override;
   void batch_norm_backward_16(const backend::BatchNormShape& s, DType type, const void* x,
                               const void* dy, const float* mean, const float* invstd,
-                              const float* gamma, bool batch_stats, void* dx, float* dgamma,
-                              float* dbeta) override;
+                              DType param_type, const void* gamma, bool batch_stats, void* dx,
+                              void* dgamma, void* dbeta) override;
   bool fuses_relu() const override { return true; }
   void add_relu(const backend::StridedPlan<3>& plan, DType type, const void* a, const void* b,
                 void* out) override;
@@ -143,8 +143,8 @@ class KernelBackend final : public backend::Backend {
                              const float* scale, const float* shift, void* y) override;
   void batch_norm_backward_relu(const backend::BatchNormShape& s, DType type, const void* x,
                                 const void* relu_y, const void* dy, const float* mean,
-                                const float* invstd, const float* gamma, bool batch_stats, void* dx,
-                                float* dgamma, float* dbeta) override;
+                                const float* invstd, DType param_type, const void* gamma,
+                                bool batch_stats, void* dx, void* dgamma, void* dbeta) override;
 
   void conv2d_forward(const backend::Conv2dShape& s, const float* x, const float* w, const float* b,
                       float* y) override;
@@ -301,8 +301,8 @@ class KernelBackend final : public backend::Backend {
                                const float* scale, const float* shift, void* y, bool relu);
   void batch_norm_backward_kernels(const backend::BatchNormShape& s, DType type, const void* x,
                                    const void* relu_y, const void* dy, const float* mean,
-                                   const float* invstd, const float* gamma, bool batch_stats,
-                                   void* dx, float* dgamma, float* dbeta);
+                                   const float* invstd, DType param_type, const void* gamma,
+                                   bool batch_stats, void* dx, void* dgamma, void* dbeta);
   // Dropout of the attention weights: see kernel_backend_attention.cpp.
   void attention_weights(const backend::AttentionShape& s, const float* x, float* out);
 

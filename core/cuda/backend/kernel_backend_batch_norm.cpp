@@ -26,9 +26,11 @@ void KernelBackend::batch_norm_stats_16(const backend::BatchNormShape& s, DType 
 }
 
 void KernelBackend::batch_norm_prepare(const backend::BatchNormPrepare& a) {
-  run(kernels::BatchNormPrepareChannels{a.c, a.training, a.momentum, a.eps, a.unbias, a.mean, a.var,
-                                        a.running_mean, a.running_var, a.gamma, a.beta, a.invstd,
-                                        a.scale, a.shift});
+  // 16-bit gamma and beta travel as float* holding 16-bit values (the kernels' convention).
+  run(kernels::BatchNormPrepareChannels{
+      a.c, a.training, a.momentum, a.eps, a.unbias, a.mean, a.var, a.running_mean, a.running_var,
+      static_cast<const float*>(a.gamma), static_cast<const float*>(a.beta), a.invstd, a.scale,
+      a.shift, element_type(a.param_type, "batch_norm_prepare")});
 }
 
 void KernelBackend::batch_norm_apply(const backend::BatchNormShape& s, const float* x,
@@ -61,32 +63,33 @@ void KernelBackend::batch_norm_backward(const backend::BatchNormShape& s, const 
                                         const float* dy, const float* mean, const float* invstd,
                                         const float* gamma, bool batch_stats, float* dx,
                                         float* dgamma, float* dbeta) {
-  batch_norm_backward_16(s, DType::f32, x, dy, mean, invstd, gamma, batch_stats, dx, dgamma, dbeta);
+  batch_norm_backward_16(s, DType::f32, x, dy, mean, invstd, DType::f32, gamma, batch_stats, dx,
+                         dgamma, dbeta);
 }
 
 void KernelBackend::batch_norm_backward_16(const backend::BatchNormShape& s, DType type,
                                            const void* x, const void* dy, const float* mean,
-                                           const float* invstd, const float* gamma,
-                                           bool batch_stats, void* dx, float* dgamma,
-                                           float* dbeta) {
-  batch_norm_backward_kernels(s, type, x, nullptr, dy, mean, invstd, gamma, batch_stats, dx, dgamma,
-                              dbeta);
+                                           const float* invstd, DType param_type, const void* gamma,
+                                           bool batch_stats, void* dx, void* dgamma, void* dbeta) {
+  batch_norm_backward_kernels(s, type, x, nullptr, dy, mean, invstd, param_type, gamma, batch_stats,
+                              dx, dgamma, dbeta);
 }
 
 void KernelBackend::batch_norm_backward_relu(const backend::BatchNormShape& s, DType type,
                                              const void* x, const void* relu_y, const void* dy,
                                              const float* mean, const float* invstd,
-                                             const float* gamma, bool batch_stats, void* dx,
-                                             float* dgamma, float* dbeta) {
-  batch_norm_backward_kernels(s, type, x, relu_y, dy, mean, invstd, gamma, batch_stats, dx, dgamma,
-                              dbeta);
+                                             DType param_type, const void* gamma, bool batch_stats,
+                                             void* dx, void* dgamma, void* dbeta) {
+  batch_norm_backward_kernels(s, type, x, relu_y, dy, mean, invstd, param_type, gamma, batch_stats,
+                              dx, dgamma, dbeta);
 }
 
 void KernelBackend::batch_norm_backward_kernels(const backend::BatchNormShape& s, DType type,
                                                 const void* x, const void* relu_y, const void* dy,
                                                 const float* mean, const float* invstd,
-                                                const float* gamma, bool batch_stats, void* dx,
-                                                float* dgamma, float* dbeta) {
+                                                DType param_type, const void* gamma,
+                                                bool batch_stats, void* dx, void* dgamma,
+                                                void* dbeta) {
   const kernels::ElementType t = element_type(type, "batch_norm_backward");
   const auto* xf = static_cast<const float*>(x);
   const auto* dyf = static_cast<const float*>(dy);
@@ -105,7 +108,9 @@ void KernelBackend::batch_norm_backward_kernels(const backend::BatchNormShape& s
     run(k);
   }
   run(kernels::BatchNormGradFinish{part, part + s.c * chunks, sums, s.n, s.c, s.inner, mean, invstd,
-                                   gamma, batch_stats, dx != nullptr, dgamma, dbeta, coef});
+                                   static_cast<const float*>(gamma), batch_stats, dx != nullptr,
+                                   static_cast<float*>(dgamma), static_cast<float*>(dbeta), coef,
+                                   element_type(param_type, "batch_norm_backward")});
   if (dx != nullptr) {
     kernels::BatchNormBackwardDx k{xf, dyf, coef, static_cast<float*>(dx), s.n, s.c, s.inner};
     k.type = t;

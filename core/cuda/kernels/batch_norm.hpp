@@ -270,11 +270,12 @@ struct BatchNormPrepareChannels {
   const float* var = nullptr;  // training only
   float* running_mean = nullptr;
   float* running_var = nullptr;
-  const float* gamma = nullptr;
-  const float* beta = nullptr;
+  const float* gamma = nullptr;  // [c] of param_type, or null (1)
+  const float* beta = nullptr;   // [c] of param_type, or null (0)
   float* invstd = nullptr;
   float* scale = nullptr;
   float* shift = nullptr;
+  ElementType param_type = ElementType::f32;
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_grid_stride(device, c);
@@ -299,9 +300,9 @@ struct BatchNormPrepareChannels {
       }
       const float is = 1.0F / M::sqrt(v + eps);
       invstd[ch] = is;
-      const float k = (gamma != nullptr ? gamma[ch] : 1.0F) * is;
+      const float k = (gamma != nullptr ? load_element(gamma, param_type, ch) : 1.0F) * is;
       scale[ch] = k;
-      shift[ch] = (beta != nullptr ? beta[ch] : 0.0F) - mean[ch] * k;
+      shift[ch] = (beta != nullptr ? load_element(beta, param_type, ch) : 0.0F) - mean[ch] * k;
     }
   }
 };
@@ -392,12 +393,15 @@ struct BatchNormGradFinish {
   std::int64_t n = 0, c = 0, inner = 1;
   const float* mean = nullptr;    // [c]
   const float* invstd = nullptr;  // [c]
-  const float* gamma = nullptr;   // [c] or null (1)
+  const float* gamma = nullptr;   // [c] of param_type, or null (1)
   bool batch_stats = true;
   bool dx = true;           // write the coefficients of BatchNormBackwardDx
-  float* dgamma = nullptr;  // [c] or null
-  float* dbeta = nullptr;   // [c] or null
+  float* dgamma = nullptr;  // [c] of param_type, or null
+  float* dbeta = nullptr;   // [c] of param_type, or null
   float* coef = nullptr;    // [3 c]: a, b, k
+  // gamma, dgamma and dbeta: f32, or a 16-bit model's parameters and their
+  // gradients (rounded once, at the store).
+  ElementType param_type = ElementType::f32;
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_grid_stride(device, c);
@@ -419,10 +423,10 @@ struct BatchNormGradFinish {
         sum_gx = static_cast<float>(b);
       }
       const float is = invstd[ch];
-      if (dgamma != nullptr) dgamma[ch] = sum_gx * is;
-      if (dbeta != nullptr) dbeta[ch] = sum_g;
+      if (dgamma != nullptr) store_element(dgamma, param_type, ch, sum_gx * is);
+      if (dbeta != nullptr) store_element(dbeta, param_type, ch, sum_g);
       if (!dx) continue;
-      const float a = (gamma != nullptr ? gamma[ch] : 1.0F) * is;
+      const float a = (gamma != nullptr ? load_element(gamma, param_type, ch) : 1.0F) * is;
       float b = 0.0F, k = 0.0F;
       if (batch_stats) {
         const float slope = a * is * is * sum_gx / count;

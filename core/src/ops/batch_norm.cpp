@@ -38,8 +38,21 @@ void require_updatable(const Tensor& t, const char* role) {
   }
 }
 
-Tensor f32_vector(const Tensor& t) {
-  return t.defined() ? detail::as_f32(t).detach().contiguous() : Tensor();
+// The dtype gamma and beta are read (and their gradients written) in: a
+// 16-bit model's own parameters as they are, where the back end reads 16-bit
+// x (no f32 copies of them each step, nor casts of their gradients back);
+// else f32.
+DType param_dtype(const backend::Backend& be, DType x_type, const Tensor& gamma,
+                  const Tensor& beta) {
+  if (x_type == DType::f32 || !be.reads_16bit_storage()) return DType::f32;
+  const Tensor& any = gamma.defined() ? gamma : beta;
+  if (!any.defined() || any.dtype() == DType::f32) return DType::f32;
+  if (gamma.defined() && beta.defined() && gamma.dtype() != beta.dtype()) return DType::f32;
+  return any.dtype();
+}
+
+Tensor as_param(const Tensor& t, DType dtype) {
+  return t.defined() ? t.detach().to(dtype).contiguous() : Tensor();
 }
 
 // batch_norm, and with `relu` (only where the back end fuses it) relu of it
@@ -89,8 +102,9 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   // dx in that dtype, the f32 path's bits.
   const DType type = x.dtype();
   const Tensor xc = x.detach().contiguous();
-  const Tensor g = f32_vector(gamma);
-  const Tensor b = f32_vector(beta);
+  const DType param_type = param_dtype(be, type, gamma, beta);
+  const Tensor g = as_param(gamma, param_type);
+  const Tensor b = as_param(beta, param_type);
   Tensor mean = detail::empty_on(xc, {s.c});
   Tensor invstd = detail::empty_on(xc, {s.c});
   Tensor var = training ? detail::empty_on(xc, {s.c}) : Tensor();
@@ -115,8 +129,9 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   prepare.var = training ? var.data<float>() : nullptr;
   prepare.running_mean = running_mean.defined() ? running_mean_handle.data<float>() : nullptr;
   prepare.running_var = running_var.defined() ? running_var_handle.data<float>() : nullptr;
-  prepare.gamma = g.defined() ? g.data<float>() : nullptr;
-  prepare.beta = b.defined() ? b.data<float>() : nullptr;
+  prepare.gamma = g.defined() ? g.raw_data() : nullptr;
+  prepare.beta = b.defined() ? b.raw_data() : nullptr;
+  prepare.param_type = param_type;
   prepare.invstd = invstd.data<float>();
   prepare.scale = scale.data<float>();
   prepare.shift = shift.data<float>();
@@ -136,7 +151,7 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   const Tensor relu_y = relu ? out.detach() : Tensor();
   return autograd::record(
       std::move(out), relu ? "batch_norm_relu" : kOp, {x, gamma, beta},
-      [s, xc, relu_y, g, mean, invstd, training, type, need_x = x.requires_grad(),
+      [s, xc, relu_y, g, mean, invstd, training, type, param_type, need_x = x.requires_grad(),
        need_g = gamma.defined() && gamma.requires_grad(),
        need_b = beta.defined() && beta.requires_grad(),
        gamma_dtype = gamma.defined() ? gamma.dtype() : DType::f32,
@@ -144,24 +159,25 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
         // grad comes in the output's dtype (autograd converts it).
         const Tensor gc = grad.contiguous();
         Tensor dx = need_x ? detail::empty_on(gc, xc.shape(), type) : Tensor();
-        Tensor dg = need_g ? detail::empty_on(gc, {s.c}) : Tensor();
-        Tensor db = need_b ? detail::empty_on(gc, {s.c}) : Tensor();
-        const float* gamma_data = g.defined() ? g.data<float>() : nullptr;
-        float* dg_data = need_g ? dg.data<float>() : nullptr;
-        float* db_data = need_b ? db.data<float>() : nullptr;
+        Tensor dg = need_g ? detail::empty_on(gc, {s.c}, param_type) : Tensor();
+        Tensor db = need_b ? detail::empty_on(gc, {s.c}, param_type) : Tensor();
+        const void* gamma_data = g.defined() ? g.raw_data() : nullptr;
+        void* dg_data = need_g ? dg.raw_data() : nullptr;
+        void* db_data = need_b ? db.raw_data() : nullptr;
         if (relu_y.defined()) {
           detail::backend_of(gc).batch_norm_backward_relu(
               s, type, xc.raw_data(), relu_y.raw_data(), gc.raw_data(), mean.data<float>(),
-              invstd.data<float>(), gamma_data, training, need_x ? dx.raw_data() : nullptr, dg_data,
-              db_data);
+              invstd.data<float>(), param_type, gamma_data, training,
+              need_x ? dx.raw_data() : nullptr, dg_data, db_data);
         } else if (type == DType::f32) {
           detail::backend_of(gc).batch_norm_backward(
               s, xc.data<float>(), gc.data<float>(), mean.data<float>(), invstd.data<float>(),
-              gamma_data, training, need_x ? dx.data<float>() : nullptr, dg_data, db_data);
+              static_cast<const float*>(gamma_data), training, need_x ? dx.data<float>() : nullptr,
+              static_cast<float*>(dg_data), static_cast<float*>(db_data));
         } else {
           detail::backend_of(gc).batch_norm_backward_16(
               s, type, xc.raw_data(), gc.raw_data(), mean.data<float>(), invstd.data<float>(),
-              gamma_data, training, need_x ? dx.raw_data() : nullptr, dg_data, db_data);
+              param_type, gamma_data, training, need_x ? dx.raw_data() : nullptr, dg_data, db_data);
         }
         // Gradients in the parameters' own dtypes.
         if (need_g && gamma_dtype != DType::f32) dg = dg.to(gamma_dtype);

@@ -180,15 +180,16 @@ class Backend {
                                    const float* mean, const float* invstd, const float* gamma,
                                    bool batch_stats, float* dx, float* dgamma, float* dbeta) = 0;
   // stats, apply and backward with x, y, dy and dx of the 16-bit `type`
-  // (reads_16bit_storage()); the per-channel vectors f32.
+  // (reads_16bit_storage()); the statistics f32; gamma, dgamma and dbeta of
+  // param_type (f32, or a 16-bit model's own parameters and gradients).
   virtual void batch_norm_stats_16(const BatchNormShape& s, DType type, const void* x, float* mean,
                                    float* var);
   virtual void batch_norm_apply_16(const BatchNormShape& s, DType type, const void* x,
                                    const float* scale, const float* shift, void* y);
   virtual void batch_norm_backward_16(const BatchNormShape& s, DType type, const void* x,
                                       const void* dy, const float* mean, const float* invstd,
-                                      const float* gamma, bool batch_stats, void* dx, float* dgamma,
-                                      float* dbeta);
+                                      DType param_type, const void* gamma, bool batch_stats,
+                                      void* dx, void* dgamma, void* dbeta);
   // A relu fused into the op before it, where fuses_relu(), on f32 or (where
   // reads_16bit_storage()) 16-bit storage, with the bits of the two ops; the
   // ops compose them elsewhere. Batch norm: apply writes relu(y) with the
@@ -203,8 +204,8 @@ class Backend {
                                      const float* scale, const float* shift, void* y);
   virtual void batch_norm_backward_relu(const BatchNormShape& s, DType type, const void* x,
                                         const void* relu_y, const void* dy, const float* mean,
-                                        const float* invstd, const float* gamma, bool batch_stats,
-                                        void* dx, float* dgamma, float* dbeta);
+                                        const float* invstd, DType param_type, const void* gamma,
+                                        bool batch_stats, void* dx, void* dgamma, void* dbeta);
 
   // ---- Convolution and pooling (NCHW f32, contiguous) --------------------------------
   virtual void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* b,

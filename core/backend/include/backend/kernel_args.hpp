@@ -124,8 +124,11 @@ struct BatchNormPrepare {
   const float* var = nullptr;  // training only
   float* running_mean = nullptr;
   float* running_var = nullptr;
-  const float* gamma = nullptr;
-  const float* beta = nullptr;
+  // [c] of param_type each, or null: f32, or f16 / bf16 where
+  // reads_16bit_storage() (a 16-bit model's parameters, read as they are).
+  const void* gamma = nullptr;
+  const void* beta = nullptr;
+  DType param_type = DType::f32;
   float* invstd = nullptr;
   float* scale = nullptr;
   float* shift = nullptr;
