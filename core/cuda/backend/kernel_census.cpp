@@ -60,7 +60,10 @@ Work work_of(const kernels::FillStrided& k) {
 Work work_of(const kernels::AddStrided& k) {
   const std::int64_t n = kernels::shape_elements(k.ndim, k.shape);
   const std::int64_t r = k.row_sum ? kernels::shape_elements(k.rdim, k.rshape) : 1;
-  return {fmt::format("{} += {}", dtype_name(k.dst_type), dtype_name(k.src_type)), n * r,
+  const bool reduces = kernels::shape_elements(k.rdim, k.rshape) > 1;  // broadcast axes summed
+  return {fmt::format("{} += {}{}", dtype_name(k.dst_type), dtype_name(k.src_type),
+                      reduces ? ", summed over broadcast axes" : ""),
+          n * r,
           static_cast<double>(n) * 2.0 * type_bytes(k.dst_type) +
               static_cast<double>(n * r) * type_bytes(k.src_type)};
 }

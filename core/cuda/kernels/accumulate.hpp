@@ -19,7 +19,8 @@
 //     nothing when the shape is empty. plan_add_strided throws
 //     std::invalid_argument for non-floating dtypes (as the CPU) and for
 //     more than kMaxDims axes of either kind after merging.
-// Speed: one thread per distinct destination element; a destination with
+// Speed: one thread per distinct destination element (kUnroll per step of
+// an unrolled loop without broadcast axes); a destination with
 // few elements and long broadcast axes (a scalar's gradient) is summed by
 // few threads, sequentially: the price of the CPU's order.
 #pragma once
@@ -65,12 +66,18 @@ struct AddStrided {
   DType src_type = DType::f32;
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
-    return plan_grid_stride(device, shape_elements(ndim, shape), 1, 44);  // ptxas: 44
+    const bool reduces = shape_elements(rdim, rshape) != 1;
+    return plan_grid_stride(device, shape_elements(ndim, shape), reduces ? 1 : kUnroll,
+                            52);  // ptxas: 52
   }
 
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
     const std::int64_t n = shape_elements(ndim, shape);
+    if (shape_elements(rdim, rshape) == 1) {  // no broadcast axis: dst += src element-wise
+      accumulate_elements(ctx, n);
+      return;
+    }
     const std::int64_t outer = shape_elements(rdim - 1, rshape);
     const std::int64_t inner = rshape[rdim - 1];
     const std::int64_t inner_stride = rstrides[0][rdim - 1];
@@ -100,6 +107,27 @@ struct AddStrided {
       }
       store_float_as(dst, dst_type, off[0], sum);
     }
+  }
+
+ private:
+  // dst + src summed in f32 and stored once (the loop above with one term).
+  template <class Ctx>
+  RIG_HD void accumulate_elements(Ctx& ctx, std::int64_t n) const {
+    struct Loaded {
+      std::int64_t dst;
+      float value, term;
+    };
+    unrolled_grid_stride(
+        ctx, n,
+        [&](std::int64_t i) {
+          std::int64_t off[2];
+          strided_offsets(i, ndim, shape, strides, off);
+          return Loaded{off[0], load_float(dst, dst_type, off[0]),
+                        load_float(src, src_type, off[1])};
+        },
+        [&](std::int64_t, const Loaded& v) {
+          store_float_as(dst, dst_type, v.dst, v.value + v.term);
+        });
   }
 };
 

@@ -63,6 +63,36 @@ inline simt::LaunchShape plan_grid_stride(const simt::DeviceProperties& device, 
                                 per_thread);
 }
 
+// Elements a thread of an unrolled grid-stride loop takes per step. A
+// bandwidth-bound kernel needs many bytes in flight per SM to come near the
+// memory's bandwidth; one 2-byte load per thread leaves most of it idle, so
+// these loops issue kUnroll loads before their first store.
+inline constexpr int kUnroll = 4;
+
+// A grid-stride loop over [0, n) with kUnroll elements per thread and step,
+// a block's width apart (each load instruction stays coalesced): load(i)
+// returns what element i needs, all of a step's loads run before its
+// stores, then store(i, loaded) finishes each. Plan it with
+// plan_grid_stride(device, n, kUnroll, registers). Elements must be
+// independent (in place is fine: each element is read and written by one
+// thread).
+template <class Ctx, class Load, class Store>
+RIG_HD_INLINE void unrolled_grid_stride(Ctx& ctx, std::int64_t n, Load&& load, Store&& store) {
+  const std::int64_t block = ctx.block_threads();
+  const std::int64_t step = grid_threads(ctx) * kUnroll;
+  for (std::int64_t base =
+           static_cast<std::int64_t>(ctx.block_idx().x) * block * kUnroll + ctx.thread_rank();
+       base < n; base += step) {
+    decltype(load(base)) loaded[kUnroll]{};  // {}: GCC cannot tell the two ifs agree
+    for (int u = 0; u < kUnroll; ++u) {
+      if (base + u * block < n) loaded[u] = load(base + u * block);
+    }
+    for (int u = 0; u < kUnroll; ++u) {
+      if (base + u * block < n) store(base + u * block, loaded[u]);
+    }
+  }
+}
+
 // The most axes of the kernels' n-d iterations (backend::kMaxStridedDims,
 // the rank of a StridedPlan): shapes and strides travel in the kernel
 // structs as plain arrays of this size.

@@ -153,6 +153,22 @@ RIG_HD_INLINE void convert_element(void* dst, DType dt, std::int64_t di, const v
   }
 }
 
+// Element i of src as stored: its bytes in the low bytes of a word (both
+// the GPU and the emulator's hosts are little-endian), so that
+// convert_element(dst, dt, di, &word, st, 0) stores it converted.
+RIG_HD_INLINE std::uint64_t load_stored(const void* src, DType t, std::int64_t i) {
+  switch (dtype_bytes(t)) {
+    case 1:
+      return static_cast<const std::uint8_t*>(src)[i];
+    case 2:
+      return static_cast<const std::uint16_t*>(src)[i];
+    case 4:
+      return static_cast<const std::uint32_t*>(src)[i];
+    default:
+      return static_cast<const std::uint64_t*>(src)[i];
+  }
+}
+
 struct CopyStrided {
   int ndim = 1;  // >= 1, <= kCopyMaxDims
   std::int64_t shape[kCopyMaxDims] = {};
@@ -163,17 +179,25 @@ struct CopyStrided {
   DType src_type = DType::f32;
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
-    return plan_grid_stride(device, shape_elements(ndim, shape), 1, 36);  // ptxas: 36
+    return plan_grid_stride(device, shape_elements(ndim, shape), kUnroll, 64);  // ptxas: 64
   }
 
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
-    const std::int64_t n = shape_elements(ndim, shape);
-    for (std::int64_t i = global_thread(ctx); i < n; i += grid_threads(ctx)) {
-      std::int64_t off[2];
-      strided_offsets(i, ndim, shape, strides, off);
-      convert_element(dst, dst_type, off[0], src, src_type, off[1]);
-    }
+    struct Loaded {
+      std::int64_t dst;
+      std::uint64_t stored;
+    };
+    unrolled_grid_stride(
+        ctx, shape_elements(ndim, shape),
+        [&](std::int64_t i) {
+          std::int64_t off[2];
+          strided_offsets(i, ndim, shape, strides, off);
+          return Loaded{off[0], load_stored(src, src_type, off[1])};
+        },
+        [&](std::int64_t, const Loaded& v) {
+          convert_element(dst, dst_type, v.dst, &v.stored, src_type, 0);
+        });
   }
 };
 

@@ -7,7 +7,8 @@
 //     4 elements, per lane); the 8 lanes of a mask word combine their bits
 //     with shuffles and the first writes the word. As on the CPU, the last
 //     word's bits past n are those of the stream's next elements.
-//   DropoutBackward: dx = bit ? grad * scale : 0, grid-stride per element.
+//   DropoutBackward: dx = bit ? grad * scale : 0, an unrolled grid-stride
+//     loop over the elements.
 #pragma once
 
 #include <cstdint>
@@ -69,15 +70,23 @@ struct DropoutBackward {
   std::int64_t n = 0;
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
-    return plan_grid_stride(device, n);
+    return plan_grid_stride(device, n, kUnroll, 37);  // ptxas: 37
   }
 
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
-    for (std::int64_t i = global_thread(ctx); i < n; i += grid_threads(ctx)) {
-      const bool keep = ((mask_bits[i / 32] >> (i % 32)) & 1U) != 0;
-      store_element(dx, type, i, keep ? load_element(grad, type, i) * scale : 0.0F);
-    }
+    struct Loaded {
+      bool keep;
+      float g;
+    };
+    unrolled_grid_stride(
+        ctx, n,
+        [&](std::int64_t i) {
+          return Loaded{((mask_bits[i / 32] >> (i % 32)) & 1U) != 0, load_element(grad, type, i)};
+        },
+        [&](std::int64_t i, const Loaded& v) {
+          store_element(dx, type, i, v.keep ? v.g * scale : 0.0F);
+        });
   }
 };
 

@@ -151,14 +151,19 @@ struct UnaryForward {
   ElementType type = ElementType::f32;  // of x and y
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
-    return plan_grid_stride(device, n);
+    return plan_grid_stride(device, n, kUnroll);
   }
 
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
-    for (std::int64_t i = global_thread(ctx); i < n; i += grid_threads(ctx)) {
-      store_element(y, type, i, unary_value(op, load_element(x, type, i), scalar));
-    }
+    const UnaryOp o = op;  // the lambdas capture locals, not the kernel's `this`
+    const float* xs = x;
+    float* ys = y;
+    const float s = scalar;
+    const ElementType t = type;
+    unrolled_grid_stride(
+        ctx, n, [&](std::int64_t i) { return load_element(xs, t, i); },
+        [&](std::int64_t i, float v) { store_element(ys, t, i, unary_value(o, v, s)); });
   }
 };
 
@@ -173,14 +178,33 @@ struct UnaryBackward {
   ElementType type = ElementType::f32;  // of g, x, y and dx
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
-    return plan_grid_stride(device, n);
+    return plan_grid_stride(device, n, kUnroll, 77);  // ptxas: 77
   }
 
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
-    for (std::int64_t i = global_thread(ctx); i < n; i += grid_threads(ctx)) {
-      store_element(dx, type, i, unary_grad(op, load_element(g, type, i), x, y, i, scalar, type));
-    }
+    struct Loaded {
+      float g, x, y;  // x, y: 0 where not read
+    };
+    const UnaryOp o = op;  // the lambdas capture locals, not the kernel's `this`
+    const float* gs = g;
+    const float* xs = x;
+    const float* ys = y;
+    float* out = dx;
+    const float s = scalar;
+    const ElementType t = type;
+    unrolled_grid_stride(
+        ctx, n,
+        [&](std::int64_t i) {
+          return Loaded{load_element(gs, t, i), xs != nullptr ? load_element(xs, t, i) : 0.0F,
+                        ys != nullptr ? load_element(ys, t, i) : 0.0F};
+        },
+        [&](std::int64_t i, const Loaded& v) {
+          // x and y as loaded (widened): unary_grad reads them as f32 element 0.
+          store_element(out, t, i,
+                        unary_grad(o, v.g, xs != nullptr ? &v.x : nullptr,
+                                   ys != nullptr ? &v.y : nullptr, 0, s));
+        });
   }
 };
 
@@ -214,19 +238,26 @@ struct BinaryKernel {
   bool relu = false;
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
-    return plan_grid_stride(device, shape_elements(ndim, shape), 1, 40);  // ptxas: 40
+    return plan_grid_stride(device, shape_elements(ndim, shape), kUnroll, 58);  // ptxas: 58
   }
 
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
-    const std::int64_t n = shape_elements(ndim, shape);
-    for (std::int64_t i = global_thread(ctx); i < n; i += grid_threads(ctx)) {
-      std::int64_t off[3];
-      strided_offsets(i, ndim, shape, strides, off);
-      const float v =
-          binary_value(op, load_element(a, type, off[1]), load_element(b, type, off[2]));
-      store_element(out, type, off[0], relu ? relu_of_stored(type, v) : v);
-    }
+    struct Loaded {
+      std::int64_t out;
+      float a, b;
+    };
+    unrolled_grid_stride(
+        ctx, shape_elements(ndim, shape),
+        [&](std::int64_t i) {
+          std::int64_t off[3];
+          strided_offsets(i, ndim, shape, strides, off);
+          return Loaded{off[0], load_element(a, type, off[1]), load_element(b, type, off[2])};
+        },
+        [&](std::int64_t, const Loaded& v) {
+          const float r = binary_value(op, v.a, v.b);
+          store_element(out, type, v.out, relu ? relu_of_stored(type, r) : r);
+        });
   }
 };
 
