@@ -1,0 +1,170 @@
+// The bandwidth of rig's element-wise kernels on 16-bit data, measured (label
+// gpu; skips without a GPU): 64 Mi elements each, against cudaMemcpyAsync's
+// device-to-device copy as the ceiling. These kernels run an unrolled
+// grid-stride loop (kernels/common.hpp's unrolled_grid_stride: four loads in
+// flight per thread); the ratio to the copy says how near the memory's
+// bandwidth they come. Each runs kWarmup times, then kRuns times timed one by
+// one with cudaEvents; the medians are printed in one line
+//   elementwise bandwidth (...): copy A GB/s; CopyStrided bf16 B GB/s (B/A); ...
+// counting the bytes each kernel must read and write. No speed makes the
+// test fail; the outputs are checked, so that a kernel that did nothing
+// cannot look fast.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cuda/runtime/kernel_runs.cuh"
+#include "device_array.hpp"
+#include "gpu_test.hpp"
+#include "rig/half.hpp"
+
+using rig_gpu_test::DeviceArray;
+
+namespace {
+
+constexpr int kWarmup = 3;
+constexpr int kRuns = 25;
+constexpr std::int64_t kElements = std::int64_t{64} << 20;
+
+class ElementwiseBandwidth : public rig_gpu_test::GpuTest {
+ protected:
+  void SetUp() override {
+    GpuTest::SetUp();
+    if (IsSkipped()) return;
+    RIG_CUDA_CHECK(cudaSetDevice(rig_gpu_test::kDevice));
+    RIG_CUDA_CHECK(cudaStreamCreate(&stream_));
+    RIG_CUDA_CHECK(cudaEventCreate(&start_));
+    RIG_CUDA_CHECK(cudaEventCreate(&stop_));
+  }
+  void TearDown() override {
+    if (start_ != nullptr) cudaEventDestroy(start_);
+    if (stop_ != nullptr) cudaEventDestroy(stop_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  // GB/s of `step`, which moves `bytes`: the median of kRuns timed runs.
+  template <class Step>
+  double gb_per_s(double bytes, Step step) {
+    for (int i = 0; i < kWarmup; ++i) step();
+    RIG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::vector<float> times;
+    for (int i = 0; i < kRuns; ++i) {
+      RIG_CUDA_CHECK(cudaEventRecord(start_, stream_));
+      step();
+      RIG_CUDA_CHECK(cudaEventRecord(stop_, stream_));
+      RIG_CUDA_CHECK(cudaEventSynchronize(stop_));
+      float ms = 0.0F;
+      RIG_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+      times.push_back(ms);
+    }
+    std::sort(times.begin(), times.end());
+    return bytes / (static_cast<double>(times[times.size() / 2]) * 1e6);
+  }
+
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+};
+
+// A 1-D plan over n contiguous elements (every operand stride 1).
+template <class Kernel>
+void one_axis(Kernel& k, std::int64_t n) {
+  k.ndim = 1;
+  k.shape[0] = n;
+}
+
+}  // namespace
+
+TEST_F(ElementwiseBandwidth, SixteenBitKernelsAgainstTheCopy) {
+  namespace k = rig::kernels;
+  const auto n = static_cast<std::size_t>(kElements);
+  const std::uint16_t one = rig::float_to_bfloat16(1.0F), two = rig::float_to_bfloat16(2.0F);
+  const DeviceArray<std::uint16_t> a(std::vector<std::uint16_t>(n, one));
+  const DeviceArray<std::uint16_t> b(std::vector<std::uint16_t>(n, two));
+  const DeviceArray<float> wide(std::vector<float>(n, 3.0F));
+  DeviceArray<std::uint16_t> out(n), acc(std::vector<std::uint16_t>(n, 0));
+  const double e = static_cast<double>(kElements);
+  std::string line;
+  const auto report = [&](const char* name, double rate, double ceiling) {
+    char part[160];
+    std::snprintf(part, sizeof part, "; %s %.0f GB/s (%.2f)", name, rate, rate / ceiling);
+    line += part;
+  };
+
+  const double copy = gb_per_s(4.0 * e, [&] {
+    RIG_CUDA_CHECK(cudaMemcpyAsync(out.data(), a.data(), n * 2, cudaMemcpyDeviceToDevice, stream_));
+  });
+
+  k::CopyStrided same;
+  one_axis(same, kElements);
+  same.strides[0][0] = same.strides[1][0] = 1;
+  same.dst = out.data();
+  same.src = b.data();
+  same.dst_type = same.src_type = rig::DType::bf16;
+  report("CopyStrided bf16", gb_per_s(4.0 * e, [&] { rig::cuda::run(same, stream_); }), copy);
+
+  k::CopyStrided cast = same;
+  cast.src = wide.data();
+  cast.src_type = rig::DType::f32;
+  report("CopyStrided f32 -> bf16", gb_per_s(6.0 * e, [&] { rig::cuda::run(cast, stream_); }),
+         copy);
+  EXPECT_EQ(out.to_host()[n - 1], rig::float_to_bfloat16(3.0F));
+
+  k::AddStrided add;
+  one_axis(add, kElements);
+  add.strides[0][0] = add.strides[1][0] = 1;
+  add.dst = acc.data();
+  add.src = a.data();
+  add.dst_type = add.src_type = rig::DType::bf16;
+  report("AddStrided bf16", gb_per_s(6.0 * e, [&] { rig::cuda::run(add, stream_); }), copy);
+  EXPECT_EQ(acc.to_host()[n - 1], rig::float_to_bfloat16(kWarmup + kRuns));
+
+  k::BinaryKernel binary;
+  one_axis(binary, kElements);
+  binary.strides[0][0] = binary.strides[1][0] = binary.strides[2][0] = 1;
+  binary.a = reinterpret_cast<const float*>(a.data());
+  binary.b = reinterpret_cast<const float*>(b.data());
+  binary.out = reinterpret_cast<float*>(out.data());
+  binary.type = k::ElementType::bf16;
+  report("BinaryKernel add bf16", gb_per_s(6.0 * e, [&] { rig::cuda::run(binary, stream_); }),
+         copy);
+  EXPECT_EQ(out.to_host()[0], rig::float_to_bfloat16(3.0F));
+
+  // ResNet-50's first batch norm's shape at batch 256 / 4: [64, 64, 112 x 112].
+  const std::int64_t bn_n = kElements / (64 * 112 * 112), bn_c = 64, bn_inner = 112 * 112;
+  const auto bn_elements = static_cast<double>(bn_n * bn_c * bn_inner);
+  const DeviceArray<float> scale(std::vector<float>(64, 0.5F)), shift(std::vector<float>(64, 1.0F));
+  k::BatchNormApply apply{reinterpret_cast<const float*>(a.data()),
+                          scale.data(),
+                          shift.data(),
+                          reinterpret_cast<float*>(out.data()),
+                          bn_n,
+                          bn_c,
+                          bn_inner};
+  apply.type = k::ElementType::bf16;
+  apply.relu = true;
+  report("BatchNormApply+relu bf16",
+         gb_per_s(4.0 * bn_elements, [&] { rig::cuda::run(apply, stream_); }), copy);
+  EXPECT_EQ(out.to_host()[0], rig::float_to_bfloat16(1.5F));
+
+  const DeviceArray<float> coef(std::vector<float>(3 * 64, 0.25F));
+  k::BatchNormBackwardDx dx{reinterpret_cast<const float*>(a.data()),
+                            reinterpret_cast<const float*>(b.data()),
+                            coef.data(),
+                            reinterpret_cast<float*>(out.data()),
+                            bn_n,
+                            bn_c,
+                            bn_inner};
+  dx.type = k::ElementType::bf16;
+  report("BatchNormBackwardDx bf16",
+         gb_per_s(6.0 * bn_elements, [&] { rig::cuda::run(dx, stream_); }), copy);
+  EXPECT_EQ(out.to_host()[0], rig::float_to_bfloat16(1.0F));  // 2 a + (1 b + k), all 0.25
+
+  std::printf(
+      "elementwise bandwidth (64 Mi elements, median of %d; in brackets: of the copy): "
+      "cudaMemcpy device to device %.0f GB/s%s\n",
+      kRuns, copy, line.c_str());
+}
