@@ -28,6 +28,7 @@
 #include "cuda/dnn/cudnn_graphs.hpp"
 #include "cuda/runtime/kernel_runs.cuh"
 #include "device_array.hpp"
+#include "event_timer.hpp"
 #include "gpu_test.hpp"
 #include "rig/dtype.hpp"
 #include "rig/math/philox.hpp"
@@ -48,39 +49,23 @@ class AttentionDropoutBenchmark : public rig_gpu_test::GpuTest {
     if (IsSkipped()) return;
     if (!dnn::cudnn_load_error().empty()) GTEST_SKIP() << dnn::cudnn_load_error();
     RIG_CUDA_CHECK(cudaSetDevice(rig_gpu_test::kDevice));
-    RIG_CUDA_CHECK(cudaStreamCreate(&stream_));
-    RIG_CUDA_CHECK(cudaEventCreate(&start_));
-    RIG_CUDA_CHECK(cudaEventCreate(&stop_));
+    timer_ = std::make_unique<rig_gpu_test::EventTimer>();
+    stream_ = timer_->stream();
     graphs_ = std::make_unique<dnn::CudnnGraphs>();
   }
   void TearDown() override {
     graphs_.reset();
-    if (start_ != nullptr) cudaEventDestroy(start_);
-    if (stop_ != nullptr) cudaEventDestroy(stop_);
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    timer_.reset();
   }
 
   // Median milliseconds of `step(i)` over kRuns calls, after kWarmup.
   template <class Step>
   float median_ms(Step step) {
-    for (int i = 0; i < kWarmup; ++i) step(i);
-    RIG_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    std::vector<float> times;
-    for (int i = 0; i < kRuns; ++i) {
-      RIG_CUDA_CHECK(cudaEventRecord(start_, stream_));
-      step(kWarmup + i);
-      RIG_CUDA_CHECK(cudaEventRecord(stop_, stream_));
-      RIG_CUDA_CHECK(cudaEventSynchronize(stop_));
-      float ms = 0.0F;
-      RIG_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
-      times.push_back(ms);
-    }
-    std::sort(times.begin(), times.end());
-    return times[times.size() / 2];
+    return timer_->median_ms(kWarmup, kRuns, step);
   }
 
+  std::unique_ptr<rig_gpu_test::EventTimer> timer_;
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t start_ = nullptr, stop_ = nullptr;
   std::unique_ptr<dnn::CudnnGraphs> graphs_;
 };
 

@@ -14,11 +14,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "cuda/runtime/kernel_runs.cuh"
 #include "device_array.hpp"
+#include "event_timer.hpp"
 #include "gpu_test.hpp"
 #include "rig/half.hpp"
 
@@ -36,37 +38,20 @@ class ElementwiseBandwidth : public rig_gpu_test::GpuTest {
     GpuTest::SetUp();
     if (IsSkipped()) return;
     RIG_CUDA_CHECK(cudaSetDevice(rig_gpu_test::kDevice));
-    RIG_CUDA_CHECK(cudaStreamCreate(&stream_));
-    RIG_CUDA_CHECK(cudaEventCreate(&start_));
-    RIG_CUDA_CHECK(cudaEventCreate(&stop_));
+    timer_ = std::make_unique<rig_gpu_test::EventTimer>();
+    stream_ = timer_->stream();
   }
-  void TearDown() override {
-    if (start_ != nullptr) cudaEventDestroy(start_);
-    if (stop_ != nullptr) cudaEventDestroy(stop_);
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  }
+  void TearDown() override { timer_.reset(); }
 
   // GB/s of `step`, which moves `bytes`: the median of kRuns timed runs.
   template <class Step>
   double gb_per_s(double bytes, Step step) {
-    for (int i = 0; i < kWarmup; ++i) step();
-    RIG_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    std::vector<float> times;
-    for (int i = 0; i < kRuns; ++i) {
-      RIG_CUDA_CHECK(cudaEventRecord(start_, stream_));
-      step();
-      RIG_CUDA_CHECK(cudaEventRecord(stop_, stream_));
-      RIG_CUDA_CHECK(cudaEventSynchronize(stop_));
-      float ms = 0.0F;
-      RIG_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
-      times.push_back(ms);
-    }
-    std::sort(times.begin(), times.end());
-    return bytes / (static_cast<double>(times[times.size() / 2]) * 1e6);
+    const float ms = timer_->median_ms(kWarmup, kRuns, [&](int) { step(); });
+    return bytes / (static_cast<double>(ms) * 1e6);
   }
 
+  std::unique_ptr<rig_gpu_test::EventTimer> timer_;
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t start_ = nullptr, stop_ = nullptr;
 };
 
 // A 1-D plan over n contiguous elements (every operand stride 1).
