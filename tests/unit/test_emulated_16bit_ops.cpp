@@ -267,6 +267,28 @@ TEST(Emulated16BitOps, MaxPoolHasTheBitsOfItsFloat32Copy) {
   }
 }
 
+TEST(Emulated16BitOps, GlobalAvgPoolHasTheBitsOfItsFloat32Copy) {
+  const rig::Device dev = emulated_cuda();
+  // 7 x 7 pixels (ResNet-50's last), and 13 x 1: sums past the lanes' multiple.
+  for (const rig::Shape& shape : {rig::Shape{3, 5, 7, 7}, rig::Shape{2, 9, 13, 1}}) {
+    const Tensor x = random(shape, 91, -2.0F, 2.0F);
+    const Tensor up = random({shape[0], shape[1]}, 92);
+    for (const DType type : {DType::bf16, DType::f16}) {
+      SCOPED_TRACE(::testing::Message() << rig::dtype_name(type) << " " << rig::to_string(shape));
+      Tensor x16 = leaf(x, type, dev);
+      const Tensor y16 = rig::ops::global_avg_pool2d(x16);
+      rig::ops::sum(rig::ops::mul(y16, up.to(dev).to(type))).backward();
+      Tensor x32 = leaf(x.to(type).to(DType::f32), DType::f32, dev);
+      const Tensor y32 = rig::ops::global_avg_pool2d(x32);
+      rig::ops::sum(rig::ops::mul(y32.to(type), up.to(dev).to(type))).backward();
+      EXPECT_EQ(y16.dtype(), type);
+      EXPECT_EQ(x16.grad().dtype(), type);
+      EXPECT_TRUE(same(y16.detach(), y32.detach())) << "y";
+      EXPECT_TRUE(same(x16.grad(), x32.grad())) << "dx";
+    }
+  }
+}
+
 TEST(Emulated16BitOps, BatchNormReluHasTheBitsOfBatchNormThenRelu) {
   // The CUDA back end fuses the relu into batch norm's apply and backward;
   // every output, gradient and running statistic must keep the two ops' bits.

@@ -54,6 +54,14 @@ void Backend::batch_norm_apply_16(const BatchNormShape&, DType, const void*, con
   f32_only("batch_norm_apply_16");
 }
 
+void Backend::global_avg_pool_forward_16(std::int64_t, std::int64_t, DType, const void*, void*) {
+  f32_only("global_avg_pool_forward_16");
+}
+
+void Backend::global_avg_pool_backward_16(std::int64_t, std::int64_t, DType, const void*, void*) {
+  f32_only("global_avg_pool_backward_16");
+}
+
 void Backend::batch_norm_backward_16(const BatchNormShape&, DType, const void*, const void*,
                                      const float*, const float*, DType, const void*, bool, void*,
                                      void*, void*) {

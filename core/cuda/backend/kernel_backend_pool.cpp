@@ -57,4 +57,17 @@ void KernelBackend::global_avg_pool_backward(std::int64_t planes, std::int64_t s
   run(kernels::GlobalAvgPoolBackward{dy, dx, planes, size});
 }
 
+// The kernels' float* operands hold 16-bit values here (their `type`).
+void KernelBackend::global_avg_pool_forward_16(std::int64_t planes, std::int64_t size, DType type,
+                                               const void* x, void* y) {
+  run(kernels::GlobalAvgPoolForward{static_cast<const float*>(x), static_cast<float*>(y), planes,
+                                    size, element_type(type, "global_avg_pool_forward_16")});
+}
+
+void KernelBackend::global_avg_pool_backward_16(std::int64_t planes, std::int64_t size, DType type,
+                                                const void* dy, void* dx) {
+  run(kernels::GlobalAvgPoolBackward{static_cast<const float*>(dy), static_cast<float*>(dx), planes,
+                                     size, element_type(type, "global_avg_pool_backward_16")});
+}
+
 }  // namespace rig::cuda

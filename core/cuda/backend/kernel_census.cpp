@@ -169,11 +169,11 @@ Work work_of(const kernels::MaxPool2dBackward& k) {
 }
 Work work_of(const kernels::GlobalAvgPoolForward& k) {
   const std::int64_t n = k.planes * k.size;
-  return {"f32", n, 4.0 * static_cast<double>(n + k.planes)};
+  return {type_name(k.type), n, type_bytes(k.type) * static_cast<double>(n + k.planes)};
 }
 Work work_of(const kernels::GlobalAvgPoolBackward& k) {
   const std::int64_t n = k.planes * k.size;
-  return {"f32", n, 4.0 * static_cast<double>(n + k.planes)};
+  return {type_name(k.type), n, type_bytes(k.type) * static_cast<double>(n + k.planes)};
 }
 Work work_of(const kernels::SgdUpdateKernel& k) {
   const double streams =

@@ -251,6 +251,7 @@ struct GlobalAvgPoolForward {
   const float* x = nullptr;  // [planes, size]
   float* y = nullptr;        // [planes]
   std::int64_t planes = 0, size = 0;
+  ElementType type = ElementType::f32;  // of x and y (summed in f32, y rounded once)
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_grid_stride(device, planes * kGlobalPoolLanes);
@@ -271,16 +272,18 @@ struct GlobalAvgPoolForward {
       const bool active = p < planes;
       float lane_sum = 0.0F, total = 0.0F;
       if (active) {
-        const float* v = x + p * size;
-        for (std::int64_t i = l; i < full; i += kGlobalPoolLanes) lane_sum += v[i];
+        const std::int64_t v = p * size;
+        for (std::int64_t i = l; i < full; i += kGlobalPoolLanes) {
+          lane_sum += load_element(x, type, v + i);
+        }
         if (l == 0) {
-          for (std::int64_t i = full; i < size; ++i) total += v[i];
+          for (std::int64_t i = full; i < size; ++i) total += load_element(x, type, v + i);
         }
       }
       for (unsigned k = 0; k < kGlobalPoolLanes; ++k) {
         total += ctx.shfl(lane_sum, half * kGlobalPoolLanes + k);
       }
-      if (active && l == 0) y[p] = total / count;
+      if (active && l == 0) store_element(y, type, p, total / count);
     }
   }
 };
@@ -289,6 +292,7 @@ struct GlobalAvgPoolBackward {
   const float* dy = nullptr;  // [planes]
   float* dx = nullptr;        // [planes, size]
   std::int64_t planes = 0, size = 0;
+  ElementType type = ElementType::f32;  // of dy and dx
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_grid_stride(device, planes * size);
@@ -301,7 +305,7 @@ struct GlobalAvgPoolBackward {
     for (std::int64_t t = global_thread(ctx); t < n; t += grid_threads(ctx)) {
       std::int64_t p = 0, i = 0;
       pool_detail::divmod(t, size, p, i);
-      dx[t] = dy[p] * inv;
+      store_element(dx, type, t, load_element(dy, type, p) * inv);
     }
   }
 };

@@ -139,6 +139,23 @@ Tensor global_avg_pool2d(const Tensor& x) {
     throw std::invalid_argument(
         fmt::format("global_avg_pool2d: x {} has no pixels to average", to_string(x.shape())));
   }
+  if (x.dtype() != DType::f32 && detail::backend_of(x).reads_16bit_storage()) {
+    // 16-bit x as it is: the f32 path's bits, rounded once (no f32 copies).
+    const DType type = x.dtype();
+    const Tensor xc = x.detach().contiguous();
+    Tensor out = detail::empty_on(xc, {x.size(0), x.size(1)}, type);
+    detail::backend_of(xc).global_avg_pool_forward_16(planes, size, type, xc.raw_data(),
+                                                      out.raw_data());
+    if (!grad_mode_enabled() || !x.requires_grad()) return out;
+    return autograd::record(std::move(out), "global_avg_pool2d", {x},
+                            [planes, size, type, shape = xc.shape()](const Tensor& g) {
+                              const Tensor gc = g.to(type).contiguous();
+                              Tensor dx = detail::empty_on(gc, shape, type);
+                              detail::backend_of(gc).global_avg_pool_backward_16(
+                                  planes, size, type, gc.raw_data(), dx.raw_data());
+                              return autograd::TensorList{dx};
+                            });
+  }
   return in_f32(x, [&](const Tensor& xf) {
     const Tensor xc = xf.detach().contiguous();
     Tensor out = detail::empty_on(xc, {x.size(0), x.size(1)});

@@ -235,6 +235,12 @@ class Backend {
                                        float* y) = 0;
   virtual void global_avg_pool_backward(std::int64_t planes, std::int64_t size, const float* dy,
                                         float* dx) = 0;
+  // The same on x, y, dy and dx of the 16-bit `type` (reads_16bit_storage()),
+  // summed in f32, each result rounded once.
+  virtual void global_avg_pool_forward_16(std::int64_t planes, std::int64_t size, DType type,
+                                          const void* x, void* y);
+  virtual void global_avg_pool_backward_16(std::int64_t planes, std::int64_t size, DType type,
+                                           const void* dy, void* dx);
 
   // ---- Attention (f32) ---------------------------------------------------------------
   // out = dropout(softmax(q k^T * scale, masked)) v; `probs` ([B, H, Tq, Tk],
