@@ -7,7 +7,12 @@ memory format: NVIDIA's and PyTorch's recipe for ResNet training speed.
 rig's side is experiments/resnet50-synthetic.yaml with --benchmark.
 
 Prints one `key=value ...` line; tools/gpu-check compares it with rig's.
+Two diagnostics of where rig's gap lies, each its own measure: --layout nchw
+(contiguous NCHW tensors, rig's layout, instead of channels_last) and
+--deterministic (cuDNN restricted to deterministic algorithms and no
+autotuning, as rig runs it).
 Usage: python3 gpu_resnet.py [--steps N] [--batch B] [--dtype bf16|fp16]
+                             [--layout channels_last|nchw] [--deterministic]
 """
 import argparse
 import statistics
@@ -64,17 +69,20 @@ def main():
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--dtype", choices=["bf16", "fp16"], default="bf16")
+    parser.add_argument("--layout", choices=["channels_last", "nchw"], default="channels_last")
+    parser.add_argument("--deterministic", action="store_true")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("gpu_resnet.py: no CUDA device visible to torch")
     torch.manual_seed(0)
-    torch.backends.cudnn.benchmark = True
-    model = ResNet50().cuda().to(memory_format=torch.channels_last)
+    torch.backends.cudnn.benchmark = not args.deterministic
+    torch.backends.cudnn.deterministic = args.deterministic
+    layout = torch.channels_last if args.layout == "channels_last" else torch.contiguous_format
+    model = ResNet50().cuda().to(memory_format=layout)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     scaler = torch.amp.GradScaler("cuda", enabled=dtype == torch.float16)
-    images = torch.randn(args.batch, 3, 224, 224, device="cuda").to(
-        memory_format=torch.channels_last)
+    images = torch.randn(args.batch, 3, 224, 224, device="cuda").to(memory_format=layout)
     labels = torch.randint(0, 1000, (args.batch,), device="cuda")
 
     def step():
@@ -96,7 +104,9 @@ def main():
         torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
     seconds = statistics.median(times)
-    print(f"measure=torch_resnet50 dtype={args.dtype} batch={args.batch} "
+    measure = "torch_resnet50" + ("_nchw" if args.layout == "nchw" else "") + (
+        "_deterministic" if args.deterministic else "")
+    print(f"measure={measure} dtype={args.dtype} batch={args.batch} "
           f"ms_median={1e3 * seconds:.2f} images_per_s={args.batch / seconds:.0f} "
           f"peak_allocated_MiB={torch.cuda.max_memory_allocated() / 2 ** 20:.0f}")
 
