@@ -8,7 +8,8 @@
 # - an mlp: train, eval, infer, interactive_infer; a checkpoint resumed
 #   across devices both ways; iter_size 2; sgd, novograd, LARC and adam;
 # - a transformer on synthetic_text, train_eval with beam search, float32
-#   and mixed precision (loss scaling on the device), and mixed bfloat16;
+#   (decoded exactly as on the CPU) and float16 mixed precision (loss
+#   scaling on the device, f16 products: the losses), and mixed bfloat16;
 # - a ResNet on Fashion-MNIST when Debian's dataset is installed (batch
 #   norm, convolutions, pooling), at a small learning rate: its first steps
 #   amplify rounding differences at the experiment's own; and in bfloat16
@@ -34,13 +35,15 @@ train_both() {
   grep -q '^\*\*\* Device: cuda:0 (RIG_CUDA_EMULATOR=1' "$name-cuda.log" ||
     fail "$name-cuda.log does not name the emulated device"
 }
-# close_results A.log B.log [REL]: the same result lines, every number within
-# REL (relative, default 2e-3) or 2e-4 (absolute).
+# close_results A.log B.log [REL [LINES]]: the same result lines (those
+# matching the regex LINES, default every loss, accuracy and BLEU), every
+# number within REL (relative, default 2e-3) or 2e-4 (absolute).
 close_results() {
-  python3 - "$1" "$2" "${3:-2e-3}" <<'PY' || fail "$1 and $2 print different results"
+  local lines="${4:-loss|accuracy|Acc@|BLEU|Evaluated}"
+  python3 - "$1" "$2" "${3:-2e-3}" "$lines" <<'PY' || fail "$1 and $2 print different results"
 import re, sys
 def results(path):
-    keep = re.compile(r"loss|accuracy|Acc@|BLEU|Evaluated")
+    keep = re.compile(sys.argv[4])
     out = []
     for line in open(path):
         if keep.search(line) and not line.startswith("+ "):
@@ -115,13 +118,17 @@ echo "== a transformer on synthetic_text: train_eval with beam search, float32 a
 # The fixture's 40 steps halved: the emulator is slow.
 sed -e 's/^  max_steps: 40$/  max_steps: 20/' -e 's/^  eval_steps: 40$/  eval_steps: 20/' \
   -e 's/^  save_checkpoint_steps: 40$/  save_checkpoint_steps: 20/' "$transformer" > transformer.yaml
-for dtype in float32 mixed; do
-  train_both "nmt-$dtype" transformer.yaml --mode train_eval --dtype="$dtype"
-  grep -Eq "hyp_len = [1-9]" "nmt-$dtype-cuda.log" || fail "no BLEU of decoded words ($dtype)"
-  close_results "nmt-$dtype-cpu.log" "nmt-$dtype-cuda.log"
-  cmp "nmt-$dtype-cpu/eval_outputs.txt" "nmt-$dtype-cuda/eval_outputs.txt" ||
-    fail "beam search on cuda decodes differently ($dtype)"
-done
+train_both nmt-float32 transformer.yaml --mode train_eval --dtype=float32
+grep -Eq "hyp_len = [1-9]" nmt-float32-cuda.log || fail "no BLEU of decoded words (float32)"
+close_results nmt-float32-cpu.log nmt-float32-cuda.log
+cmp nmt-float32-cpu/eval_outputs.txt nmt-float32-cuda/eval_outputs.txt ||
+  fail "beam search on cuda decodes differently (float32)"
+# float16 mixed precision: on cuda the products read f16 as it is and their
+# backward operand dz is rounded to f16 (as autocast's), so an untrained
+# model's beams may part from the CPU's: decoding works, the losses agree.
+train_both nmt-mixed transformer.yaml --mode train_eval --dtype=mixed
+grep -Eq "hyp_len = [1-9]" nmt-mixed-cuda.log || fail "no BLEU of decoded words (mixed)"
+close_results nmt-mixed-cpu.log nmt-mixed-cuda.log 2e-3 "Train loss|Validation loss"
 # bfloat16 activations: a sum in another order can round to a neighbouring
 # bfloat16, so an untrained model's beams may part: the losses only.
 train_both nmt-mixed-bf16 transformer.yaml --mode train --dtype=mixed --mixed_dtype=bfloat16

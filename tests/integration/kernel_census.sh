@@ -39,6 +39,12 @@ grep -Eq "^ +1 .* CrossEntropyBackward bf16$" nmt.txt || fail "the loss's gradie
 grep -Eq "^ +4 .* BiasReluDropoutStore f32 -> bf16$" nmt.txt || fail "not 4 fused bias passes"
 if grep -Eq "BiasActivation|DropoutForward f32" nmt.txt; then fail "an f32 bias or dropout pass"; fi
 
+echo "== a float16 transformer: its products on the f16 tensor cores, none in f32"
+RIG_CUDA_EMULATOR_FUSED_ATTENTION=1 check "$tool" "$rig" nmt16.txt -- "$transformer" \
+  --dtype=mixed --mixed_dtype=float16
+grep -Eq "cuBLASLt matmul f16 x f16 -> f16$" nmt16.txt || fail "no f16 products"
+if grep -q "cuBLASLt matmul f32 x f32" nmt16.txt; then fail "an f32 product in a float16 step"; fi
+
 echo "== a bad call: exit 2 and the usage"
 if "$tool" "$rig" out.txt "$tiny" > bad.log 2>&1; then fail "a call without -- was accepted"; else
   code=$?; fi

@@ -100,6 +100,61 @@ TEST(Emulated16BitOps, LinearWithReluAndDropoutRoundsOnceAndKeepsTheBf16Output) 
   }
 }
 
+TEST(Emulated16BitOps, Float16LinearMultipliesF16AsItIs) {
+  // f16 x and W at f32 precision go to the f16 products (the tensor cores on
+  // a GPU): y, dx and dW are written in f16 by the products, with the f32
+  // layer's bits where dz is exact in f16 (no dropout scale); with output
+  // dropout dz is rounded to f16 first (as autocast's), so dx and dW may
+  // differ from the f32 layer's in their last bit.
+  const rig::Device dev = emulated_cuda();
+  const Tensor x = random({3, 11, 40}, 21), w = random({48, 40}, 22), b = random({48}, 23);
+  const Tensor up = random({3, 11, 48}, 24).to(dev).to(DType::f16);
+  const rig::RandomKey key{9, 2, 0, 5};
+  struct Case {
+    rig::ops::Activation activation;
+    bool with_bias;
+    float p;
+  };
+  for (const Case& c :
+       {Case{rig::ops::Activation::none, false, 0.0F}, Case{rig::ops::Activation::none, true, 0.0F},
+        Case{rig::ops::Activation::relu, true, 0.0F}, Case{rig::ops::Activation::relu, true, 0.3F},
+        Case{rig::ops::Activation::gelu, true, 0.0F}}) {
+    SCOPED_TRACE(::testing::Message() << "activation " << static_cast<int>(c.activation) << " bias "
+                                      << c.with_bias << " p " << c.p);
+    const rig::ops::OutputDropout dropout{c.p, key};
+    Tensor x16 = leaf(x, DType::f16, dev), w16 = leaf(w, DType::f16, dev);
+    Tensor b16 = c.with_bias ? leaf(b, DType::f16, dev) : Tensor();
+    const Tensor y16 = rig::ops::linear(x16, w16, b16, c.activation, dropout);
+    rig::ops::sum(rig::ops::mul(y16, up)).backward();
+    Tensor x32 = leaf(x, DType::f32, dev), w32 = leaf(w, DType::f32, dev);
+    Tensor b32 = c.with_bias ? leaf(b, DType::f32, dev) : Tensor();
+    const Tensor y32 = rig::ops::linear(x32, w32, b32, c.activation, dropout);
+    rig::ops::sum(rig::ops::mul(y32.to(DType::f16), up)).backward();
+    EXPECT_EQ(y16.dtype(), DType::f16);
+    EXPECT_EQ(x16.grad().dtype(), DType::f16);
+    EXPECT_EQ(w16.grad().dtype(), DType::f16);
+    EXPECT_TRUE(same(y16.detach(), y32.detach())) << "y";
+    if (c.p == 0.0F && c.activation != rig::ops::Activation::gelu) {
+      EXPECT_TRUE(same(x16.grad(), x32.grad())) << "dx";
+      EXPECT_TRUE(same(w16.grad(), w32.grad())) << "dW";
+    } else {  // dz rounded to f16: within f16's rounding of the f32 layer's
+      const auto near = [](const Tensor& got, const Tensor& want) {
+        const std::vector<float> g = got.to_host().to(DType::f32).to_vector();
+        const std::vector<float> v = want.to_host().to_vector();
+        for (std::size_t i = 0; i < g.size(); ++i) {
+          if (std::fabs(g[i] - v[i]) > 4e-3F * (1.0F + std::fabs(v[i]))) return false;
+        }
+        return true;
+      };
+      EXPECT_TRUE(near(x16.grad(), x32.grad())) << "dx";
+      EXPECT_TRUE(near(w16.grad(), w32.grad())) << "dW";
+    }
+    if (c.with_bias) {
+      EXPECT_TRUE(same(b16.grad(), b32.grad())) << "db";
+    }
+  }
+}
+
 TEST(Emulated16BitOps, AddAndMulWithBroadcastingHaveTheBitsOfTheirFloat32Copies) {
   const rig::Device dev = emulated_cuda();
   // A residual add [4, 6, 8] + [4, 6, 8] and a padding mask [4, 6, 1].

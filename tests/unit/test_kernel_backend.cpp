@@ -837,15 +837,16 @@ TEST(KernelBackend16Bit, ActivationBackward16IsTheF32Path) {
         const void* g = g_type == DType::bf16 ? static_cast<const void*>(g16.get()) : g32.get();
         const void* saved =
             saved_type == DType::bf16 ? static_cast<const void*>(saved16.get()) : saved32.get();
-        emu().activation_backward_16(act, g_type, g, saved_type, saved, dz_b.get(), db_b.get(),
-                                     rows, cols, 1.25F);
+        emu().activation_backward_16(act, g_type, g, saved_type, saved, DType::bf16, dz_b.get(),
+                                     db_b.get(), rows, cols, 1.25F);
         EXPECT_EQ(dz_b.host(), dz_a.host());
         EXPECT_EQ(db_b.host(), db_a.host());
       }
     }
   }
   EXPECT_THROW(emu().activation_backward_16(Activation::relu, DType::f16, g16.get(), DType::f32,
-                                            saved32.get(), dz_b.get(), nullptr, rows, cols, 1.0F),
+                                            saved32.get(), DType::bf16, dz_b.get(), nullptr, rows,
+                                            cols, 1.0F),
                std::invalid_argument);
 }
 

@@ -35,8 +35,8 @@ void Backend::unary_backward_16(Unary, DType, const void*, const void*, const vo
   f32_only("unary_backward_16");
 }
 
-void Backend::activation_backward_16(Activation, DType, const void*, DType, const void*,
-                                     std::uint16_t*, float*, std::int64_t, std::int64_t, float) {
+void Backend::activation_backward_16(Activation, DType, const void*, DType, const void*, DType,
+                                     void*, float*, std::int64_t, std::int64_t, float) {
   f32_only("activation_backward_16");
 }
 

@@ -87,7 +87,7 @@ class KernelBackend final : public backend::Backend {
                                 std::uint16_t* dz_bf16, float* db, std::int64_t rows,
                                 std::int64_t cols, float relu_scale) override;
   void activation_backward_16(Activation activation, DType g_type, const void* g, DType saved_type,
-                              const void* saved, std::uint16_t* dz_bf16, float* db,
+                              const void* saved, DType dz_type, void* dz, float* db,
                               std::int64_t rows, std::int64_t cols, float relu_scale) override;
   void bias_activation_16(DType type, const float* y, const float* bias, std::int64_t rows,
                           std::int64_t cols, Activation activation, const RandomKey* dropout_key,
@@ -253,6 +253,7 @@ class KernelBackend final : public backend::Backend {
   bool rounds_bf16_operands() const override { return true; }
   bool gemm_writes_bf16() const override { return true; }
   bool fast_bf16_products() const override { return true; }
+  bool f16_products() const override { return true; }
   void round_bf16(const backend::GemmOperand& x, std::int64_t rows, std::int64_t cols,
                   std::uint16_t* dst) override;
   void gemm(const backend::GemmProduct& p, MatmulPrecision precision) override;
@@ -290,6 +291,7 @@ class KernelBackend final : public backend::Backend {
   // B: the same matrix for every product; C's must not overlap): one strided
   // batched cuBLASLt product (bf16 precision rounds the operands into dense
   // scratch first, as gemm() does). first's operands carry no bf16 copies.
+  void gemm_f16(const backend::GemmProduct& p);
   void gemm_batched(const backend::GemmProduct& first, std::int64_t count, std::int64_t stride_a,
                     std::int64_t stride_b, std::int64_t stride_c, MatmulPrecision precision);
   // One attention product per (batch, head), `first` being (0, 0)'s and the

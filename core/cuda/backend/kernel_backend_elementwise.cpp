@@ -171,29 +171,36 @@ void KernelBackend::activation_backward_bf16(Activation activation, const float*
 }
 
 void KernelBackend::activation_backward_16(Activation activation, DType g_type, const void* g,
-                                           DType saved_type, const void* saved,
-                                           std::uint16_t* dz_bf16, float* db, std::int64_t rows,
+                                           DType saved_type, const void* saved, DType dz_type,
+                                           void* dz, float* db, std::int64_t rows,
                                            std::int64_t cols, float relu_scale) {
-  const auto f32_or_bf16 = [](DType type, const char* what) {
-    if (type != DType::f32 && type != DType::bf16) {
+  // g and saved each f32 or dz's 16-bit type.
+  const auto sixteen = [&](DType type, const char* what) {
+    if (type != DType::f32 && type != dz_type) {
       throw std::invalid_argument(std::string("activation_backward_16: ") + what + " is " +
-                                  std::string(dtype_name(type)) + ", not f32 or bf16");
+                                  std::string(dtype_name(type)) + ", not f32 or " +
+                                  std::string(dtype_name(dz_type)));
     }
-    return type == DType::bf16;
+    return type == dz_type;
   };
-  const bool g_bf16 = f32_or_bf16(g_type, "g");
-  const bool saved_bf16 = f32_or_bf16(saved_type, "saved");
+  const kernels::ElementType half = element_type(dz_type, "activation_backward_16");
+  if (dz_type == DType::f32) {
+    throw std::invalid_argument("activation_backward_16: dz must be f16 or bf16");
+  }
+  const bool g16 = sixteen(g_type, "g");
+  const bool saved16 = sixteen(saved_type, "saved");
   kernels::ActivationBackward k{activation,
-                                g_bf16 ? nullptr : static_cast<const float*>(g),
-                                saved_bf16 ? nullptr : static_cast<const float*>(saved),
+                                g16 ? nullptr : static_cast<const float*>(g),
+                                saved16 ? nullptr : static_cast<const float*>(saved),
                                 nullptr,
-                                dz_bf16,
+                                static_cast<std::uint16_t*>(dz),
                                 nullptr,
                                 rows,
                                 cols,
                                 relu_scale};
-  if (g_bf16) k.g_bf16 = static_cast<const std::uint16_t*>(g);
-  if (saved_bf16) k.saved_bf16 = static_cast<const std::uint16_t*>(saved);
+  if (g16) k.g16 = static_cast<const std::uint16_t*>(g);
+  if (saved16) k.saved16 = static_cast<const std::uint16_t*>(saved);
+  k.half = half;
   activation_backward_with([this](const auto& run_k) { run(run_k); },
                            [this](std::size_t bytes) { return scratch(bytes); }, k, db);
 }

@@ -57,10 +57,29 @@ GemmRequest request_of(const backend::GemmProduct& p) {
   return request;
 }
 
+// Plans `request` and runs it on rig's operands a and b, C written to c, or
+// to c16 in c16_type where that is set.
+void run_product(KernelDevice& device, GemmRequest request, const void* a, const void* b, float* c,
+                 std::uint16_t* c16, GemmType c16_type) {
+  void* d = c;
+  if (c16 != nullptr) {
+    request.c_type = c16_type;
+    d = c16;
+  }
+  const LtPlan plan = plan_gemm(request);
+  const void* lt_a = plan.a_is == RigOperand::a ? a : b;
+  const void* lt_b = plan.b_is == RigOperand::a ? a : b;
+  device.gemm(plan, lt_a, lt_b, d, d, nullptr, nullptr);
+}
+
 }  // namespace
 
 void KernelBackend::gemm(const backend::GemmProduct& p, MatmulPrecision precision) {
   if (p.m == 0 || p.n == 0) return;
+  if (p.a.f16 != nullptr || p.b.f16 != nullptr || p.c_f16 != nullptr) {
+    gemm_f16(p);
+    return;
+  }
   if (p.c_bf16 != nullptr && (p.beta != 0.0F || precision != MatmulPrecision::bf16)) {
     throw std::invalid_argument("KernelBackend::gemm: a bf16 C needs beta 0 and bf16 precision");
   }
@@ -104,23 +123,44 @@ void KernelBackend::gemm(const backend::GemmProduct& p, MatmulPrecision precisio
     request.lda = sa.cols;
     request.ldb = sb.cols;
   }
-  void* c = p.c;
-  if (p.c_bf16 != nullptr) {
-    request.c_type = GemmType::bf16;
-    c = p.c_bf16;
+  run_product(device(), request, a, b, p.c, p.c_bf16, GemmType::bf16);
+}
+
+// f16 operands as they are (exact values at any precision), accumulated in
+// f32, C written in f32 or f16.
+void KernelBackend::gemm_f16(const backend::GemmProduct& p) {
+  if (p.a.f16 == nullptr || p.b.f16 == nullptr ||
+      (p.c_f16 != nullptr && (p.beta != 0.0F || p.c != nullptr))) {
+    throw std::invalid_argument(
+        "KernelBackend::gemm: an f16 product needs both operands in f16, and an f16 C beta 0");
   }
-  const LtPlan plan = plan_gemm(request);
-  const void* lt_a = plan.a_is == RigOperand::a ? a : b;
-  const void* lt_b = plan.b_is == RigOperand::a ? a : b;
-  device_->gemm(plan, lt_a, lt_b, c, c, nullptr, nullptr);
+  if (p.k == 0) {  // 0 C, or beta C in f32
+    backend::GemmProduct f32 = p;
+    f32.a.f16 = f32.b.f16 = nullptr;
+    f32.c_f16 = nullptr;
+    if (p.c_f16 != nullptr) {
+      fill_strided({p.m, p.n}, p.c_f16, {p.ldc, 1}, DType::f16, 0.0F);
+    } else {
+      gemm(f32, MatmulPrecision::f32);
+    }
+    return;
+  }
+  GemmRequest request = request_of(p);
+  const Stored sa = stored_of(p.a, p.m, p.k), sb = stored_of(p.b, p.k, p.n);
+  request.a_type = request.b_type = GemmType::f16;
+  request.lda = sa.cols;  // packed densely
+  request.ldb = sb.cols;
+  run_product(device(), request, p.a.f16, p.b.f16, p.c, p.c_f16, GemmType::f16);
 }
 
 void KernelBackend::gemm_batched(const backend::GemmProduct& first, std::int64_t count,
                                  std::int64_t stride_a, std::int64_t stride_b,
                                  std::int64_t stride_c, MatmulPrecision precision) {
-  if (first.a.bf16 != nullptr || first.b.bf16 != nullptr || first.c_bf16 != nullptr) {
+  if (first.a.bf16 != nullptr || first.b.bf16 != nullptr || first.c_bf16 != nullptr ||
+      first.a.f16 != nullptr || first.b.f16 != nullptr || first.c_f16 != nullptr) {
     throw std::invalid_argument(
-        "KernelBackend::gemm_batched: bf16 operands or C given beforehand have no batch stride");
+        "KernelBackend::gemm_batched: 16-bit operands or C given beforehand have no batch "
+        "stride");
   }
   if (count <= 0 || first.m == 0 || first.n == 0) return;
   if (count == 1 || first.k == 0) {  // gemm() does beta C itself

@@ -141,17 +141,18 @@ Work work_of(const kernels::BiasReluDropoutStore& k) {
   return {fmt::format("f32 -> {}", type_name(k.type)), n,
           static_cast<double>(n) * (4.0 + type_bytes(k.type))};
 }
-// g and saved read, dz written (each f32 or bf16).
+// g and saved read, dz written (each f32 or 16-bit).
 Work work_of(const kernels::ActivationBackward& k) {
   const std::int64_t n = k.rows * k.cols;
-  const double g = k.g_bf16 != nullptr ? 2.0 : k.g != nullptr ? 4.0 : 0.0;
-  const double saved = k.saved_bf16 != nullptr ? 2.0 : k.saved != nullptr ? 4.0 : 0.0;
-  const double dz = (k.dz != nullptr ? 4.0 : 0.0) + (k.dz_bf16 != nullptr ? 2.0 : 0.0);
-  return {fmt::format("g {} saved {} dz {}", g == 2.0 ? "bf16" : "f32",
-                      saved == 2.0   ? "bf16"
-                      : saved == 4.0 ? "f32"
-                                     : "none",
-                      k.dz_bf16 != nullptr ? "bf16" : "f32"),
+  const char* half = type_name(k.half);
+  const auto name = [&](const void* sixteen, const void* f32) {
+    return sixteen != nullptr ? half : f32 != nullptr ? "f32" : "none";
+  };
+  const double g = k.g16 != nullptr ? 2.0 : k.g != nullptr ? 4.0 : 0.0;
+  const double saved = k.saved16 != nullptr ? 2.0 : k.saved != nullptr ? 4.0 : 0.0;
+  const double dz = (k.dz != nullptr ? 4.0 : 0.0) + (k.dz16 != nullptr ? 2.0 : 0.0);
+  return {fmt::format("g {} saved {} dz {}", name(k.g16, k.g), name(k.saved16, k.saved),
+                      k.dz16 != nullptr ? half : "f32"),
           n, static_cast<double>(n) * (g + saved + dz)};
 }
 Work work_of(const kernels::MaxPool2dForward& k) {

@@ -370,12 +370,12 @@ RIG_HD_INLINE std::int64_t activation_row_blocks(std::int64_t rows) {
   return (rows + kActivationRowBlock - 1) / kActivationRowBlock;
 }
 
-// One thread per (row block, column): dz (f32) and/or dz_bf16 (rounded to
-// nearest even) for the block's rows, and the block's column sum into
+// One thread per (row block, column): dz (f32) and/or dz16 (of the 16-bit
+// type `half`, rounded to nearest even) for the block's rows, and the block's column sum into
 // db_partial[block * cols + column] (summed in row order from 0). With one
 // row block (rows <= 64) pass db itself as db_partial; with more, pass
 // activation_row_blocks(rows) * cols floats of scratch and run ColumnTotals
-// after. Any of dz, dz_bf16, db_partial may be null. To match the CPU:
+// after. Any of dz, dz16, db_partial may be null. To match the CPU:
 // Backend::activation_backward writes no dz for Activation::none (pass
 // null), and launches nothing when it is none and db is null.
 struct ActivationBackward {
@@ -383,12 +383,13 @@ struct ActivationBackward {
   const float* g = nullptr;
   const float* saved = nullptr;  // null for none
   float* dz = nullptr;
-  std::uint16_t* dz_bf16 = nullptr;
+  std::uint16_t* dz16 = nullptr;
   float* db_partial = nullptr;
   std::int64_t rows = 0, cols = 0;
   float relu_scale = 1.0F;
-  const std::uint16_t* g_bf16 = nullptr;      // g in bf16 instead (g null)
-  const std::uint16_t* saved_bf16 = nullptr;  // saved in bf16 instead (saved null)
+  const std::uint16_t* g16 = nullptr;      // g in `half` instead (g null)
+  const std::uint16_t* saved16 = nullptr;  // saved in `half` instead (saved null)
+  ElementType half = ElementType::bf16;    // of dz16, g16 and saved16
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_grid_stride(device, activation_row_blocks(rows) * cols, 1, 38);  // ptxas: 38
@@ -404,15 +405,14 @@ struct ActivationBackward {
       float sum = 0.0F;
       for (std::int64_t r = r0; r < r1; ++r) {
         const std::int64_t i = r * cols + c;
-        const float gi = g_bf16 != nullptr ? bfloat16_bits_to_float(g_bf16[i]) : g[i];
-        const float d =
-            activation_grad(activation, gi,
-                            saved_bf16 != nullptr ? bfloat16_bits_to_float(saved_bf16[i])
-                            : saved != nullptr    ? saved[i]
-                                                  : 0.0F,
-                            relu_scale);
+        const float gi = g16 != nullptr ? load_element(g16, half, i) : g[i];
+        const float d = activation_grad(activation, gi,
+                                        saved16 != nullptr ? load_element(saved16, half, i)
+                                        : saved != nullptr ? saved[i]
+                                                           : 0.0F,
+                                        relu_scale);
         if (dz != nullptr) dz[i] = d;
-        if (dz_bf16 != nullptr) dz_bf16[i] = float_to_bfloat16_bits(d);
+        if (dz16 != nullptr) store_element(dz16, half, i, d);
         sum += d;
       }
       if (db_partial != nullptr) db_partial[block * cols + c] = sum;

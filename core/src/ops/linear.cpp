@@ -11,11 +11,14 @@
 // rounding are one pass over the f32 product, and the bf16 y is kept.
 // At bf16 matmul precision, on a backend that rounds operands ahead of its
 // products (the CPU), x and W are rounded once, used by the forward product
-// and kept for backward (x in bf16: half its f32 size).
+// and kept for backward (x in bf16: half its f32 size). f16 x and W at f32
+// precision go to a back end's f16 products where it has them
+// (linear_f16.cpp).
 #include <stdexcept>
 
 #include <fmt/format.h>
 
+#include "ops/linear_f16.hpp"
 #include "ops/op_util.hpp"
 #include "rig/autograd.hpp"
 #include "rig/ops.hpp"
@@ -60,6 +63,15 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
         "apply ops::dropout after other activations");
   }
   const MatmulPrecision precision = matmul_precision();
+  const bool dropped = dropout.p > 0.0F;
+  // As ops::dropout: p = 1 keeps nothing and scales by 0 (zeros, zero gradient).
+  const float keep_scale = !dropped ? 1.0F : dropout.p < 1.0F ? 1.0F / (1.0F - dropout.p) : 0.0F;
+  // f16 x and W at f32 precision (their values exact) on a back end that
+  // multiplies f16 as it is: the tensor cores, no f32 copies.
+  if (precision == MatmulPrecision::f32 && x.dtype() == DType::f16 &&
+      weight.dtype() == DType::f16 && detail::backend_of(x).f16_products()) {
+    return detail::linear_f16_products(x, weight, bias, activation, dropout, keep_scale);
+  }
   // bf16 x and W at bf16 precision feed the products as they are: no f32
   // copies of them, y computed in f32 and rounded once, the gradients
   // returned in the inputs' dtypes. Other 16-bit inputs compute through f32.
@@ -72,10 +84,6 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
                        bias.defined() ? detail::as_f32(bias) : bias, activation, dropout)
         .to(x.dtype());
   }
-  const bool dropped = dropout.p > 0.0F;
-  // As ops::dropout: p = 1 keeps nothing and scales by 0 (zeros, zero gradient).
-  const float keep_scale = !dropped ? 1.0F : dropout.p < 1.0F ? 1.0F / (1.0F - dropout.p) : 0.0F;
-
   const Tensor xc = x.detach().contiguous();
   const Tensor w = weight.detach().contiguous();
   const Tensor b = bias.defined() ? detail::as_f32(bias.detach()).contiguous() : Tensor();
@@ -176,7 +184,7 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
           dz_bf16 = detail::empty_on(gc, {n_rows, out_features}, DType::bf16);
           if (g_bf16 || saved_dtype == DType::bf16) {
             be.activation_backward_16(activation, gc.dtype(), gc.raw_data(), saved_dtype,
-                                      saved_data, dz_bf16.data<std::uint16_t>(), db_data, n_rows,
+                                      saved_data, DType::bf16, dz_bf16.raw_data(), db_data, n_rows,
                                       out_features, keep_scale);
           } else {
             be.activation_backward_bf16(

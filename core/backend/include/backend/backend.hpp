@@ -114,10 +114,10 @@ class Backend {
   virtual void activation_backward_bf16(Activation activation, const float* g, const float* saved,
                                         std::uint16_t* dz_bf16, float* db, std::int64_t rows,
                                         std::int64_t cols, float relu_scale) = 0;
-  // The same with g and saved each f32 or bf16 (g_type, saved_type), where
-  // reads_16bit_storage().
+  // The same with dz written rounded to dz_type (bf16 or f16), g and saved
+  // each f32 or dz_type (g_type, saved_type), where reads_16bit_storage().
   virtual void activation_backward_16(Activation activation, DType g_type, const void* g,
-                                      DType saved_type, const void* saved, std::uint16_t* dz_bf16,
+                                      DType saved_type, const void* saved, DType dz_type, void* dz,
                                       float* db, std::int64_t rows, std::int64_t cols,
                                       float relu_scale);
   // y (f32 [rows, cols], a product) -> out (`type`, f16 or bf16) = relu (or
@@ -379,6 +379,9 @@ class Backend {
   virtual void gemm(const GemmProduct& p, MatmulPrecision precision) = 0;
   // Whether gemm() honours GemmProduct::c_bf16 (the ops leave it null where not).
   virtual bool gemm_writes_bf16() const { return false; }
+  // Whether gemm() takes f16 operands and C as they are (GemmOperand::f16,
+  // GemmProduct::c_f16: tensor cores); the ops leave them null where not.
+  virtual bool f16_products() const { return false; }
   // Two independent products (a layer's dX and dW) at once where that is faster.
   virtual void gemm_pair(const GemmProduct& first, const GemmProduct& second,
                          MatmulPrecision precision) = 0;

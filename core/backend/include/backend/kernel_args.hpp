@@ -73,11 +73,16 @@ struct MutBuffer {
 // when `trans`. At bf16 precision `bf16` may give the same matrix already
 // rounded (Backend::round_bf16), so that products sharing it round it once;
 // `data` may then be null.
+// Where Backend::f16_products(), `f16` may instead give the matrix as f16
+// values (a 16-bit model's own, exact: any precision), packed densely as
+// `bf16` is; both operands of a product then come so, and it accumulates
+// them in f32 on the f16 tensor cores.
 struct GemmOperand {
   const float* data = nullptr;
   std::int64_t ld = 0;
   bool trans = false;
   const std::uint16_t* bf16 = nullptr;
+  const std::uint16_t* f16 = nullptr;
 };
 
 // One product C[m, n] = alpha op(A)[m, k] op(B)[k, n] + beta C, C row-major
@@ -93,6 +98,8 @@ struct GemmProduct {
   // to bf16 instead of to c (beta must be 0): a 16-bit layer's output with
   // no f32 copy. Single products at bf16 precision only.
   std::uint16_t* c_bf16 = nullptr;
+  // Likewise C written in f16 (beta 0), for a product of f16 operands.
+  std::uint16_t* c_f16 = nullptr;
 };
 
 // A strided matrix operand of a batched product: [..., r, c] with any strides;

@@ -1,0 +1,135 @@
+// linear on f16 x and W, on a back end with f16 products: the products read
+// x, W and (backward) dz in f16 as they are and accumulate in f32, which is
+// the f32 path's arithmetic on the same (exact) values, on the tensor cores
+// instead of f32 copies. y, dx and dW are written in f16 by their products
+// where nothing follows; with a bias, relu and output dropout, one pass over
+// the f32 product adds, clamps, drops and rounds (bias_activation_16) and
+// relu's backward reads that f16 y. dz, the products' operand in backward,
+// is rounded to f16 as autocast's is (the f32 path keeps it in f32).
+#include "ops/linear_f16.hpp"
+
+#include "ops/op_util.hpp"
+#include "rig/autograd.hpp"
+
+namespace rig::ops::detail {
+
+namespace {
+
+using backend::GemmOperand;
+using backend::GemmProduct;
+
+const std::uint16_t* f16_of(const Tensor& t) {
+  return t.data<std::uint16_t>();
+}
+
+}  // namespace
+
+Tensor linear_f16_products(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                           Activation activation, const OutputDropout& dropout, float keep_scale) {
+  const Tensor xc = x.detach().contiguous();
+  const Tensor w = weight.detach().contiguous();
+  const Tensor b = bias.defined() ? as_f32(bias.detach()).contiguous() : Tensor();
+  const std::int64_t in = w.size(1), out_features = w.size(0);
+  const std::int64_t n_rows = shape_numel(Shape(x.shape().begin(), x.shape().end() - 1));
+  Shape out_shape = x.shape();
+  out_shape.back() = out_features;
+  backend::Backend& be = backend_of(xc);
+  const bool dropped = dropout.p > 0.0F;
+  const bool needs_grad = grad_mode_enabled() && (x.requires_grad() || weight.requires_grad() ||
+                                                  (bias.defined() && bias.requires_grad()));
+  // Written in f16 by the product where nothing follows it; else an f32
+  // product, then one pass (none / relu) or the f32 activation and a cast.
+  const bool direct = !b.defined() && activation == Activation::none && !dropped;
+  const bool fused = !direct && (activation == Activation::none || activation == Activation::relu);
+  Tensor y = empty_on(xc, out_shape, direct ? DType::f16 : DType::f32);
+  Tensor pre = needs_grad && activation == Activation::gelu ? empty_on(xc, out_shape) : Tensor();
+  GemmProduct forward{n_rows,
+                      out_features,
+                      in,
+                      1.0F,
+                      {nullptr, in, false, nullptr, f16_of(xc)},
+                      {nullptr, in, true, nullptr, f16_of(w)},
+                      0.0F,
+                      direct ? nullptr : y.data<float>(),
+                      out_features};
+  if (direct) forward.c_f16 = y.data<std::uint16_t>();
+  be.gemm(forward, matmul_precision());
+  Tensor out;
+  if (direct) {
+    out = y;
+  } else if (fused) {
+    out = empty_on(xc, out_shape, DType::f16);
+    be.bias_activation_16(DType::f16, y.data<float>(), b.defined() ? b.data<float>() : nullptr,
+                          n_rows, out_features, activation, dropped ? &dropout.key : nullptr,
+                          dropout.p, keep_scale, out.raw_data());
+  } else {  // gelu, tanh, sigmoid (no dropout: linear_impl allows it after relu only)
+    be.bias_activation(y.data<float>(), pre.defined() ? pre.data<float>() : nullptr,
+                       b.defined() ? b.data<float>() : nullptr, n_rows, out_features, activation);
+    out = y.to(DType::f16);
+  }
+  if (!needs_grad) return out;
+
+  // What the activation's derivative reads: the f16 output (relu), the f32
+  // output (tanh, sigmoid) or pre-activation (gelu); none reads nothing.
+  const Tensor saved = activation == Activation::none   ? Tensor()
+                       : activation == Activation::gelu ? pre
+                       : fused                          ? out.detach()
+                                                        : y;
+  const DType w_dtype = weight.dtype();
+  const DType b_dtype = bias.defined() ? bias.dtype() : DType::f32;
+  return autograd::record(
+      out, "linear", {x, weight, bias},
+      [xc, w, saved, activation, keep_scale, n_rows, in, out_features, w_dtype, b_dtype,
+       need_x = x.requires_grad(), need_w = weight.requires_grad(),
+       need_b = bias.defined() && bias.requires_grad()](const Tensor& g) {
+        backend::Backend& be = backend_of(g);
+        const Tensor gc = g.dtype() == DType::f16 || g.dtype() == DType::f32
+                              ? g.contiguous()
+                              : as_f32(g).contiguous();
+        Tensor db = need_b ? empty_on(gc, {out_features}) : Tensor();
+        // dz in f16 for the products: an f16 g with nothing to form is dz itself.
+        Tensor dz = gc;
+        if (activation != Activation::none || need_b || gc.dtype() != DType::f16) {
+          dz = empty_on(gc, {n_rows, out_features}, DType::f16);
+          be.activation_backward_16(
+              activation, gc.dtype(), gc.raw_data(), saved.defined() ? saved.dtype() : DType::f32,
+              saved.defined() ? saved.raw_data() : nullptr, DType::f16, dz.raw_data(),
+              need_b ? db.data<float>() : nullptr, n_rows, out_features, keep_scale);
+        }
+        Tensor dx = need_x ? empty_on(gc, xc.shape(), DType::f16) : Tensor();
+        Tensor dw = need_w ? empty_on(gc, {out_features, in}, DType::f16) : Tensor();
+        // dx [rows, in] = dz [rows, out] W [out, in]
+        GemmProduct dx_product{n_rows,
+                               in,
+                               out_features,
+                               1.0F,
+                               {nullptr, out_features, false, nullptr, f16_of(dz)},
+                               {nullptr, in, false, nullptr, f16_of(w)},
+                               0.0F,
+                               nullptr,
+                               in};
+        // dW [out, in] = dz^T [out, rows] x [rows, in]
+        GemmProduct dw_product{out_features,
+                               in,
+                               n_rows,
+                               1.0F,
+                               {nullptr, out_features, true, nullptr, f16_of(dz)},
+                               {nullptr, in, false, nullptr, f16_of(xc)},
+                               0.0F,
+                               nullptr,
+                               in};
+        if (need_x) dx_product.c_f16 = dx.data<std::uint16_t>();
+        if (need_w) dw_product.c_f16 = dw.data<std::uint16_t>();
+        if (need_x && need_w) {
+          be.gemm_pair(dx_product, dw_product, matmul_precision());
+        } else if (need_x) {
+          be.gemm(dx_product, matmul_precision());
+        } else if (need_w) {
+          be.gemm(dw_product, matmul_precision());
+        }
+        const auto as = [](const Tensor& t, DType dtype) { return t.defined() ? t.to(dtype) : t; };
+        return autograd::TensorList{dx, as(dw, w_dtype), as(db, b_dtype)};
+      });
+}
+
+}  // namespace rig::ops::detail
