@@ -746,6 +746,57 @@ std::vector<float> values_of(const std::vector<std::uint16_t>& x, DType type) {
   return out;
 }
 
+TEST(KernelBackendGemm, F16OperandsAsTheyAre) {
+  // f16 values (exact in f32) multiplied on the f16 path, C in f32 and in
+  // f16: on the emulator, the bits of its own f32 product of the same values
+  // (the same accumulation); on a GPU, the CPU's f32 product within the
+  // tolerances of the tensor cores' order of summation.
+  const std::int64_t m = 37, n = 41, k = 29;
+  for (const bool ta : {false, true}) {
+    for (const bool tb : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "trans_a " << ta << " trans_b " << tb);
+      const std::vector<std::uint16_t> ab =
+          bits_of(uniform(static_cast<std::size_t>(m * k), 461), DType::f16);
+      const std::vector<std::uint16_t> bb =
+          bits_of(uniform(static_cast<std::size_t>(k * n), 462), DType::f16);
+      const std::vector<float> a = values_of(ab, DType::f16), b = values_of(bb, DType::f16);
+      // Stored as op(A) [m, k] and op(B) [k, n] say, densely.
+      const std::int64_t lda = ta ? m : k, ldb = tb ? k : n;
+      std::vector<float> want = poisoned<float>(static_cast<std::size_t>(m * n));
+      cpu().gemm({m, n, k, 1.0F, {a.data(), lda, ta}, {b.data(), ldb, tb}, 0.0F, want.data(), n},
+                 MatmulPrecision::f32);
+      const Dev<std::uint16_t> da(ab), db(bb), c16(static_cast<std::size_t>(m * n));
+      const Dev<float> c32(static_cast<std::size_t>(m * n));
+      backend::GemmProduct p{m,
+                             n,
+                             k,
+                             1.0F,
+                             {nullptr, lda, ta, nullptr, da.get()},
+                             {nullptr, ldb, tb, nullptr, db.get()},
+                             0.0F,
+                             c32.get(),
+                             n};
+      emu().gemm(p, MatmulPrecision::f32);
+      p.c = nullptr;
+      p.c_f16 = c16.get();
+      emu().gemm(p, MatmulPrecision::f32);
+#ifdef RIG_KERNEL_BACKEND_ON_GPU
+      EXPECT_TRUE(close(c32.host(), want, kGemmAbs, kGemmRel));
+      EXPECT_TRUE(close(values_of(c16.host(), DType::f16), want, 2e-3F, 2e-3F));
+#else
+      const Dev<float> a32(a), b32(b), f32(static_cast<std::size_t>(m * n));
+      emu().gemm({m, n, k, 1.0F, {a32.get(), lda, ta}, {b32.get(), ldb, tb}, 0.0F, f32.get(), n},
+                 MatmulPrecision::f32);
+      EXPECT_TRUE(close(f32.host(), want, kGemmAbs, kGemmRel));
+      EXPECT_EQ(c32.host(), f32.host());
+      EXPECT_EQ(c16.host(), bits_of(f32.host(), DType::f16));
+#endif
+    }
+  }
+  EXPECT_TRUE(emu().f16_products());
+  EXPECT_FALSE(cpu().f16_products());
+}
+
 TEST(KernelBackend16Bit, BinaryIsTheF32PathRounded) {
   ASSERT_TRUE(emu().reads_16bit_storage());
   EXPECT_FALSE(cpu().reads_16bit_storage());
