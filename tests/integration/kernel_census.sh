@@ -38,6 +38,9 @@ grep -Eq "^ +1 .* CrossEntropyBackward bf16$" nmt.txt || fail "the loss's gradie
 # each feed-forward layer: bias, relu, dropout and rounding in one pass (2 layers x 2 linears)
 grep -Eq "^ +4 .* BiasReluDropoutStore f32 -> bf16$" nmt.txt || fail "not 4 fused bias passes"
 if grep -Eq "BiasActivation|DropoutForward f32" nmt.txt; then fail "an f32 bias or dropout pass"; fi
+# the shared embedding's two lookups add their rows straight into its bf16 gradient
+grep -Eq "^ +2 .* IndexAddSegments bf16 -> bf16$" nmt.txt || fail "not 2 row adds into bf16"
+if grep -q "IndexAddSegments f32" nmt.txt; then fail "a dense f32 embedding gradient"; fi
 
 echo "== a float16 transformer: its products on the f16 tensor cores, none in f32"
 RIG_CUDA_EMULATOR_FUSED_ATTENTION=1 check "$tool" "$rig" nmt16.txt -- "$transformer" \

@@ -16,6 +16,7 @@
 #include "bf16_values.hpp"
 #include "rig/half.hpp"
 #include "rig/ops.hpp"
+#include "rig/parameter_store.hpp"
 #include "rig/tensor.hpp"
 
 namespace {
@@ -409,3 +410,58 @@ TEST(Emulated16BitOps, AddReluHasTheBitsOfAddThenRelu) {
 }
 
 }  // namespace
+
+// ids [count] drawn from [0, vocab - 2]: the last row is never reached.
+Tensor ids_of(std::int64_t count, std::int64_t vocab, std::uint32_t seed) {
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(count));
+  std::mt19937 rng(seed);
+  for (auto& id : ids)
+    id = static_cast<std::int64_t>(rng() % static_cast<std::uint32_t>(vocab - 1));
+  return Tensor::from_vector(ids, {count});
+}
+
+TEST(Emulated16BitOps, EmbeddingAddsIntoA16BitGradientBufferWithTheDensePathsBits) {
+  // A mixed-precision parameter's gradient is a 16-bit view of the flat
+  // buffer: the embedding adds its rows straight into it (index_add_16)
+  // instead of a dense f32 [V, D] gradient cast and added. Two uses in one
+  // backward (a shared embedding) and a second backward onto what is there;
+  // the reference is a leaf without a buffer, which takes the dense path.
+  // 2^20 + 3 ids are past the sorting kernels (the dense fallback).
+  const rig::Device dev = emulated_cuda();
+  struct Case {
+    std::int64_t vocab, dim, count;
+    DType type;
+  };
+  const std::int64_t past_sort = (std::int64_t{1} << 20) + 3;
+  for (const Case c : {Case{37, 19, 33, DType::bf16}, Case{37, 19, 33, DType::f16},
+                       Case{7, 1, past_sort, DType::bf16}}) {
+    const DType type = c.type;
+    SCOPED_TRACE(::testing::Message() << rig::dtype_name(type) << " count " << c.count);
+    rig::ParameterStore store;
+    const Tensor w = store.declare("emb", {c.vocab, c.dim}, rig::Initializer::uniform(-1, 1));
+    store.allocate(5, type, dev);
+    Tensor reference = leaf(w.detach().to(DType::f32), type, dev);
+    const Tensor ids[3] = {ids_of(c.count, c.vocab, 81).to(dev),
+                           ids_of(c.count, c.vocab, 82).to(dev),
+                           ids_of(c.count, c.vocab, 83).to(dev)};
+    Tensor up[3];
+    for (std::uint32_t i = 0; i < 3; ++i) {
+      up[i] = random({c.count, c.dim}, 84 + i, -2.0F, 2.0F).to(dev).to(type);
+    }
+    for (const Tensor& weight : {w, reference}) {
+      const Tensor both =
+          rig::ops::add(rig::ops::sum(rig::ops::mul(rig::ops::embedding(weight, ids[0]), up[0])),
+                        rig::ops::sum(rig::ops::mul(rig::ops::embedding(weight, ids[1]), up[1])));
+      both.backward();
+      rig::ops::sum(rig::ops::mul(rig::ops::embedding(weight, ids[2]), up[2])).backward();
+    }
+    const Tensor got = w.grad(), want = reference.grad();
+    EXPECT_EQ(got.dtype(), type);
+    EXPECT_EQ(want.dtype(), type);
+    const std::vector<float> g = got.to_host().to(DType::f32).to_vector();
+    EXPECT_EQ(g, want.to_host().to(DType::f32).to_vector());
+    // The row no id reaches (the last) stays zero; the others do not.
+    EXPECT_EQ(g.back(), 0.0F);
+    EXPECT_TRUE(std::any_of(g.begin(), g.end(), [](float v) { return v != 0.0F; }));
+  }
+}

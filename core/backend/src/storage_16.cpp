@@ -68,6 +68,11 @@ void Backend::batch_norm_backward_16(const BatchNormShape&, DType, const void*, 
   f32_only("batch_norm_backward_16");
 }
 
+void Backend::index_add_16(DType, const void*, std::int64_t, std::int64_t, std::int64_t,
+                           const ConstBuffer&, DType, void*) {
+  f32_only("index_add_16");
+}
+
 void Backend::conv2d_forward_16(const Conv2dShape&, DType, const void*, const void*, void*) {
   f32_only("conv2d_forward_16");
 }

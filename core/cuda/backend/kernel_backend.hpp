@@ -245,6 +245,9 @@ class KernelBackend final : public backend::Backend {
                     std::int64_t inner, const backend::ConstBuffer& index, void* out) override;
   void index_add(const float* grad, std::int64_t outer, std::int64_t n, std::int64_t inner,
                  const backend::ConstBuffer& index, float* dx) override;
+  void index_add_16(DType grad_type, const void* grad, std::int64_t outer, std::int64_t n,
+                    std::int64_t inner, const backend::ConstBuffer& index, DType type,
+                    void* dx) override;
   void argmax(const backend::ConstBuffer& x, std::int64_t outer, std::int64_t n, std::int64_t inner,
               std::int64_t* out) override;
   void topk(const backend::ConstBuffer& x, std::int64_t rows, std::int64_t n, std::int64_t k,
@@ -281,6 +284,12 @@ class KernelBackend final : public backend::Backend {
   DeviceScratch f32_copy(DType type, const void* src, std::int64_t n);
   // A device copy of `bytes` host bytes (argument arrays: row pieces, slices).
   DeviceScratch upload(const void* host, std::size_t bytes);
+  // Whether index_add sorts k positions into n rows (else the column walk).
+  static bool index_add_sorts(std::int64_t k, std::int64_t n);
+  // The sort-by-row index_add (kernels/index_add.hpp) into dx of dx_type.
+  void index_add_sorted(kernels::ElementType grad_type, const void* grad, std::int64_t outer,
+                        std::int64_t n, std::int64_t inner, const backend::ConstBuffer& index,
+                        kernels::ElementType dx_type, void* dx);
   // Queues `kernel` on the device (which skips an empty launch).
   template <class Kernel>
   void run(const Kernel& kernel) {

@@ -99,10 +99,23 @@ void KernelBackend::index_add(const float* grad, std::int64_t outer, std::int64_
                               std::int64_t inner, const backend::ConstBuffer& index, float* dx) {
   const std::int64_t k = shape_numel(index.shape);
   if (k == 0 || outer == 0 || inner == 0) return;
-  if (k > kernels::kIndexAddSortMaxK || n >= std::numeric_limits<std::int32_t>::max()) {
+  if (!index_add_sorts(k, n)) {
     run(kernels::IndexAdd{grad, outer, n, inner, index.data, index.dtype, k, dx});
     return;
   }
+  index_add_sorted(kernels::ElementType::f32, grad, outer, n, inner, index,
+                   kernels::ElementType::f32, dx);
+}
+
+bool KernelBackend::index_add_sorts(std::int64_t k, std::int64_t n) {
+  return k <= kernels::kIndexAddSortMaxK && n < std::numeric_limits<std::int32_t>::max();
+}
+
+void KernelBackend::index_add_sorted(kernels::ElementType grad_type, const void* grad,
+                                     std::int64_t outer, std::int64_t n, std::int64_t inner,
+                                     const backend::ConstBuffer& index,
+                                     kernels::ElementType dx_type, void* dx) {
+  const std::int64_t k = shape_numel(index.shape);
   const std::int64_t chunk = kernels::index_add_rank_chunk(k);
   const std::int64_t chunks = (k + chunk - 1) / chunk;
   const auto words = static_cast<std::size_t>(k);
@@ -113,7 +126,40 @@ void KernelBackend::index_add(const float* grad, std::int64_t outer, std::int64_
   run(kernels::IndexAddRank{index.data, index.dtype, k, n, chunk, counts.as<std::uint32_t>()});
   run(kernels::IndexAddScatter{index.data, index.dtype, k, n, chunks,
                                counts.as<const std::uint32_t>(), order, keys});
-  run(kernels::IndexAddSegments{grad, outer, n, inner, k, order, keys, dx});
+  run(kernels::IndexAddSegments{grad, outer, n, inner, k, order, keys, dx, grad_type, dx_type});
+}
+
+// The sorted kernels sum each reached row once and add it rounded; past
+// their limits, a dense f32 sum, rounded to `type` and added everywhere
+// (x + 0 keeps x), the same values.
+void KernelBackend::index_add_16(DType grad_type, const void* grad, std::int64_t outer,
+                                 std::int64_t n, std::int64_t inner,
+                                 const backend::ConstBuffer& index, DType type, void* dx) {
+  if (type != DType::f16 && type != DType::bf16) {
+    throw std::invalid_argument(
+        fmt::format("index_add_16 on cuda: dx is {} (expected f16 or bf16)", dtype_name(type)));
+  }
+  if (grad_type != DType::f32 && grad_type != type) {
+    throw std::invalid_argument(
+        fmt::format("index_add_16 on cuda: grad is {} for dx of {} (expected f32 or the same type)",
+                    dtype_name(grad_type), dtype_name(type)));
+  }
+  const std::int64_t k = shape_numel(index.shape);
+  if (k == 0 || outer == 0 || inner == 0) return;
+  if (index_add_sorts(k, n)) {
+    index_add_sorted(element_type(grad_type, "index_add_16"), grad, outer, n, inner, index,
+                     element_type(type, "index_add_16"), dx);
+    return;
+  }
+  const std::int64_t rows = outer * k * inner, dense = outer * n * inner;
+  DeviceScratch grad32 = f32_copy(grad_type, grad, rows);
+  DeviceScratch sum = scratch(static_cast<std::size_t>(dense) * sizeof(float));
+  fill_strided({dense}, sum.as<float>(), {1}, DType::f32, 0.0F);
+  run(kernels::IndexAdd{grad32.as<float>(), outer, n, inner, index.data, index.dtype, k,
+                        sum.as<float>()});
+  DeviceScratch rounded = scratch(static_cast<std::size_t>(dense) * dtype_size(type));
+  copy_strided({dense}, rounded.as<void>(), {1}, type, sum.as<float>(), {1}, DType::f32);
+  add_strided({dense}, dx, {1}, type, rounded.as<void>(), {1}, type);
 }
 
 void KernelBackend::argmax(const backend::ConstBuffer& x, std::int64_t outer, std::int64_t n,

@@ -176,6 +176,12 @@ Work work_of(const kernels::GlobalAvgPoolBackward& k) {
   const std::int64_t n = k.planes * k.size;
   return {type_name(k.type), n, type_bytes(k.type) * static_cast<double>(n + k.planes)};
 }
+Work work_of(const kernels::IndexAddSegments& k) {
+  // Every gradient row read; at most one read and write of dx per row.
+  const std::int64_t n = k.outer * k.k * k.inner;
+  return {fmt::format("{} -> {}", type_name(k.grad_type), type_name(k.dx_type)), n,
+          static_cast<double>(n) * (type_bytes(k.grad_type) + 2.0 * type_bytes(k.dx_type))};
+}
 Work work_of(const kernels::SgdUpdateKernel& k) {
   const double streams =
       k.buffer != nullptr ? 5.0 : 3.0;  // p and buffer read and written, grad read

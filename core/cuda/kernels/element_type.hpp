@@ -36,20 +36,23 @@ RIG_HD_INLINE void store_element(void* data, ElementType type, std::int64_t i, f
   }
 }
 
-// relu of v as `type` stores it (rounded to nearest even for f16 / bf16),
-// with relu's rule (x < 0 ? 0 : x: -0 and NaN kept): the bits of storing v
-// and then running relu on the stored value, for kernels that fuse a relu.
-RIG_HD_INLINE float relu_of_stored(ElementType type, float v) {
+// v as `type` stores it: rounded to nearest even for f16 / bf16.
+RIG_HD_INLINE float rounded_to(ElementType type, float v) {
   switch (type) {
     case ElementType::f16:
-      v = half_bits_to_float(float_to_half_bits(v));
-      break;
+      return half_bits_to_float(float_to_half_bits(v));
     case ElementType::bf16:
-      v = bfloat16_bits_to_float(float_to_bfloat16_bits(v));
-      break;
+      return bfloat16_bits_to_float(float_to_bfloat16_bits(v));
     default:
-      break;
+      return v;
   }
+}
+
+// relu of v as `type` stores it, with relu's rule (x < 0 ? 0 : x: -0 and NaN
+// kept): the bits of storing v and then running relu on the stored value, for
+// kernels that fuse a relu.
+RIG_HD_INLINE float relu_of_stored(ElementType type, float v) {
+  v = rounded_to(type, v);
   return v < 0.0F ? 0.0F : v;
 }
 

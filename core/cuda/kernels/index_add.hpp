@@ -19,7 +19,10 @@
 //     run's gradient rows into its dx element in run order (ascending t),
 //     one float rounding per add as the CPU does; the others do nothing.
 //     Loads are issued kIndexAddBatch at a time ahead of the adds, since a
-//     run (a frequent token) is one thread's serial chain per column.
+//     run (a frequent token) is one thread's serial chain per column. With
+//     16-bit dx (Backend::index_add_16) the run is summed from 0 and its sum,
+//     rounded to dx's type, added to dx once: the bits of a dense f32
+//     gradient rounded and added; dx elements no key reaches stay unwritten.
 // Used when k <= kIndexAddSortMaxK and n < 2^31 (keys fit 32 bits); above
 // that indexing.hpp's IndexAdd (one thread per column walking all of t) is
 // the fallback.
@@ -28,6 +31,7 @@
 #include <cstdint>
 
 #include "cuda/kernels/common.hpp"
+#include "cuda/kernels/element_type.hpp"
 #include "cuda/kernels/indexing.hpp"
 #include "rig/dtype.hpp"
 
@@ -137,11 +141,12 @@ struct IndexAddScatter {
 };
 
 struct IndexAddSegments {
-  const float* grad = nullptr;  // [outer, k, inner]
+  const void* grad = nullptr;  // [outer, k, inner] of grad_type
   std::int64_t outer = 0, n = 0, inner = 0, k = 0;
   const std::uint32_t* order = nullptr;  // [k] (IndexAddScatter)
   const std::uint32_t* keys = nullptr;   // [k]
-  float* dx = nullptr;                   // [outer, n, inner], accumulates
+  void* dx = nullptr;                    // [outer, n, inner] of dx_type, accumulates
+  ElementType grad_type = ElementType::f32, dx_type = ElementType::f32;
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_grid_stride(device, outer * k * inner, 1, 42);  // ptxas: 42
@@ -155,23 +160,30 @@ struct IndexAddSegments {
       const auto [o, p] = div_mod(line, k);
       const std::uint32_t key = keys[p];
       if (key >= n || (p > 0 && keys[p - 1] == key)) continue;
-      float* d = dx + (o * n + key) * inner + col;
-      const float* g = grad + o * k * inner + col;
-      float sum = *d;
+      const std::int64_t d = (o * n + key) * inner + col;
+      const std::int64_t g = o * k * inner + col;
+      const bool f32_dx = dx_type == ElementType::f32;
+      float sum = f32_dx ? static_cast<const float*>(dx)[d] : 0.0F;
       for (std::int64_t q = p;; q += kIndexAddBatch) {
         // The run is a prefix of the batch; its loads go out before the adds.
         bool in[kIndexAddBatch];
         float v[kIndexAddBatch];
         for (int u = 0; u < kIndexAddBatch; ++u) {
           in[u] = q + u < k && keys[q + u] == key;
-          v[u] = in[u] ? g[static_cast<std::int64_t>(order[q + u]) * inner] : 0.0F;
+          v[u] = in[u] ? load_element(grad, grad_type,
+                                      g + static_cast<std::int64_t>(order[q + u]) * inner)
+                       : 0.0F;
         }
         for (int u = 0; u < kIndexAddBatch; ++u) {
           if (in[u]) sum += v[u];
         }
         if (!in[kIndexAddBatch - 1]) break;
       }
-      *d = sum;
+      if (f32_dx) {
+        static_cast<float*>(dx)[d] = sum;
+      } else {
+        store_element(dx, dx_type, d, load_element(dx, dx_type, d) + rounded_to(dx_type, sum));
+      }
     }
   }
 };

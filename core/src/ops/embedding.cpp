@@ -9,6 +9,14 @@
 
 namespace rig::ops {
 
+namespace {
+
+Tensor as_f32(const Tensor& g) {
+  return g.dtype() == DType::f32 ? g.contiguous() : g.to(DType::f32).contiguous();
+}
+
+}  // namespace
+
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
   detail::require_defined("embedding", weight, "weight");
   detail::require_dtype("embedding", ids, "ids", {DType::i64, DType::i32});
@@ -40,20 +48,32 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   return autograd::record(
       std::move(out), "embedding", {weight, ids},
       [flat, index, vocab, dim, weight](const Tensor& g) -> autograd::TensorList {
-        const Tensor gc = g.dtype() == DType::f32 ? g.contiguous() : g.to(DType::f32).contiguous();
-        // A parameter (a leaf whose gradient is an f32 buffer, e.g. a view of
+        // A parameter (a leaf whose gradient buffer exists, e.g. a view of
         // the flat gradient buffer): add the rows straight into it, as the
         // engine would, instead of building and adding a dense [V, D] gradient.
         const TensorImpl* w = weight.impl();
         if (!w->grad_fn && w->requires_grad && w->grad) {
           Tensor grad(w->grad);
-          if (grad.dtype() == DType::f32 && grad.is_contiguous() &&
-              grad.shape() == weight.shape()) {
-            detail::backend_of(gc).index_add(gc.data<float>(), 1, vocab, dim, index,
-                                             grad.data<float>());
-            return {Tensor(), Tensor()};
+          backend::Backend& be = detail::backend_of(grad);
+          if (grad.is_contiguous() && grad.shape() == weight.shape()) {
+            if (grad.dtype() == DType::f32) {
+              const Tensor gc = as_f32(g);
+              be.index_add(gc.data<float>(), 1, vocab, dim, index, grad.data<float>());
+              return {Tensor(), Tensor()};
+            }
+            // A 16-bit model's gradient buffer (mixed precision), where the
+            // back end adds into 16-bit storage: the rows' f32 sums rounded
+            // and added, the dense path's values without its [V, D] passes.
+            if ((grad.dtype() == DType::bf16 || grad.dtype() == DType::f16) &&
+                be.reads_16bit_storage()) {
+              const Tensor gc = g.dtype() == grad.dtype() ? g.contiguous() : as_f32(g);
+              be.index_add_16(gc.dtype(), gc.raw_data(), 1, vocab, dim, index, grad.dtype(),
+                              grad.raw_data());
+              return {Tensor(), Tensor()};
+            }
           }
         }
+        const Tensor gc = as_f32(g);
         // Otherwise a dense gradient. Rows are summed in id order, in parallel
         // over slices of D, so the result does not depend on the thread count.
         Tensor dw = detail::zeros_on(gc, {vocab, dim});

@@ -357,6 +357,15 @@ class Backend {
   // each destination summed in index order (independent of thread count).
   virtual void index_add(const float* grad, std::int64_t outer, std::int64_t n, std::int64_t inner,
                          const ConstBuffer& index, float* dx) = 0;
+  // The same into 16-bit storage (reads_16bit_storage()): dx of `type` (f16
+  // or bf16), grad f32 or `type` (grad_type). Each destination row an index
+  // reaches becomes round(dx + round(s)), s the f32 sum of its gradient rows
+  // in index order: the bits of index_add into zeroed f32, that rounded to
+  // `type` and added into dx; rows no index reaches are not written. So an
+  // embedding's gradient goes straight into a 16-bit parameter's gradient
+  // buffer, with no dense f32 [n, inner] gradient.
+  virtual void index_add_16(DType grad_type, const void* grad, std::int64_t outer, std::int64_t n,
+                            std::int64_t inner, const ConstBuffer& index, DType type, void* dx);
   // x [outer, n, inner] -> out [outer, inner] (i64): index of the largest
   // along n, the first on ties, NaN largest. x is f32, i32, i64 or u8.
   virtual void argmax(const ConstBuffer& x, std::int64_t outer, std::int64_t n, std::int64_t inner,
