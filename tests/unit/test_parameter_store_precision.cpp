@@ -106,9 +106,13 @@ TEST_P(LowPrecisionStore, GradientsLandInComputeGradsThenMaster) {
   EXPECT_EQ(s.unscale_grads(1.0 / 8.0), 2.0);  // max |master gradient| after unscaling
   EXPECT_EQ(s.grads().to_vector(), (std::vector<float>{1, 1, 1, 2, 2, 2, 1, 1, 1}));
   EXPECT_EQ(s.find("b").master.grad().to_vector(), (std::vector<float>{1, 1, 1}));
+  // zero_grad zeroes what backward accumulates into; the masters are left
+  // for the next unscale_grads, which rewrites them all.
   s.zero_grad();
-  for (float g : s.grads().to_vector()) EXPECT_EQ(g, 0.0F);
   for (float g : s.compute_grads().to_vector()) EXPECT_EQ(g, 0.0F);
+  EXPECT_EQ(s.grads().to_vector(), (std::vector<float>{1, 1, 1, 2, 2, 2, 1, 1, 1}));
+  EXPECT_EQ(s.unscale_grads(1.0), 0.0);
+  for (float g : s.grads().to_vector()) EXPECT_EQ(g, 0.0F);
 }
 
 TEST_P(LowPrecisionStore, UnscaleDetectsOverflow) {

@@ -96,7 +96,10 @@ class RIG_API ParameterStore {
   const std::vector<ParameterInfo>& buffer_infos() const { return buffer_infos_; }
   // A parameter or buffer by name; throws naming the known ones.
   const ParameterInfo& find(const std::string& name) const;
-  void zero_grad();  // both grads() and compute_grads()
+  // Zeroes the gradients backward accumulates into: compute_grads() (under
+  // f32, grads() itself). Under f16 / bf16 grads() is left as it is, since
+  // unscale_grads() rewrites all of it.
+  void zero_grad();
 
  private:
   std::vector<ParameterInfo> parameters_;

@@ -221,8 +221,14 @@ const ParameterInfo& ParameterStore::find(const std::string& name) const {
 
 void ParameterStore::zero_grad() {
   if (!allocated()) return;
-  grads_.fill_(0.0F);
-  if (compute_grads_.defined()) compute_grads_.fill_(0.0F);
+  // Under a 16-bit compute dtype backward accumulates into compute_grads_,
+  // and unscale_grads() writes every master gradient: zeroing those would be
+  // a pass over 4 bytes a parameter for nothing.
+  if (compute_grads_.defined()) {
+    compute_grads_.fill_(0.0F);
+  } else {
+    grads_.fill_(0.0F);
+  }
 }
 
 }  // namespace rig
