@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -143,6 +144,49 @@ TEST_F(CudnnGraphTest, PlansAreCachedByKey) {
   EXPECT_EQ(graphs_->plans_built(), before + 1);
   graphs_->workspace_bytes(dnn::conv2d_backward_data_graph(s));
   EXPECT_EQ(graphs_->plans_built(), before + 2);
+}
+
+TEST_F(CudnnGraphTest, AutotunedConvolutionsKeepAWorkingEngineAndMatchCpu) {
+  // RIG_CUDNN_AUTOTUNE's path: each convolution's first call times the
+  // heuristics' usable engines on its own data and keeps the fastest; later
+  // calls reuse it. The results are the CPU's within the usual tolerance.
+  graphs_->autotune_with([this](const std::function<void()>& work) {
+    cudaEvent_t start = nullptr, stop = nullptr;
+    RIG_CUDA_CHECK(cudaEventCreate(&start));
+    RIG_CUDA_CHECK(cudaEventCreate(&stop));
+    RIG_CUDA_CHECK(cudaEventRecord(start, stream_));
+    work();
+    RIG_CUDA_CHECK(cudaEventRecord(stop, stream_));
+    RIG_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.0F;
+    RIG_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    return ms;
+  });
+  const rig::backend::Conv2dShape s = test_conv();
+  const dnn::Graph fprop = dnn::conv2d_forward_graph(s);
+  const dnn::Graph wgrad = dnn::conv2d_backward_filter_graph(s);
+  const auto x = random_values(count(fprop.tensor(dnn::uid::x)->dims), 7);
+  const auto w = random_values(count(fprop.tensor(dnn::uid::w)->dims), 8);
+  const auto gy = random_values(count(fprop.tensor(dnn::uid::y)->dims), 9);
+  std::vector<float> want_y(gy.size()), want_dx(x.size()), want_dw(w.size()),
+      want_db(static_cast<std::size_t>(s.c_out));
+  rig::backend::cpu_backend().conv2d_forward(s, x.data(), w.data(), nullptr, want_y.data());
+  rig::backend::cpu_backend().conv2d_backward(s, x.data(), w.data(), gy.data(), want_dx.data(),
+                                              want_dw.data(), want_db.data());
+  DeviceArray<float> d_x(x), d_w(w), d_gy(gy), d_y(gy.size()), d_dw(w.size());
+  for (int call = 0; call < 2; ++call) {
+    run(fprop, {{dnn::uid::x, d_x.data()}, {dnn::uid::w, d_w.data()}, {dnn::uid::y, d_y.data()}});
+    run(wgrad,
+        {{dnn::uid::x, d_x.data()}, {dnn::uid::dy, d_gy.data()}, {dnn::uid::dw, d_dw.data()}});
+    EXPECT_EQ(graphs_->plans_autotuned(), 2U) << "call " << call;
+    expect_close(d_y.to_host(), want_y, 1e-4F, 1e-4F, "y");
+    expect_close(d_dw.to_host(), want_dw, 1e-4F, 1e-3F, "dw");
+  }
+  EXPECT_NE(graphs_->engine(fprop).find("autotuned"), std::string::npos) << graphs_->engine(fprop);
+  std::printf("fprop engine: %s\nwgrad engine: %s\n", graphs_->engine(fprop).c_str(),
+              graphs_->engine(wgrad).c_str());
 }
 
 TEST_F(CudnnGraphTest, BatchNormTrainingMatchesCpu) {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdio>
 #include <utility>
 #include <vector>
 
@@ -590,11 +591,21 @@ std::vector<Descriptor> engine_configs(const BuiltGraph& built, cudnnBackendDesc
 }
 
 // A finalized plan, or why none.
+// One finalized plan and what it needs.
+struct PlanChoice {
+  Descriptor plan;
+  std::int64_t workspace = 0;
+  std::string engine;
+};
+
 struct PlanResult {
   Descriptor plan;
   std::int64_t workspace = 0;
   std::string engine;
   SupportReport report;
+  // With keep_others: the plans that finalized after the first, in the
+  // heuristics' order (autotuning's other candidates).
+  std::vector<PlanChoice> others;
 };
 
 // Finalizes plans for the heuristics' configs in order (mode A's, then, where
@@ -602,7 +613,7 @@ struct PlanResult {
 // engines that use TF32 where the graph forbids it and engines marked
 // nondeterministic unless the graph allows them.
 PlanResult make_plan(const Graph& graph, const BuiltGraph& built, cudnnBackendDescriptor_t device,
-                     int max_plans) {
+                     int max_plans, bool keep_others = false) {
   PlanResult result;
   SupportReport& report = result.report;
   report.graph_finalized = true;
@@ -668,6 +679,8 @@ PlanResult make_plan(const Graph& graph, const BuiltGraph& built, cudnnBackendDe
         result.engine = info.describe() + list;
         report.workspace_bytes = workspace;
         report.engine = result.engine;
+      } else if (keep_others) {
+        result.others.push_back({std::move(plan), workspace, info.describe() + list});
       }
       ++report.plans_finalized;
     }
@@ -747,8 +760,11 @@ SupportReport check_support(const Graph& graph, const DeviceDescription& device,
 struct CudnnGraphs::Plan {
   std::unique_ptr<BuiltGraph> graph;
   Descriptor plan;
-  std::int64_t workspace = 0;  // cuDNN's and the scratch tensors
+  std::int64_t workspace = 0;  // cuDNN's (the largest candidate's) and the scratch tensors
   std::string engine;
+  // Autotuning: the other plans to time against `plan` at the first
+  // execute(); empty once timed (or when not autotuning).
+  std::vector<PlanChoice> candidates;
   std::vector<std::pair<std::int64_t, std::int64_t>> scratch;  // (uid, workspace offset)
   std::vector<std::pair<std::int64_t, float>> constants;       // (uid, value); never resized
 };
@@ -773,6 +789,14 @@ std::int64_t element_bytes(DnnType type) {
 }
 
 constexpr std::int64_t kWorkspaceAlignment = 256;
+// Autotuning passes over engines that want more workspace than this.
+constexpr std::int64_t kAutotuneWorkspaceCap = std::int64_t{1} << 30;
+
+std::string milliseconds(float ms) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.3f ms", static_cast<double>(ms));
+  return text;
+}
 
 std::int64_t aligned(std::int64_t bytes) {
   return (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
@@ -829,8 +853,10 @@ CudnnGraphs::Plan& CudnnGraphs::plan(const Graph& graph) {
   } catch (const CudnnError& e) {
     throw CudnnError(e.status(), std::string(e.what()) + " for " + key);
   }
-  PlanResult result = make_plan(graph, *plan->graph,
-                                static_cast<cudnnBackendDescriptor_t>(device_->descriptor()), 1);
+  const bool tune = timer_ && graph.rerunnable;
+  PlanResult result =
+      make_plan(graph, *plan->graph, static_cast<cudnnBackendDescriptor_t>(device_->descriptor()),
+                tune ? autotune_candidates_ : 1, tune);
   if (!result.report.supported()) {
     throw CudnnError(CUDNN_STATUS_NOT_SUPPORTED,
                      "cuDNN has no plan for " + key + ": " + result.report.error);
@@ -838,6 +864,11 @@ CudnnGraphs::Plan& CudnnGraphs::plan(const Graph& graph) {
   plan->plan = std::move(result.plan);
   plan->workspace = result.workspace;
   plan->engine = result.engine;
+  for (PlanChoice& other : result.others) {
+    if (other.workspace > kAutotuneWorkspaceCap) continue;
+    plan->workspace = std::max(plan->workspace, other.workspace);
+    plan->candidates.push_back(std::move(other));
+  }
   lay_out(graph, *plan);
   ++plans_built_;
   Plan& out = *plan;
@@ -900,7 +931,51 @@ void CudnnGraphs::execute(const Graph& graph, std::span<const Binding> bindings,
   pack.finalize("finalizing the variant pack");
   const auto handle = static_cast<cudnnHandle_t>(handle_);
   check(cudnn().set_stream(handle, stream), "cudnnSetStream");
+  if (!p.candidates.empty()) tune(p, pack.get());
   check(cudnn().execute(handle, p.plan.get(), pack.get()), "cudnnBackendExecute of " + graph.name);
+}
+
+void CudnnGraphs::autotune_with(Timer timer, int candidates) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  timer_ = std::move(timer);
+  autotune_candidates_ = std::max(candidates, 1);
+}
+
+// Each plan runs twice on the call's own bindings (the first run loads and
+// warms it), the second timed; an engine that fails to run is passed over.
+// The graph is rerunnable, so the runs only rewrite its outputs.
+void CudnnGraphs::tune(Plan& p, void* variant_pack) {
+  const auto handle = static_cast<cudnnHandle_t>(handle_);
+  const auto pack = static_cast<cudnnBackendDescriptor_t>(variant_pack);
+  auto time = [&](const Descriptor& plan) -> float {
+    float ms = -1.0F;
+    for (int run = 0; run < 2; ++run) {
+      cudnnStatus_t status = CUDNN_STATUS_SUCCESS;
+      ms = timer_([&] { status = cudnn().execute(handle, plan.get(), pack); });
+      if (status != CUDNN_STATUS_SUCCESS) return -1.0F;
+    }
+    return ms;
+  };
+  const float first_ms = time(p.plan);
+  float best_ms = first_ms;
+  PlanChoice* best = nullptr;
+  for (PlanChoice& c : p.candidates) {
+    const float ms = time(c.plan);
+    if (ms >= 0.0F && (best_ms < 0.0F || ms < best_ms)) {
+      best_ms = ms;
+      best = &c;
+    }
+  }
+  const std::size_t timed = p.candidates.size() + 1;
+  if (best != nullptr) {
+    std::swap(p.plan, best->plan);
+    p.engine = best->engine;
+  }
+  p.engine += " (autotuned: the fastest of " + std::to_string(timed) + " engines, " +
+              milliseconds(best_ms) + "; the heuristics' first " +
+              (first_ms < 0.0F ? std::string("failed") : milliseconds(first_ms)) + ")";
+  p.candidates.clear();
+  ++plans_autotuned_;
 }
 
 }  // namespace rig::cuda::dnn

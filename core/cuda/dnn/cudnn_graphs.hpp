@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -136,6 +137,18 @@ class CudnnGraphs {
   void execute(const Graph& graph, std::span<const Binding> bindings, void* workspace,
                std::size_t workspace_size, cudaStream_t stream);
 
+  // Autotuning, as PyTorch's cudnn.benchmark: from now on a new plan for a
+  // rerunnable graph (Graph::rerunnable: the convolutions) keeps up to
+  // `candidates` usable engines (deterministic ones unless the graph allows
+  // otherwise, within 1 GiB of workspace), and its first execute() runs each
+  // on that call's own data, timed by `timer`, and keeps the fastest.
+  // `timer` runs the work it is given on the stream and returns its
+  // milliseconds. Which engine wins may differ from run to run, and with it
+  // the results' last bits: off by default.
+  using Timer = std::function<float(const std::function<void()>& work)>;
+  void autotune_with(Timer timer, int candidates = 8);
+  std::size_t plans_autotuned() const { return plans_autotuned_; }
+
   std::size_t plans_built() const { return plans_built_; }
   // The engine chosen for a graph ("" before it is built).
   std::string engine(const Graph& graph);
@@ -144,11 +157,15 @@ class CudnnGraphs {
 
  private:
   Plan& plan(const Graph& graph);
-  void* handle_ = nullptr;  // cudnnHandle_t
+  void tune(Plan& p, void* variant_pack);  // a cudnnBackendDescriptor_t
+  void* handle_ = nullptr;                 // cudnnHandle_t
   std::unique_ptr<DeviceDescription> device_;
   std::mutex mutex_;
   std::map<std::string, std::unique_ptr<Plan>> plans_;
   std::size_t plans_built_ = 0;
+  Timer timer_;
+  int autotune_candidates_ = 1;
+  std::size_t plans_autotuned_ = 0;
 };
 
 }  // namespace rig::cuda::dnn

@@ -265,6 +265,7 @@ Graph conv2d_forward_graph(const backend::Conv2dShape& s, ConvType type) {
         g.node(OpKind::conv_forward, {{Slot::x, uid::x}, {Slot::w, uid::w}, {Slot::y, uid::y}}), s);
   }
   g.graph().allow_tf32 = s.allow_tf32;
+  g.graph().rerunnable = true;
   return g.take();
 }
 
@@ -279,6 +280,7 @@ Graph conv2d_backward_data_graph(const backend::Conv2dShape& s, ConvType type) {
                   {{Slot::dy, uid::dy}, {Slot::w, uid::w}, {Slot::dx, uid::dx}}),
            s);
   g.graph().allow_tf32 = s.allow_tf32;
+  g.graph().rerunnable = true;
   return g.take();
 }
 
@@ -293,6 +295,7 @@ Graph conv2d_backward_filter_graph(const backend::Conv2dShape& s, ConvType type)
                   {{Slot::x, uid::x}, {Slot::dy, uid::dy}, {Slot::dw, uid::dw}}),
            s);
   g.graph().allow_tf32 = s.allow_tf32;
+  g.graph().rerunnable = true;
   return g.take();
 }
 

@@ -135,6 +135,11 @@ struct Graph {
   // differ from run to run) may run. Off: rig's training is reproducible, and
   // a graph with no deterministic engine has no plan (SupportReport says so).
   bool allow_nondeterministic = false;
+  // Running it again with the same bindings gives the same outputs: it reads
+  // its inputs and writes its outputs whole (the convolutions; not batch norm,
+  // which updates running statistics in place). Only such a graph may be
+  // timed with several engines on the caller's data (CudnnGraphs::autotune_with).
+  bool rerunnable = false;
   std::vector<TensorDesc> tensors;
   std::vector<Node> nodes;
 

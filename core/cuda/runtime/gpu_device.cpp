@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -283,9 +284,8 @@ class GpuDevice final : public KernelDevice {
     bool ok = true;
     try {
       const DeviceGuard guard(device_);
-      if (!graphs_) graphs_ = std::make_unique<dnn::CudnnGraphs>();
-      graphs_->workspace_bytes(first);
-      for (const dnn::Graph& g : rest()) graphs_->workspace_bytes(g);
+      graphs().workspace_bytes(first);
+      for (const dnn::Graph& g : rest()) graphs().workspace_bytes(g);
     } catch (const std::exception& e) {
       ok = false;
       if (std::getenv("RIG_CUDA_FUSED_ATTENTION") != nullptr) {
@@ -342,6 +342,26 @@ class GpuDevice final : public KernelDevice {
     std::optional<DeviceScratch> query_lengths, philox;
   };
 
+  // cuDNN's graphs, made on first use (with the device current). With
+  // RIG_CUDNN_AUTOTUNE=1 the convolutions' engines are timed on their first
+  // call, as PyTorch's cudnn.benchmark (CudnnGraphs::autotune_with).
+  dnn::CudnnGraphs& graphs() {
+    if (graphs_) return *graphs_;
+    graphs_ = std::make_unique<dnn::CudnnGraphs>();
+    const char* autotune = std::getenv("RIG_CUDNN_AUTOTUNE");
+    if (autotune != nullptr && std::strcmp(autotune, "1") == 0) {
+      graphs_->autotune_with([this](const std::function<void()>& work) {
+        Event start(Event::Timing::on), stop(Event::Timing::on);
+        start.record(stream_);
+        work();
+        stop.record(stream_);
+        stop.synchronize();
+        return stop.milliseconds_since(start);
+      });
+    }
+    return *graphs_;
+  }
+
   // Runs `graph` with only the bindings it declares (the attention graphs
   // declare their inputs by mask and dropout).
   void execute(const dnn::Graph& graph, const std::vector<dnn::Binding>& all) {
@@ -357,11 +377,10 @@ class GpuDevice final : public KernelDevice {
   }
   void run_graph(const dnn::Graph& graph, std::span<const dnn::Binding> bindings) {
     const DeviceGuard guard(device_);
-    if (!graphs_) graphs_ = std::make_unique<dnn::CudnnGraphs>();
-    const std::size_t bytes = graphs_->workspace_bytes(graph);
+    const std::size_t bytes = graphs().workspace_bytes(graph);
     std::optional<DeviceScratch> workspace;
     if (bytes != 0) workspace.emplace(pool_, bytes);
-    graphs_->execute(graph, bindings, workspace ? workspace->as<void>() : nullptr, bytes,
+    graphs().execute(graph, bindings, workspace ? workspace->as<void>() : nullptr, bytes,
                      stream_.native());
   }
 
