@@ -20,6 +20,7 @@
 #include "backend/backend.hpp"
 #include "cuda/dnn/cudnn_graphs.hpp"
 #include "device_array.hpp"
+#include "event_timer.hpp"
 #include "gpu_test.hpp"
 #include "rig/dtype.hpp"
 #include "rig/random.hpp"
@@ -47,10 +48,14 @@ class CudnnGraphTest : public rig_gpu_test::GpuTest {
  public:
   // Runs `graph` with a workspace of its own.
   void run(const dnn::Graph& graph, const std::vector<dnn::Binding>& bindings) {
+    run_on(stream_, graph, bindings);
+  }
+  void run_on(cudaStream_t stream, const dnn::Graph& graph,
+              const std::vector<dnn::Binding>& bindings) {
     const std::size_t bytes = graphs_->workspace_bytes(graph);
     DeviceArray<std::byte> workspace(bytes);
-    graphs_->execute(graph, bindings, bytes == 0 ? nullptr : workspace.data(), bytes, stream_);
-    RIG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    graphs_->execute(graph, bindings, bytes == 0 ? nullptr : workspace.data(), bytes, stream);
+    RIG_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
 
  protected:
@@ -150,19 +155,9 @@ TEST_F(CudnnGraphTest, AutotunedConvolutionsKeepAWorkingEngineAndMatchCpu) {
   // RIG_CUDNN_AUTOTUNE's path: each convolution's first call times the
   // heuristics' usable engines on its own data and keeps the fastest; later
   // calls reuse it. The results are the CPU's within the usual tolerance.
-  graphs_->autotune_with([this](const std::function<void()>& work) {
-    cudaEvent_t start = nullptr, stop = nullptr;
-    RIG_CUDA_CHECK(cudaEventCreate(&start));
-    RIG_CUDA_CHECK(cudaEventCreate(&stop));
-    RIG_CUDA_CHECK(cudaEventRecord(start, stream_));
-    work();
-    RIG_CUDA_CHECK(cudaEventRecord(stop, stream_));
-    RIG_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0.0F;
-    RIG_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    return ms;
+  rig_gpu_test::EventTimer timer;  // the graphs run on its stream
+  graphs_->autotune_with([&timer](const std::function<void()>& work) {
+    return timer.median_ms(0, 1, [&work](int) { work(); });
   });
   const rig::backend::Conv2dShape s = test_conv();
   const dnn::Graph fprop = dnn::conv2d_forward_graph(s);
@@ -177,9 +172,10 @@ TEST_F(CudnnGraphTest, AutotunedConvolutionsKeepAWorkingEngineAndMatchCpu) {
                                               want_dw.data(), want_db.data());
   DeviceArray<float> d_x(x), d_w(w), d_gy(gy), d_y(gy.size()), d_dw(w.size());
   for (int call = 0; call < 2; ++call) {
-    run(fprop, {{dnn::uid::x, d_x.data()}, {dnn::uid::w, d_w.data()}, {dnn::uid::y, d_y.data()}});
-    run(wgrad,
-        {{dnn::uid::x, d_x.data()}, {dnn::uid::dy, d_gy.data()}, {dnn::uid::dw, d_dw.data()}});
+    run_on(timer.stream(), fprop,
+           {{dnn::uid::x, d_x.data()}, {dnn::uid::w, d_w.data()}, {dnn::uid::y, d_y.data()}});
+    run_on(timer.stream(), wgrad,
+           {{dnn::uid::x, d_x.data()}, {dnn::uid::dy, d_gy.data()}, {dnn::uid::dw, d_dw.data()}});
     EXPECT_EQ(graphs_->plans_autotuned(), 2U) << "call " << call;
     expect_close(d_y.to_host(), want_y, 1e-4F, 1e-4F, "y");
     expect_close(d_dw.to_host(), want_dw, 1e-4F, 1e-3F, "dw");

@@ -590,7 +590,6 @@ std::vector<Descriptor> engine_configs(const BuiltGraph& built, cudnnBackendDesc
   return configs;
 }
 
-// A finalized plan, or why none.
 // One finalized plan and what it needs.
 struct PlanChoice {
   Descriptor plan;
@@ -598,10 +597,9 @@ struct PlanChoice {
   std::string engine;
 };
 
+// The first finalized plan, or why none.
 struct PlanResult {
-  Descriptor plan;
-  std::int64_t workspace = 0;
-  std::string engine;
+  PlanChoice first;
   SupportReport report;
   // With keep_others: the plans that finalized after the first, in the
   // heuristics' order (autotuning's other candidates).
@@ -674,11 +672,9 @@ PlanResult make_plan(const Graph& graph, const BuiltGraph& built, cudnnBackendDe
                                   CUDNN_TYPE_INT64, 1, &count, &workspace),
             "reading the plan's workspace size");
       if (report.plans_finalized == 0) {
-        result.plan = std::move(plan);
-        result.workspace = workspace;
-        result.engine = info.describe() + list;
+        result.first = {std::move(plan), workspace, info.describe() + list};
         report.workspace_bytes = workspace;
-        report.engine = result.engine;
+        report.engine = result.first.engine;
       } else if (keep_others) {
         result.others.push_back({std::move(plan), workspace, info.describe() + list});
       }
@@ -861,9 +857,9 @@ CudnnGraphs::Plan& CudnnGraphs::plan(const Graph& graph) {
     throw CudnnError(CUDNN_STATUS_NOT_SUPPORTED,
                      "cuDNN has no plan for " + key + ": " + result.report.error);
   }
-  plan->plan = std::move(result.plan);
-  plan->workspace = result.workspace;
-  plan->engine = result.engine;
+  plan->plan = std::move(result.first.plan);
+  plan->workspace = result.first.workspace;
+  plan->engine = result.first.engine;
   for (PlanChoice& other : result.others) {
     if (other.workspace > kAutotuneWorkspaceCap) continue;
     plan->workspace = std::max(plan->workspace, other.workspace);
