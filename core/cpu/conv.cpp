@@ -89,13 +89,27 @@ struct Plan {
   Reorder dy_to_weights, x_to_weights, weights_to_dw;
 };
 
-using Key = std::array<std::int64_t, 17>;
+using Key = std::array<std::int64_t, 18>;
 
 Key key_of(const Conv2dShape& s, std::int64_t n) {
-  return {n,          s.c_in,       s.h,          s.w,        s.c_out,
-          s.kernel_h, s.kernel_w,   s.stride_h,   s.stride_w, s.pad_h,
-          s.pad_w,    s.dilation_h, s.dilation_w, s.groups,   s.bias ? 1 : 0,
-          s.out_h,    s.out_w};
+  return {n,
+          s.c_in,
+          s.h,
+          s.w,
+          s.c_out,
+          s.kernel_h,
+          s.kernel_w,
+          s.stride_h,
+          s.stride_w,
+          s.pad_h,
+          s.pad_w,
+          s.dilation_h,
+          s.dilation_w,
+          s.groups,
+          s.bias ? 1 : 0,
+          s.out_h,
+          s.out_w,
+          s.channels_last ? 1 : 0};
 }
 
 memory::desc any(const memory::dims& dims) {
@@ -126,9 +140,13 @@ void build_forward(Plan& p, const Conv2dShape& s, std::int64_t n) {
       s.groups == 1
           ? memory::dims{s.c_out, s.c_in, s.kernel_h, s.kernel_w}
           : memory::dims{s.groups, s.c_out / s.groups, s.c_in / s.groups, s.kernel_h, s.kernel_w};
-  p.x_user = memory::desc(x_dims, DataType::f32, Tag::nchw);
-  p.y_user = memory::desc(y_dims, DataType::f32, Tag::nchw);
-  p.w_user = memory::desc(w_dims, DataType::f32, s.groups == 1 ? Tag::oihw : Tag::goihw);
+  // oneDNN's dims are always NCHW-ordered; the tag says how they lie in memory.
+  const Tag data = s.channels_last ? Tag::nhwc : Tag::nchw;
+  const Tag weights = s.channels_last ? (s.groups == 1 ? Tag::ohwi : Tag::gohwi)
+                                      : (s.groups == 1 ? Tag::oihw : Tag::goihw);
+  p.x_user = memory::desc(x_dims, DataType::f32, data);
+  p.y_user = memory::desc(y_dims, DataType::f32, data);
+  p.w_user = memory::desc(w_dims, DataType::f32, weights);
   if (s.bias) p.b_user = memory::desc({s.c_out}, DataType::f32, Tag::x);
 
   const Geometry g(s);

@@ -1,4 +1,5 @@
-// 2-D convolution kernels (NCHW f32, contiguous), forward and backward.
+// 2-D convolution kernels (f32, contiguous NCHW or, with Conv2dShape::channels_last,
+// NHWC), forward and backward.
 #pragma once
 
 #include <cstdint>

@@ -218,14 +218,14 @@ void CpuBackend::avg_pool2d_backward(const backend::Pool2dShape& s, const float*
   cpu::avg_pool2d_backward(s, dy, dx);
 }
 
-void CpuBackend::global_avg_pool_forward(std::int64_t planes, std::int64_t size, const float* x,
-                                         float* y) {
-  cpu::global_avg_pool_forward(planes, size, x, y);
+void CpuBackend::global_avg_pool_forward(std::int64_t planes, std::int64_t size,
+                                         std::int64_t channels, const float* x, float* y) {
+  cpu::global_avg_pool_forward(planes, size, channels, x, y);
 }
 
-void CpuBackend::global_avg_pool_backward(std::int64_t planes, std::int64_t size, const float* dy,
-                                          float* dx) {
-  cpu::global_avg_pool_backward(planes, size, dy, dx);
+void CpuBackend::global_avg_pool_backward(std::int64_t planes, std::int64_t size,
+                                          std::int64_t channels, const float* dy, float* dx) {
+  cpu::global_avg_pool_backward(planes, size, channels, dy, dx);
 }
 
 void CpuBackend::attention_forward(const backend::AttentionShape& s, const float* q,

@@ -1,4 +1,7 @@
-// 2-D pooling kernels over contiguous NCHW f32 planes, forward and backward.
+// 2-D pooling kernels over contiguous NCHW f32 planes or NHWC images
+// (Pool2dShape::channels_last), forward and backward. Each plane (n, c) is
+// computed in the same order in both layouts: NHWC gives NCHW's bits on the
+// transposed data.
 #pragma once
 
 #include <cstdint>
@@ -21,8 +24,12 @@ void max_pool2d_backward(const Pool2dShape& s, const std::int32_t* index, const 
 void avg_pool2d_forward(const Pool2dShape& s, const float* x, float* y);
 void avg_pool2d_backward(const Pool2dShape& s, const float* dy, float* dx);
 
-// y[p] = mean of plane p (`size` elements); dx[p][i] = dy[p] / size.
-void global_avg_pool_forward(std::int64_t planes, std::int64_t size, const float* x, float* y);
-void global_avg_pool_backward(std::int64_t planes, std::int64_t size, const float* dy, float* dx);
+// y[p] = mean of plane p (`size` elements); dx[p][i] = dy[p] / size. x and dx
+// are [planes / channels, size, channels], plane p = n * channels + c:
+// channels 1 for [planes, size] (NCHW), C for [N, size, C] (NHWC).
+void global_avg_pool_forward(std::int64_t planes, std::int64_t size, std::int64_t channels,
+                             const float* x, float* y);
+void global_avg_pool_backward(std::int64_t planes, std::int64_t size, std::int64_t channels,
+                              const float* dy, float* dx);
 
 }  // namespace rig::cpu

@@ -266,14 +266,14 @@ void SimBackend::avg_pool2d_backward(const backend::Pool2dShape& s, const float*
   CpuBackend::avg_pool2d_backward(s, rw(dy), rw(dx));
 }
 
-void SimBackend::global_avg_pool_forward(std::int64_t planes, std::int64_t size, const float* x,
-                                         float* y) {
-  CpuBackend::global_avg_pool_forward(planes, size, rw(x), rw(y));
+void SimBackend::global_avg_pool_forward(std::int64_t planes, std::int64_t size,
+                                         std::int64_t channels, const float* x, float* y) {
+  CpuBackend::global_avg_pool_forward(planes, size, channels, rw(x), rw(y));
 }
 
-void SimBackend::global_avg_pool_backward(std::int64_t planes, std::int64_t size, const float* dy,
-                                          float* dx) {
-  CpuBackend::global_avg_pool_backward(planes, size, rw(dy), rw(dx));
+void SimBackend::global_avg_pool_backward(std::int64_t planes, std::int64_t size,
+                                          std::int64_t channels, const float* dy, float* dx) {
+  CpuBackend::global_avg_pool_backward(planes, size, channels, rw(dy), rw(dx));
 }
 
 void SimBackend::attention_forward(const backend::AttentionShape& s, const float* q,

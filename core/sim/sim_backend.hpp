@@ -84,10 +84,10 @@ class SimBackend final : public cpu::CpuBackend {
                            const float* dy, float* dx) override;
   void avg_pool2d_forward(const backend::Pool2dShape& s, const float* x, float* y) override;
   void avg_pool2d_backward(const backend::Pool2dShape& s, const float* dy, float* dx) override;
-  void global_avg_pool_forward(std::int64_t planes, std::int64_t size, const float* x,
-                               float* y) override;
-  void global_avg_pool_backward(std::int64_t planes, std::int64_t size, const float* dy,
-                                float* dx) override;
+  void global_avg_pool_forward(std::int64_t planes, std::int64_t size, std::int64_t channels,
+                               const float* x, float* y) override;
+  void global_avg_pool_backward(std::int64_t planes, std::int64_t size, std::int64_t channels,
+                                const float* dy, float* dx) override;
 
   void attention_forward(const backend::AttentionShape& s, const float* q,
                          const backend::HeadStrides& qs, const float* k,

@@ -158,6 +158,27 @@ std::vector<Case> cases() {
     out.push_back(
         {"conv_wgrad_" + base, dnn::conv2d_backward_filter_graph(c.shape, dnn::ConvType::bf16)});
   }
+  // The same network channels last (NHWC activations, KRSC filters: the
+  // resnet model's data_format channels_last), where cuDNN's bf16 tensor-core
+  // kernels need no transposes: every convolution shape of ResNet-50.
+  for (const Conv& c : std::vector<Conv>{{"r50_stem_3x64_7x7s2_224", conv(256, 3, 64, 7, 2, 224)},
+                                         {"r50_64x64_1x1_56", conv(256, 64, 64, 1, 1, 56)},
+                                         {"r50_64x64_3x3_56", conv(256, 64, 64, 3, 1, 56)},
+                                         {"r50_64x256_1x1_56", conv(256, 64, 256, 1, 1, 56)},
+                                         {"r50_256x128_1x1_56", conv(256, 256, 128, 1, 1, 56)},
+                                         {"r50_128x128_3x3s2_56", conv(256, 128, 128, 3, 2, 56)},
+                                         {"r50_256x512_1x1s2_56", conv(256, 256, 512, 1, 2, 56)},
+                                         {"r50_128x128_3x3_28", conv(256, 128, 128, 3, 1, 28)},
+                                         {"r50_512x2048_1x1_7", conv(256, 512, 2048, 1, 1, 7)}}) {
+    rig::backend::Conv2dShape shape = c.shape;
+    shape.channels_last = true;
+    const std::string base = std::string("bf16_nhwc_") + c.name;
+    out.push_back({"conv_fwd_" + base, dnn::conv2d_forward_graph(shape, dnn::ConvType::bf16)});
+    out.push_back(
+        {"conv_dgrad_" + base, dnn::conv2d_backward_data_graph(shape, dnn::ConvType::bf16)});
+    out.push_back(
+        {"conv_wgrad_" + base, dnn::conv2d_backward_filter_graph(shape, dnn::ConvType::bf16)});
+  }
   // What the deterministic filter costs wgrad: the same graphs allowing
   // nondeterministic engines (as cuDNN's heuristics would pick them).
   for (const Conv& c : convs) {

@@ -39,6 +39,31 @@ TEST(DnnGraph, ConvForwardDeclaresNchwTensors) {
   EXPECT_EQ(g.nodes[0].padding, (std::array<std::int64_t, 2>{1, 1}));
 }
 
+TEST(DnnGraph, ChannelsLastKeepsNchwDimsWithNhwcStrides) {
+  rig::backend::Conv2dShape s = conv(16, 32, 3, 2, 32);
+  s.channels_last = true;
+  s.bias = true;
+  for (const dnn::Graph& g : {dnn::conv2d_forward_graph(s), dnn::conv2d_backward_data_graph(s),
+                              dnn::conv2d_backward_filter_graph(s)}) {
+    SCOPED_TRACE(g.name);
+    for (const dnn::TensorDesc& t : g.tensors) {
+      if (t.uid == dnn::uid::bias) continue;
+      // [n, c, h, w] dims, laid out n, h, w, c.
+      const std::vector<std::int64_t>& d = t.dims;
+      ASSERT_EQ(d.size(), 4U);
+      EXPECT_EQ(t.strides, (std::vector<std::int64_t>{d[1] * d[2] * d[3], 1, d[3] * d[1], d[1]}))
+          << "tensor " << t.uid;
+    }
+  }
+  EXPECT_EQ(dnn::conv2d_forward_graph(s).tensor(dnn::uid::x)->dims,
+            (std::vector<std::int64_t>{4, 16, 32, 32}));
+  EXPECT_EQ(dnn::conv2d_backward_filter_graph(s).tensor(dnn::uid::dw)->strides,
+            (std::vector<std::int64_t>{144, 1, 48, 16}));
+  rig::backend::Conv2dShape first = s;
+  first.channels_last = false;
+  EXPECT_NE(dnn::conv2d_forward_graph(s).key(), dnn::conv2d_forward_graph(first).key());
+}
+
 TEST(DnnGraph, GroupsShrinkTheFilter) {
   rig::backend::Conv2dShape s = conv(16, 32, 3, 1, 8);
   s.groups = 4;

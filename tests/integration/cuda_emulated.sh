@@ -146,6 +146,12 @@ if [ -f /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ]; then
     --set lr_policy_params.max_lr=0.0001 --batch_size_per_gpu=16 --print_loss_steps=1 \
     --dtype=mixed --mixed_dtype=bfloat16
   close_results resnet-bf16-cpu.log resnet-bf16-cuda.log 1e-2
+  echo "== the same channels last (NHWC convolutions, [N H W, C] batch norms, NHWC pooling)"
+  train_both resnet-nhwc "$fashion" --mode train --num_epochs=1 --set data_layer_params.limit=48 \
+    --set lr_policy_params.max_lr=0.0001 --batch_size_per_gpu=16 --print_loss_steps=1 \
+    --dtype=mixed --mixed_dtype=bfloat16 --set model_params.data_format=channels_last
+  close_results resnet-nhwc-cpu.log resnet-nhwc-cuda.log 1e-2
+  close_results resnet-bf16-cpu.log resnet-nhwc-cpu.log 1e-2
 else
   echo "(no Fashion-MNIST: the ResNet part is skipped)"
 fi

@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "kernel_test_util.hpp"
+#include "rig/half.hpp"
 
 namespace rig::kernels::test {
 namespace {
@@ -16,6 +18,14 @@ namespace {
 constexpr backend::BatchNormShape kShapes[] = {
     {1, 1, 1},  {2, 3, 5},  {4, 1, 1000}, {5, 7, 1},    {37, 3, 1},
     {2, 5, 49}, {3, 4, 33}, {3, 2, 4097}, {1, 1, 9000}, {600, 2, 13},
+};
+
+// Channels last (inner 1, the row-tiled partial reductions): c below, at and
+// above the warp and not a multiple of 32, n below a chunk, exactly one, and
+// over several with a partial last one (kBatchNormChunk = 4096 rows).
+constexpr backend::BatchNormShape kChannelsLast[] = {
+    {1, 3, 1},     {100, 1, 1},  {9000, 1, 1},           {2 * 4096 + 17, 3, 1}, {50, 32, 1},
+    {4096, 64, 1}, {3, 1000, 1}, {2 * 4096 + 17, 33, 1}, {4096 + 100, 200, 1},  {300, 200, 1},
 };
 
 std::string describe(const backend::BatchNormShape& s) {
@@ -32,45 +42,172 @@ float max_abs(const std::vector<float>& v) {
   return m;
 }
 
+// v rounded to bf16, as bits and as the f32 values they hold.
+struct Bf16 {
+  std::vector<std::uint16_t> bits;
+  std::vector<float> values;
+
+  explicit Bf16(const std::vector<float>& v) : bits(v.size()), values(v.size()) {
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      bits[i] = float_to_bfloat16_bits(v[i]);
+      values[i] = bfloat16_bits_to_float(bits[i]);
+    }
+  }
+  // The kernels take 16-bit tensors through their float* fields.
+  const float* data() const { return reinterpret_cast<const float*>(bits.data()); }
+};
+
 // Runs the two kernels of batch_norm_stats.
 void stats(const backend::BatchNormShape& s, const float* x, float* mean, float* var,
-           std::uint64_t emu_seed) {
+           std::uint64_t emu_seed, ElementType type = ElementType::f32) {
   const std::int64_t parts = s.c * batch_norm_chunks(s.n, s.inner);
   std::vector<float> scratch(static_cast<std::size_t>(batch_norm_stats_scratch(s.n, s.c, s.inner)),
                              -7.0F);
-  run(BatchNormStatsPartial{x, s.n, s.c, s.inner, scratch.data(), scratch.data() + parts},
-      emu_seed);
+  BatchNormStatsPartial partial{x, s.n, s.c, s.inner, scratch.data(), scratch.data() + parts};
+  partial.type = type;
+  run(partial, emu_seed);
   run(BatchNormStatsFinish{scratch.data(), scratch.data() + parts, s.n, s.c, s.inner, mean, var},
       emu_seed);
 }
 
-// Mean 0 and mean 40 (two-pass matters): mean within 1e-6 max|x|, variance
-// within 1e-5 relative, the same bits under both emulator seeds.
-TEST(KernelBatchNorm, StatsMatchCpu) {
-  for (const backend::BatchNormShape& s : kShapes) {
-    for (const float offset : {0.0F, 40.0F}) {
-      SCOPED_TRACE(describe(s) + " offset " + std::to_string(offset));
-      const auto seed = static_cast<std::uint32_t>(s.n * 131 + s.c * 17 + s.inner);
-      const std::vector<float> x =
-          uniform(static_cast<std::int64_t>(elements(s)), offset - 1.5F, offset + 2.5F, seed);
-      const auto c = static_cast<std::size_t>(s.c);
-      std::vector<float> want_mean(c), want_var(c);
-      cpu().batch_norm_stats(s, x.data(), want_mean.data(), want_var.data());
-      std::vector<float> first;
-      for (const std::uint64_t emu_seed : kSeeds) {
-        std::vector<float> mean(c, 7.0F), var(c, 7.0F);
-        stats(s, x.data(), mean.data(), var.data(), emu_seed);
-        EXPECT_TRUE(close(mean, want_mean, 1e-6F * max_abs(x), 0.0F));
-        EXPECT_TRUE(close(var, want_var, 0.0F, 1e-5F));
-        std::vector<float> both = mean;
-        both.insert(both.end(), var.begin(), var.end());
-        if (first.empty()) {
-          first = both;
-        } else {
-          EXPECT_TRUE(bit_equal(both, first));
-        }
+// Mean 0 and mean 40 (two-pass matters) of `type` x (the CPU on the rounded
+// values): mean within 1e-6 max|x|, variance within 1e-5 relative, the same
+// bits under both emulator seeds.
+void expect_stats_match_cpu(const backend::BatchNormShape& s, ElementType type,
+                            std::uint32_t seed) {
+  for (const float offset : {0.0F, 40.0F}) {
+    SCOPED_TRACE(describe(s) + " offset " + std::to_string(offset) +
+                 (type == ElementType::bf16 ? " bf16" : " f32"));
+    const std::vector<float> raw =
+        uniform(static_cast<std::int64_t>(elements(s)), offset - 1.5F, offset + 2.5F, seed);
+    const Bf16 half(raw);
+    const std::vector<float>& x = type == ElementType::bf16 ? half.values : raw;
+    const float* xk = type == ElementType::bf16 ? half.data() : raw.data();
+    const auto c = static_cast<std::size_t>(s.c);
+    std::vector<float> want_mean(c), want_var(c);
+    cpu().batch_norm_stats(s, x.data(), want_mean.data(), want_var.data());
+    std::vector<float> first;
+    for (const std::uint64_t emu_seed : kSeeds) {
+      std::vector<float> mean(c, 7.0F), var(c, 7.0F);
+      stats(s, xk, mean.data(), var.data(), emu_seed, type);
+      EXPECT_TRUE(close(mean, want_mean, 1e-6F * max_abs(x), 0.0F));
+      EXPECT_TRUE(close(var, want_var, 0.0F, 1e-5F));
+      std::vector<float> both = mean;
+      both.insert(both.end(), var.begin(), var.end());
+      if (first.empty()) {
+        first = both;
+      } else {
+        EXPECT_TRUE(bit_equal(both, first));
       }
     }
+  }
+}
+
+TEST(KernelBatchNorm, StatsMatchCpu) {
+  for (const backend::BatchNormShape& s : kShapes) {
+    expect_stats_match_cpu(s, ElementType::f32,
+                           static_cast<std::uint32_t>(s.n * 131 + s.c * 17 + s.inner));
+  }
+}
+
+// The channels-last path (inner 1), f32 and bf16 x.
+TEST(KernelBatchNorm, ChannelsLastStatsMatchCpu) {
+  for (const backend::BatchNormShape& s : kChannelsLast) {
+    for (const ElementType type : {ElementType::f32, ElementType::bf16}) {
+      expect_stats_match_cpu(s, type, static_cast<std::uint32_t>(s.n * 131 + s.c * 17 + 5));
+    }
+  }
+}
+
+// Channels last with the first 8 rows of every chunk far out (+1000): for c
+// >= 32 every thread's first row, which it shifts its sums by. The same
+// tolerances.
+TEST(KernelBatchNorm, ChannelsLastStatsWithOutlyingShifts) {
+  for (const backend::BatchNormShape& s :
+       {backend::BatchNormShape{2 * 4096 + 17, 33, 1}, backend::BatchNormShape{300, 5, 1}}) {
+    SCOPED_TRACE(describe(s));
+    const auto c = static_cast<std::size_t>(s.c);
+    std::vector<float> x = uniform(static_cast<std::int64_t>(elements(s)), -1.5F, 2.5F, 31);
+    for (std::int64_t i = 0; i < s.n; ++i) {
+      if (i % kBatchNormChunk < 8) {
+        for (std::size_t ch = 0; ch < c; ++ch) x[static_cast<std::size_t>(i) * c + ch] += 1000.0F;
+      }
+    }
+    std::vector<float> mean(c, 7.0F), var(c, 7.0F), want_mean(c), want_var(c);
+    cpu().batch_norm_stats(s, x.data(), want_mean.data(), want_var.data());
+    stats(s, x.data(), mean.data(), var.data(), kSeeds[0]);
+    EXPECT_TRUE(close(mean, want_mean, 1e-6F * max_abs(x), 0.0F));
+    EXPECT_TRUE(close(var, want_var, 0.0F, 1e-5F));
+  }
+}
+
+// Channels last, every third channel constant (a different value each, some
+// far from 0) among random ones: those give their value and a variance of
+// exactly 0, in f32 and in bf16.
+TEST(KernelBatchNorm, ChannelsLastStatsOfConstantChannelsAreExact) {
+  for (const backend::BatchNormShape& s :
+       {backend::BatchNormShape{2 * 4096 + 17, 33, 1}, backend::BatchNormShape{300, 5, 1}}) {
+    for (const ElementType type : {ElementType::f32, ElementType::bf16}) {
+      SCOPED_TRACE(describe(s) + (type == ElementType::bf16 ? " bf16" : " f32"));
+      const auto c = static_cast<std::size_t>(s.c);
+      std::vector<float> x = uniform(static_cast<std::int64_t>(elements(s)), -1.0F, 3.0F, 11);
+      const std::vector<float> value = uniform(s.c, -300.0F, 300.0F, 12);
+      for (std::size_t ch = 0; ch < c; ch += 3) {
+        for (std::size_t i = 0; i < static_cast<std::size_t>(s.n); ++i) x[i * c + ch] = value[ch];
+      }
+      const Bf16 half(x);
+      const std::vector<float>& xv = type == ElementType::bf16 ? half.values : x;
+      std::vector<float> mean(c, 7.0F), var(c, 7.0F);
+      stats(s, type == ElementType::bf16 ? half.data() : x.data(), mean.data(), var.data(),
+            kSeeds[0], type);
+      for (std::size_t ch = 0; ch < c; ch += 3) {
+        EXPECT_TRUE(
+            bit_equal(std::vector<float>{mean[ch], var[ch]}, std::vector<float>{xv[ch], 0.0F}))
+            << "channel " << ch;
+      }
+    }
+  }
+}
+
+// The partial reductions' outputs are the same bits when the blocks come in
+// another order and the rows of the launch are split over grid.y (the launch
+// planned for a device with a small grid).
+TEST(KernelBatchNorm, PartialsDoNotDependOnTheGrid) {
+  for (const backend::BatchNormShape& s :
+       {backend::BatchNormShape{2 * 4096 + 17, 33, 1}, backend::BatchNormShape{300, 200, 1},
+        backend::BatchNormShape{9000, 1, 1}, backend::BatchNormShape{3, 2, 4097}}) {
+    SCOPED_TRACE(describe(s));
+    const std::int64_t parts = s.c * batch_norm_chunks(s.n, s.inner);
+    const auto n = static_cast<std::int64_t>(elements(s));
+    const std::vector<float> x = uniform(n, 1.0F, 4.0F, 21);
+    const std::vector<float> dy = uniform(n, -1.0F, 1.0F, 22);
+    const std::vector<float> mean = uniform(s.c, 2.0F, 3.0F, 23);
+    auto partials = [&](const simt::LaunchShape* shape) {
+      std::vector<float> out(static_cast<std::size_t>(4 * parts), -7.0F);
+      const BatchNormStatsPartial st{x.data(), s.n, s.c, s.inner, out.data(), out.data() + parts};
+      const BatchNormGradPartial gr{x.data(),
+                                    dy.data(),
+                                    mean.data(),
+                                    s.n,
+                                    s.c,
+                                    s.inner,
+                                    out.data() + 2 * parts,
+                                    out.data() + 3 * parts};
+      if (shape == nullptr) {
+        run(st);
+        run(gr);
+      } else {
+        simt::emulate(*shape, st, simt::EmulatorOptions{.seed = 3});
+        simt::emulate(*shape, gr, simt::EmulatorOptions{.seed = 3});
+      }
+      return out;
+    };
+    const std::vector<float> planned = partials(nullptr);
+    simt::LaunchShape split = BatchNormStatsPartial{x.data(), s.n, s.c, s.inner}.plan(h100());
+    const BatchNormGradPartial grad{x.data(), dy.data(), mean.data(), s.n, s.c, s.inner};
+    ASSERT_TRUE(split == grad.plan(h100()));
+    split.grid = {(split.grid.x + 2) / 3, 3, 1};
+    EXPECT_TRUE(bit_equal(partials(&split), planned));
   }
 }
 
@@ -190,7 +327,8 @@ struct Outputs {
 // Runs the kernel sequence of batch_norm_backward.
 void backward(const backend::BatchNormShape& s, const float* x, const float* dy, const float* mean,
               const float* invstd, const float* gamma, bool batch_stats, float* dx, float* dgamma,
-              float* dbeta, std::uint64_t emu_seed) {
+              float* dbeta, std::uint64_t emu_seed, ElementType type = ElementType::f32,
+              const float* relu_y = nullptr) {
   const std::int64_t parts = s.c * batch_norm_chunks(s.n, s.inner);
   std::vector<float> scratch(
       static_cast<std::size_t>(batch_norm_backward_scratch(s.n, s.c, s.inner)), -7.0F);
@@ -198,12 +336,64 @@ void backward(const backend::BatchNormShape& s, const float* x, const float* dy,
   float* part = scratch.data() + 3 * s.c;
   const bool sums = dgamma != nullptr || dbeta != nullptr || (dx != nullptr && batch_stats);
   if (sums) {
-    run(BatchNormGradPartial{x, dy, mean, s.n, s.c, s.inner, part, part + parts}, emu_seed);
+    BatchNormGradPartial k{x, dy, mean, s.n, s.c, s.inner, part, part + parts};
+    k.type = type;
+    k.relu_y = relu_y;
+    run(k, emu_seed);
   }
   run(BatchNormGradFinish{part, part + parts, sums, s.n, s.c, s.inner, mean, invstd, gamma,
                           batch_stats, dx != nullptr, dgamma, dbeta, coef},
       emu_seed);
-  if (dx != nullptr) run(BatchNormBackwardDx{x, dy, coef, dx, s.n, s.c, s.inner}, emu_seed);
+  if (dx != nullptr) {
+    BatchNormBackwardDx k{x, dy, coef, dx, s.n, s.c, s.inner};
+    k.type = type;
+    k.relu_y = relu_y;
+    run(k, emu_seed);
+  }
+}
+
+// The per-channel magnitudes the backward's tolerances come from: the
+// largest channel's sum |dy| and sum |dy (x - mean)| invstd.
+struct Magnitudes {
+  double l1_g = 0.0, l1_gx = 0.0;
+};
+Magnitudes magnitudes(const backend::BatchNormShape& s, const std::vector<float>& x,
+                      const std::vector<float>& dy, const std::vector<float>& mean,
+                      const std::vector<float>& invstd) {
+  Magnitudes m;
+  for (std::int64_t ch = 0; ch < s.c; ++ch) {
+    double a = 0.0, b = 0.0;
+    for (std::int64_t i = 0; i < s.n; ++i) {
+      for (std::int64_t r = 0; r < s.inner; ++r) {
+        const auto at = static_cast<std::size_t>((i * s.c + ch) * s.inner + r);
+        const auto chs = static_cast<std::size_t>(ch);
+        a += std::fabs(dy[at]);
+        b += std::fabs(dy[at] * (x[at] - mean[chs]));
+      }
+    }
+    m.l1_g = std::max(m.l1_g, a);
+    m.l1_gx = std::max(m.l1_gx, b * invstd[static_cast<std::size_t>(ch)]);
+  }
+  return m;
+}
+
+// The CPU's statistics and invstd of x (gamma may be null).
+void cpu_stats(const backend::BatchNormShape& s, const std::vector<float>& x, const float* gamma,
+               std::vector<float>& mean, std::vector<float>& invstd) {
+  const auto c = static_cast<std::size_t>(s.c);
+  std::vector<float> var(c), scale(c), shift(c);
+  mean.assign(c, 0.0F);
+  invstd.assign(c, 0.0F);
+  cpu().batch_norm_stats(s, x.data(), mean.data(), var.data());
+  backend::BatchNormPrepare args;
+  args.c = s.c;
+  args.mean = mean.data();
+  args.var = var.data();
+  args.gamma = gamma;
+  args.invstd = invstd.data();
+  args.scale = scale.data();
+  args.shift = shift.data();
+  cpu().batch_norm_prepare(args);
 }
 
 // dgamma / dbeta within 1e-6 of the largest channel's sum of |terms|; dx with
@@ -289,6 +479,98 @@ TEST(KernelBatchNorm, BackwardMatchesCpu) {
           }
         }
       }
+    }
+  }
+}
+
+// Channels last, with batch statistics and gamma: dgamma and dbeta (f32 and
+// bf16 x and dy, the CPU on the rounded values) and dx (f32) within
+// BackwardMatchesCpu's tolerances, the same bits under both seeds.
+TEST(KernelBatchNorm, ChannelsLastBackwardMatchesCpu) {
+  for (const backend::BatchNormShape& s : kChannelsLast) {
+    for (const ElementType type : {ElementType::f32, ElementType::bf16}) {
+      const bool f32 = type == ElementType::f32;
+      SCOPED_TRACE(describe(s) + (f32 ? " f32" : " bf16"));
+      const auto seed = static_cast<std::uint32_t>(s.n * 31 + s.c * 7 + 3);
+      const auto n = elements(s);
+      const auto c = static_cast<std::size_t>(s.c);
+      const Bf16 x16(uniform(static_cast<std::int64_t>(n), 1.0F, 4.0F, seed));
+      const Bf16 dy16(uniform(static_cast<std::int64_t>(n), -1.0F, 1.0F, seed + 1));
+      // bf16 values either way: f32 runs them as f32.
+      const std::vector<float>& x = x16.values;
+      const std::vector<float>& dy = dy16.values;
+      const std::vector<float> gamma = uniform(s.c, 0.5F, 1.5F, seed + 2);
+      std::vector<float> mean, invstd;
+      cpu_stats(s, x, gamma.data(), mean, invstd);
+      std::vector<float> want_dx(n, 7.0F), want_dgamma(c, 7.0F), want_dbeta(c, 7.0F);
+      cpu().batch_norm_backward(s, x.data(), dy.data(), mean.data(), invstd.data(), gamma.data(),
+                                true, want_dx.data(), want_dgamma.data(), want_dbeta.data());
+      const Magnitudes m = magnitudes(s, x, dy, mean, invstd);
+      float max_a = 0.0F;
+      for (std::size_t ch = 0; ch < c; ++ch) max_a = std::max(max_a, gamma[ch] * invstd[ch]);
+
+      std::vector<float> first;
+      for (const std::uint64_t emu_seed : kSeeds) {
+        std::vector<float> dx(n, 7.0F), dgamma(c, 7.0F), dbeta(c, 7.0F);
+        backward(s, f32 ? x.data() : x16.data(), f32 ? dy.data() : dy16.data(), mean.data(),
+                 invstd.data(), gamma.data(), true, f32 ? dx.data() : nullptr, dgamma.data(),
+                 dbeta.data(), emu_seed, type);
+        EXPECT_TRUE(close(dgamma, want_dgamma, static_cast<float>(1e-6 * m.l1_gx), 0.0F));
+        EXPECT_TRUE(close(dbeta, want_dbeta, static_cast<float>(1e-6 * m.l1_g), 0.0F));
+        if (f32) {
+          EXPECT_TRUE(close(dx, want_dx, 1e-5F * max_a * max_abs(dy), 1e-5F));
+        }
+        std::vector<float> all = dx;
+        all.insert(all.end(), dgamma.begin(), dgamma.end());
+        all.insert(all.end(), dbeta.begin(), dbeta.end());
+        if (first.empty()) {
+          first = all;
+        } else {
+          EXPECT_TRUE(bit_equal(all, first));
+        }
+      }
+    }
+  }
+}
+
+// The relu fold (relu_y: relu's output, about half of it 0): the bits of the
+// backward on dy masked by relu_y > 0, channels last and not, f32 and bf16.
+TEST(KernelBatchNorm, ReluFoldIsTheMaskedBackward) {
+  for (const backend::BatchNormShape& s :
+       {backend::BatchNormShape{2 * 4096 + 17, 33, 1}, backend::BatchNormShape{300, 200, 1},
+        backend::BatchNormShape{37, 3, 1}, backend::BatchNormShape{3, 4, 33}}) {
+    for (const ElementType type : {ElementType::f32, ElementType::bf16}) {
+      const bool f32 = type == ElementType::f32;
+      SCOPED_TRACE(describe(s) + (f32 ? " f32" : " bf16"));
+      const auto n = elements(s);
+      const auto c = static_cast<std::size_t>(s.c);
+      const auto seed = static_cast<std::uint32_t>(s.n * 13 + s.c);
+      const Bf16 x(uniform(static_cast<std::int64_t>(n), 1.0F, 4.0F, seed));
+      const Bf16 dy(uniform(static_cast<std::int64_t>(n), -1.0F, 1.0F, seed + 1));
+      std::vector<float> y = uniform(static_cast<std::int64_t>(n), -1.0F, 1.0F, seed + 2);
+      for (float& v : y) v = std::max(v, 0.0F);
+      const Bf16 relu_y(y);
+      std::vector<float> masked = dy.values;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (!(relu_y.values[i] > 0.0F)) masked[i] = 0.0F;
+      }
+      const Bf16 masked16(masked);
+      const std::vector<float> gamma = uniform(s.c, 0.5F, 1.5F, seed + 3);
+      std::vector<float> mean, invstd;
+      cpu_stats(s, x.values, gamma.data(), mean, invstd);
+      auto outputs = [&](const float* g, const float* ry) {
+        std::vector<float> dx(n, 7.0F), dgamma(c, 7.0F), dbeta(c, 7.0F);
+        backward(s, f32 ? x.values.data() : x.data(), g, mean.data(), invstd.data(), gamma.data(),
+                 true, dx.data(), dgamma.data(), dbeta.data(), kSeeds[0], type, ry);
+        if (!f32) dx.resize((n + 1) / 2);  // the floats holding the bf16 dx
+        dx.insert(dx.end(), dgamma.begin(), dgamma.end());
+        dx.insert(dx.end(), dbeta.begin(), dbeta.end());
+        return dx;
+      };
+      const std::vector<float> folded =
+          outputs(f32 ? dy.values.data() : dy.data(), f32 ? relu_y.values.data() : relu_y.data());
+      const std::vector<float> unfolded = outputs(f32 ? masked.data() : masked16.data(), nullptr);
+      EXPECT_TRUE(bit_equal(folded, unfolded));
     }
   }
 }

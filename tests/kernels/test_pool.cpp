@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kernel_test_util.hpp"
+#include "rig/half.hpp"
 
 namespace rig::kernels::test {
 namespace {
@@ -47,7 +48,8 @@ backend::Pool2dShape shape_of(const Case& k) {
 
 PoolGeometry geometry_of(const backend::Pool2dShape& s) {
   return PoolGeometry{s.planes,   s.h,        s.w,        s.out_h, s.out_w, s.kernel_h,
-                      s.kernel_w, s.stride_h, s.stride_w, s.pad_h, s.pad_w};
+                      s.kernel_w, s.stride_h, s.stride_w, s.pad_h, s.pad_w, s.channels_last,
+                      s.channels};
 }
 
 // Few distinct values (ties), some NaNs and some -inf.
@@ -195,8 +197,8 @@ TEST(KernelPool, GlobalAvgPoolMatchesCpuBits) {
     const std::vector<float> x = uniform(d.planes * d.size, -1.0F, 4.0F, seed);
     const std::vector<float> dy = uniform(d.planes, -1.0F, 1.0F, seed + 1);
     std::vector<float> want_y(static_cast<std::size_t>(d.planes)), want_dx(n);
-    cpu().global_avg_pool_forward(d.planes, d.size, x.data(), want_y.data());
-    cpu().global_avg_pool_backward(d.planes, d.size, dy.data(), want_dx.data());
+    cpu().global_avg_pool_forward(d.planes, d.size, 1, x.data(), want_y.data());
+    cpu().global_avg_pool_backward(d.planes, d.size, 1, dy.data(), want_dx.data());
     for (const std::uint64_t emu_seed : kSeeds) {
       std::vector<float> y(static_cast<std::size_t>(d.planes), 7.0F), dx(n, 7.0F);
       run(GlobalAvgPoolForward{x.data(), y.data(), d.planes, d.size}, emu_seed);
@@ -224,10 +226,247 @@ TEST(KernelPool, GridStrideCoversEveryElement) {
   const std::int64_t planes = 7, size = 37;
   const std::vector<float> g = uniform(planes * size, -1.0F, 1.0F, 6);
   std::vector<float> want_mean(planes), got_mean(planes, 7.0F);
-  cpu().global_avg_pool_forward(planes, size, g.data(), want_mean.data());
+  cpu().global_avg_pool_forward(planes, size, 1, g.data(), want_mean.data());
   simt::emulate(simt::LaunchShape{{1, 1, 1}, {32, 1, 1}, 0},
                 GlobalAvgPoolForward{g.data(), got_mean.data(), planes, size},
                 simt::EmulatorOptions{.seed = 3});
+  EXPECT_TRUE(bit_equal(got_mean, want_mean));
+}
+
+// ---- Channels last (NHWC) ------------------------------------------------------------
+
+// [n, c, pixels] (NCHW planes) -> [n, pixels, c] (NHWC).
+template <class T>
+std::vector<T> to_nhwc(const std::vector<T>& v, std::int64_t n, std::int64_t c) {
+  const std::int64_t pixels = static_cast<std::int64_t>(v.size()) / (n * c);
+  std::vector<T> out(v.size());
+  for (std::int64_t i = 0; i < n; ++i) {
+    for (std::int64_t k = 0; k < c; ++k) {
+      for (std::int64_t q = 0; q < pixels; ++q) {
+        out[static_cast<std::size_t>((i * pixels + q) * c + k)] =
+            v[static_cast<std::size_t>((i * c + k) * pixels + q)];
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<std::uint16_t> bf16_bits(const std::vector<float>& v) {
+  std::vector<std::uint16_t> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) out[i] = float_to_bfloat16_bits(v[i]);
+  return out;
+}
+
+// v rounded to bf16 (its values, in f32).
+std::vector<float> bf16_values(const std::vector<float>& v) {
+  std::vector<float> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    out[i] = bfloat16_bits_to_float(float_to_bfloat16_bits(v[i]));
+  }
+  return out;
+}
+
+// Case k with k.planes images of `channels` channels each, channels last.
+backend::Pool2dShape nhwc_shape_of(const Case& k, std::int64_t channels) {
+  backend::Pool2dShape s = shape_of(k);
+  s.planes = k.planes * channels;
+  s.channels_last = true;
+  s.channels = channels;
+  return s;
+}
+
+// The same planes as one NCHW batch.
+backend::Pool2dShape nchw_shape_of(const Case& k, std::int64_t channels) {
+  backend::Pool2dShape s = shape_of(k);
+  s.planes = k.planes * channels;
+  return s;
+}
+
+// Channel counts: one channel, fewer than a warp, more than a warp and more
+// than the CPU's 64-channel blocks, none a multiple of 32.
+constexpr std::int64_t kChannels[] = {5, 37, 70, 1};
+
+// Each case with two channel counts (every count meets four cases).
+template <class F>
+void for_each_nhwc_case(F f) {
+  for (std::size_t i = 0; i < std::size(kCases); ++i) {
+    for (const std::size_t j : {i % 4, (i + 1) % 4}) {
+      const Case& k = kCases[i];
+      SCOPED_TRACE(::testing::Message() << describe(k) << ", " << kChannels[j] << " channels last");
+      f(k, kChannels[j]);
+    }
+  }
+}
+
+// The CPU's NHWC results are its NCHW results transposed, bit for bit; the
+// kernels give those bits on f32 and on bf16 storage (y exactly its input's,
+// dx summed in f32 and rounded once).
+TEST(KernelPool, ChannelsLastMaxPoolMatchesCpuAndNchwBits) {
+  for_each_nhwc_case([](const Case& k, std::int64_t c) {
+    const backend::Pool2dShape s = nhwc_shape_of(k, c), s_nchw = nchw_shape_of(k, c);
+    const PoolGeometry geo = geometry_of(s);
+    const auto in = static_cast<std::size_t>(s.planes * s.h * s.w);
+    const auto out = static_cast<std::size_t>(s.planes * s.out_h * s.out_w);
+    const auto seed = static_cast<std::uint32_t>(k.h * 131 + k.w * 7 + k.kernel_h + c);
+    // Integers, -inf and NaN: exact in bf16, so one input serves both types.
+    const std::vector<float> x = max_pool_input(static_cast<std::int64_t>(in), seed);
+    const std::vector<float> dy =
+        bf16_values(uniform(static_cast<std::int64_t>(out), -1.0F, 1.0F, seed + 1));
+
+    std::vector<float> nchw_y(out), nchw_dx(in);
+    std::vector<std::int32_t> nchw_index(out);
+    cpu().max_pool2d_forward(s_nchw, x.data(), nchw_y.data(), nchw_index.data());
+    cpu().max_pool2d_backward(s_nchw, nchw_index.data(), dy.data(), nchw_dx.data());
+
+    const std::vector<float> xt = to_nhwc(x, k.planes, c), dyt = to_nhwc(dy, k.planes, c);
+    std::vector<float> want_y(out, 7.0F), want_dx(in, 7.0F);
+    std::vector<std::int32_t> want_index(out, -7);
+    cpu().max_pool2d_forward(s, xt.data(), want_y.data(), want_index.data());
+    cpu().max_pool2d_backward(s, want_index.data(), dyt.data(), want_dx.data());
+    EXPECT_TRUE(bit_equal(want_y, to_nhwc(nchw_y, k.planes, c))) << "cpu y";
+    EXPECT_TRUE(bit_equal(want_index, to_nhwc(nchw_index, k.planes, c))) << "cpu index";
+    EXPECT_TRUE(bit_equal(want_dx, to_nhwc(nchw_dx, k.planes, c))) << "cpu dx";
+    std::vector<float> y_only(out, 7.0F);
+    cpu().max_pool2d_forward(s, xt.data(), y_only.data(), nullptr);
+    EXPECT_TRUE(bit_equal(y_only, want_y)) << "cpu y without index";
+
+    for (const std::uint64_t emu_seed : kSeeds) {
+      std::vector<float> y(out, 7.0F), dx(in, 7.0F), y_alone(out, 7.0F);
+      std::vector<std::int32_t> index(out, -7);
+      run(MaxPool2dForward{geo, xt.data(), y.data(), index.data()}, emu_seed);
+      run(MaxPool2dForward{geo, xt.data(), y_alone.data(), nullptr}, emu_seed);
+      run(MaxPool2dBackward{geo, want_index.data(), dyt.data(), dx.data()}, emu_seed);
+      EXPECT_TRUE(bit_equal(y, want_y)) << "f32 y";
+      EXPECT_TRUE(bit_equal(y_alone, want_y)) << "f32 y without index";
+      EXPECT_TRUE(bit_equal(index, want_index)) << "f32 index";
+      EXPECT_TRUE(bit_equal(dx, want_dx)) << "f32 dx";
+    }
+
+    const std::vector<std::uint16_t> x16 = bf16_bits(xt), dy16 = bf16_bits(dyt);
+    std::vector<std::uint16_t> y16(out, 7), dx16(in, 7);
+    std::vector<std::int32_t> index16(out, -7);
+    MaxPool2dForward forward{geo, reinterpret_cast<const float*>(x16.data()),
+                             reinterpret_cast<float*>(y16.data()), index16.data()};
+    forward.type = ElementType::bf16;
+    run(forward);
+    MaxPool2dBackward backward{geo, index16.data(), reinterpret_cast<const float*>(dy16.data()),
+                               reinterpret_cast<float*>(dx16.data())};
+    backward.type = ElementType::bf16;
+    run(backward);
+    EXPECT_TRUE(bit_equal(y16, bf16_bits(want_y))) << "bf16 y";
+    EXPECT_TRUE(bit_equal(index16, want_index)) << "bf16 index";
+    EXPECT_TRUE(bit_equal(dx16, bf16_bits(want_dx))) << "bf16 dx";
+  });
+}
+
+TEST(KernelPool, ChannelsLastAvgPoolMatchesCpuAndNchwBits) {
+  for_each_nhwc_case([](const Case& k, std::int64_t c) {
+    const backend::Pool2dShape s = nhwc_shape_of(k, c), s_nchw = nchw_shape_of(k, c);
+    const PoolGeometry geo = geometry_of(s);
+    const auto in = static_cast<std::size_t>(s.planes * s.h * s.w);
+    const auto out = static_cast<std::size_t>(s.planes * s.out_h * s.out_w);
+    const auto seed = static_cast<std::uint32_t>(k.h * 17 + k.w * 5 + k.stride_w + c);
+    const std::vector<float> x = uniform(static_cast<std::int64_t>(in), -2.0F, 3.0F, seed);
+    const std::vector<float> dy = uniform(static_cast<std::int64_t>(out), -1.0F, 1.0F, seed + 1);
+
+    std::vector<float> nchw_y(out), nchw_dx(in);
+    cpu().avg_pool2d_forward(s_nchw, x.data(), nchw_y.data());
+    cpu().avg_pool2d_backward(s_nchw, dy.data(), nchw_dx.data());
+
+    const std::vector<float> xt = to_nhwc(x, k.planes, c), dyt = to_nhwc(dy, k.planes, c);
+    std::vector<float> want_y(out, 7.0F), cpu_dx(in, 7.0F);
+    cpu().avg_pool2d_forward(s, xt.data(), want_y.data());
+    cpu().avg_pool2d_backward(s, dyt.data(), cpu_dx.data());
+    EXPECT_TRUE(bit_equal(want_y, to_nhwc(nchw_y, k.planes, c))) << "cpu y";
+    EXPECT_TRUE(bit_equal(cpu_dx, to_nhwc(nchw_dx, k.planes, c))) << "cpu dx";
+    // The kernel fuses dy * (1 / area) into its sum (see
+    // AvgPool2dForwardAndBackwardMatchCpu): bits against the fused NCHW order.
+    const std::vector<float> want_dx = to_nhwc(avg_backward_fused(s_nchw, dy), k.planes, c);
+
+    for (const std::uint64_t emu_seed : kSeeds) {
+      std::vector<float> y(out, 7.0F), dx(in, 7.0F);
+      run(AvgPool2dForward{geo, xt.data(), y.data()}, emu_seed);
+      run(AvgPool2dBackward{geo, dyt.data(), dx.data()}, emu_seed);
+      EXPECT_TRUE(bit_equal(y, want_y)) << "y";
+      EXPECT_TRUE(bit_equal(dx, want_dx)) << "dx";
+    }
+  });
+}
+
+TEST(KernelPool, ChannelsLastGlobalAvgPoolMatchesCpuAndNchwBits) {
+  struct Dims {
+    std::int64_t images, channels, size;
+  };
+  // Sizes below, at and past multiples of 16; channel counts below and past a
+  // warp and the CPU's 64-channel blocks.
+  for (const Dims d : {Dims{1, 1, 1}, Dims{2, 5, 15}, Dims{3, 37, 16}, Dims{2, 70, 49},
+                       Dims{1, 33, 17}, Dims{4, 64, 7}, Dims{2, 3, 1000}, Dims{5, 130, 9}}) {
+    SCOPED_TRACE(::testing::Message() << d.images << " images of " << d.size << " pixels, "
+                                      << d.channels << " channels");
+    const std::int64_t planes = d.images * d.channels;
+    const auto n = static_cast<std::size_t>(planes * d.size);
+    const auto seed = static_cast<std::uint32_t>(planes * 31 + d.size);
+    const std::vector<float> x = bf16_values(uniform(planes * d.size, -1.0F, 4.0F, seed));
+    const std::vector<float> dy = bf16_values(uniform(planes, -1.0F, 1.0F, seed + 1));
+    std::vector<float> nchw_y(static_cast<std::size_t>(planes)), nchw_dx(n);
+    cpu().global_avg_pool_forward(planes, d.size, 1, x.data(), nchw_y.data());
+    cpu().global_avg_pool_backward(planes, d.size, 1, dy.data(), nchw_dx.data());
+
+    const std::vector<float> xt = to_nhwc(x, d.images, d.channels);
+    std::vector<float> want_y(static_cast<std::size_t>(planes), 7.0F), want_dx(n, 7.0F);
+    cpu().global_avg_pool_forward(planes, d.size, d.channels, xt.data(), want_y.data());
+    cpu().global_avg_pool_backward(planes, d.size, d.channels, dy.data(), want_dx.data());
+    EXPECT_TRUE(bit_equal(want_y, nchw_y)) << "cpu y";
+    EXPECT_TRUE(bit_equal(want_dx, to_nhwc(nchw_dx, d.images, d.channels))) << "cpu dx";
+
+    for (const std::uint64_t emu_seed : kSeeds) {
+      std::vector<float> y(static_cast<std::size_t>(planes), 7.0F), dx(n, 7.0F);
+      run(GlobalAvgPoolForward{xt.data(), y.data(), planes, d.size, ElementType::f32, d.channels},
+          emu_seed);
+      run(GlobalAvgPoolBackward{dy.data(), dx.data(), planes, d.size, ElementType::f32, d.channels},
+          emu_seed);
+      EXPECT_TRUE(bit_equal(y, want_y)) << "f32 y";
+      EXPECT_TRUE(bit_equal(dx, want_dx)) << "f32 dx";
+    }
+
+    const std::vector<std::uint16_t> x16 = bf16_bits(xt), dy16 = bf16_bits(dy);
+    std::vector<std::uint16_t> y16(static_cast<std::size_t>(planes), 7), dx16(n, 7);
+    run(GlobalAvgPoolForward{reinterpret_cast<const float*>(x16.data()),
+                             reinterpret_cast<float*>(y16.data()), planes, d.size,
+                             ElementType::bf16, d.channels});
+    run(GlobalAvgPoolBackward{reinterpret_cast<const float*>(dy16.data()),
+                              reinterpret_cast<float*>(dx16.data()), planes, d.size,
+                              ElementType::bf16, d.channels});
+    EXPECT_TRUE(bit_equal(y16, bf16_bits(want_y))) << "bf16 y";
+    EXPECT_TRUE(bit_equal(dx16, bf16_bits(want_dx))) << "bf16 dx";
+  }
+}
+
+// Channels last past one grid-stride pass: one warp for every element.
+TEST(KernelPool, ChannelsLastGridStrideCoversEveryElement) {
+  const Case k{2, 7, 9, 3, 3, 2, 2, 1, 1};
+  const backend::Pool2dShape s = nhwc_shape_of(k, 37);
+  const PoolGeometry geo = geometry_of(s);
+  const auto in = static_cast<std::size_t>(s.planes * s.h * s.w);
+  const auto out = static_cast<std::size_t>(s.planes * s.out_h * s.out_w);
+  const std::vector<float> x = uniform(static_cast<std::int64_t>(in), -1.0F, 1.0F, 7);
+  const simt::LaunchShape warp{{1, 1, 1}, {32, 1, 1}, 0};
+  std::vector<float> want(out), got(out, 7.0F);
+  std::vector<std::int32_t> want_index(out), got_index(out, -7);
+  cpu().max_pool2d_forward(s, x.data(), want.data(), want_index.data());
+  simt::emulate(warp, MaxPool2dForward{geo, x.data(), got.data(), got_index.data()},
+                simt::EmulatorOptions{.seed = 2});
+  EXPECT_TRUE(bit_equal(got, want));
+  EXPECT_TRUE(bit_equal(got_index, want_index));
+
+  const std::int64_t images = 3, channels = 45, size = 37, planes = images * channels;
+  const std::vector<float> g = uniform(planes * size, -1.0F, 1.0F, 8);
+  std::vector<float> want_mean(planes), got_mean(planes, 7.0F);
+  cpu().global_avg_pool_forward(planes, size, channels, g.data(), want_mean.data());
+  simt::emulate(
+      warp,
+      GlobalAvgPoolForward{g.data(), got_mean.data(), planes, size, ElementType::f32, channels},
+      simt::EmulatorOptions{.seed = 3});
   EXPECT_TRUE(bit_equal(got_mean, want_mean));
 }
 

@@ -345,6 +345,59 @@ TEST(Emulated16BitOps, GlobalAvgPoolHasTheBitsOfItsFloat32Copy) {
   }
 }
 
+TEST(Emulated16BitOps, ChannelsLastPoolsHaveTheBitsOfTheirFloat32Copies) {
+  // ResNet's stem pool and its last global pool on [N, H, W, C] tensors, 37
+  // channels (more than a warp, not a multiple of 32), ties within windows.
+  const rig::Device dev = emulated_cuda();
+  std::vector<float> tied(2 * 9 * 9 * 37);
+  std::mt19937 rng(64);
+  for (float& v : tied) v = 0.5F * static_cast<float>(static_cast<int>(rng() % 5) - 2);
+  const Tensor x = Tensor::from_vector(tied, {2, 9, 9, 37});
+  const Tensor g = random({3, 7, 7, 37}, 93, -2.0F, 2.0F);
+  rig::ops::Pool2dOptions options;
+  options.kernel_h = options.kernel_w = 3;
+  options.pad_h = options.pad_w = 1;
+  options.stride_h = options.stride_w = 2;
+  options.channels_last = true;
+  rig::ops::Pool2dOptions nchw = options;
+  nchw.channels_last = false;
+  for (const DType type : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(rig::dtype_name(type));
+    Tensor x16 = leaf(x, type, dev);
+    const Tensor y16 = rig::ops::max_pool2d(x16, options);
+    EXPECT_EQ(y16.shape(), (rig::Shape{2, 5, 5, 37}));
+    const Tensor up = random(y16.shape(), 65).to(dev).to(type);
+    rig::ops::sum(rig::ops::mul(y16, up)).backward();
+    Tensor x32 = leaf(x.to(type).to(DType::f32), DType::f32, dev);
+    const Tensor y32 = rig::ops::max_pool2d(x32, options).to(type);
+    rig::ops::sum(rig::ops::mul(y32, up)).backward();
+    EXPECT_EQ(y16.dtype(), type);
+    EXPECT_EQ(x16.grad().dtype(), type);
+    EXPECT_TRUE(same(y16.detach(), y32.detach())) << "max y";
+    EXPECT_TRUE(same(x16.grad(), x32.grad())) << "max dx";
+    // The NCHW op on the permuted tensor: the same bits.
+    const Tensor y_nchw =
+        rig::ops::max_pool2d(x16.detach().permute({0, 3, 1, 2}).contiguous(), nchw);
+    EXPECT_TRUE(same(y16.detach(), y_nchw.permute({0, 2, 3, 1}).contiguous())) << "max as NCHW";
+
+    Tensor g16 = leaf(g, type, dev);
+    const Tensor m16 = rig::ops::global_avg_pool2d(g16, true);
+    EXPECT_EQ(m16.shape(), (rig::Shape{3, 37}));
+    const Tensor gup = random({3, 37}, 94).to(dev).to(type);
+    rig::ops::sum(rig::ops::mul(m16, gup)).backward();
+    Tensor g32 = leaf(g.to(type).to(DType::f32), DType::f32, dev);
+    const Tensor m32 = rig::ops::global_avg_pool2d(g32, true);
+    rig::ops::sum(rig::ops::mul(m32.to(type), gup)).backward();
+    EXPECT_EQ(m16.dtype(), type);
+    EXPECT_EQ(g16.grad().dtype(), type);
+    EXPECT_TRUE(same(m16.detach(), m32.detach())) << "global y";
+    EXPECT_TRUE(same(g16.grad(), g32.grad())) << "global dx";
+    const Tensor m_nchw =
+        rig::ops::global_avg_pool2d(g16.detach().permute({0, 3, 1, 2}).contiguous());
+    EXPECT_TRUE(same(m16.detach(), m_nchw)) << "global as NCHW";
+  }
+}
+
 TEST(Emulated16BitOps, BatchNormReluHasTheBitsOfBatchNormThenRelu) {
   // The CUDA back end fuses the relu into batch norm's apply and backward;
   // every output, gradient and running statistic must keep the two ops' bits.

@@ -1033,26 +1033,30 @@ TEST(KernelBackend16Bit, Conv2dMatchesTheF32Path) {
 #else
   const float tol = 0.0F;
 #endif
-  for (Backend* conv : conv16_backends())
-    for (const DType type : {DType::bf16, DType::f16}) {
-      SCOPED_TRACE(std::string(dtype_name(type)) + (conv == &emu() ? "" : ", f32 convolutions"));
-      const std::vector<std::uint16_t> xb = bits_of(uniform(nx, 451), type);
-      const std::vector<std::uint16_t> wb = bits_of(uniform(nw, 452), type);
-      const std::vector<std::uint16_t> gb = bits_of(uniform(ny, 453), type);
-      const Dev<std::uint16_t> x16(xb), w16(wb), g16(gb), y16(ny), dx16(nx), dw16(nw);
-      const Dev<float> x32(values_of(xb, type)), w32(values_of(wb, type)), g32(values_of(gb, type));
-      const Dev<float> y32(ny), dx32(nx), dw32(nw);
-      emu().conv2d_forward(s, x32.get(), w32.get(), nullptr, y32.get());
-      conv->conv2d_forward_16(s, type, x16.get(), w16.get(), y16.get());
-      emu().conv2d_backward(s, x32.get(), w32.get(), g32.get(), dx32.get(), dw32.get(), nullptr);
-      conv->conv2d_backward_16(s, type, x16.get(), w16.get(), g16.get(), dx16.get(), dw16.get());
-      const auto rounded = [&](const std::vector<float>& v) {
-        return values_of(bits_of(v, type), type);
-      };
-      EXPECT_TRUE(close(values_of(y16.host(), type), rounded(y32.host()), tol, tol)) << "y";
-      EXPECT_TRUE(close(values_of(dx16.host(), type), rounded(dx32.host()), tol, tol)) << "dx";
-      EXPECT_TRUE(close(values_of(dw16.host(), type), rounded(dw32.host()), tol, tol)) << "dW";
-    }
+  for (const bool channels_last : {false, true})
+    for (Backend* conv : conv16_backends())
+      for (const DType type : {DType::bf16, DType::f16}) {
+        s.channels_last = channels_last;
+        SCOPED_TRACE(std::string(dtype_name(type)) + (conv == &emu() ? "" : ", f32 convolutions") +
+                     (channels_last ? ", channels last" : ""));
+        const std::vector<std::uint16_t> xb = bits_of(uniform(nx, 451), type);
+        const std::vector<std::uint16_t> wb = bits_of(uniform(nw, 452), type);
+        const std::vector<std::uint16_t> gb = bits_of(uniform(ny, 453), type);
+        const Dev<std::uint16_t> x16(xb), w16(wb), g16(gb), y16(ny), dx16(nx), dw16(nw);
+        const Dev<float> x32(values_of(xb, type)), w32(values_of(wb, type)),
+            g32(values_of(gb, type));
+        const Dev<float> y32(ny), dx32(nx), dw32(nw);
+        emu().conv2d_forward(s, x32.get(), w32.get(), nullptr, y32.get());
+        conv->conv2d_forward_16(s, type, x16.get(), w16.get(), y16.get());
+        emu().conv2d_backward(s, x32.get(), w32.get(), g32.get(), dx32.get(), dw32.get(), nullptr);
+        conv->conv2d_backward_16(s, type, x16.get(), w16.get(), g16.get(), dx16.get(), dw16.get());
+        const auto rounded = [&](const std::vector<float>& v) {
+          return values_of(bits_of(v, type), type);
+        };
+        EXPECT_TRUE(close(values_of(y16.host(), type), rounded(y32.host()), tol, tol)) << "y";
+        EXPECT_TRUE(close(values_of(dx16.host(), type), rounded(dx32.host()), tol, tol)) << "dx";
+        EXPECT_TRUE(close(values_of(dw16.host(), type), rounded(dw32.host()), tol, tol)) << "dW";
+      }
 }
 
 TEST(KernelBackend16Bit, BatchNormReluIsBatchNormThenRelu) {
@@ -1118,6 +1122,31 @@ TEST(KernelBackend16Bit, BatchNormReluIsBatchNormThenRelu) {
   }
 }
 
+// Max pooling on 16-bit x (forward with its index, backward) against the f32
+// path on the values, rounded: the same bits. x: `in` values in [-2, 2) with
+// a tie (x[tie] = x[tie_with]) and a NaN at x[nan]; dy: `out` values.
+void check_max_pool_16(const backend::Pool2dShape& s, std::size_t in, std::size_t out,
+                       std::size_t tie, std::size_t tie_with, std::size_t nan, std::uint32_t seed) {
+  std::vector<float> x = uniform(in, seed, -2.0F, 2.0F);
+  x[tie] = x[tie_with];
+  x[nan] = kNaN;
+  for (const DType type : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(type));
+    const std::vector<std::uint16_t> xb = bits_of(x, type);
+    const std::vector<std::uint16_t> gb = bits_of(uniform(out, seed + 1), type);
+    const Dev<std::uint16_t> x16(xb), g16(gb), y16(out), dx16(in);
+    const Dev<float> x32(values_of(xb, type)), g32(values_of(gb, type)), y32(out), dx32(in);
+    const Dev<std::int32_t> index16(out), index32(out);
+    emu().max_pool2d_forward(s, x32.get(), y32.get(), index32.get());
+    emu().max_pool2d_forward_16(s, type, x16.get(), y16.get(), index16.get());
+    EXPECT_EQ(y16.host(), bits_of(y32.host(), type)) << "max y";
+    EXPECT_EQ(index16.host(), index32.host()) << "max index";
+    emu().max_pool2d_backward(s, index32.get(), g32.get(), dx32.get());
+    emu().max_pool2d_backward_16(s, type, index16.get(), g16.get(), dx16.get());
+    EXPECT_EQ(dx16.host(), bits_of(dx32.host(), type)) << "max dx";
+  }
+}
+
 TEST(KernelBackend16Bit, MaxPoolIsTheF32PathRounded) {
   // Overlapping 3x3 windows at stride 2 (dx sums several gradients), a tie and a NaN.
   backend::Pool2dShape s;
@@ -1129,24 +1158,43 @@ TEST(KernelBackend16Bit, MaxPoolIsTheF32PathRounded) {
   s.pad_h = s.pad_w = 1;
   s.out_h = 5;
   s.out_w = 5;
-  const std::size_t in = 360, out = 100;
-  std::vector<float> x = uniform(in, 461, -2.0F, 2.0F);
-  x[12] = x[13];
-  x[50] = kNaN;
+  check_max_pool_16(s, 360, 100, 12, 13, 50, 461);
+}
+
+// Channels last (NHWC): max and global average pooling on 16-bit storage give
+// the f32 path's bits rounded, as NCHW does.
+TEST(KernelBackend16Bit, ChannelsLastPoolsAreTheF32PathRounded) {
+  // 2 images of 9 x 10 pixels, 37 channels; overlapping 3x3 windows at stride 2.
+  backend::Pool2dShape s;
+  s.channels_last = true;
+  s.channels = 37;
+  s.planes = 2 * 37;
+  s.h = 9;
+  s.w = 10;
+  s.kernel_h = s.kernel_w = 3;
+  s.stride_h = s.stride_w = 2;
+  s.pad_h = s.pad_w = 1;
+  s.out_h = 5;
+  s.out_w = 5;
+  const std::size_t in = 2 * 90 * 37, planes = 2 * 37;
+  // A tie between neighbouring pixels.
+  check_max_pool_16(s, in, 2 * 25 * 37, 12, 12 + 37, 500, 471);
+  const std::vector<float> x = uniform(in, 474, -2.0F, 2.0F);
   for (const DType type : {DType::bf16, DType::f16}) {
     SCOPED_TRACE(dtype_name(type));
+    // Global: [2, 90, 37] -> [2, 37].
     const std::vector<std::uint16_t> xb = bits_of(x, type);
-    const std::vector<std::uint16_t> gb = bits_of(uniform(out, 462), type);
-    const Dev<std::uint16_t> x16(xb), g16(gb), y16(out), dx16(in);
-    const Dev<float> x32(values_of(xb, type)), g32(values_of(gb, type)), y32(out), dx32(in);
-    const Dev<std::int32_t> index16(out), index32(out);
-    emu().max_pool2d_forward(s, x32.get(), y32.get(), index32.get());
-    emu().max_pool2d_forward_16(s, type, x16.get(), y16.get(), index16.get());
-    EXPECT_EQ(y16.host(), bits_of(y32.host(), type));
-    EXPECT_EQ(index16.host(), index32.host());
-    emu().max_pool2d_backward(s, index32.get(), g32.get(), dx32.get());
-    emu().max_pool2d_backward_16(s, type, index16.get(), g16.get(), dx16.get());
-    EXPECT_EQ(dx16.host(), bits_of(dx32.host(), type));
+    const Dev<std::uint16_t> x16(xb);
+    const Dev<float> x32(values_of(xb, type));
+    const std::vector<std::uint16_t> pb = bits_of(uniform(planes, 473), type);
+    const Dev<std::uint16_t> p16(pb), m16(planes), gdx16(in);
+    const Dev<float> p32(values_of(pb, type)), m32(planes), gdx32(in);
+    emu().global_avg_pool_forward(planes, 90, 37, x32.get(), m32.get());
+    emu().global_avg_pool_forward_16(planes, 90, 37, type, x16.get(), m16.get());
+    EXPECT_EQ(m16.host(), bits_of(m32.host(), type)) << "global y";
+    emu().global_avg_pool_backward(planes, 90, 37, p32.get(), gdx32.get());
+    emu().global_avg_pool_backward_16(planes, 90, 37, type, p16.get(), gdx16.get());
+    EXPECT_EQ(gdx16.host(), bits_of(gdx32.host(), type)) << "global dx";
   }
 }
 
@@ -1264,8 +1312,9 @@ TEST(KernelBackendSoftmax, Backward) {
 
 // ---- Convolution ---------------------------------------------------------------------------
 
-backend::Conv2dShape conv_shape(bool bias) {
+backend::Conv2dShape conv_shape(bool bias, bool channels_last = false) {
   backend::Conv2dShape s;
+  s.channels_last = channels_last;
   s.n = 2;
   s.c_in = 4;
   s.h = s.w = 5;
@@ -1283,8 +1332,8 @@ constexpr std::size_t kConvX = 2 * 4 * 25, kConvW = 6 * 2 * 9, kConvY = 2 * 6 * 
 
 // The emulated device runs the CPU's convolutions: only the bias and its
 // gradient are the CUDA back end's own (db: 18 terms in another order).
-void check_conv_forward(bool bias) {
-  const backend::Conv2dShape s = conv_shape(bias);
+void check_conv_forward(bool bias, bool channels_last = false) {
+  const backend::Conv2dShape s = conv_shape(bias, channels_last);
   const std::vector<float> x = uniform(kConvX, 71), w = uniform(kConvW, 72), b = uniform(6, 73);
   const Dev<float> ex(x), ew(w), eb(b);
   std::vector<float> y = poisoned<float>(kConvY);
@@ -1298,8 +1347,16 @@ TEST(KernelBackendConv, ForwardWithoutBias) {
   check_conv_forward(false);
 }
 
-TEST(KernelBackendConv, BackwardPieces) {
-  const backend::Conv2dShape s = conv_shape(true);
+TEST(KernelBackendConv, ChannelsLastForward) {
+  // NHWC: the bias is added along the innermost axis.
+  check_conv_forward(false, true);
+  check_conv_forward(true, true);
+}
+
+class KernelBackendConvLayouts : public ::testing::TestWithParam<bool> {};
+
+TEST_P(KernelBackendConvLayouts, BackwardPieces) {
+  const backend::Conv2dShape s = conv_shape(true, GetParam());
   const std::vector<float> x = uniform(kConvX, 71), w = uniform(kConvW, 72),
                            dy = uniform(kConvY, 74);
   const Dev<float> ex(x), ew(w), edy(dy);
@@ -1319,6 +1376,11 @@ TEST(KernelBackendConv, BackwardPieces) {
     EXPECT_TRUE(close(edb.host(), db, 1e-5F, 1e-5F)) << "db";
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Layouts, KernelBackendConvLayouts, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "ChannelsLast" : "ChannelsFirst");
+                         });
 
 // ---- Layer norm, activations ---------------------------------------------------------------
 
@@ -2543,22 +2605,16 @@ TEST(KernelBackendBatchNorm, StatsPrepareApplyBackward) {
   }
 }
 
-// Every pooling kernel gives the CPU's bits in the emulator (kernels/pool.hpp).
-TEST(KernelBackendPool, MaxAndAvg) {
-  backend::Pool2dShape s;
-  s.planes = 3;
-  s.h = 5;
-  s.w = 6;
-  s.kernel_h = s.kernel_w = 3;
-  s.stride_h = s.stride_w = 2;
-  s.pad_h = s.pad_w = 1;
-  s.out_h = 3;
-  s.out_w = 3;
-  const std::size_t in = 90, out = 27;
-  std::vector<float> x = uniform(in, 301);
-  x[7] = x[8];  // a tie
-  x[40] = kNaN;
-  const std::vector<float> dy = uniform(out, 302);
+// Max pooling (forward with its index, backward) and average pooling
+// (forward, backward) of `in` inputs into `out` outputs on the emulator
+// against the CPU, x with a tie at x[tie] = x[tie_with] and a NaN at x[nan].
+void check_max_and_avg_pool(const backend::Pool2dShape& s, std::size_t in, std::size_t out,
+                            std::size_t tie, std::size_t tie_with, std::size_t nan,
+                            std::uint32_t seed) {
+  std::vector<float> x = uniform(in, seed);
+  x[tie] = x[tie_with];
+  x[nan] = kNaN;
+  const std::vector<float> dy = uniform(out, seed + 1);
   const Dev<float> ex(x), edy(dy);
 
   std::vector<float> y = poisoned<float>(out);
@@ -2576,7 +2632,7 @@ TEST(KernelBackendPool, MaxAndAvg) {
   EXPECT_TRUE(same(edx.host(), dx)) << "max backward";
 
   std::vector<float> ay = poisoned<float>(out);
-  const std::vector<float> xf = uniform(in, 303);
+  const std::vector<float> xf = uniform(in, seed + 2);
   const Dev<float> exf(xf);
   cpu().avg_pool2d_forward(s, xf.data(), ay.data());
   const Dev<float> eay(out);
@@ -2591,17 +2647,57 @@ TEST(KernelBackendPool, MaxAndAvg) {
   EXPECT_TRUE(close(eadx.host(), adx, 1e-7F, 1e-6F)) << "avg backward";
 }
 
+backend::Pool2dShape pool_shape(std::int64_t planes, bool channels_last, std::int64_t channels) {
+  backend::Pool2dShape s;
+  s.planes = planes;
+  s.channels_last = channels_last;
+  s.channels = channels;
+  s.h = 5;
+  s.w = 6;
+  s.kernel_h = s.kernel_w = 3;
+  s.stride_h = s.stride_w = 2;
+  s.pad_h = s.pad_w = 1;
+  s.out_h = 3;
+  s.out_w = 3;
+  return s;
+}
+
+// Every pooling kernel gives the CPU's bits in the emulator (kernels/pool.hpp).
+TEST(KernelBackendPool, MaxAndAvg) {
+  check_max_and_avg_pool(pool_shape(3, false, 1), 90, 27, 7, 8, 40, 301);
+}
+
 TEST(KernelBackendPool, GlobalAverage) {
   const std::int64_t planes = 6, size = 300;  // more than a block of threads per plane
   const std::vector<float> x = uniform(planes * size, 311), dy = uniform(planes, 312);
   std::vector<float> y = poisoned<float>(planes), dx = poisoned<float>(planes * size);
-  cpu().global_avg_pool_forward(planes, size, x.data(), y.data());
-  cpu().global_avg_pool_backward(planes, size, dy.data(), dx.data());
+  cpu().global_avg_pool_forward(planes, size, 1, x.data(), y.data());
+  cpu().global_avg_pool_backward(planes, size, 1, dy.data(), dx.data());
   const Dev<float> ex(x), edy(dy), ey(planes), edx(planes * size);
-  emu().global_avg_pool_forward(planes, size, ex.get(), ey.get());
-  emu().global_avg_pool_backward(planes, size, edy.get(), edx.get());
+  emu().global_avg_pool_forward(planes, size, 1, ex.get(), ey.get());
+  emu().global_avg_pool_backward(planes, size, 1, edy.get(), edx.get());
   EXPECT_TRUE(same(ey.host(), y)) << "forward";
   EXPECT_TRUE(same(edx.host(), dx)) << "backward";
+}
+
+// Channels last: every pooling kernel gives the CPU's bits (the CPU's own
+// NHWC path: NCHW's order per plane), 37 channels (more than a warp).
+TEST(KernelBackendPool, ChannelsLast) {
+  check_max_and_avg_pool(pool_shape(2 * 37, true, 37), 2 * 30 * 37, 2 * 9 * 37, 7, 7 + 37, 400,
+                         321);
+  const std::int64_t planes = 2 * 37, size = 30;
+  const std::size_t in = 2 * 30 * 37;
+  const std::vector<float> xf = uniform(in, 323);
+  const Dev<float> exf(xf);
+  std::vector<float> gy = poisoned<float>(planes), gdx = poisoned<float>(in);
+  const std::vector<float> gdy = uniform(planes, 324);
+  cpu().global_avg_pool_forward(planes, size, 37, xf.data(), gy.data());
+  cpu().global_avg_pool_backward(planes, size, 37, gdy.data(), gdx.data());
+  const Dev<float> egdy(gdy), egy(planes), egdx(in);
+  emu().global_avg_pool_forward(planes, size, 37, exf.get(), egy.get());
+  emu().global_avg_pool_backward(planes, size, 37, egdy.get(), egdx.get());
+  EXPECT_TRUE(same(egy.host(), gy)) << "global forward";
+  EXPECT_TRUE(same(egdx.host(), gdx)) << "global backward";
 }
 
 // Forward with bias: KernelDevice::conv2d_forward takes none (KernelBackend

@@ -187,6 +187,41 @@ TEST(OpsBatchNorm, MatchesReferenceForManyFeatures) {
   expect_matches_reference({40, 600});
 }
 
+TEST(OpsBatchNorm, ChannelsLastRowsAreTheNchwBatchNorm) {
+  // A channels-last network normalises NHWC activations as [N H W, C] rows:
+  // the same outputs, gradients and running statistics as NCHW, up to the
+  // order of the per-channel sums; with and without the fused relu.
+  for (const bool relu : {false, true}) {
+    SCOPED_TRACE(relu ? "batch_norm_relu" : "batch_norm");
+    const Shape shape{6, 20, 7, 5};
+    const std::int64_t c = shape[1];
+    const auto norm = [&](const Tensor& x, const Tensor& g, const Tensor& b, Tensor& rm,
+                          Tensor& rv) {
+      return relu ? ops::batch_norm_relu(x, g, b, rm, rv, true)
+                  : ops::batch_norm(x, g, b, rm, rv, true);
+    };
+    Tensor x = leaf(random_tensor(shape, 11, -1.0F, 3.0F));
+    Tensor gamma = leaf(random_tensor({c}, 12, 0.5F, 1.5F));
+    Tensor beta = leaf(random_tensor({c}, 13));
+    Tensor rm = Tensor::zeros({c}), rv = Tensor::ones({c});
+    const Tensor y = norm(x, gamma, beta, rm, rv);
+    const Tensor up = random_tensor(shape, 14);
+    grads_of(y, up, {x, gamma, beta});
+
+    Tensor xl = leaf(x.detach().permute({0, 2, 3, 1}).contiguous());
+    Tensor gl = leaf(gamma.detach()), bl = leaf(beta.detach());
+    Tensor rml = Tensor::zeros({c}), rvl = Tensor::ones({c});
+    const Tensor yl = norm(xl.reshape({-1, c}), gl, bl, rml, rvl).reshape(xl.shape());
+    EXPECT_TRUE(tensors_close(yl.permute({0, 3, 1, 2}), y, 1e-5, 1e-5));
+    grads_of(yl, up.permute({0, 2, 3, 1}).contiguous(), {xl, gl, bl});
+    EXPECT_TRUE(tensors_close(xl.grad().permute({0, 3, 1, 2}), x.grad(), 1e-4, 1e-5));
+    EXPECT_TRUE(tensors_close(gl.grad(), gamma.grad(), 1e-4, 1e-4));
+    EXPECT_TRUE(tensors_close(bl.grad(), beta.grad(), 1e-4, 1e-4));
+    EXPECT_TRUE(tensors_close(rml, rm, 1e-6, 1e-6));
+    EXPECT_TRUE(tensors_close(rvl, rv, 1e-6, 1e-6));
+  }
+}
+
 TEST(OpsBatchNorm, EvalUsesAndKeepsTheRunningStatistics) {
   const Tensor x = random_tensor({4, 2, 3, 3}, 1);
   Tensor rm = Tensor::from_vector(std::vector<float>{0.5F, -1.0F}, {2});

@@ -99,6 +99,72 @@ INSTANTIATE_TEST_SUITE_P(
             "blocked16", {3, 16, 4, 4}, {16, 16, 3, 3}, true, conv_options(1, 1, 1, 1, 1, 1, 1)}),
     [](const auto& info) { return std::string(info.param.name); });
 
+// The same configurations in channels_last: x [N, H, W, C], y [N, H', W', C'].
+class OpsConvChannelsLast : public ::testing::TestWithParam<ConvConfig> {
+ protected:
+  static ops::Conv2dOptions last(ops::Conv2dOptions o) {
+    o.channels_last = true;
+    return o;
+  }
+};
+
+TEST_P(OpsConvChannelsLast, MatchesFiniteDifferences) {
+  const ConvConfig& cfg = GetParam();
+  const Shape x_shape{cfg.x[0], cfg.x[2], cfg.x[3], cfg.x[1]};
+  std::vector<Tensor> inputs{random_tensor(x_shape, 1), random_tensor(cfg.w, 2)};
+  if (cfg.bias) inputs.push_back(random_tensor({cfg.w[0]}, 3));
+  const auto op = [&](const std::vector<Tensor>& in) {
+    return ops::conv2d(in[0], in[1], cfg.bias ? in[2] : Tensor(), last(cfg.o));
+  };
+  EXPECT_TRUE(check_gradients(op, inputs, 1e-2, 1e-2, 1e-3, 160));
+}
+
+TEST_P(OpsConvChannelsLast, IsChannelsFirstTransposed) {
+  // y, dx, dW and db against channels_first on the transposed x and upstream.
+  const ConvConfig& cfg = GetParam();
+  Tensor x = leaf(random_tensor(cfg.x, 4));
+  Tensor w = leaf(random_tensor(cfg.w, 5));
+  Tensor b = cfg.bias ? leaf(random_tensor({cfg.w[0]}, 6)) : Tensor();
+  const Tensor y = ops::conv2d(x, w, b, cfg.o);
+  const Tensor upstream = random_tensor(y.shape(), 7);
+  grads_of(y, upstream, cfg.bias ? std::vector<Tensor>{x, w, b} : std::vector<Tensor>{x, w});
+
+  Tensor xl = leaf(x.detach().permute({0, 2, 3, 1}).contiguous());
+  Tensor wl = leaf(w.detach());
+  Tensor bl = cfg.bias ? leaf(b.detach()) : Tensor();
+  const Tensor yl = ops::conv2d(xl, wl, bl, last(cfg.o));
+  ASSERT_EQ(yl.shape(), (Shape{y.size(0), y.size(2), y.size(3), y.size(1)}));
+  EXPECT_TRUE(tensors_close(yl.permute({0, 3, 1, 2}), y, 1e-5, 1e-5));
+  grads_of(yl, upstream.permute({0, 2, 3, 1}).contiguous(),
+           cfg.bias ? std::vector<Tensor>{xl, wl, bl} : std::vector<Tensor>{xl, wl});
+  EXPECT_TRUE(tensors_close(xl.grad().permute({0, 3, 1, 2}), x.grad(), 1e-5, 1e-5));
+  EXPECT_TRUE(tensors_close(wl.grad(), w.grad(), 1e-5, 1e-5));
+  if (cfg.bias) {
+    EXPECT_TRUE(tensors_close(bl.grad(), b.grad(), 1e-5, 1e-5));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Configs, OpsConvChannelsLast,
+    ::testing::Values(
+        ConvConfig{"basic", {2, 3, 5, 5}, {4, 3, 3, 3}, true, conv_options(1, 1, 1, 1, 1, 1, 1)},
+        ConvConfig{"stride2", {2, 2, 7, 6}, {3, 2, 3, 3}, false, conv_options(2, 2, 1, 1, 1, 1, 1)},
+        ConvConfig{
+            "pointwise", {2, 5, 4, 3}, {6, 5, 1, 1}, true, conv_options(1, 1, 0, 0, 1, 1, 1)},
+        ConvConfig{"groups", {2, 4, 5, 5}, {6, 2, 3, 3}, true, conv_options(1, 1, 1, 1, 1, 1, 2)},
+        ConvConfig{
+            "nonsquare", {2, 3, 7, 6}, {4, 3, 2, 3}, true, conv_options(2, 1, 1, 0, 1, 2, 1)},
+        ConvConfig{
+            "blocked16", {3, 16, 4, 4}, {16, 16, 3, 3}, true, conv_options(1, 1, 1, 1, 1, 1, 1)},
+        ConvConfig{
+            "stem7x7", {2, 3, 12, 12}, {8, 3, 7, 7}, false, conv_options(2, 2, 3, 3, 1, 1, 1)},
+        ConvConfig{"downsample1x1",
+                   {2, 8, 6, 6},
+                   {16, 8, 1, 1},
+                   false,
+                   conv_options(2, 2, 0, 0, 1, 1, 1)}),
+    [](const auto& info) { return std::string(info.param.name); });
+
 // ---- A direct double reference, for shapes too large for the golden file ----
 
 struct Reference {
@@ -262,6 +328,18 @@ TEST(OpsConv, ErrorsNameTheShapes) {
                          ops::conv2d(Tensor::zeros({3, 8, 8}), Tensor::zeros({4, 3, 3, 3}));
                        }),
                        "conv2d: x [3,8,8], weight [4,3,3,3]: x must be [N, C, H, W]"));
+  ops::Conv2dOptions last;
+  last.channels_last = true;
+  EXPECT_TRUE(
+      contains(error_of([&] {
+                 ops::conv2d(Tensor::zeros({3, 8, 8}), Tensor::zeros({4, 3, 3, 3}), {}, last);
+               }),
+               "x must be [N, H, W, C] (channels_last)"));
+  EXPECT_TRUE(contains(error_of([&] {
+                         ops::conv2d(x, Tensor::zeros({4, 3, 3, 3}), {}, last);  // [N, C, H, W]
+                       }),
+                       "conv2d: x [2,3,8,8], weight [4,3,3,3]: weight expects 3 input channels "
+                       "(3 per group x 1 groups), x has 8"));
   ops::Conv2dOptions groups;
   groups.groups = 2;
   EXPECT_TRUE(contains(error_of([&] {

@@ -1,9 +1,12 @@
 // max_pool2d, avg_pool2d, global_avg_pool2d: golden values from PyTorch,
-// finite differences, tie and NaN behaviour, error messages.
+// finite differences, tie and NaN behaviour, channels last (NHWC), error
+// messages.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
+#include <random>
+#include <string>
 #include <vector>
 
 #include "golden.hpp"
@@ -30,10 +33,28 @@ ops::Pool2dOptions pool_options(std::int64_t kh, std::int64_t kw, std::int64_t s
   return o;
 }
 
+ops::Pool2dOptions channels_last(ops::Pool2dOptions o) {
+  o.channels_last = true;
+  return o;
+}
+
+// Multiples of 1/4 in [-2, 2]: many ties within a max window.
+Tensor tied(const Shape& shape, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<float> v(static_cast<std::size_t>(rig::shape_numel(shape)));
+  for (float& f : v) f = 0.25F * static_cast<float>(static_cast<int>(rng() % 17) - 8);
+  return Tensor::from_vector(v, shape);
+}
+
+// NCHW -> NHWC, contiguous.
+Tensor to_nhwc(const Tensor& t) {
+  return t.permute({0, 2, 3, 1}).contiguous();
+}
+
 Tensor run_pool(const std::string& kind, const Tensor& x, const ops::Pool2dOptions& o) {
   if (kind == "max") return ops::max_pool2d(x, o);
   if (kind == "avg") return ops::avg_pool2d(x, o);
-  return ops::global_avg_pool2d(x);
+  return ops::global_avg_pool2d(x, o.channels_last);
 }
 
 TEST(OpsPool, GoldenForwardAndBackward) {
@@ -88,7 +109,23 @@ INSTANTIATE_TEST_SUITE_P(
         PoolConfig{"avg_2x2", "avg", {2, 2, 6, 6}, pool_options(2, 2, 2, 2, 0, 0)},
         PoolConfig{"avg_3x3_s2_p1", "avg", {1, 3, 7, 7}, pool_options(3, 3, 2, 2, 1, 1)},
         PoolConfig{"avg_nonsquare", "avg", {1, 2, 5, 6}, pool_options(3, 2, 2, 1, 1, 1)},
-        PoolConfig{"global", "global_avg", {2, 3, 4, 5}, {}}),
+        PoolConfig{"global", "global_avg", {2, 3, 4, 5}, {}},
+        // Channels last: x [N, H, W, C].
+        PoolConfig{"max_3x3_s2_p1_nhwc",
+                   "max",
+                   {1, 7, 7, 3},
+                   channels_last(pool_options(3, 3, 2, 2, 1, 1))},
+        PoolConfig{
+            "max_overlap_nhwc", "max", {2, 5, 6, 3}, channels_last(pool_options(3, 2, 1, 1, 1, 0))},
+        PoolConfig{"avg_3x3_s2_p1_nhwc",
+                   "avg",
+                   {1, 7, 7, 3},
+                   channels_last(pool_options(3, 3, 2, 2, 1, 1))},
+        PoolConfig{"avg_nonsquare_nhwc",
+                   "avg",
+                   {1, 5, 6, 2},
+                   channels_last(pool_options(3, 2, 2, 1, 1, 1))},
+        PoolConfig{"global_nhwc", "global_avg", {2, 4, 5, 3}, channels_last({})}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(OpsPool, MaxTiesRouteTheGradientToTheFirstMaximum) {
@@ -157,6 +194,107 @@ TEST(OpsPool, ErrorsNameTheShapes) {
                          ops::global_avg_pool2d(Tensor::zeros({2, 3}, rig::DType::u8));
                        }),
                        "global_avg_pool2d: x must be f32 or f16 or bf16, got u8 [2,3]"));
+}
+
+// Channels last gives NCHW's results and gradients on the permuted tensors,
+// bit for bit (each plane is computed in the same order).
+TEST(OpsPool, ChannelsLastIsNchwOnPermutedTensorsBitForBit) {
+  struct Config {
+    const char* kind;
+    Shape x;  // NCHW
+    ops::Pool2dOptions o;
+  };
+  const Config configs[] = {
+      // ResNet's stem pool over more channels than the CPU's 64-channel blocks.
+      {"max", {2, 70, 9, 9}, pool_options(3, 3, 2, 2, 1, 1)},
+      {"max", {3, 5, 7, 6}, pool_options(3, 2, 1, 1, 1, 1)},  // stride 1: overlapping
+      {"avg", {2, 70, 9, 9}, pool_options(3, 3, 2, 2, 1, 1)},
+      {"avg", {1, 37, 8, 10}, pool_options(2, 3, 2, 1, 0, 1)},
+      {"global_avg", {2, 70, 7, 7}, {}},  // ResNet-50's last pool, 49 pixels
+      {"global_avg", {3, 5, 13, 1}, {}},
+  };
+  std::uint32_t seed = 40;
+  for (const Config& cfg : configs) {
+    SCOPED_TRACE(::testing::Message() << cfg.kind << " " << rig::to_string(cfg.x));
+    const bool max = std::string(cfg.kind) == "max";
+    const Tensor x = max ? tied(cfg.x, ++seed) : random_tensor(cfg.x, ++seed);
+    Tensor a = leaf(x);
+    const Tensor y = run_pool(cfg.kind, a, cfg.o);
+    Tensor b = leaf(to_nhwc(x));
+    const Tensor yl = run_pool(cfg.kind, b, channels_last(cfg.o));
+    const bool global = std::string(cfg.kind) == "global_avg";
+    const Tensor want_y = global ? y : to_nhwc(y);
+    EXPECT_EQ(yl.shape(), want_y.shape());
+    EXPECT_EQ(yl.to_vector(), want_y.to_vector());
+    const Tensor up = random_tensor(y.shape(), ++seed);
+    backward_with(y, up);
+    backward_with(yl, global ? up : to_nhwc(up));
+    EXPECT_EQ(b.grad().to_vector(), to_nhwc(a.grad()).to_vector());
+  }
+}
+
+TEST(OpsPool, ChannelsLastMaxKeepsTheTieAndNaNRules) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // [1, 2, 2, 2]: channel 0 holds 1 3 / 3 0 (a tie), channel 1 nan 1 / nan 0.
+  Tensor x = Tensor::from_vector(std::vector<float>{1, nan, 3, 1, 3, nan, 0, 0}, {1, 2, 2, 2});
+  x.set_requires_grad(true);
+  const Tensor y = ops::max_pool2d(x, channels_last(pool_options(2, 2, 2, 2, 0, 0)));
+  EXPECT_EQ(y.shape(), (Shape{1, 1, 1, 2}));
+  const std::vector<float> values = y.to_vector();
+  EXPECT_EQ(values[0], 3.0F);
+  EXPECT_TRUE(std::isnan(values[1]));
+  ops::sum(y).backward();
+  // The first maximum of channel 0 (pixel 1), the last NaN of channel 1 (pixel 2).
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<float>{0, 0, 1, 0, 0, 1, 0, 0}));
+}
+
+TEST(OpsPool, ChannelsLastShapesAndHalfPrecision) {
+  const Tensor x = random_tensor({2, 9, 8, 3}, 7);  // [N, H, W, C]
+  const auto o = channels_last(pool_options(3, 3, 2, 2, 1, 1));
+  EXPECT_EQ(ops::max_pool2d(x, o).shape(), (Shape{2, 5, 4, 3}));
+  EXPECT_EQ(ops::avg_pool2d(x, o).shape(), (Shape{2, 5, 4, 3}));
+  EXPECT_EQ(ops::global_avg_pool2d(x, true).shape(), (Shape{2, 3}));
+  // f16 is computed in f32 and rounded back: the f32 result, rounded.
+  const Tensor h = x.to(rig::DType::f16);
+  for (const char* kind : {"max", "avg", "global_avg"}) {
+    SCOPED_TRACE(kind);
+    const Tensor y = run_pool(kind, h, o);
+    EXPECT_EQ(y.dtype(), rig::DType::f16);
+    EXPECT_EQ(y.to(rig::DType::f32).to_vector(), run_pool(kind, h.to(rig::DType::f32), o)
+                                                     .to(rig::DType::f16)
+                                                     .to(rig::DType::f32)
+                                                     .to_vector());
+  }
+}
+
+TEST(OpsPool, ChannelsLastErrorsNameTheLayout) {
+  const auto o = channels_last(pool_options(2, 2, 2, 2, 0, 0));
+  EXPECT_TRUE(contains(error_of([&] {
+                         ops::max_pool2d(Tensor::zeros({3, 8, 8}), o);
+                       }),
+                       "max_pool2d: x [3,8,8] must be [N, H, W, C]"));
+  EXPECT_TRUE(contains(error_of([&] {
+                         ops::global_avg_pool2d(Tensor::zeros({3, 8, 8}), true);
+                       }),
+                       "global_avg_pool2d: x [3,8,8] must be [N, H, W, C]"));
+  EXPECT_TRUE(contains(
+      error_of([&] {
+        ops::avg_pool2d(Tensor::zeros({2, 8, 8, 3}), channels_last(pool_options(2, 2, 2, 2, 2, 0)));
+      }),
+      "avg_pool2d: x [2,8,8,3] (channels last) with kernel 2x2, stride 2x2, padding 2x0: "
+      "padding must be >= 0 and at most half the kernel"));
+  // H and W are axes 1 and 2: W = 3 is narrower than the kernel (as NCHW, W
+  // would be 8 and the call fine).
+  EXPECT_TRUE(contains(
+      error_of([&] {
+        ops::max_pool2d(Tensor::zeros({2, 8, 3, 8}), channels_last(pool_options(2, 4, 1, 1, 0, 0)));
+      }),
+      "the padded input is smaller than the kernel"));
+  EXPECT_NO_THROW(ops::max_pool2d(Tensor::zeros({2, 8, 3, 8}), pool_options(2, 4, 1, 1, 0, 0)));
+  EXPECT_TRUE(contains(error_of([&] {
+                         ops::global_avg_pool2d(Tensor::zeros({2, 0, 4, 3}), true);
+                       }),
+                       "global_avg_pool2d: x [2,0,4,3] (channels last) has no pixels to average"));
 }
 
 }  // namespace

@@ -54,11 +54,13 @@ void Backend::batch_norm_apply_16(const BatchNormShape&, DType, const void*, con
   f32_only("batch_norm_apply_16");
 }
 
-void Backend::global_avg_pool_forward_16(std::int64_t, std::int64_t, DType, const void*, void*) {
+void Backend::global_avg_pool_forward_16(std::int64_t, std::int64_t, std::int64_t, DType,
+                                         const void*, void*) {
   f32_only("global_avg_pool_forward_16");
 }
 
-void Backend::global_avg_pool_backward_16(std::int64_t, std::int64_t, DType, const void*, void*) {
+void Backend::global_avg_pool_backward_16(std::int64_t, std::int64_t, std::int64_t, DType,
+                                          const void*, void*) {
   f32_only("global_avg_pool_backward_16");
 }
 

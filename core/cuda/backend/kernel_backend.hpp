@@ -164,14 +164,14 @@ class KernelBackend final : public backend::Backend {
                               const void* dy, void* dx) override;
   void avg_pool2d_forward(const backend::Pool2dShape& s, const float* x, float* y) override;
   void avg_pool2d_backward(const backend::Pool2dShape& s, const float* dy, float* dx) override;
-  void global_avg_pool_forward(std::int64_t planes, std::int64_t size, const float* x,
-                               float* y) override;
-  void global_avg_pool_backward(std::int64_t planes, std::int64_t size, const float* dy,
-                                float* dx) override;
-  void global_avg_pool_forward_16(std::int64_t planes, std::int64_t size, DType type, const void* x,
-                                  void* y) override;
-  void global_avg_pool_backward_16(std::int64_t planes, std::int64_t size, DType type,
-                                   const void* dy, void* dx) override;
+  void global_avg_pool_forward(std::int64_t planes, std::int64_t size, std::int64_t channels,
+                               const float* x, float* y) override;
+  void global_avg_pool_backward(std::int64_t planes, std::int64_t size, std::int64_t channels,
+                                const float* dy, float* dx) override;
+  void global_avg_pool_forward_16(std::int64_t planes, std::int64_t size, std::int64_t channels,
+                                  DType type, const void* x, void* y) override;
+  void global_avg_pool_backward_16(std::int64_t planes, std::int64_t size, std::int64_t channels,
+                                   DType type, const void* dy, void* dx) override;
 
   void attention_forward(const backend::AttentionShape& s, const float* q,
                          const backend::HeadStrides& qs, const float* k,

@@ -12,15 +12,24 @@ void KernelBackend::conv2d_forward(const backend::Conv2dShape& s, const float* x
   if (s.n * s.c_out * s.out_h * s.out_w == 0) return;
   device_->conv2d_forward(s, x, w, y);
   if (b == nullptr) return;
-  // y [n, c_out, hw] += b[c_out]
   backend::StridedPlan<3> plan;
-  plan.ndim = 3;
   const std::int64_t hw = s.out_h * s.out_w;
-  plan.shape[0] = s.n;
-  plan.shape[1] = s.c_out;
-  plan.shape[2] = hw;
-  plan.strides[0] = plan.strides[1] = {s.c_out * hw, hw, 1};
-  plan.strides[2] = {0, 1, 0};
+  if (s.channels_last) {
+    // y [n hw, c_out] += b[c_out]
+    plan.ndim = 2;
+    plan.shape[0] = s.n * hw;
+    plan.shape[1] = s.c_out;
+    plan.strides[0] = plan.strides[1] = {s.c_out, 1};
+    plan.strides[2] = {0, 1};
+  } else {
+    // y [n, c_out, hw] += b[c_out]
+    plan.ndim = 3;
+    plan.shape[0] = s.n;
+    plan.shape[1] = s.c_out;
+    plan.shape[2] = hw;
+    plan.strides[0] = plan.strides[1] = {s.c_out * hw, hw, 1};
+    plan.strides[2] = {0, 1, 0};
+  }
   binary(backend::Binary::add, plan, y, b, y);
 }
 
@@ -29,10 +38,15 @@ void KernelBackend::conv2d_backward(const backend::Conv2dShape& s, const float* 
   if (dx != nullptr) device_->conv2d_backward_data(s, w, dy, dx);
   if (dw != nullptr) device_->conv2d_backward_filter(s, x, dy, dw);
   if (db != nullptr) {
-    // db[c] = sum over n and the output plane, in a fixed order.
+    // db[c] = sum over n and the output plane, in a fixed order: per image
+    // first ([n, c_out]), then over the images.
     const std::int64_t hw = s.out_h * s.out_w;
     DeviceScratch per_image = scratch(static_cast<std::size_t>(s.n * s.c_out) * sizeof(float));
-    sum_axis(dy, per_image.as<float>(), s.n * s.c_out, hw, 1, 1.0F);
+    if (s.channels_last) {
+      sum_axis(dy, per_image.as<float>(), s.n, hw, s.c_out, 1.0F);
+    } else {
+      sum_axis(dy, per_image.as<float>(), s.n * s.c_out, hw, 1, 1.0F);
+    }
     sum_axis(per_image.as<float>(), db, 1, s.n, s.c_out, 1.0F);
   }
 }

@@ -1,5 +1,5 @@
-// KernelBackend: max, average and global average pooling (NCHW f32; max pooling
-// also on f16 / bf16 storage).
+// KernelBackend: max, average and global average pooling (NCHW or NHWC f32;
+// max and global average pooling also on f16 / bf16 storage).
 #include "cuda/backend/kernel_backend.hpp"
 
 namespace rig::cuda {
@@ -7,8 +7,8 @@ namespace rig::cuda {
 namespace {
 
 kernels::PoolGeometry geometry(const backend::Pool2dShape& s) {
-  return {s.planes,   s.h,        s.w,        s.out_h, s.out_w, s.kernel_h,
-          s.kernel_w, s.stride_h, s.stride_w, s.pad_h, s.pad_w};
+  return {s.planes,   s.h,        s.w,     s.out_h, s.out_w,         s.kernel_h, s.kernel_w,
+          s.stride_h, s.stride_w, s.pad_h, s.pad_w, s.channels_last, s.channels};
 }
 
 }  // namespace
@@ -47,27 +47,31 @@ void KernelBackend::avg_pool2d_backward(const backend::Pool2dShape& s, const flo
   run(kernels::AvgPool2dBackward{geometry(s), dy, dx});
 }
 
-void KernelBackend::global_avg_pool_forward(std::int64_t planes, std::int64_t size, const float* x,
-                                            float* y) {
-  run(kernels::GlobalAvgPoolForward{x, y, planes, size});
+void KernelBackend::global_avg_pool_forward(std::int64_t planes, std::int64_t size,
+                                            std::int64_t channels, const float* x, float* y) {
+  run(kernels::GlobalAvgPoolForward{x, y, planes, size, kernels::ElementType::f32, channels});
 }
 
 void KernelBackend::global_avg_pool_backward(std::int64_t planes, std::int64_t size,
-                                             const float* dy, float* dx) {
-  run(kernels::GlobalAvgPoolBackward{dy, dx, planes, size});
+                                             std::int64_t channels, const float* dy, float* dx) {
+  run(kernels::GlobalAvgPoolBackward{dy, dx, planes, size, kernels::ElementType::f32, channels});
 }
 
 // The kernels' float* operands hold 16-bit values here (their `type`).
-void KernelBackend::global_avg_pool_forward_16(std::int64_t planes, std::int64_t size, DType type,
-                                               const void* x, void* y) {
+void KernelBackend::global_avg_pool_forward_16(std::int64_t planes, std::int64_t size,
+                                               std::int64_t channels, DType type, const void* x,
+                                               void* y) {
   run(kernels::GlobalAvgPoolForward{static_cast<const float*>(x), static_cast<float*>(y), planes,
-                                    size, element_type(type, "global_avg_pool_forward_16")});
+                                    size, element_type(type, "global_avg_pool_forward_16"),
+                                    channels});
 }
 
-void KernelBackend::global_avg_pool_backward_16(std::int64_t planes, std::int64_t size, DType type,
-                                                const void* dy, void* dx) {
+void KernelBackend::global_avg_pool_backward_16(std::int64_t planes, std::int64_t size,
+                                                std::int64_t channels, DType type, const void* dy,
+                                                void* dx) {
   run(kernels::GlobalAvgPoolBackward{static_cast<const float*>(dy), static_cast<float*>(dx), planes,
-                                     size, element_type(type, "global_avg_pool_backward_16")});
+                                     size, element_type(type, "global_avg_pool_backward_16"),
+                                     channels});
 }
 
 }  // namespace rig::cuda

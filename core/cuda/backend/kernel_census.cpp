@@ -6,6 +6,8 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -192,6 +194,11 @@ Work work_of(const kernels::AdamUpdateKernel& k) {
   return {"f32", k.n, streams * 4.0 * static_cast<double>(k.n)};
 }
 
+// A convolution's operand type, and " nhwc" for the channels-last layout.
+std::string conv_label(std::string_view type, const backend::Conv2dShape& s) {
+  return s.channels_last ? fmt::format("{} nhwc", type) : std::string(type);
+}
+
 // 2 per multiply-add: each output sums (c_in / groups) kh kw products.
 double conv_flops(const backend::Conv2dShape& s) {
   return 2.0 * static_cast<double>(s.y_elements()) * static_cast<double>(s.w_elements() / s.c_out);
@@ -281,17 +288,17 @@ class CensusDevice final : public KernelDevice {
 
   void conv2d_forward(const backend::Conv2dShape& s, const float* x, const float* w,
                       float* y) override {
-    census_.add("convolution forward", {"f32", 0, 0, conv_flops(s)});
+    census_.add("convolution forward", {conv_label("f32", s), 0, 0, conv_flops(s)});
     device_->conv2d_forward(s, x, w, y);
   }
   void conv2d_backward_data(const backend::Conv2dShape& s, const float* w, const float* dy,
                             float* dx) override {
-    census_.add("convolution data gradient", {"f32", 0, 0, conv_flops(s)});
+    census_.add("convolution data gradient", {conv_label("f32", s), 0, 0, conv_flops(s)});
     device_->conv2d_backward_data(s, w, dy, dx);
   }
   void conv2d_backward_filter(const backend::Conv2dShape& s, const float* x, const float* dy,
                               float* dw) override {
-    census_.add("convolution filter gradient", {"f32", 0, 0, conv_flops(s)});
+    census_.add("convolution filter gradient", {conv_label("f32", s), 0, 0, conv_flops(s)});
     device_->conv2d_backward_filter(s, x, dy, dw);
   }
   bool conv2d_16(const backend::Conv2dShape& s, DType type) override {
@@ -299,18 +306,19 @@ class CensusDevice final : public KernelDevice {
   }
   void conv2d_forward_16(const backend::Conv2dShape& s, DType type, const void* x, const void* w,
                          void* y) override {
-    census_.add("convolution forward", {std::string(dtype_name(type)), 0, 0, conv_flops(s)});
+    census_.add("convolution forward", {conv_label(dtype_name(type), s), 0, 0, conv_flops(s)});
     device_->conv2d_forward_16(s, type, x, w, y);
   }
   void conv2d_backward_data_16(const backend::Conv2dShape& s, DType type, const void* w,
                                const void* dy, void* dx) override {
-    census_.add("convolution data gradient", {std::string(dtype_name(type)), 0, 0, conv_flops(s)});
+    census_.add("convolution data gradient",
+                {conv_label(dtype_name(type), s), 0, 0, conv_flops(s)});
     device_->conv2d_backward_data_16(s, type, w, dy, dx);
   }
   void conv2d_backward_filter_16(const backend::Conv2dShape& s, DType type, const void* x,
                                  const void* dy, void* dw) override {
     census_.add("convolution filter gradient",
-                {std::string(dtype_name(type)), 0, 0, conv_flops(s)});
+                {conv_label(dtype_name(type), s), 0, 0, conv_flops(s)});
     device_->conv2d_backward_filter_16(s, type, x, dy, dw);
   }
   bool fused_attention_supported(const backend::FusedAttention& a) override {

@@ -238,6 +238,15 @@ std::vector<std::int64_t> y_dims(const backend::Conv2dShape& s) {
   return {s.n, s.c_out, s.out_h, s.out_w};
 }
 
+// The strides of a [n, c, h, w] operand (cuDNN's dims are always in that
+// order): packed NCHW, or NHWC with Conv2dShape::channels_last.
+std::vector<std::int64_t> conv_strides(const backend::Conv2dShape& s,
+                                       const std::vector<std::int64_t>& dims) {
+  if (!s.channels_last) return packed_strides(dims);
+  const std::int64_t c = dims[1], h = dims[2], w = dims[3];
+  return {h * w * c, 1, w * c, c};
+}
+
 void set_conv(Node& n, const backend::Conv2dShape& s) {
   n.padding = {s.pad_h, s.pad_w};
   n.stride = {s.stride_h, s.stride_w};
@@ -250,17 +259,17 @@ Graph conv2d_forward_graph(const backend::Conv2dShape& s, ConvType type) {
   check_conv(s);
   const DnnType io = dnn_type(type);
   Builder g("conv2d_forward");
-  g.tensor(uid::x, io, x_dims(s));
-  g.tensor(uid::w, io, w_dims(s));
+  g.tensor(uid::x, io, x_dims(s), conv_strides(s, x_dims(s)));
+  g.tensor(uid::w, io, w_dims(s), conv_strides(s, w_dims(s)));
   if (s.bias) {
-    const std::int64_t conv = g.virtual_tensor(DnnType::f32, y_dims(s));
+    const std::int64_t conv = g.virtual_tensor(DnnType::f32, y_dims(s), conv_strides(s, y_dims(s)));
     set_conv(g.node(OpKind::conv_forward, {{Slot::x, uid::x}, {Slot::w, uid::w}, {Slot::y, conv}}),
              s);
     g.tensor(uid::bias, io, {1, s.c_out, 1, 1});
-    g.tensor(uid::y, io, y_dims(s));
+    g.tensor(uid::y, io, y_dims(s), conv_strides(s, y_dims(s)));
     g.pointwise(PointwiseMode::add, conv, uid::bias, io, DnnType::f32, 0, uid::y);
   } else {
-    g.tensor(uid::y, io, y_dims(s));
+    g.tensor(uid::y, io, y_dims(s), conv_strides(s, y_dims(s)));
     set_conv(
         g.node(OpKind::conv_forward, {{Slot::x, uid::x}, {Slot::w, uid::w}, {Slot::y, uid::y}}), s);
   }
@@ -273,9 +282,9 @@ Graph conv2d_backward_data_graph(const backend::Conv2dShape& s, ConvType type) {
   check_conv(s);
   const DnnType io = dnn_type(type);
   Builder g("conv2d_backward_data");
-  g.tensor(uid::dy, io, y_dims(s));
-  g.tensor(uid::w, io, w_dims(s));
-  g.tensor(uid::dx, io, x_dims(s));
+  g.tensor(uid::dy, io, y_dims(s), conv_strides(s, y_dims(s)));
+  g.tensor(uid::w, io, w_dims(s), conv_strides(s, w_dims(s)));
+  g.tensor(uid::dx, io, x_dims(s), conv_strides(s, x_dims(s)));
   set_conv(g.node(OpKind::conv_backward_data,
                   {{Slot::dy, uid::dy}, {Slot::w, uid::w}, {Slot::dx, uid::dx}}),
            s);
@@ -288,9 +297,9 @@ Graph conv2d_backward_filter_graph(const backend::Conv2dShape& s, ConvType type)
   check_conv(s);
   const DnnType io = dnn_type(type);
   Builder g("conv2d_backward_filter");
-  g.tensor(uid::x, io, x_dims(s));
-  g.tensor(uid::dy, io, y_dims(s));
-  g.tensor(uid::dw, io, w_dims(s));
+  g.tensor(uid::x, io, x_dims(s), conv_strides(s, x_dims(s)));
+  g.tensor(uid::dy, io, y_dims(s), conv_strides(s, y_dims(s)));
+  g.tensor(uid::dw, io, w_dims(s), conv_strides(s, w_dims(s)));
   set_conv(g.node(OpKind::conv_backward_filter,
                   {{Slot::x, uid::x}, {Slot::dy, uid::dy}, {Slot::dw, uid::dw}}),
            s);

@@ -4,8 +4,10 @@
 // (Backend::batch_norm_*, core/cpu/batch_norm.cpp). M = n * inner elements
 // per channel, split into chunks of kBatchNormChunk (batch_norm_chunks(M) per
 // channel); per-channel reductions run in two stages, a block per (channel,
-// chunk) and then a thread per channel combining the chunks in order, so the
-// result depends on the shape only, never on the grid or the device.
+// chunk) (for inner == 1, channels-last data: a block per (chunk, tile of
+// channels), below) and then a thread per channel combining the chunks in
+// order, so the result depends on the shape only, never on the grid or the
+// device.
 //
 //   batch_norm_stats(s, x, mean, var), scratch batch_norm_stats_scratch(s)
 //   floats (part = scratch):
@@ -15,6 +17,14 @@
 //        the chunk's first element x0, then the sum of squared deviations
 //        from that mean; writes x0 + mean and that sum. A constant channel
 //        gives its value and a variance of exactly 0.
+//        inner == 1: block (chunk, tile of channels), see "Channels last"
+//        below: one pass per thread over its rows, shifted by its first
+//        element x0 (s += d, q += d d for d = x - x0) in groups of kRowGroup
+//        rows, each group's mean x0 + s / rows and m2 q - s^2 / rows (at
+//        least 0) merged into the thread's in f32 by Chan et al.'s update;
+//        the row lanes' combined in order in f64 by the same; writes the
+//        chunk's mean and m2. The same exactness for a constant channel
+//        (every d is 0).
 //     2. BatchNormStatsFinish{part, part + c * chunks, n, c, inner, mean, var}:
 //        thread per channel, the chunks combined in order in f64 (Chan et
 //        al.'s pairwise update); mean and biased variance rounded to f32.
@@ -37,7 +47,10 @@
 //   scratch: a, b, k of c floats each; part = scratch + 3 c):
 //     1. only when dgamma || dbeta || (dx && batch_stats) (`sums`):
 //        BatchNormGradPartial{x, dy, mean, n, c, inner, part, part + c * chunks}:
-//        block (channel, chunk): the chunk's sum(dy) and sum(dy (x - mean)).
+//        block (channel, chunk): the chunk's sum(dy) and sum(dy (x - mean));
+//        inner == 1: block (chunk, tile of channels), each thread's sums over
+//        its rows (group by group of kRowGroup rows), the row lanes' added
+//        in order.
 //     2. BatchNormGradFinish{part, part + c * chunks, sums, n, c, inner, mean,
 //        invstd, gamma, batch_stats, dx != null, dgamma, dbeta, coef}: thread
 //        per channel: the chunk sums added in order in f64, rounded to f32;
@@ -58,8 +71,22 @@
 // -fmad=false too); the per-channel f32 / f64 formulas (prepare, the finish
 // kernels) are the CPU's unfused ones: instantiate these kernels with
 // -fmad=false (kernel_runs_exact.cu) for the emulator's and the CPU's bits on
-// the GPU. Reads are coalesced when inner >= 32; for [N, C] data (inner 1)
-// the per-channel reductions read with a stride of c.
+// the GPU.
+//
+// Channels last (inner == 1: [M, C] rows, as NHWC's N H W rows of C): the
+// partial reductions run a block of kBlockThreads threads per (chunk j of
+// kBatchNormChunk rows, tile of tc = min(c, 32) consecutive channels), the
+// same part[ch * chunks + j] as the [n, c, inner] path. A warp holds 32 / tc
+// row lanes of tc channel lanes (for c >= 32: 32 channels of one row; for c <
+// 32: 32 / tc consecutive rows), so each load covers consecutive elements;
+// row lane r of R = 8 (32 / tc) takes the chunk's rows lo + r, lo + r + R,
+// ... (kUnroll loads before their adds, in row order; short f32 sums of
+// kRowGroup rows each, added to the thread's totals, so the partial sums
+// stay small), and the row lanes' results are combined in row-lane order
+// through shared memory (two floats per thread) by row lane 0's threads.
+// Fixed order throughout, no atomics: the bits depend on (n, c) only. Reads
+// are coalesced when inner == 1 or inner >= 32; for 1 < inner < 32 the
+// per-channel reductions read runs of inner elements.
 #pragma once
 
 #include <cmath>
@@ -178,6 +205,110 @@ inline unsigned partial_threads(std::int64_t n, std::int64_t inner) {
   return row_block_threads(m < kBatchNormChunk ? m : kBatchNormChunk);
 }
 
+// The channels-last partial reductions (inner == 1: x is n rows of c
+// channels; "Channels last" above). Warp lane = slot tc + channel lane k for
+// slot < sub = 32 / tc (lanes from sub tc on idle); row lane r = warp sub +
+// slot of R = warps sub takes the rows lo + r, lo + r + R, ... < hi of the
+// chunk.
+RIG_HD_INLINE std::int64_t tile_channels(std::int64_t c) {
+  const auto warp = static_cast<std::int64_t>(simt::kWarpSize);
+  return c < 1 ? 1 : (c < warp ? c : warp);
+}
+RIG_HD_INLINE std::int64_t channel_tiles(std::int64_t c) {
+  const std::int64_t tc = tile_channels(c);
+  return (c + tc - 1) / tc;
+}
+
+// Blocks, threads and shared memory (two floats per thread) of the
+// channels-last partial reductions.
+inline simt::LaunchShape plan_row_tiles(const simt::DeviceProperties& device, std::int64_t n,
+                                        std::int64_t c, int registers) {
+  return simt::plan_rows(
+      device, batch_norm_chunks(n, 1) * channel_tiles(c),
+      simt::KernelResources{kBlockThreads, 2 * kBlockThreads * sizeof(float), registers});
+}
+
+// A thread's place in its block of the channels-last partial reductions.
+struct RowTile {
+  std::int64_t j = 0;           // the chunk
+  std::int64_t ch = 0;          // the thread's channel (when active)
+  std::int64_t lo = 0, hi = 0;  // the chunk's rows
+  unsigned tc = 1, sub = 1;     // channel lanes and row lanes per warp
+  unsigned k = 0;               // the thread's channel lane
+  unsigned row_lane = 0, row_lanes = 1;
+  bool active = false;  // a row lane's thread with a channel below c
+
+  // Rows of row lane r.
+  RIG_HD_INLINE unsigned rows_of(unsigned r) const {
+    const auto len = static_cast<unsigned>(hi - lo);
+    return r < len ? (len - r + row_lanes - 1) / row_lanes : 0;
+  }
+  // The offset in x of the thread's first row, the step between its rows'
+  // and their count.
+  RIG_HD_INLINE std::int64_t first_at(std::int64_t c) const { return (lo + row_lane) * c + ch; }
+  RIG_HD_INLINE std::int64_t at_step(std::int64_t c) const { return row_lanes * c; }
+  RIG_HD_INLINE unsigned rows() const { return rows_of(row_lane); }
+  // Thread rank of row lane r, channel lane k.
+  RIG_HD_INLINE unsigned thread_of(unsigned r, unsigned lane_k) const {
+    return (r / sub) * simt::kWarpSize + (r % sub) * tc + lane_k;
+  }
+};
+
+// The block's (chunk, tile) and the thread's place; false (for the whole
+// block) past the last one.
+template <class Ctx>
+RIG_HD_INLINE bool row_tile(const Ctx& ctx, std::int64_t n, std::int64_t c, RowTile& t) {
+  const std::int64_t tiles = channel_tiles(c);
+  const std::int64_t task = block_row(ctx);
+  if (task >= batch_norm_chunks(n, 1) * tiles) return false;
+  std::int64_t tile = 0;
+  divmod(task, tiles, t.j, tile);
+  t.tc = static_cast<unsigned>(tile_channels(c));
+  t.sub = simt::kWarpSize / t.tc;
+  const unsigned slot = ctx.lane() / t.tc;
+  t.k = ctx.lane() % t.tc;
+  t.row_lane = ctx.warp() * t.sub + slot;
+  t.row_lanes = ctx.block_threads() / simt::kWarpSize * t.sub;
+  t.ch = tile * t.tc + t.k;
+  t.lo = t.j * kBatchNormChunk;
+  t.hi = t.lo + kBatchNormChunk < n ? t.lo + kBatchNormChunk : n;
+  t.active = slot < t.sub && t.ch < c;
+  return true;
+}
+
+// Rows of a thread between the merges of its running sums (below): short
+// runs of f32 additions, whose partial sums stay small.
+inline constexpr unsigned kRowGroup = 32;
+
+// A thread's rows (RowTile::first_at, at_step, rows) in groups of kRowGroup
+// rows (the last may have fewer): group(offset of the first, rows) for each
+// in order.
+template <class Group>
+RIG_HD_INLINE void for_row_groups(std::int64_t at, std::int64_t at_step, unsigned rows,
+                                  Group&& group) {
+  const std::int64_t span = kRowGroup * at_step;
+  for (unsigned i = 0; i < rows; i += kRowGroup, at += span) {
+    group(at, rows - i < kRowGroup ? rows - i : kRowGroup);
+  }
+}
+
+// load(offset in x) for `rows` rows at offsets at, at + at_step, ...,
+// kUnroll loads before their adds, then add(loaded) for each in row order.
+template <class Load, class Add>
+RIG_HD_INLINE void for_rows_unrolled(std::int64_t at, std::int64_t at_step, unsigned rows,
+                                     Load&& load, Add&& add) {
+  constexpr auto unroll = static_cast<unsigned>(kUnroll);
+  for (unsigned i = 0; i < rows; i += unroll, at += unroll * at_step) {
+    decltype(load(at)) loaded[unroll]{};  // {}: GCC cannot tell the two ifs agree
+    for (unsigned u = 0; u < unroll; ++u) {
+      if (i + u < rows) loaded[u] = load(at + u * at_step);
+    }
+    for (unsigned u = 0; u < unroll; ++u) {
+      if (i + u < rows) add(loaded[u]);
+    }
+  }
+}
+
 // dy at `at`, or with a relu after the batch norm (relu_y: its output, or
 // null) relu's backward of it first: relu_y > 0 ? dy : 0, as UnaryBackward.
 RIG_HD_INLINE float grad_at(const float* dy, const float* relu_y, ElementType type,
@@ -196,13 +327,19 @@ struct BatchNormStatsPartial {
   ElementType type = ElementType::f32;  // of x
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
+    constexpr int registers = 54;  // ptxas: sm_80 53, sm_90 54 (both paths: one kernel)
+    if (inner == 1) return batch_norm_detail::plan_row_tiles(device, n, c, registers);
     return simt::plan_rows(
         device, c * batch_norm_chunks(n, inner),
-        simt::KernelResources{batch_norm_detail::partial_threads(n, inner), 0, 32});
+        simt::KernelResources{batch_norm_detail::partial_threads(n, inner), 0, registers});
   }
 
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
+    if (inner == 1) {  // uniform over the launch
+      channels_last(ctx);
+      return;
+    }
     const std::int64_t chunks = batch_norm_chunks(n, inner);
     const std::int64_t row = block_row(ctx);
     if (row >= c * chunks) return;
@@ -235,6 +372,71 @@ struct BatchNormStatsPartial {
       part_mean[row] = shift + dev;
       part_m2[row] = m2;
     }
+  }
+
+  // inner == 1 (batch_norm_detail::RowTile): one pass per thread over its
+  // rows, shifted by its first element x0: per group of kRowGroup rows
+  // (d = x - x0: s += d, q += d d) the group's mean - x0 = s / rows and m2
+  // q - s (s / rows) (at least 0), merged into the thread's running ones in
+  // f32 (Chan et al.); then the row lanes' means and m2s combined in order in
+  // f64 (as BatchNormStatsFinish does the chunks). A constant channel gives
+  // d = 0 throughout: its value and 0.
+  template <class Ctx>
+  RIG_HD void channels_last(Ctx& ctx) const {
+    batch_norm_detail::RowTile t;
+    if (!batch_norm_detail::row_tile(ctx, n, c, t)) return;
+    const unsigned rows = t.rows();
+    float mean_t = 0.0F, m2_t = 0.0F;
+    if (t.active && rows != 0) {
+      const float* xs = x;  // the lambdas capture locals, not the kernel's `this`
+      const ElementType ty = type;
+      const std::int64_t first = t.first_at(c), step = t.at_step(c);
+      const float shift = load_element(xs, ty, first);
+      // Count, mean - shift and m2 of the rows so far, merged group by group.
+      float count = 0.0F, dev = 0.0F, m2 = 0.0F;
+      batch_norm_detail::for_row_groups(first, step, rows, [&](std::int64_t at, unsigned group) {
+        float s = 0.0F, q = 0.0F;
+        batch_norm_detail::for_rows_unrolled(
+            at, step, group, [&](std::int64_t a) { return load_element(xs, ty, a); },
+            [&](float v) {
+              const float d = v - shift;
+              s += d;
+              q = ::fmaf(d, d, q);
+            });
+        const auto nb = static_cast<float>(group);
+        const float dev_b = s / nb;
+        const float m2_b = ::fmaf(-s, dev_b, q);
+        const float total = count + nb;
+        const float w = nb / total;
+        const float delta = dev_b - dev;
+        dev = ::fmaf(delta, w, dev);
+        m2 += (m2_b > 0.0F ? m2_b : 0.0F) + delta * delta * (count * w);
+        count = total;
+      });
+      mean_t = shift + dev;
+      m2_t = m2;
+    }
+    float* sh = ctx.template shared<float>();  // [2, block threads]: mean, m2
+    const unsigned bt = ctx.block_threads();
+    sh[ctx.thread_rank()] = mean_t;
+    sh[bt + ctx.thread_rank()] = m2_t;
+    ctx.sync();
+    if (t.row_lane != 0 || !t.active) return;
+    double mu = 0.0, m2 = 0.0, count = 0.0;
+    for (unsigned r = 0; r < t.row_lanes; ++r) {
+      const unsigned rows = t.rows_of(r);
+      if (rows == 0) break;  // and none for the later row lanes
+      const unsigned at = t.thread_of(r, t.k);
+      const auto nb = static_cast<double>(rows);
+      const double total = count + nb;
+      const double delta = static_cast<double>(sh[at]) - mu;
+      mu += delta * (nb / total);
+      m2 += static_cast<double>(sh[bt + at]) + delta * delta * (count * nb / total);
+      count = total;
+    }
+    const std::int64_t row = t.ch * batch_norm_chunks(n, 1) + t.j;
+    part_mean[row] = static_cast<float>(mu);
+    part_m2[row] = static_cast<float>(m2);
   }
 };
 
@@ -366,13 +568,19 @@ struct BatchNormGradPartial {
   const float* relu_y = nullptr;
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
+    constexpr int registers = 56;  // ptxas: sm_80 56, sm_90 48 (both paths: one kernel)
+    if (inner == 1) return batch_norm_detail::plan_row_tiles(device, n, c, registers);
     return simt::plan_rows(
         device, c * batch_norm_chunks(n, inner),
-        simt::KernelResources{batch_norm_detail::partial_threads(n, inner), 0, 32});
+        simt::KernelResources{batch_norm_detail::partial_threads(n, inner), 0, registers});
   }
 
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
+    if (inner == 1) {  // uniform over the launch
+      channels_last(ctx);
+      return;
+    }
     const std::int64_t chunks = batch_norm_chunks(n, inner);
     const std::int64_t row = block_row(ctx);
     if (row >= c * chunks) return;
@@ -399,6 +607,57 @@ struct BatchNormGradPartial {
       part_g[row] = sg;
       part_gx[row] = sgx;
     }
+  }
+
+  // inner == 1 (batch_norm_detail::RowTile): each thread's sums over its
+  // rows, group by group (kRowGroup rows) added to its totals, then the row
+  // lanes' totals added in order.
+  template <class Ctx>
+  RIG_HD void channels_last(Ctx& ctx) const {
+    struct Loaded {
+      float g, x;
+    };
+    batch_norm_detail::RowTile t;
+    if (!batch_norm_detail::row_tile(ctx, n, c, t)) return;
+    float sg = 0.0F, sgx = 0.0F;
+    if (t.active) {
+      const float mu = mean[t.ch];
+      const float* xs = x;  // the lambdas capture locals, not the kernel's `this`
+      const float* gs = dy;
+      const float* ry = relu_y;
+      const ElementType ty = type;
+      const std::int64_t step = t.at_step(c);
+      batch_norm_detail::for_row_groups(
+          t.first_at(c), step, t.rows(), [&](std::int64_t at, unsigned group) {
+            float g = 0.0F, gx = 0.0F;
+            batch_norm_detail::for_rows_unrolled(
+                at, step, group,
+                [&](std::int64_t a) {
+                  return Loaded{batch_norm_detail::grad_at(gs, ry, ty, a), load_element(xs, ty, a)};
+                },
+                [&](const Loaded& v) {
+                  g += v.g;
+                  gx = ::fmaf(v.g, v.x - mu, gx);
+                });
+            sg += g;
+            sgx += gx;
+          });
+    }
+    float* sh = ctx.template shared<float>();  // [2, block threads]: sum(dy), sum(dy (x - mean))
+    const unsigned bt = ctx.block_threads();
+    sh[ctx.thread_rank()] = sg;
+    sh[bt + ctx.thread_rank()] = sgx;
+    ctx.sync();
+    if (t.row_lane != 0 || !t.active) return;
+    float g = 0.0F, gx = 0.0F;
+    for (unsigned r = 0; r < t.row_lanes && t.rows_of(r) != 0; ++r) {
+      const unsigned at = t.thread_of(r, t.k);
+      g += sh[at];
+      gx += sh[bt + at];
+    }
+    const std::int64_t row = t.ch * batch_norm_chunks(n, 1) + t.j;
+    part_g[row] = g;
+    part_gx[row] = gx;
   }
 };
 

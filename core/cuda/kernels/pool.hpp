@@ -1,7 +1,16 @@
-// 2-d pooling over NCHW f32 planes (Backend::max_pool2d_* / avg_pool2d_* /
-// global_avg_pool_*, core/cpu/pool.cpp). Every entry point is one kernel run,
-// no scratch memory; every kernel is deterministic (no atomics) and, in the
-// emulator, gives the CPU back end's bits (AvgPool2dBackward: see there).
+// 2-d pooling over NCHW planes or NHWC images (Backend::max_pool2d_* /
+// avg_pool2d_* / global_avg_pool_*, core/cpu/pool.cpp). Every entry point is
+// one kernel run, no scratch memory; every kernel is deterministic (no
+// atomics) and, in the emulator, gives the CPU back end's bits
+// (AvgPool2dBackward: see there).
+//
+// Channels last (PoolGeometry::channels_last, GlobalAvgPool*::channels > 1):
+// x is [N, h, w, C] and y [N, out_h, out_w, C], plane p = n C + c. A thread's
+// element is then (n, row, col, c) with c innermost, so neighbouring threads
+// read neighbouring channels of one pixel (coalesced), and each (n, c) is
+// computed in exactly the NCHW order below: NHWC gives the bits of NCHW on
+// the transposed data. Max pooling's index is still the offset in the plane
+// (row * w + col), laid out as y.
 //
 //   max_pool2d_forward(s, x, y, index)  -> MaxPool2dForward{s, x, y, index}
 //     one thread per output: the window scanned row by row, a larger value or
@@ -22,12 +31,15 @@
 //     CPU's AVX2 / AVX-512 clones fuse it (GCC's default contraction), so the
 //     emulator, the GPU and those clones give the same bits; the CPU's
 //     baseline clone (no FMA) rounds the product: within an ulp a term.
-//   global_avg_pool_forward(planes, size, x, y) -> GlobalAvgPoolForward{...}
-//     sixteen lanes per plane (half a warp): lane l sums elements l, l + 16,
-//     ... below the last multiple of 16, lane 0 the tail in order, then the
-//     tail plus the sixteen lane sums in lane order, divided by size: the
-//     CPU's 16-lane order, the same bits.
-//   global_avg_pool_backward(planes, size, dy, dx) -> GlobalAvgPoolBackward{...}
+//   global_avg_pool_forward(planes, size, channels, x, y) -> GlobalAvgPoolForward{...}
+//     planes one after another (channels 1): sixteen lanes per plane (half a
+//     warp): lane l sums elements l, l + 16, ... below the last multiple of
+//     16, lane 0 the tail in order, then the tail plus the sixteen lane sums
+//     in lane order, divided by size: the CPU's 16-lane order, the same bits.
+//     Channels last: one thread per plane (n, c), threads of neighbouring
+//     channels side by side, keeping the sixteen lane sums in registers: the
+//     same order, the same bits.
+//   global_avg_pool_backward(planes, size, channels, dy, dx) -> GlobalAvgPoolBackward{...}
 //     one thread per element of dx: dy[p] * (1 / size).
 //
 // None has an unfused multiply-add for -fmad to change (AvgPool2dBackward's
@@ -51,9 +63,15 @@ struct PoolGeometry {
   std::int64_t planes = 0;  // N * C
   std::int64_t h = 0, w = 0, out_h = 0, out_w = 0;
   std::int64_t kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+  // Channels last: x [planes / channels, h, w, channels], y [planes /
+  // channels, out_h, out_w, channels] (NHWC).
+  bool channels_last = false;
+  std::int64_t channels = 1;
 
   RIG_HD_INLINE std::int64_t in_size() const { return h * w; }
   RIG_HD_INLINE std::int64_t out_size() const { return out_h * out_w; }
+  // Planes interleaved pixel by pixel: C channels last, 1 for NCHW planes.
+  RIG_HD_INLINE std::int64_t interleave() const { return channels_last ? channels : 1; }
 };
 
 namespace pool_detail {
@@ -78,6 +96,16 @@ RIG_HD_INLINE void split3(std::int64_t t, std::int64_t rows, std::int64_t cols, 
   std::int64_t pr = 0;
   divmod(t, cols, pr, c);
   divmod(pr, rows, p, r);
+}
+
+// Element t of an [n, rows, cols, ch] array (ch = 1: NCHW, n the plane): its
+// image n, row r, column c and channel k.
+RIG_HD_INLINE void split4(std::int64_t t, std::int64_t rows, std::int64_t cols, std::int64_t ch,
+                          std::int64_t& n, std::int64_t& r, std::int64_t& c, std::int64_t& k) {
+  std::int64_t pixel = t;
+  k = 0;
+  if (ch != 1) divmod(t, ch, pixel, k);
+  split3(pixel, rows, cols, n, r, c);
 }
 
 // The outputs [lo, hi) along one axis whose window (o * stride - pad, length
@@ -109,9 +137,9 @@ RIG_HD_INLINE void window(std::int64_t start, std::int64_t kernel, std::int64_t 
 
 struct MaxPool2dForward {
   PoolGeometry s;
-  const float* x = nullptr;       // [planes, h, w]
-  float* y = nullptr;             // [planes, out_h, out_w]
-  std::int32_t* index = nullptr;  // [planes, out_h, out_w] or null
+  const float* x = nullptr;       // [planes, h, w] (channels last: [N, h, w, C])
+  float* y = nullptr;             // [planes, out_h, out_w] (channels last: [N, out_h, out_w, C])
+  std::int32_t* index = nullptr;  // as y, or null
   // Of x and y: a 16-bit maximum is one of its inputs, so y is the f32 path's, rounded exactly.
   ElementType type = ElementType::f32;
 
@@ -122,20 +150,21 @@ struct MaxPool2dForward {
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
     const std::int64_t n = s.planes * s.out_size();
+    const std::int64_t ch = s.interleave();
     for (std::int64_t t = global_thread(ctx); t < n; t += grid_threads(ctx)) {
-      std::int64_t p = 0, oy = 0, ox = 0;
-      pool_detail::split3(t, s.out_h, s.out_w, p, oy, ox);
+      std::int64_t p = 0, oy = 0, ox = 0, k0 = 0;
+      pool_detail::split4(t, s.out_h, s.out_w, ch, p, oy, ox, k0);
       std::int64_t r0 = 0, r1 = 0, c0 = 0, c1 = 0;
       pool_detail::window(oy * s.stride_h - s.pad_h, s.kernel_h, s.h, r0, r1);
       pool_detail::window(ox * s.stride_w - s.pad_w, s.kernel_w, s.w, c0, c1);
-      const std::int64_t plane = p * s.in_size();
+      const std::int64_t plane = p * s.in_size() * ch + k0;  // pixel 0 of the plane
       float best = neg_inf();
       auto at = static_cast<std::int32_t>(r0 * s.w + c0);
       std::int32_t nan_at = -1;
       for (std::int64_t r = r0; r < r1; ++r) {
         for (std::int64_t c = c0; c < c1; ++c) {
           const auto k = static_cast<std::int32_t>(r * s.w + c);
-          const float v = load_element(x, type, plane + k);
+          const float v = load_element(x, type, plane + k * ch);
           if (v > best) {
             best = v;
             at = k;
@@ -151,9 +180,9 @@ struct MaxPool2dForward {
 
 struct MaxPool2dBackward {
   PoolGeometry s;
-  const std::int32_t* index = nullptr;  // [planes, out_h, out_w], from MaxPool2dForward
-  const float* dy = nullptr;            // [planes, out_h, out_w]
-  float* dx = nullptr;                  // [planes, h, w]
+  const std::int32_t* index = nullptr;  // as dy, from MaxPool2dForward
+  const float* dy = nullptr;            // as MaxPool2dForward's y
+  float* dx = nullptr;                  // as MaxPool2dForward's x
   // Of dy and dx: summed in f32 in a fixed order, rounded once (the f32 path's bits).
   ElementType type = ElementType::f32;
 
@@ -164,18 +193,19 @@ struct MaxPool2dBackward {
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
     const std::int64_t n = s.planes * s.in_size();
+    const std::int64_t ch = s.interleave();
     for (std::int64_t t = global_thread(ctx); t < n; t += grid_threads(ctx)) {
-      std::int64_t p = 0, iy = 0, ix = 0;
-      pool_detail::split3(t, s.h, s.w, p, iy, ix);
+      std::int64_t p = 0, iy = 0, ix = 0, k = 0;
+      pool_detail::split4(t, s.h, s.w, ch, p, iy, ix, k);
       std::int64_t y0 = 0, y1 = 0, x0 = 0, x1 = 0;
       pool_detail::covering(iy, s.kernel_h, s.stride_h, s.pad_h, s.out_h, y0, y1);
       pool_detail::covering(ix, s.kernel_w, s.stride_w, s.pad_w, s.out_w, x0, x1);
       const auto self = static_cast<std::int32_t>(iy * s.w + ix);
-      const std::int64_t base = p * s.out_size();
+      const std::int64_t base = p * s.out_size() * ch + k;  // output 0 of the plane
       float sum = 0.0F;
       for (std::int64_t oy = y0; oy < y1; ++oy) {
         for (std::int64_t ox = x0; ox < x1; ++ox) {
-          const std::int64_t o = base + oy * s.out_w + ox;
+          const std::int64_t o = base + (oy * s.out_w + ox) * ch;
           if (index[o] == self) sum += load_element(dy, type, o);
         }
       }
@@ -186,8 +216,8 @@ struct MaxPool2dBackward {
 
 struct AvgPool2dForward {
   PoolGeometry s;
-  const float* x = nullptr;  // [planes, h, w]
-  float* y = nullptr;        // [planes, out_h, out_w]
+  const float* x = nullptr;  // [planes, h, w] (channels last: [N, h, w, C])
+  float* y = nullptr;        // [planes, out_h, out_w] (channels last: [N, out_h, out_w, C])
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_grid_stride(device, s.planes * s.out_size());
@@ -196,17 +226,18 @@ struct AvgPool2dForward {
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
     const std::int64_t n = s.planes * s.out_size();
+    const std::int64_t ch = s.interleave();
     const float inv_area = 1.0F / static_cast<float>(s.kernel_h * s.kernel_w);
     for (std::int64_t t = global_thread(ctx); t < n; t += grid_threads(ctx)) {
-      std::int64_t p = 0, oy = 0, ox = 0;
-      pool_detail::split3(t, s.out_h, s.out_w, p, oy, ox);
+      std::int64_t p = 0, oy = 0, ox = 0, k = 0;
+      pool_detail::split4(t, s.out_h, s.out_w, ch, p, oy, ox, k);
       std::int64_t r0 = 0, r1 = 0, c0 = 0, c1 = 0;
       pool_detail::window(oy * s.stride_h - s.pad_h, s.kernel_h, s.h, r0, r1);
       pool_detail::window(ox * s.stride_w - s.pad_w, s.kernel_w, s.w, c0, c1);
-      const float* plane = x + p * s.in_size();
+      const float* plane = x + p * s.in_size() * ch + k;  // pixel 0 of the plane
       float sum = 0.0F;
       for (std::int64_t r = r0; r < r1; ++r) {
-        for (std::int64_t c = c0; c < c1; ++c) sum += plane[r * s.w + c];
+        for (std::int64_t c = c0; c < c1; ++c) sum += plane[(r * s.w + c) * ch];
       }
       y[t] = sum * inv_area;
     }
@@ -215,8 +246,8 @@ struct AvgPool2dForward {
 
 struct AvgPool2dBackward {
   PoolGeometry s;
-  const float* dy = nullptr;  // [planes, out_h, out_w]
-  float* dx = nullptr;        // [planes, h, w]
+  const float* dy = nullptr;  // as AvgPool2dForward's y
+  float* dx = nullptr;        // as AvgPool2dForward's x
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_grid_stride(device, s.planes * s.in_size());
@@ -225,18 +256,19 @@ struct AvgPool2dBackward {
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
     const std::int64_t n = s.planes * s.in_size();
+    const std::int64_t ch = s.interleave();
     const float inv_area = 1.0F / static_cast<float>(s.kernel_h * s.kernel_w);
     for (std::int64_t t = global_thread(ctx); t < n; t += grid_threads(ctx)) {
-      std::int64_t p = 0, iy = 0, ix = 0;
-      pool_detail::split3(t, s.h, s.w, p, iy, ix);
+      std::int64_t p = 0, iy = 0, ix = 0, k = 0;
+      pool_detail::split4(t, s.h, s.w, ch, p, iy, ix, k);
       std::int64_t y0 = 0, y1 = 0, x0 = 0, x1 = 0;
       pool_detail::covering(iy, s.kernel_h, s.stride_h, s.pad_h, s.out_h, y0, y1);
       pool_detail::covering(ix, s.kernel_w, s.stride_w, s.pad_w, s.out_w, x0, x1);
-      const float* g = dy + p * s.out_size();
+      const float* g = dy + p * s.out_size() * ch + k;  // output 0 of the plane
       float sum = 0.0F;
       for (std::int64_t oy = y0; oy < y1; ++oy) {
         for (std::int64_t ox = x1 - 1; ox >= x0; --ox) {
-          sum = ::fmaf(g[oy * s.out_w + ox], inv_area, sum);
+          sum = ::fmaf(g[(oy * s.out_w + ox) * ch], inv_area, sum);
         }
       }
       dx[t] = sum;
@@ -248,17 +280,24 @@ struct AvgPool2dBackward {
 inline constexpr unsigned kGlobalPoolLanes = 16;
 
 struct GlobalAvgPoolForward {
-  const float* x = nullptr;  // [planes, size]
+  const float* x = nullptr;  // [planes / channels, size, channels]
   float* y = nullptr;        // [planes]
   std::int64_t planes = 0, size = 0;
   ElementType type = ElementType::f32;  // of x and y (summed in f32, y rounded once)
+  // Planes interleaved element by element: 1 for [planes, size] (NCHW), C for
+  // [N, size, C] (NHWC), plane p = n C + c.
+  std::int64_t channels = 1;
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
-    return plan_grid_stride(device, planes * kGlobalPoolLanes);
+    return plan_grid_stride(device, channels != 1 ? planes : planes * kGlobalPoolLanes);
   }
 
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
+    if (channels != 1) {
+      interleaved(ctx);
+      return;
+    }
     constexpr unsigned kPerWarp = simt::kWarpSize / kGlobalPoolLanes;  // planes per warp
     const unsigned half = ctx.lane() / kGlobalPoolLanes;
     const unsigned l = ctx.lane() % kGlobalPoolLanes;
@@ -286,13 +325,40 @@ struct GlobalAvgPoolForward {
       if (active && l == 0) store_element(y, type, p, total / count);
     }
   }
+
+  // Channels last: one thread per plane p = n C + c, sixteen lane sums kept
+  // in registers (element i goes to lane i % 16 below the last multiple of
+  // 16), then the tail, then the lanes in order: the 16-lane order above.
+  template <class Ctx>
+  RIG_HD void interleaved(Ctx& ctx) const {
+    const std::int64_t full = size - size % kGlobalPoolLanes;
+    const std::int64_t step = channels * kGlobalPoolLanes;  // 16 elements of a plane
+    const auto count = static_cast<float>(size);
+    for (std::int64_t p = global_thread(ctx); p < planes; p += grid_threads(ctx)) {
+      std::int64_t n = 0, c = 0;
+      pool_detail::divmod(p, channels, n, c);
+      const std::int64_t v = n * size * channels + c;  // element 0 of the plane
+      float lanes[kGlobalPoolLanes] = {};
+      for (std::int64_t at = v; at < v + full * channels; at += step) {
+        std::int64_t e = at;
+        for (unsigned l = 0; l < kGlobalPoolLanes; ++l, e += channels) {
+          lanes[l] += load_element(x, type, e);
+        }
+      }
+      float total = 0.0F;
+      for (std::int64_t i = full; i < size; ++i) total += load_element(x, type, v + i * channels);
+      for (unsigned l = 0; l < kGlobalPoolLanes; ++l) total += lanes[l];
+      store_element(y, type, p, total / count);
+    }
+  }
 };
 
 struct GlobalAvgPoolBackward {
   const float* dy = nullptr;  // [planes]
-  float* dx = nullptr;        // [planes, size]
+  float* dx = nullptr;        // [planes / channels, size, channels]
   std::int64_t planes = 0, size = 0;
   ElementType type = ElementType::f32;  // of dy and dx
+  std::int64_t channels = 1;            // as GlobalAvgPoolForward's
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_grid_stride(device, planes * size);
@@ -304,7 +370,14 @@ struct GlobalAvgPoolBackward {
     const float inv = 1.0F / static_cast<float>(size);
     for (std::int64_t t = global_thread(ctx); t < n; t += grid_threads(ctx)) {
       std::int64_t p = 0, i = 0;
-      pool_detail::divmod(t, size, p, i);
+      if (channels != 1) {
+        std::int64_t pixel = 0, c = 0, image = 0;
+        pool_detail::divmod(t, channels, pixel, c);
+        pool_detail::divmod(pixel, size, image, i);
+        p = image * channels + c;
+      } else {
+        pool_detail::divmod(t, size, p, i);
+      }
       store_element(dx, type, t, load_element(dy, type, p) * inv);
     }
   }

@@ -115,23 +115,29 @@ Tensor embedding(const Tensor& weight, const Tensor& ids);
 // rest by 1 / (1 - p). p = 0 returns x.
 Tensor dropout(const Tensor& x, float p, const RandomKey& key);
 // x [N, Cin, H, W], weight [Cout, Cin / groups, kH, kW], bias [Cout] or undefined.
+// channels_last: x [N, H, W, Cin] and y [N, H', W', Cout] (NHWC, the layout
+// of cuDNN's 16-bit tensor-core kernels); the weight keeps PyTorch's layout.
 struct Conv2dOptions {
   std::int64_t stride_h = 1, stride_w = 1;
   std::int64_t pad_h = 0, pad_w = 0;
   std::int64_t dilation_h = 1, dilation_w = 1;
   std::int64_t groups = 1;
+  bool channels_last = false;
 };
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
               const Conv2dOptions& options = {});
+// channels_last: x [N, H, W, C] and y [N, H', W', C].
 struct Pool2dOptions {
   std::int64_t kernel_h = 2, kernel_w = 2;
   std::int64_t stride_h = 2, stride_w = 2;
   std::int64_t pad_h = 0, pad_w = 0;
+  bool channels_last = false;
 };
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options);
 // Padding counts in the divisor (PyTorch's count_include_pad=True).
 Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& options);
-Tensor global_avg_pool2d(const Tensor& x);  // [N, C, H, W] -> [N, C]
+// [N, C, H, W] -> [N, C]; channels_last: [N, H, W, C] -> [N, C].
+Tensor global_avg_pool2d(const Tensor& x, bool channels_last = false);
 
 // softmax(q k^T * scale + mask) v over q [B, H, Tq, D], k and v [B, H, Tk, D].
 // mask: u8 broadcastable to [B, H, Tq, Tk], 1 = may attend (e.g. key padding

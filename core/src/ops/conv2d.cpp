@@ -21,9 +21,9 @@ std::string operands(const Tensor& x, const Tensor& weight) {
 backend::Conv2dShape checked_shape(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                    const Conv2dOptions& o) {
   if (x.dim() != 4 || weight.dim() != 4) {
-    throw std::invalid_argument(
-        fmt::format("conv2d: {}: x must be [N, C, H, W] and weight [Cout, Cin / groups, kH, kW]",
-                    operands(x, weight)));
+    throw std::invalid_argument(fmt::format(
+        "conv2d: {}: x must be {} and weight [Cout, Cin / groups, kH, kW]", operands(x, weight),
+        o.channels_last ? "[N, H, W, C] (channels_last)" : "[N, C, H, W]"));
   }
   if (o.stride_h < 1 || o.stride_w < 1 || o.dilation_h < 1 || o.dilation_w < 1 || o.pad_h < 0 ||
       o.pad_w < 0 || o.groups < 1) {
@@ -35,9 +35,10 @@ backend::Conv2dShape checked_shape(const Tensor& x, const Tensor& weight, const 
   }
   backend::Conv2dShape s;
   s.n = x.size(0);
-  s.c_in = x.size(1);
-  s.h = x.size(2);
-  s.w = x.size(3);
+  s.channels_last = o.channels_last;
+  s.c_in = x.size(o.channels_last ? 3 : 1);
+  s.h = x.size(o.channels_last ? 1 : 2);
+  s.w = x.size(o.channels_last ? 2 : 3);
   s.c_out = weight.size(0);
   s.kernel_h = weight.size(2);
   s.kernel_w = weight.size(3);
@@ -82,11 +83,24 @@ backend::Conv2dShape checked_shape(const Tensor& x, const Tensor& weight, const 
   return s;
 }
 
+Shape y_shape(const backend::Conv2dShape& s) {
+  if (s.channels_last) return {s.n, s.out_h, s.out_w, s.c_out};
+  return {s.n, s.c_out, s.out_h, s.out_w};
+}
+
+// The weight as the back end reads it: PyTorch's [Cout, Cin / groups, kH, kW],
+// or for channels_last [Cout, kH, kW, Cin / groups] (a differentiable copy;
+// the same memory when the kernel is 1 x 1).
+Tensor backend_weight(const Tensor& weight, const backend::Conv2dShape& s) {
+  if (!s.channels_last || s.kernel_h * s.kernel_w == 1) return weight;
+  return weight.permute({0, 2, 3, 1}).contiguous();
+}
+
 Tensor conv2d_16bit(const Tensor& x, const Tensor& weight, const backend::Conv2dShape& s) {
   const DType type = x.dtype();
   const Tensor xc = x.detach().contiguous();
   const Tensor wc = weight.detach().contiguous();
-  Tensor out = detail::empty_on(xc, {s.n, s.c_out, s.out_h, s.out_w}, type);
+  Tensor out = detail::empty_on(xc, y_shape(s), type);
   detail::backend_of(xc).conv2d_forward_16(s, type, xc.raw_data(), wc.raw_data(), out.raw_data());
   if (!grad_mode_enabled() || !(x.requires_grad() || weight.requires_grad())) return out;
   return autograd::record(std::move(out), kOp, {x, weight},
@@ -103,16 +117,9 @@ Tensor conv2d_16bit(const Tensor& x, const Tensor& weight, const backend::Conv2d
                           });
 }
 
-}  // namespace
-
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
-              const Conv2dOptions& options) {
-  detail::require_floating(kOp, x, "x");
-  detail::require_floating(kOp, weight, "weight");
-  if (bias.defined()) detail::require_floating(kOp, bias, "bias");
-  detail::require_same_device(kOp, {&x, &weight, &bias});
-  backend::Conv2dShape s = checked_shape(x, weight, bias, options);
-  s.allow_tf32 = matmul_precision() == MatmulPrecision::bf16;
+// conv2d after its checks: weight is the back end's (backend_weight).
+Tensor conv2d_checked(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                      const backend::Conv2dShape& s) {
   // x and weight of one 16-bit dtype and no bias, on a back end that reads
   // 16-bit storage: y, dx and dW in that dtype, no f32 copies.
   if (x.dtype() != DType::f32 && x.dtype() == weight.dtype() && !bias.defined() &&
@@ -123,13 +130,13 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
       (bias.defined() && bias.dtype() != DType::f32)) {
     // f16 / bf16 storage: compute in f32, round the result to x's dtype.
     const Tensor b = bias.defined() ? detail::as_f32(bias) : bias;
-    return conv2d(detail::as_f32(x), detail::as_f32(weight), b, options).to(x.dtype());
+    return conv2d_checked(detail::as_f32(x), detail::as_f32(weight), b, s).to(x.dtype());
   }
 
   const Tensor xc = x.detach().contiguous();
   const Tensor wc = weight.detach().contiguous();
   const Tensor bc = bias.defined() ? bias.detach().contiguous() : Tensor();
-  Tensor out = detail::empty_on(xc, {s.n, s.c_out, s.out_h, s.out_w});
+  Tensor out = detail::empty_on(xc, y_shape(s));
   detail::backend_of(xc).conv2d_forward(s, xc.data<float>(), wc.data<float>(),
                                         s.bias ? bc.data<float>() : nullptr, out.data<float>());
   return autograd::record(std::move(out), kOp, {x, weight, bias},
@@ -146,6 +153,19 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                 need_b ? db.data<float>() : nullptr);
                             return autograd::TensorList{dx, dw, db};
                           });
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+              const Conv2dOptions& options) {
+  detail::require_floating(kOp, x, "x");
+  detail::require_floating(kOp, weight, "weight");
+  if (bias.defined()) detail::require_floating(kOp, bias, "bias");
+  detail::require_same_device(kOp, {&x, &weight, &bias});
+  backend::Conv2dShape s = checked_shape(x, weight, bias, options);
+  s.allow_tf32 = matmul_precision() == MatmulPrecision::bf16;
+  return conv2d_checked(x, backend_weight(weight, s), bias, s);
 }
 
 }  // namespace rig::ops

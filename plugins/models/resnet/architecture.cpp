@@ -61,10 +61,8 @@ Architecture imagenet(std::int64_t depth) {
   return a;
 }
 
-}  // namespace
-
-Architecture architecture(const std::string& style, std::int64_t depth,
-                          const std::string& shortcut) {
+// The stem, block kind and stages that (style, depth, shortcut) name.
+Architecture shaped(const std::string& style, std::int64_t depth, const std::string& shortcut) {
   if (style == "cifar")
     return cifar(depth, shortcut == "A" ? Shortcut::zero_pad : Shortcut::projection);
   if (style == "imagenet") {
@@ -78,6 +76,15 @@ Architecture architecture(const std::string& style, std::int64_t depth,
   }
   throw rig::UserError(
       fmt::format("model 'resnet': style '{}' is not known: expected cifar or imagenet", style));
+}
+
+}  // namespace
+
+Architecture architecture(const std::string& style, std::int64_t depth, const std::string& shortcut,
+                          bool channels_last) {
+  Architecture a = shaped(style, depth, shortcut);
+  a.channels_last = channels_last;
+  return a;
 }
 
 }  // namespace rig_resnet

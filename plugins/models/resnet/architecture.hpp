@@ -23,13 +23,16 @@ struct Architecture {
   BlockKind block = BlockKind::basic;
   Shortcut shortcut = Shortcut::projection;
   std::vector<Stage> stages;
+  // Activations [N, H, W, C] (NHWC) instead of [N, C, H, W]: the layout of
+  // cuDNN's 16-bit tensor-core convolutions. The parameters are the same.
+  bool channels_last = false;
 
   std::int64_t expansion() const { return block == BlockKind::bottleneck ? 4 : 1; }
   std::int64_t features() const { return stages.back().width * expansion(); }  // fc input
 };
 
 // Throws rig::UserError naming the parameter when the combination does not exist.
-Architecture architecture(const std::string& style, std::int64_t depth,
-                          const std::string& shortcut);
+Architecture architecture(const std::string& style, std::int64_t depth, const std::string& shortcut,
+                          bool channels_last = false);
 
 }  // namespace rig_resnet

@@ -20,7 +20,7 @@ namespace rig_resnet {
 class Conv {
  public:
   Conv(rig::ParameterStore& store, const std::string& name, std::int64_t in, std::int64_t out,
-       std::int64_t kernel, std::int64_t stride, std::int64_t pad);
+       std::int64_t kernel, std::int64_t stride, std::int64_t pad, bool channels_last);
   rig::Tensor forward(const rig::Tensor& x) const;
 
  private:
@@ -28,11 +28,16 @@ class Conv {
   rig::Tensor weight_;
 };
 
+// A batch norm (then relu when `relu`) of NCHW x, or of NHWC x as the
+// [N H W, C] rows it is (channels last).
+rig::Tensor batch_norm(const rig::nn::BatchNorm2d& bn, const rig::Tensor& x, bool channels_last,
+                       bool relu, bool training);
+
 // One residual block: basic (two 3x3 convs) or bottleneck (1x1, 3x3 with the
 // stride, 1x1 to width x 4), with its shortcut.
 class Block {
  public:
-  Block(rig::ParameterStore& store, const std::string& name, BlockKind kind, Shortcut shortcut,
+  Block(rig::ParameterStore& store, const std::string& name, const Architecture& arch,
         std::int64_t in, std::int64_t width, std::int64_t stride, bool zero_init_residual);
   rig::Tensor forward(const rig::Tensor& x, bool training) const;
   std::int64_t out_channels() const { return out_; }
@@ -40,6 +45,7 @@ class Block {
  private:
   rig::Tensor shortcut(const rig::Tensor& x, bool training) const;
 
+  bool channels_last_;
   std::int64_t in_;
   std::int64_t out_;
   std::int64_t stride_;

@@ -46,13 +46,14 @@ class Resnet final : public rig::Model {
   Resnet(const YAML::Node& params, const rig::ModelContext& ctx)
       : arch_(rig_resnet::architecture(params["style"].as<std::string>(),
                                        params["depth"].as<std::int64_t>(),
-                                       params["shortcut"].as<std::string>())),
+                                       params["shortcut"].as<std::string>(),
+                                       params["data_format"].as<std::string>() == "channels_last")),
         channels_(info_int(ctx.data_info, "channels")),
         num_classes_(info_int(ctx.data_info, "num_classes")),
         label_smoothing_(params["label_smoothing"].as<float>()),
         dtype_(ctx.run.dtype),
         conv1_(ctx.params, "conv1", channels_, arch_.stem_width, arch_.imagenet_stem ? 7 : 3,
-               arch_.imagenet_stem ? 2 : 1, arch_.imagenet_stem ? 3 : 1),
+               arch_.imagenet_stem ? 2 : 1, arch_.imagenet_stem ? 3 : 1, arch_.channels_last),
         bn1_(ctx.params, "bn1", arch_.stem_width),
         blocks_(make_blocks(ctx.params, arch_, params["zero_init_residual"].as<bool>())),
         fc_(ctx.params, "fc", arch_.features(), num_classes_) {
@@ -97,8 +98,8 @@ class Resnet final : public rig::Model {
     for (std::size_t s = 0; s < arch.stages.size(); ++s) {
       const rig_resnet::Stage& stage = arch.stages[s];
       for (std::int64_t b = 0; b < stage.blocks; ++b) {
-        blocks.emplace_back(store, fmt::format("layer{}.{}", s + 1, b), arch.block, arch.shortcut,
-                            in, stage.width, b == 0 ? stage.stride : 1, zero_init_residual);
+        blocks.emplace_back(store, fmt::format("layer{}.{}", s + 1, b), arch, in, stage.width,
+                            b == 0 ? stage.stride : 1, zero_init_residual);
         in = blocks.back().out_channels();
       }
     }
@@ -117,10 +118,14 @@ class Resnet final : public rig::Model {
   // Logits [N, num_classes] in the compute dtype.
   Tensor compute(const Tensor& images, bool training) const {
     check_images(images);
-    Tensor h = bn1_.forward_relu(conv1_.forward(images.to(dtype_)), training);
-    if (arch_.imagenet_stem) h = ops::max_pool2d(h, {3, 3, 2, 2, 1, 1});
+    const bool last = arch_.channels_last;
+    // Channels last: the images are transposed to [N, H, W, C] once, in the cast.
+    const Tensor x =
+        last ? images.permute({0, 2, 3, 1}).to(dtype_).contiguous() : images.to(dtype_);
+    Tensor h = rig_resnet::batch_norm(bn1_, conv1_.forward(x), last, true, training);
+    if (arch_.imagenet_stem) h = ops::max_pool2d(h, {3, 3, 2, 2, 1, 1, last});
     for (const Block& block : blocks_) h = block.forward(h, training);
-    return fc_.forward(ops::global_avg_pool2d(h));
+    return fc_.forward(ops::global_avg_pool2d(h, last));
   }
 
   void check_labels(const rig::Batch& batch, const Tensor& labels, std::int64_t rows) const {

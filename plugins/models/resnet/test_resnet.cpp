@@ -128,7 +128,13 @@ TEST_F(PluginResnet, TorchvisionNamesShapesAndCounts) {
 
 // ---- forward and backward against PyTorch -------------------------------------
 
-class PluginResnetGolden : public PluginResnet, public ::testing::WithParamInterface<std::string> {
+// A golden case, in one data format: channels_last must give PyTorch's values too.
+struct GoldenRun {
+  const char* name;
+  const char* data_format;
+};
+
+class PluginResnetGolden : public PluginResnet, public ::testing::WithParamInterface<GoldenRun> {
  protected:
   // Every parameter and buffer set to its golden value, gradients zeroed.
   static void set_weights(rig::ParameterStore& store, const nlohmann::json& weights) {
@@ -154,12 +160,14 @@ class PluginResnetGolden : public PluginResnet, public ::testing::WithParamInter
 };
 
 TEST_P(PluginResnetGolden, MatchesPyTorch) {
-  const rig_test::GoldenCase c = rig_test::golden_case("resnet", GetParam());
+  const rig_test::GoldenCase c = rig_test::golden_case("resnet", GetParam().name);
   const bool training = c.params.at("training").get<bool>();
   const rig::Mode mode = training ? rig::Mode::train : rig::Mode::eval;
   const std::int64_t classes = c.params.at("num_classes");
   rig::ParameterStore store;
-  auto net = model(params_of(c.params), image_info(c.params.at("channels"), classes), store);
+  std::string params = params_of(c.params);
+  params.insert(params.size() - 1, fmt::format(", data_format: {}", GetParam().data_format));
+  auto net = model(params, image_info(c.params.at("channels"), classes), store);
   store.allocate(1);
   const nlohmann::json& weights = c.params.at("weights");
   set_weights(store, weights);
@@ -234,8 +242,15 @@ TEST_P(PluginResnetGolden, MatchesPyTorch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, PluginResnetGolden,
-                         ::testing::Values("tiny_B_train", "tiny_B_eval",
-                                           "tiny_A_train_smoothing"));
+                         ::testing::Values(GoldenRun{"tiny_B_train", "channels_first"},
+                                           GoldenRun{"tiny_B_eval", "channels_first"},
+                                           GoldenRun{"tiny_A_train_smoothing", "channels_first"},
+                                           GoldenRun{"tiny_B_train", "channels_last"},
+                                           GoldenRun{"tiny_B_eval", "channels_last"},
+                                           GoldenRun{"tiny_A_train_smoothing", "channels_last"}),
+                         [](const ::testing::TestParamInfo<GoldenRun>& info) {
+                           return fmt::format("{}_{}", info.param.name, info.param.data_format);
+                         });
 
 // ---- metrics --------------------------------------------------------------------
 
@@ -353,6 +368,55 @@ TEST_F(PluginResnet, ImageNetStyleRunsOnSmallImages) {
   EXPECT_TRUE(std::isfinite(out.loss.item()));
   EXPECT_TRUE(store.find("layer4.1.bn2.weight").value.grad().defined());
   EXPECT_EQ(net->infer(batch).shape(), (rig::Shape{2}));
+}
+
+TEST_F(PluginResnet, ChannelsLastTrainsAsChannelsFirst) {
+  // resnet18 (7x7 stem, max pool, projection shortcuts), both layouts from
+  // the same parameters: the same loss and gradients (up to the convolutions'
+  // and batch norms' summation order) and the same running statistics. 4
+  // images of 64x64, so the last batch norms see 16 values a channel: at 2
+  // (2 images of 32x32) their gradients reach thousands and amplify the
+  // last bits of any summation order.
+  const rig::Batch batch = image_batch(random_images({4, 3, 64, 64}, 5), {1, 9, 0, 4});
+  std::vector<rig::ParameterStore> stores(2);
+  std::vector<double> losses;
+  for (std::size_t i = 0; i < 2; ++i) {
+    auto net = model(i == 0 ? "{style: imagenet, depth: 18}"
+                            : "{style: imagenet, depth: 18, data_format: channels_last}",
+                     image_info(3, 10), stores[i]);
+    stores[i].allocate(2);
+    rig::ModelOutput out = net->forward(batch, rig::Mode::train);
+    out.loss.backward();
+    losses.push_back(out.loss.item());
+    EXPECT_EQ(net->infer(batch).shape(), (rig::Shape{4}));
+  }
+  EXPECT_NEAR(losses[1], losses[0], 1e-5 * std::abs(losses[0]));
+  for (const rig::ParameterInfo& info : stores[0].parameters()) {
+    const Tensor a = info.value.grad();
+    const Tensor b = stores[1].find(info.name).value.grad();
+    ASSERT_TRUE(a.defined() && b.defined()) << info.name;
+    float largest = 0.0F;
+    for (float x : a.to_vector()) largest = std::max(largest, std::abs(x));
+    EXPECT_TRUE(rig_test::tensors_close(b, a, 1e-4, 1e-4 * largest)) << info.name;
+  }
+  for (const rig::ParameterInfo& info : stores[0].buffer_infos()) {
+    EXPECT_TRUE(rig_test::tensors_close(stores[1].find(info.name).value, info.value, 1e-5, 1e-5))
+        << info.name;
+  }
+}
+
+TEST_F(PluginResnet, ChannelsLastCifarShortcutA) {
+  // Option A's subsampled, zero-padded shortcut on the channel axis of NHWC.
+  const rig::Batch batch = image_batch(random_images({3, 1, 12, 12}, 6), {0, 1, 2});
+  std::vector<double> losses;
+  for (const char* format : {"channels_first", "channels_last"}) {
+    rig::ParameterStore store;
+    auto net = model(fmt::format("{{depth: 8, shortcut: A, data_format: {}}}", format),
+                     image_info(1, 4), store);
+    store.allocate(3);
+    losses.push_back(net->forward(batch, rig::Mode::train).loss.item());
+  }
+  EXPECT_NEAR(losses[1], losses[0], 1e-5 * std::abs(losses[0]));
 }
 
 TEST_F(PluginResnet, LowPrecisionComputeIsCloseToF32) {

@@ -218,6 +218,9 @@ class Backend {
                                  void* y);
   virtual void conv2d_backward_16(const Conv2dShape& s, DType type, const void* x, const void* w,
                                   const void* dy, void* dx, void* dw);
+  // Pooling on NCHW planes, or NHWC where s.channels_last (kernel_args.hpp);
+  // both give the same bits per plane. Max pooling's index (as y) holds each
+  // maximum's offset in its plane (row * w + col).
   virtual void max_pool2d_forward(const Pool2dShape& s, const float* x, float* y,
                                   std::int32_t* index) = 0;
   virtual void max_pool2d_backward(const Pool2dShape& s, const std::int32_t* index, const float* dy,
@@ -231,16 +234,23 @@ class Backend {
                                       const void* dy, void* dx);
   virtual void avg_pool2d_forward(const Pool2dShape& s, const float* x, float* y) = 0;
   virtual void avg_pool2d_backward(const Pool2dShape& s, const float* dy, float* dx) = 0;
-  virtual void global_avg_pool_forward(std::int64_t planes, std::int64_t size, const float* x,
-                                       float* y) = 0;
-  virtual void global_avg_pool_backward(std::int64_t planes, std::int64_t size, const float* dy,
-                                        float* dx) = 0;
+  // y[p] = the mean of plane p's `size` elements of x; dx = dy[p] / size over
+  // plane p. x and dx are [planes / channels, size, channels] with plane
+  // p = n * channels + c: channels = 1 for planes one after another ([planes,
+  // size]: NCHW), C for channels last ([N, size, C]: NHWC). y and dy are
+  // [planes] either way. Each plane is summed in the same order in both.
+  virtual void global_avg_pool_forward(std::int64_t planes, std::int64_t size,
+                                       std::int64_t channels, const float* x, float* y) = 0;
+  virtual void global_avg_pool_backward(std::int64_t planes, std::int64_t size,
+                                        std::int64_t channels, const float* dy, float* dx) = 0;
   // The same on x, y, dy and dx of the 16-bit `type` (reads_16bit_storage()),
   // summed in f32, each result rounded once.
-  virtual void global_avg_pool_forward_16(std::int64_t planes, std::int64_t size, DType type,
-                                          const void* x, void* y);
-  virtual void global_avg_pool_backward_16(std::int64_t planes, std::int64_t size, DType type,
-                                           const void* dy, void* dx);
+  virtual void global_avg_pool_forward_16(std::int64_t planes, std::int64_t size,
+                                          std::int64_t channels, DType type, const void* x,
+                                          void* y);
+  virtual void global_avg_pool_backward_16(std::int64_t planes, std::int64_t size,
+                                           std::int64_t channels, DType type, const void* dy,
+                                           void* dx);
 
   // ---- Attention (f32) ---------------------------------------------------------------
   // out = dropout(softmax(q k^T * scale, masked)) v; `probs` ([B, H, Tq, Tk],

@@ -152,6 +152,11 @@ struct Conv2dShape {
   // at bf16 matmul precision, where 16-bit activations and weights arrive
   // as bf16 values that TF32 holds exactly. The CPU computes in f32 either way.
   bool allow_tf32 = false;
+  // Channels last (NHWC, TensorFlow's data_format channels_last): x is
+  // [n, h, w, c_in], weight [c_out, kh, kw, c_in / groups] and y
+  // [n, out_h, out_w, c_out], each contiguous; the layout of cuDNN's 16-bit
+  // tensor-core kernels, which transpose NCHW operands on the way in and out.
+  bool channels_last = false;
 
   std::int64_t x_elements() const { return n * c_in * h * w; }
   std::int64_t w_elements() const { return c_out * (c_in / groups) * kernel_h * kernel_w; }
@@ -162,6 +167,11 @@ struct Pool2dShape {
   std::int64_t planes = 0;  // N * C
   std::int64_t h = 0, w = 0, out_h = 0, out_w = 0;
   std::int64_t kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+  // Channels last: x is [planes / channels, h, w, channels] and y
+  // [planes / channels, out_h, out_w, channels] (NHWC); max pooling's index
+  // is still the offset in the plane (row * w + col).
+  bool channels_last = false;
+  std::int64_t channels = 1;  // C, read when channels_last
 };
 
 // Element strides of a [B, H, T, D] operand whose last axis is contiguous.
