@@ -135,14 +135,21 @@ std::vector<Case> cases() {
       {"down_16x32_1x1s2_32", conv(128, 16, 32, 1, 2, 32)},
       {"down_32x64_1x1s2_16", conv(128, 32, 64, 1, 2, 16)},
   };
-  for (dnn::ConvType type : {dnn::ConvType::f32, dnn::ConvType::f16, dnn::ConvType::bf16}) {
-    for (const Conv& c : convs) {
-      const std::string base = std::string(type_name(type)) + "_" + c.name;
-      out.push_back({"conv_fwd_" + base, dnn::conv2d_forward_graph(c.shape, type)});
-      if (c.shape.c_in != 3) {
-        out.push_back({"conv_dgrad_" + base, dnn::conv2d_backward_data_graph(c.shape, type)});
+  // Each in both layouts: channels last (the resnet model's data_format) in
+  // f32 too, where a float32 run with channels_last needs NHWC f32 engines.
+  for (const bool channels_last : {false, true}) {
+    for (dnn::ConvType type : {dnn::ConvType::f32, dnn::ConvType::f16, dnn::ConvType::bf16}) {
+      for (const Conv& c : convs) {
+        rig::backend::Conv2dShape shape = c.shape;
+        shape.channels_last = channels_last;
+        const std::string base =
+            std::string(type_name(type)) + (channels_last ? "_nhwc_" : "_") + c.name;
+        out.push_back({"conv_fwd_" + base, dnn::conv2d_forward_graph(shape, type)});
+        if (c.shape.c_in != 3) {
+          out.push_back({"conv_dgrad_" + base, dnn::conv2d_backward_data_graph(shape, type)});
+        }
+        out.push_back({"conv_wgrad_" + base, dnn::conv2d_backward_filter_graph(shape, type)});
       }
-      out.push_back({"conv_wgrad_" + base, dnn::conv2d_backward_filter_graph(c.shape, type)});
     }
   }
   // ResNet-50 at batch 256 in bf16, as mixed-precision training runs its
