@@ -433,6 +433,46 @@ TEST(Emulated16BitOps, BatchNormReluHasTheBitsOfBatchNormThenRelu) {
   }
 }
 
+TEST(Emulated16BitOps, BatchNormAddReluHasTheBitsOfBatchNormThenAddRelu) {
+  // A residual block's end, fused on the CUDA back end: every output,
+  // gradient (the residual's too) and running statistic keeps the bits of
+  // batch_norm then add_relu; NCHW and channels-last rows.
+  const rig::Device dev = emulated_cuda();
+  for (const rig::Shape& shape : {rig::Shape{6, 3, 30, 30}, rig::Shape{300, 37}}) {
+    const std::int64_t c = shape[1];
+    const Tensor x = random(shape, 171, -2.0F, 4.0F), res = random(shape, 172, -1.0F, 1.0F);
+    const Tensor gamma = random({c}, 173, 0.5F, 1.5F), beta = random({c}, 174);
+    for (const DType type : {DType::f32, DType::bf16, DType::f16}) {
+      SCOPED_TRACE(::testing::Message() << rig::dtype_name(type) << " x " << shape.size() << "-d");
+      const Tensor up = random(shape, 175).to(dev).to(type);
+      const auto stats = [&] {
+        return std::pair{random({c}, 176).to(dev), random({c}, 177, 0.5F, 2.0F).to(dev)};
+      };
+      auto [mean_f, var_f] = stats();
+      auto [mean_u, var_u] = stats();
+      Tensor xf = leaf(x, type, dev), rf = leaf(res, type, dev), gf = leaf(gamma, type, dev),
+             bf = leaf(beta, type, dev);
+      const Tensor yf =
+          rig::ops::batch_norm_add_relu(xf, rf, gf, bf, mean_f, var_f, true, 0.1F, 1e-5F);
+      rig::ops::sum(rig::ops::mul(yf, up)).backward();
+      Tensor xu = leaf(x, type, dev), ru = leaf(res, type, dev), gu = leaf(gamma, type, dev),
+             bu = leaf(beta, type, dev);
+      const Tensor yu = rig::ops::add_relu(
+          rig::ops::batch_norm(xu, gu, bu, mean_u, var_u, true, 0.1F, 1e-5F), ru);
+      rig::ops::sum(rig::ops::mul(yu, up)).backward();
+      const auto host = [](const Tensor& t) { return t.to_host().to(DType::f32).to_vector(); };
+      EXPECT_EQ(yf.dtype(), type);
+      EXPECT_EQ(host(yf.detach()), host(yu.detach())) << "y";
+      EXPECT_EQ(host(xf.grad()), host(xu.grad())) << "dx";
+      EXPECT_EQ(host(rf.grad()), host(ru.grad())) << "dresidual";
+      EXPECT_EQ(host(gf.grad()), host(gu.grad())) << "dgamma";
+      EXPECT_EQ(host(bf.grad()), host(bu.grad())) << "dbeta";
+      EXPECT_EQ(host(mean_f), host(mean_u)) << "running mean";
+      EXPECT_EQ(host(var_f), host(var_u)) << "running var";
+    }
+  }
+}
+
 TEST(Emulated16BitOps, AddReluHasTheBitsOfAddThenRelu) {
   // A ResNet block's output (same shapes) and a broadcast b, compared as bits
   // (a -0 that relu keeps must stay -0).

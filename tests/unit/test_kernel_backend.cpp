@@ -1122,6 +1122,46 @@ TEST(KernelBackend16Bit, BatchNormReluIsBatchNormThenRelu) {
   }
 }
 
+TEST(KernelBackend16Bit, BatchNormAddReluIsApplyThenAddRelu) {
+  // The fused entry point against batch norm's apply and then add_relu with
+  // the residual, bit for bit, on 16-bit storage and on f32; [n, c, inner]
+  // and channels-last rows (inner 1).
+  for (const backend::BatchNormShape s :
+       {backend::BatchNormShape{5, 3, 700}, backend::BatchNormShape{300, 37, 1}}) {
+    const auto n = static_cast<std::size_t>(s.n * s.c * s.inner);
+    const auto c = static_cast<std::size_t>(s.c);
+    const Dev<float> scale(uniform(c, 491, 0.5F, 1.5F)), shift(uniform(c, 492));
+    const Shape shape{static_cast<std::int64_t>(n)};
+    const Strides flat{1};
+    const auto plan = backend::make_strided_plan<3>(shape, {&flat, &flat, &flat});
+    for (const DType type : {DType::f32, DType::bf16, DType::f16}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(type) << " inner " << s.inner);
+      const std::size_t words = type == DType::f32 ? 2 * n : n;  // in 16-bit words
+      const auto stored = [&](const std::vector<float>& v) {
+        if (type != DType::f32) return bits_of(v, type);
+        std::vector<std::uint16_t> out(words);
+        std::memcpy(out.data(), v.data(), n * 4);
+        return out;
+      };
+      const Dev<std::uint16_t> x(stored(uniform(n, 493, -2.0F, 2.0F))),
+          r(stored(uniform(n, 494, -1.0F, 1.0F))), y_bn(words), y(words), y_fused(words);
+      if (type == DType::f32) {
+        emu().batch_norm_apply(s, reinterpret_cast<const float*>(x.get()), scale.get(), shift.get(),
+                               reinterpret_cast<float*>(y_bn.get()));
+      } else {
+        emu().batch_norm_apply_16(s, type, x.get(), scale.get(), shift.get(), y_bn.get());
+      }
+      emu().add_relu(plan, type, y_bn.get(), r.get(), y.get());
+      emu().batch_norm_apply_add_relu(s, type, x.get(), scale.get(), shift.get(), r.get(),
+                                      y_fused.get());
+      EXPECT_EQ(y_fused.host(), y.host());
+    }
+  }
+  EXPECT_THROW(cpu().batch_norm_apply_add_relu({2, 2, 1}, DType::f32, nullptr, nullptr, nullptr,
+                                               nullptr, nullptr),
+               std::logic_error);
+}
+
 // Max pooling on 16-bit x (forward with its index, backward) against the f32
 // path on the values, rounded: the same bits. x: `in` values in [-2, 2) with
 // a tie (x[tie] = x[tie_with]) and a NaN at x[nan]; dy: `out` values.

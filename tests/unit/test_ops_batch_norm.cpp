@@ -187,6 +187,30 @@ TEST(OpsBatchNorm, MatchesReferenceForManyFeatures) {
   expect_matches_reference({40, 600});
 }
 
+TEST(OpsBatchNorm, AddReluMatchesFiniteDifferences) {
+  // relu(batch_norm(x) + residual), a residual block's end, with the
+  // residual's gradient; away from relu's kink (|output| > 0.05).
+  const Shape shape{4, 3, 3, 3};
+  Tensor x = random_tensor(shape, 21, -2.0F, 2.0F);
+  Tensor residual = random_tensor(shape, 22, -1.0F, 1.0F);
+  const Tensor gamma = random_tensor({3}, 23, 0.5F, 1.5F), beta = random_tensor({3}, 24);
+  {
+    std::vector<float> r = residual.to_vector();
+    const std::vector<float> y =
+        ops::batch_norm(x, gamma, beta, {}, {}, true).to_vector();  // batch norm's output
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      if (std::fabs(y[i] + r[i]) < 0.05F) r[i] += 0.2F;
+    }
+    residual = Tensor::from_vector(r, shape);
+  }
+  const auto op = [&](const std::vector<Tensor>& in) {
+    return ops::batch_norm_add_relu(in[0], in[1], in[2], in[3], {}, {}, true);
+  };
+  EXPECT_TRUE(check_gradients(op, {x, residual, gamma, beta}, 1e-2, 2e-2, 2e-3, 160));
+  const Tensor composed = ops::add_relu(ops::batch_norm(x, gamma, beta, {}, {}, true), residual);
+  EXPECT_EQ(op({x, residual, gamma, beta}).to_vector(), composed.to_vector());
+}
+
 TEST(OpsBatchNorm, ChannelsLastRowsAreTheNchwBatchNorm) {
   // A channels-last network normalises NHWC activations as [N H W, C] rows:
   // the same outputs, gradients and running statistics as NCHW, up to the

@@ -109,6 +109,11 @@ void Backend::batch_norm_apply_relu(const BatchNormShape&, DType, const void*, c
   not_fused("batch_norm_apply_relu");
 }
 
+void Backend::batch_norm_apply_add_relu(const BatchNormShape&, DType, const void*, const float*,
+                                        const float*, const void*, void*) {
+  not_fused("batch_norm_apply_add_relu");
+}
+
 void Backend::batch_norm_backward_relu(const BatchNormShape&, DType, const void*, const void*,
                                        const void*, const float*, const float*, DType, const void*,
                                        bool, void*, void*, void*) {

@@ -141,6 +141,9 @@ class KernelBackend final : public backend::Backend {
                 void* out) override;
   void batch_norm_apply_relu(const backend::BatchNormShape& s, DType type, const void* x,
                              const float* scale, const float* shift, void* y) override;
+  void batch_norm_apply_add_relu(const backend::BatchNormShape& s, DType type, const void* x,
+                                 const float* scale, const float* shift, const void* residual,
+                                 void* y) override;
   void batch_norm_backward_relu(const backend::BatchNormShape& s, DType type, const void* x,
                                 const void* relu_y, const void* dy, const float* mean,
                                 const float* invstd, DType param_type, const void* gamma,
@@ -310,10 +313,12 @@ class KernelBackend final : public backend::Backend {
   void gemm_heads(std::int64_t batches, std::int64_t heads, const backend::GemmProduct& first,
                   const backend::HeadStrides& a, const backend::HeadStrides& b,
                   const backend::HeadStrides& c, MatmulPrecision precision);
-  // Batch norm's apply and backward, with the relu fused where asked
-  // (relu; relu_y non-null): see kernel_backend_batch_norm.cpp.
+  // Batch norm's apply and backward, with the relu (and before it a
+  // residual's add) fused where asked (relu, residual non-null; relu_y
+  // non-null): see kernel_backend_batch_norm.cpp.
   void batch_norm_apply_kernel(const backend::BatchNormShape& s, DType type, const void* x,
-                               const float* scale, const float* shift, void* y, bool relu);
+                               const float* scale, const float* shift, void* y, bool relu,
+                               const void* residual = nullptr);
   void batch_norm_backward_kernels(const backend::BatchNormShape& s, DType type, const void* x,
                                    const void* relu_y, const void* dy, const float* mean,
                                    const float* invstd, DType param_type, const void* gamma,

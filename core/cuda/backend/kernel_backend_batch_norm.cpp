@@ -1,7 +1,8 @@
 // KernelBackend: batch norm's statistics, per-channel coefficients, apply
 // and backward, reduced per channel in a fixed order. The 16-bit entry
 // points run the same kernels on f16 / bf16 x, y, dy and dx (their `type`);
-// the relu entry points fold a following relu into apply and backward.
+// the relu entry points fold a following relu into apply and backward, and
+// apply_add_relu the add of a residual before it.
 #include "cuda/backend/kernel_backend.hpp"
 
 namespace rig::cuda {
@@ -49,13 +50,20 @@ void KernelBackend::batch_norm_apply_relu(const backend::BatchNormShape& s, DTyp
   batch_norm_apply_kernel(s, type, x, scale, shift, y, true);
 }
 
+void KernelBackend::batch_norm_apply_add_relu(const backend::BatchNormShape& s, DType type,
+                                              const void* x, const float* scale, const float* shift,
+                                              const void* residual, void* y) {
+  batch_norm_apply_kernel(s, type, x, scale, shift, y, true, residual);
+}
+
 void KernelBackend::batch_norm_apply_kernel(const backend::BatchNormShape& s, DType type,
                                             const void* x, const float* scale, const float* shift,
-                                            void* y, bool relu) {
+                                            void* y, bool relu, const void* residual) {
   kernels::BatchNormApply k{
       static_cast<const float*>(x), scale, shift, static_cast<float*>(y), s.n, s.c, s.inner};
   k.type = element_type(type, "batch_norm_apply");
   k.relu = relu;
+  k.residual = static_cast<const float*>(residual);
   run(k);
 }
 

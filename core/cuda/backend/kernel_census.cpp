@@ -92,7 +92,9 @@ Work work_of(const kernels::BatchNormStatsPartial& k) {
 }
 Work work_of(const kernels::BatchNormApply& k) {
   const std::int64_t n = k.n * k.c * k.inner;
-  return {type_name(k.type), n, 2.0 * static_cast<double>(n) * type_bytes(k.type)};
+  const double operands = k.residual != nullptr ? 3.0 : 2.0;
+  return {fmt::format("{}{}", type_name(k.type), k.residual != nullptr ? ", + residual" : ""), n,
+          operands * static_cast<double>(n) * type_bytes(k.type)};
 }
 Work work_of(const kernels::BatchNormGradPartial& k) {
   const std::int64_t n = k.n * k.c * k.inner;

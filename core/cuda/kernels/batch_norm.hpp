@@ -38,6 +38,9 @@
 //        clones fuse it (GCC's default contraction), so the emulator, the
 //        GPU and those clones give the same bits; the CPU's baseline clone
 //        rounds the product (within an ulp of the larger term).
+//   batch_norm_apply_add_relu: BatchNormApply with `relu` and `residual`:
+//   relu(y + residual), y rounded to its type first: the bits of apply and
+//   then add_relu, one pass over y fewer each way.
 //   batch_norm_apply_relu and batch_norm_backward_relu (a relu after the
 //   batch norm, fused): BatchNormApply with `relu`, and BatchNormGradPartial
 //   and BatchNormBackwardDx with `relu_y` (relu's backward folded into their
@@ -533,6 +536,9 @@ struct BatchNormApply {
   // y = relu(y as stored), relu's rule (x < 0 ? 0 : x, NaN kept): the bits
   // of this kernel and then UnaryForward's relu, in one pass.
   bool relu = false;
+  // [n, c, inner] of `type`, or null: y = relu(y as stored + residual) (with
+  // relu): the bits of this kernel, then BinaryKernel's add with relu.
+  const float* residual = nullptr;
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_grid_stride(device, n * c * inner, kUnroll, 48);  // ptxas: 48
@@ -540,16 +546,24 @@ struct BatchNormApply {
 
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
+    struct Loaded {
+      float x, r;
+    };
     const float* xs = x;  // the lambdas capture locals, not the kernel's `this`
+    const float* rs = residual;
     const float* sc = scale;
     const float* sh = shift;
     float* ys = y;
     const ElementType ty = type;
     const bool rl = relu;
     batch_norm_detail::for_elements_unrolled(
-        ctx, n, c, inner, [&](std::int64_t t, std::int64_t) { return load_element(xs, ty, t); },
-        [&](std::int64_t t, std::int64_t ch, float xv) {
-          const float v = ::fmaf(xv, sc[ch], sh[ch]);
+        ctx, n, c, inner,
+        [&](std::int64_t t, std::int64_t) {
+          return Loaded{load_element(xs, ty, t), rs != nullptr ? load_element(rs, ty, t) : 0.0F};
+        },
+        [&](std::int64_t t, std::int64_t ch, const Loaded& l) {
+          float v = ::fmaf(l.x, sc[ch], sh[ch]);
+          if (rs != nullptr) v = rounded_to(ty, v) + l.r;  // batch norm's y as stored, + residual
           store_element(ys, ty, t, rl ? relu_of_stored(ty, v) : v);
         });
   }

@@ -215,6 +215,9 @@ class RIG_API BatchNorm2d : public Module {
   Tensor forward(const Tensor& x, bool training) const;
   // relu(forward(x, training)), fused where the back end can (ops::batch_norm_relu).
   Tensor forward_relu(const Tensor& x, bool training) const;
+  // relu(forward(x, training) + residual), fused where the back end can
+  // (ops::batch_norm_add_relu): a residual block's end.
+  Tensor forward_add_relu(const Tensor& x, const Tensor& residual, bool training) const;
 
  private:
   float momentum_;

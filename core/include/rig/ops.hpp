@@ -107,6 +107,13 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
 Tensor batch_norm_relu(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                        const Tensor& running_mean, const Tensor& running_var, bool training,
                        float momentum = 0.1F, float eps = 1e-5F);
+// relu(batch_norm(x, ...) + residual), a residual block's end: add_relu's
+// results, which the CUDA back end computes in one pass over x and residual
+// (batch norm's output is never written) when residual has x's shape and dtype.
+Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& gamma,
+                           const Tensor& beta, const Tensor& running_mean,
+                           const Tensor& running_var, bool training, float momentum = 0.1F,
+                           float eps = 1e-5F);
 
 // ---- Neural-network ops -----------------------------------------------------
 // weight [V, D], ids (i32/i64) [...] -> [..., D]; ids out of range throw.

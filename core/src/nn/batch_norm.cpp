@@ -32,4 +32,9 @@ Tensor BatchNorm2d::forward_relu(const Tensor& x, bool training) const {
                               eps_);
 }
 
+Tensor BatchNorm2d::forward_add_relu(const Tensor& x, const Tensor& residual, bool training) const {
+  return ops::batch_norm_add_relu(x, residual, gamma_, beta_, running_mean_, running_var_, training,
+                                  momentum_, eps_);
+}
+
 }  // namespace rig::nn

@@ -56,10 +56,11 @@ Tensor as_param(const Tensor& t, DType dtype) {
 }
 
 // batch_norm, and with `relu` (only where the back end fuses it) relu of it
-// in the same passes.
+// in the same passes; with `residual` too (x's shape and dtype) relu of it
+// plus the residual.
 Tensor batch_norm_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                        const Tensor& running_mean, const Tensor& running_var, bool training,
-                       float momentum, float eps, bool relu) {
+                       float momentum, float eps, bool relu, const Tensor& residual = {}) {
   detail::require_floating(kOp, x, "x");
   detail::require_same_device(kOp, {&x, &gamma, &beta, &running_mean, &running_var});
   if (x.dim() != 2 && x.dim() != 4) {
@@ -137,7 +138,12 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   prepare.shift = shift.data<float>();
   be.batch_norm_prepare(prepare);
   Tensor out = detail::empty_on(xc, x.shape(), type);
-  if (relu) {
+  const bool add_residual = residual.defined();
+  if (add_residual) {
+    const Tensor rc = residual.detach().contiguous();
+    be.batch_norm_apply_add_relu(s, type, xc.raw_data(), scale.data<float>(), shift.data<float>(),
+                                 rc.raw_data(), out.raw_data());
+  } else if (relu) {
     be.batch_norm_apply_relu(s, type, xc.raw_data(), scale.data<float>(), shift.data<float>(),
                              out.raw_data());
   } else if (type == DType::f32) {
@@ -150,21 +156,41 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   // With a relu, its output decides where dy passes (relu's backward).
   const Tensor relu_y = relu ? out.detach() : Tensor();
   return autograd::record(
-      std::move(out), relu ? "batch_norm_relu" : kOp, {x, gamma, beta},
-      [s, xc, relu_y, g, mean, invstd, training, type, param_type, need_x = x.requires_grad(),
-       need_g = gamma.defined() && gamma.requires_grad(),
+      std::move(out),
+      add_residual ? "batch_norm_add_relu"
+      : relu       ? "batch_norm_relu"
+                   : kOp,
+      {x, gamma, beta, residual},
+      [s, xc, relu_y, add_residual, g, mean, invstd, training, type, param_type,
+       need_x = x.requires_grad(), need_g = gamma.defined() && gamma.requires_grad(),
        need_b = beta.defined() && beta.requires_grad(),
        gamma_dtype = gamma.defined() ? gamma.dtype() : DType::f32,
        beta_dtype = beta.defined() ? beta.dtype() : DType::f32](const Tensor& grad) {
         // grad comes in the output's dtype (autograd converts it).
-        const Tensor gc = grad.contiguous();
+        Tensor gc = grad.contiguous();
+        // With the residual: relu's backward, the gradient of the residual
+        // and of batch norm's output, as add_relu's (its bits).
+        Tensor dz;
+        if (add_residual) {
+          dz = detail::empty_on(gc, gc.shape(), type);
+          if (type == DType::f32) {
+            detail::backend_of(gc).unary_backward(backend::Unary::relu, gc.data<float>(), nullptr,
+                                                  relu_y.data<float>(), dz.data<float>(),
+                                                  dz.numel(), 0.0F);
+          } else {
+            detail::backend_of(gc).unary_backward_16(backend::Unary::relu, type, gc.raw_data(),
+                                                     nullptr, relu_y.raw_data(), dz.raw_data(),
+                                                     dz.numel(), 0.0F);
+          }
+          gc = dz;
+        }
         Tensor dx = need_x ? detail::empty_on(gc, xc.shape(), type) : Tensor();
         Tensor dg = need_g ? detail::empty_on(gc, {s.c}, param_type) : Tensor();
         Tensor db = need_b ? detail::empty_on(gc, {s.c}, param_type) : Tensor();
         const void* gamma_data = g.defined() ? g.raw_data() : nullptr;
         void* dg_data = need_g ? dg.raw_data() : nullptr;
         void* db_data = need_b ? db.raw_data() : nullptr;
-        if (relu_y.defined()) {
+        if (relu_y.defined() && !add_residual) {
           detail::backend_of(gc).batch_norm_backward_relu(
               s, type, xc.raw_data(), relu_y.raw_data(), gc.raw_data(), mean.data<float>(),
               invstd.data<float>(), param_type, gamma_data, training,
@@ -182,7 +208,7 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
         // Gradients in the parameters' own dtypes.
         if (need_g && gamma_dtype != DType::f32) dg = dg.to(gamma_dtype);
         if (need_b && beta_dtype != DType::f32) db = db.to(beta_dtype);
-        return autograd::TensorList{dx, dg, db};
+        return autograd::TensorList{dx, dg, db, dz};
       });
 }
 
@@ -204,6 +230,22 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                            true);
   }
   return relu(batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, eps));
+}
+
+Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& gamma,
+                           const Tensor& beta, const Tensor& running_mean,
+                           const Tensor& running_var, bool training, float momentum, float eps) {
+  detail::require_floating(kOp, x, "x");
+  detail::require_floating("batch_norm_add_relu", residual, "residual");
+  detail::require_same_device("batch_norm_add_relu", {&x, &residual});
+  const backend::Backend& be = detail::backend_of(x);
+  if (be.fuses_relu() && (x.dtype() == DType::f32 || be.reads_16bit_storage()) &&
+      residual.dtype() == x.dtype() && residual.shape() == x.shape()) {
+    return batch_norm_impl(x, gamma, beta, running_mean, running_var, training, momentum, eps, true,
+                           residual);
+  }
+  return add_relu(batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, eps),
+                  residual);
 }
 
 }  // namespace rig::ops

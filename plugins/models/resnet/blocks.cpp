@@ -28,6 +28,14 @@ Tensor batch_norm(const rig::nn::BatchNorm2d& bn, const Tensor& x, bool channels
   return (relu ? bn.forward_relu(rows, training) : bn.forward(rows, training)).reshape(x.shape());
 }
 
+Tensor batch_norm_add_relu(const rig::nn::BatchNorm2d& bn, const Tensor& x, const Tensor& residual,
+                           bool channels_last, bool training) {
+  if (!channels_last) return bn.forward_add_relu(x, residual, training);
+  const std::int64_t c = x.size(3);
+  return bn.forward_add_relu(x.reshape({-1, c}), residual.reshape({-1, c}), training)
+      .reshape(x.shape());
+}
+
 Conv::Conv(rig::ParameterStore& store, const std::string& name, std::int64_t in, std::int64_t out,
            std::int64_t kernel, std::int64_t stride, std::int64_t pad, bool channels_last) {
   options_.stride_h = options_.stride_w = stride;
@@ -95,13 +103,12 @@ Tensor Block::shortcut(const Tensor& x, bool training) const {
 
 Tensor Block::forward(const Tensor& x, bool training) const {
   Tensor h = batch_norm(bn1_, conv1_.forward(x), channels_last_, true, training);
-  if (conv3_) {
-    h = batch_norm(bn2_, conv2_.forward(h), channels_last_, true, training);
-    h = batch_norm(*bn3_, conv3_->forward(h), channels_last_, false, training);
-  } else {
-    h = batch_norm(bn2_, conv2_.forward(h), channels_last_, false, training);
-  }
-  return ops::add_relu(h, shortcut(x, training));
+  if (conv3_) h = batch_norm(bn2_, conv2_.forward(h), channels_last_, true, training);
+  // The last batch norm, the shortcut's add and the relu: one op.
+  const Conv& last_conv = conv3_ ? *conv3_ : conv2_;
+  const rig::nn::BatchNorm2d& last_bn = conv3_ ? *bn3_ : bn2_;
+  const Tensor shortcut_out = shortcut(x, training);
+  return batch_norm_add_relu(last_bn, last_conv.forward(h), shortcut_out, channels_last_, training);
 }
 
 }  // namespace rig_resnet

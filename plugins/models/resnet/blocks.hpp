@@ -32,6 +32,9 @@ class Conv {
 // [N H W, C] rows it is (channels last).
 rig::Tensor batch_norm(const rig::nn::BatchNorm2d& bn, const rig::Tensor& x, bool channels_last,
                        bool relu, bool training);
+// relu(batch norm of x + residual), of either layout: a block's end.
+rig::Tensor batch_norm_add_relu(const rig::nn::BatchNorm2d& bn, const rig::Tensor& x,
+                                const rig::Tensor& residual, bool channels_last, bool training);
 
 // One residual block: basic (two 3x3 convs) or bottleneck (1x1, 3x3 with the
 // stride, 1x1 to width x 4), with its shortcut.

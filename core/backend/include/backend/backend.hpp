@@ -202,6 +202,13 @@ class Backend {
                         void* out);
   virtual void batch_norm_apply_relu(const BatchNormShape& s, DType type, const void* x,
                                      const float* scale, const float* shift, void* y);
+  // relu(apply(x) + residual) (residual of `type`, x's shape): the bits of
+  // batch_norm_apply(_16) then add_relu with residual, in one pass (a ResNet
+  // block's last batch norm and its shortcut; ops::batch_norm_add_relu). Its
+  // backward is relu's and batch norm's own.
+  virtual void batch_norm_apply_add_relu(const BatchNormShape& s, DType type, const void* x,
+                                         const float* scale, const float* shift,
+                                         const void* residual, void* y);
   virtual void batch_norm_backward_relu(const BatchNormShape& s, DType type, const void* x,
                                         const void* relu_y, const void* dy, const float* mean,
                                         const float* invstd, DType param_type, const void* gamma,
