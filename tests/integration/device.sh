@@ -99,7 +99,8 @@ if [ "$cuda_built" -eq 1 ]; then
   if readelf -d "$backend" | grep NEEDED | grep -Ei 'cuda|cublas|cudnn'; then
     fail "$backend links a CUDA library dynamically"
   fi
-  nm -D --defined-only "$backend" | grep -q ' T rig_cuda_backend$' || fail "no rig_cuda_backend in $backend"
+  # grep reads all of nm's output: -q's early exit could SIGPIPE nm under pipefail.
+  nm -D --defined-only "$backend" | grep ' T rig_cuda_backend$' >/dev/null || fail "no rig_cuda_backend in $backend"
 
   echo "== a librig without its back end beside it still runs, on the CPU"
   mkdir -p alone/lib

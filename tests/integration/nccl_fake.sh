@@ -21,10 +21,13 @@ RIG_NCCL_FAKE=1 expect_error "RIG_NCCL_FAKE=1 .*works only with RIG_CUDA_EMULATO
   run "$exp" --logdir refused --communicator=nccl
 RIG_NCCL_LIBRARY=/nonexistent/libnccl.so.2 expect_error \
   "cannot load RIG_NCCL_LIBRARY=/nonexistent/libnccl.so.2" run "$exp" --logdir refused --communicator=nccl
-if ! /sbin/ldconfig -p 2>/dev/null | grep -q "libnccl\.so\.2 "; then
+# The loader's cache read whole first: `ldconfig -p | grep -q` under pipefail
+# fails when grep's early exit kills ldconfig with SIGPIPE.
+ld_cache="$(/sbin/ldconfig -p 2>/dev/null || true)"
+if ! grep -q "libnccl\.so\.2 " <<<"$ld_cache"; then
   expect_error "NCCL \(libnccl\.so\.2\) not found: set RIG_NCCL_LIBRARY=" \
     run "$exp" --logdir refused --communicator=nccl
-elif ! /sbin/ldconfig -p 2>/dev/null | grep -q "libcuda\.so\.1 "; then
+elif ! grep -q "libcuda\.so\.1 " <<<"$ld_cache"; then
   # NCCL without a GPU driver (a CUDA toolkit on a machine with no GPU).
   expect_error "the CUDA driver \(libcuda\.so\.1\) is not installed: .*needs a GPU" \
     run "$exp" --logdir refused --communicator=nccl
