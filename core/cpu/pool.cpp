@@ -54,6 +54,13 @@ inline void rows_of(const Pool2dShape& s, std::int64_t oy, std::int64_t& r0, std
   r1 = std::min(start + s.kernel_h, s.h);
 }
 
+// The inside columns [c0, c1) of output column ox's window.
+inline void columns_of(const Pool2dShape& s, std::int64_t ox, std::int64_t& c0, std::int64_t& c1) {
+  const std::int64_t start = ox * s.stride_w - s.pad_w;
+  c0 = std::max<std::int64_t>(start, 0);
+  c1 = std::min(start + s.kernel_w, s.w);
+}
+
 // One output row of the max and of its (plane) index with PyTorch's rule
 // (scanning the window row by row, a larger value or a NaN takes over): the
 // first maximum, or the last NaN if there is one. Selects, not branches.
@@ -249,9 +256,8 @@ RIG_CPU_KERNEL void max_nhwc(const Pool2dShape& s, const ChannelBlocks& blocks, 
       std::int64_t r0 = 0, r1 = 0;
       rows_of(s, oy, r0, r1);
       for (std::int64_t ox = 0; ox < s.out_w; ++ox) {
-        const std::int64_t start = ox * s.stride_w - s.pad_w;
-        const std::int64_t c0 = std::max<std::int64_t>(start, 0);
-        const std::int64_t c1 = std::min(start + s.kernel_w, s.w);
+        std::int64_t c0 = 0, c1 = 0;
+        columns_of(s, ox, c0, c1);
         float best[kChannelBlock];
         std::int32_t at[kChannelBlock], nan_at[kChannelBlock];
         const auto first = static_cast<std::int32_t>(r0 * s.w + c0);  // a window of -inf
@@ -324,9 +330,8 @@ RIG_CPU_KERNEL void avg_nhwc(const Pool2dShape& s, const ChannelBlocks& blocks, 
       std::int64_t r0 = 0, r1 = 0;
       rows_of(s, oy, r0, r1);
       for (std::int64_t ox = 0; ox < s.out_w; ++ox) {
-        const std::int64_t start = ox * s.stride_w - s.pad_w;
-        const std::int64_t c0 = std::max<std::int64_t>(start, 0);
-        const std::int64_t c1 = std::min(start + s.kernel_w, s.w);
+        std::int64_t c0 = 0, c1 = 0;
+        columns_of(s, ox, c0, c1);
         float sum[kChannelBlock];
         std::fill_n(sum, k.count, 0.0F);
         // Row by row, column by column: the order avg_planes adds the window in.
