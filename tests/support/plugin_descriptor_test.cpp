@@ -1,20 +1,29 @@
-// Part of every in-tree plugin's test (rig_add_plugin_test defines
-// RIG_TEST_PLUGIN_KIND and RIG_TEST_PLUGIN_NAME): the plugin's descriptor and
-// schema as rig expects them.
+// Part of every in-tree plugin's test: the plugin's descriptor and schema as
+// rig expects them. Compiled once (the object library
+// rig_plugin_descriptor_test); which plugin it checks comes from the two
+// names below, which rig_add_plugin_test defines in a generated file per
+// plugin test.
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "test_plugins_util.hpp"
 
+namespace rig_test {
+extern const char* const kTestedPluginKind;
+extern const char* const kTestedPluginName;
+}  // namespace rig_test
+
 namespace {
 
 TEST(PluginDescriptor, KindNameFactoryAndSchema) {
-  const rig_test::LoadedPlugin plugin(RIG_TEST_PLUGIN_KIND, RIG_TEST_PLUGIN_NAME);
+  const std::string kind = rig_test::kTestedPluginKind;
+  const std::string name = rig_test::kTestedPluginName;
+  const rig_test::LoadedPlugin plugin(kind, name);
   const rig::PluginDescriptor& d = *plugin.descriptor;
   EXPECT_EQ(d.abi_version, rig::kPluginAbiVersion);
-  EXPECT_EQ(rig::to_string(d.kind), RIG_TEST_PLUGIN_KIND);
-  EXPECT_EQ(std::string(d.name), RIG_TEST_PLUGIN_NAME);
+  EXPECT_EQ(rig::to_string(d.kind), kind);
+  EXPECT_EQ(std::string(d.name), name);
   EXPECT_FALSE(std::string(d.summary).empty());
   const int factories = (d.make_model != nullptr) + (d.make_data_layer != nullptr) +
                         (d.make_optimizer != nullptr) + (d.make_lr_policy != nullptr) +

@@ -1,4 +1,4 @@
-// The SIMT emulator's scheduler: one ucontext fiber per thread of a block,
+// The SIMT emulator's scheduler: one fiber per thread of a block,
 // resumed in seeded random order between scheduling points (sync(), shuffles,
 // return). See simt/emulator.hpp for what it checks.
 #include "simt/emulator.hpp"
@@ -10,7 +10,6 @@
 #endif
 
 #include <sys/mman.h>
-#include <ucontext.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,6 +22,8 @@
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "fiber_context.hpp"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define RIG_SIMT_ASAN 1
@@ -160,7 +161,8 @@ std::uint64_t mix(std::uint64_t x) {  // splitmix64's finaliser
 // that a stack overflow faults instead of corrupting its neighbour.
 class StackArena {
  public:
-  StackArena(std::size_t count, std::size_t stack_bytes) {
+  StackArena(std::size_t count, std::size_t stack_bytes)
+      : count_(count), stack_bytes_(stack_bytes) {
     const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
     guard_ = page;
     stride_ = (stack_bytes + page - 1) / page * page + page;
@@ -191,11 +193,36 @@ class StackArena {
   std::size_t stack_size() const {
     return stride_ - guard_;
   }
+  bool fits(std::size_t count, std::size_t stack_bytes) const {
+    return count <= count_ && stack_bytes == stack_bytes_;
+  }
+  // Before a launch runs on the first `count` stacks again.
+  void reuse([[maybe_unused]] std::size_t count) {
+#if defined(RIG_SIMT_ASAN)
+    // Frames of the last launch's fibers (those abandoned inside a kernel)
+    // left their shadow poisoned.
+    for (std::size_t i = 0; i < count; ++i) __asan_unpoison_memory_region(stack(i), stack_size());
+#endif
+  }
 
  private:
+  std::size_t count_ = 0, stack_bytes_ = 0;
   std::byte* base_ = nullptr;
   std::size_t bytes_ = 0, stride_ = 0, guard_ = 0;
 };
+
+// The fibers' stacks are mapped once per host thread and reused by its later
+// launches: mapping them, guarding each and faulting their pages in again for
+// every launch made a small kernel's launch slow. Grows to the largest block.
+StackArena& thread_stack_arena(std::size_t count, std::size_t stack_bytes) {
+  thread_local std::unique_ptr<StackArena> arena;
+  if (!arena || !arena->fits(count, stack_bytes)) {
+    arena.reset();
+    arena = std::make_unique<StackArena>(count, stack_bytes);
+  }
+  arena->reuse(count);
+  return *arena;
+}
 
 struct AlignedDelete {
   void operator()(std::byte* p) const { ::operator delete (p, std::align_val_t{kAlign}); }
@@ -243,7 +270,7 @@ void validate(const LaunchShape& shape, const EmulatorOptions& options) {
 }
 
 struct Fiber {
-  ucontext_t uc{};
+  FiberContext context;
   std::byte* stack = nullptr;
   std::size_t stack_size = 0;
   [[maybe_unused]] void* fake_stack = nullptr;  // ASan's fake stack while suspended
@@ -273,7 +300,7 @@ class Launch {
         fibers_(n_),
         shared_(aligned_bytes(shape.shared_bytes)),
         scratch_(aligned_bytes(kReduceSlots * 8)),
-        stacks_(n_, options.stack_bytes) {
+        stacks_(thread_stack_arena(n_, options.stack_bytes)) {
     for (unsigned t = 0; t < n_; ++t) {
       EmulatedContext& ctx = contexts_[t];
       ctx.launch_ = this;
@@ -289,11 +316,7 @@ class Launch {
       Fiber& f = fibers_[t];
       f.stack = stacks_.stack(t);
       f.stack_size = stacks_.stack_size();
-      getcontext(&f.uc);
-      f.uc.uc_stack.ss_sp = f.stack;
-      f.uc.uc_stack.ss_size = f.stack_size;
-      f.uc.uc_link = nullptr;
-      makecontext(&f.uc, &Launch::fiber_main, 0);
+      f.context.prepare(f.stack, f.stack_size, &Launch::fiber_main);
     }
   }
   Launch(const Launch&) = delete;
@@ -301,9 +324,6 @@ class Launch {
   ~Launch() { shutdown(); }
 
   void run() {
-    if (tls_launch != nullptr) {
-      throw SimtError("SIMT emulator: emulate() called from inside an emulated kernel");
-    }
     tls_launch = this;
     struct Reset {
       ~Reset() { tls_launch = nullptr; }
@@ -366,7 +386,7 @@ class Launch {
 #if defined(RIG_SIMT_ASAN)
     __sanitizer_start_switch_fiber(nullptr, self->main_bottom_, self->main_size_);
 #endif
-    setcontext(&self->main_uc_);
+    FiberContext::switch_to(f.context, self->main_context_);
   }
 
   // Unwinds a fiber of a stopped launch once; a kernel that swallows the
@@ -383,7 +403,7 @@ class Launch {
 #if defined(RIG_SIMT_ASAN)
     __sanitizer_start_switch_fiber(&main_fake_stack_, f.stack, f.stack_size);
 #endif
-    swapcontext(&main_uc_, &f.uc);
+    FiberContext::switch_to(main_context_, f.context);
 #if defined(RIG_SIMT_ASAN)
     __sanitizer_finish_switch_fiber(main_fake_stack_, nullptr, nullptr);
 #endif
@@ -393,7 +413,7 @@ class Launch {
 #if defined(RIG_SIMT_ASAN)
     __sanitizer_start_switch_fiber(&f.fake_stack, main_bottom_, main_size_);
 #endif
-    swapcontext(&f.uc, &main_uc_);
+    FiberContext::switch_to(f.context, main_context_);
 #if defined(RIG_SIMT_ASAN)
     __sanitizer_finish_switch_fiber(f.fake_stack, &main_bottom_, &main_size_);
 #endif
@@ -554,8 +574,8 @@ class Launch {
   std::vector<Fiber> fibers_;
   AlignedBytes shared_;
   AlignedBytes scratch_;
-  StackArena stacks_;
-  ucontext_t main_uc_{};
+  StackArena& stacks_;  // this host thread's (thread_stack_arena)
+  FiberContext main_context_;
   [[maybe_unused]] void* main_fake_stack_ = nullptr;
   [[maybe_unused]] const void* main_bottom_ = nullptr;
   [[maybe_unused]] std::size_t main_size_ = 0;
@@ -580,6 +600,11 @@ std::uint64_t EmulatedContext::exchange_bits(std::uint64_t bits, detail::Shuffle
 void emulate_erased(const LaunchShape& shape, const void* kernel, KernelThunk thunk,
                     const EmulatorOptions& options) {
   detail::validate(shape, options);
+  // Checked before the launch takes this host thread's fiber stacks, which
+  // the running launch's fibers are on.
+  if (detail::tls_launch != nullptr) {
+    throw SimtError("SIMT emulator: emulate() called from inside an emulated kernel");
+  }
   detail::Launch launch(shape, kernel, thunk, options);
   launch.run();
 }
