@@ -1,18 +1,12 @@
 // Part of every in-tree plugin's test: the plugin's descriptor and schema as
 // rig expects them. Compiled once (the object library
-// rig_plugin_descriptor_test); which plugin it checks comes from the two
-// names below, which rig_add_plugin_test defines in a generated file per
-// plugin test.
+// rig_plugin_descriptor_test); which plugin it checks is tested_plugin.hpp's.
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "test_plugins_util.hpp"
-
-namespace rig_test {
-extern const char* const kTestedPluginKind;
-extern const char* const kTestedPluginName;
-}  // namespace rig_test
+#include "tested_plugin.hpp"
 
 namespace {
 
