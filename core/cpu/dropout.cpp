@@ -41,7 +41,7 @@ constexpr std::uint64_t kLow = 0xFFFFFFFFU;
 // on 64-bit lanes as two 32 x 32 -> 64 products (even words, then odd ones)
 // so that GCC emits vpmuludq; on 32-bit lanes widened to 64 it emitted
 // vpmovzxdq and vpmullq (a 64 x 64 multiply), twice the instructions.
-RIG_INLINE void mul_hi_lo(std::uint64_t m, u64x8 x, u64x8& hi, u64x8& lo) {
+RIG_INLINE void mul_hi_lo(std::uint64_t m, const u64x8& x, u64x8& hi, u64x8& lo) {
   const u64x8 even = (x & kLow) * m;
   const u64x8 odd = (x >> 32U) * m;
   hi = (even >> 32U) | (odd & ~kLow);

@@ -143,7 +143,7 @@ void check_half_rounding(rig::Communicator& comm) {
   const float tiny_bf16 = 1.0F / 256;
   for (const auto& [dtype, tiny] :
        std::vector<std::pair<DType, float>>{{DType::f16, tiny_f16}, {DType::bf16, tiny_bf16}}) {
-    Tensor t = filled(3, dtype, [&](std::int64_t i) {
+    Tensor t = filled(3, dtype, [&comm, tiny = tiny](std::int64_t i) {
       // element 0: tie -> 1; element 1: 1 + 3 x tiny -> rounds up to 1 + 4 x tiny; element 2: 3 x
       // tiny
       if (comm.rank() == 0) return i == 2 ? 2 * tiny : 1.0F;

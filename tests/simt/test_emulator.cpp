@@ -9,11 +9,11 @@
 #include <cstring>
 #include <limits>
 #include <random>
-#include <source_location>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "simt/call_site.hpp"
 #include "simt/collectives.hpp"
 #include "simt/emulator.hpp"
 
@@ -260,10 +260,10 @@ struct HalfSync {
   template <class Ctx>
   void operator()(Ctx& ctx) const {
     if (ctx.thread_rank() < 16) {
-      half_sync_lines[0] = std::source_location::current().line() + 1;
+      half_sync_lines[0] = CallSite::current().line() + 1;
       ctx.sync();
     } else if (other_sync) {
-      half_sync_lines[1] = std::source_location::current().line() + 1;
+      half_sync_lines[1] = CallSite::current().line() + 1;
       ctx.sync();
     }
   }

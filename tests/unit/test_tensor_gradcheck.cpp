@@ -184,7 +184,7 @@ TEST_F(TensorGradCheck, BinaryOpsSameShapeAndBroadcast) {
       const bool is_div = std::string(name) == "div";
       Tensor a = rand(sa);
       Tensor b = is_div ? uniform(sb, 0.5F, 1.5F) : rand(sb);
-      EXPECT_TRUE(check_gradients([fn](const auto& in) { return fn(in[0], in[1]); }, {a, b}))
+      EXPECT_TRUE(check_gradients([fn = fn](const auto& in) { return fn(in[0], in[1]); }, {a, b}))
           << name << " " << rig::to_string(sa) << " " << rig::to_string(sb);
     }
   }
@@ -222,14 +222,14 @@ TEST_F(TensorGradCheck, UnaryOps) {
   const std::pair<const char*, Fn> anywhere[] = {
       {"neg", &ops::neg}, {"exp", &ops::exp}, {"tanh", &ops::tanh}, {"sigmoid", &ops::sigmoid}};
   for (const auto& [name, fn] : anywhere) {
-    EXPECT_TRUE(check_gradients([fn](const auto& in) { return fn(in[0]); }, {rand({3, 4})}))
+    EXPECT_TRUE(check_gradients([fn = fn](const auto& in) { return fn(in[0]); }, {rand({3, 4})}))
         << name;
   }
   const std::pair<const char*, Fn> positive[] = {
       {"log", &ops::log}, {"sqrt", &ops::sqrt}, {"rsqrt", &ops::rsqrt}};
   for (const auto& [name, fn] : positive) {
-    EXPECT_TRUE(
-        check_gradients([fn](const auto& in) { return fn(in[0]); }, {uniform({3, 4}, 0.3F, 2.0F)}))
+    EXPECT_TRUE(check_gradients([fn = fn](const auto& in) { return fn(in[0]); },
+                                {uniform({3, 4}, 0.3F, 2.0F)}))
         << name;
   }
   EXPECT_TRUE(

@@ -127,6 +127,7 @@ struct IndexAdd {
 
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
+    if (k == 0) return;  // nothing to add (and grad may be null)
     const std::int64_t columns = outer * inner;
     for (std::int64_t c = global_thread(ctx); c < columns; c += grid_threads(ctx)) {
       const std::int64_t o = c / inner, i = c % inner;

@@ -105,9 +105,10 @@ struct SumAxis {
     const std::int64_t n = outer * inner;
     for (std::int64_t t = global_thread(ctx); t < n; t += grid_threads(ctx)) {
       const std::int64_t o = t / inner, i = t % inner;
-      const float* xc = x + o * r * inner + i;
+      // An offset, not a pointer: x may be null when r == 0.
+      const std::int64_t first = o * r * inner + i;
       float s = 0.0F;
-      for (std::int64_t j = 0; j < r; ++j) s += xc[j * inner];
+      for (std::int64_t j = 0; j < r; ++j) s += x[first + j * inner];
       if (r != 0 && scale != 1.0F) s *= scale;
       y[t] = s;
     }

@@ -78,13 +78,13 @@ std::string_view short_path(const char* file) {
   return path;
 }
 
-std::string site_string(const std::source_location& site) {
+std::string site_string(const CallSite& site) {
   std::string out(short_path(site.file_name()));
   out += ":" + std::to_string(site.line()) + ":" + std::to_string(site.column());
   return out;
 }
 
-bool same_site(const std::source_location& a, const std::source_location& b) {
+bool same_site(const CallSite& a, const CallSite& b) {
   return a.line() == b.line() && a.column() == b.column() &&
          (a.file_name() == b.file_name() || std::strcmp(a.file_name(), b.file_name()) == 0);
 }
@@ -277,7 +277,7 @@ struct Fiber {
   bool started = false;                         // entered fiber_main
   bool abort_thrown = false;
   State state = State::kFresh;
-  std::source_location site;
+  CallSite site;
   ShuffleOp op = ShuffleOp::kIndex;
   unsigned arg = 0;
   std::uint64_t bits = 0, result = 0;
@@ -343,7 +343,7 @@ class Launch {
 
   // A thread reaches sync() (kBarrier) or a shuffle (kShuffle): it waits
   // until the scheduler releases it.
-  void wait(unsigned id, State state, const std::source_location& site) {
+  void wait(unsigned id, State state, const CallSite& site) {
     Fiber& f = fibers_[id];
     if (aborting_) return unwind(f);
     f.state = state;
@@ -353,7 +353,7 @@ class Launch {
   }
 
   std::uint64_t exchange(unsigned id, std::uint64_t bits, ShuffleOp op, unsigned arg,
-                         const std::source_location& site) {
+                         const CallSite& site) {
     Fiber& f = fibers_[id];
     f.bits = bits;
     f.result = bits;
@@ -588,12 +588,12 @@ class Launch {
 
 }  // namespace detail
 
-void EmulatedContext::sync(std::source_location site) {
+void EmulatedContext::sync(CallSite site) {
   launch_->wait(rank_, detail::State::kBarrier, site);
 }
 
 std::uint64_t EmulatedContext::exchange_bits(std::uint64_t bits, detail::ShuffleOp op, unsigned arg,
-                                             const std::source_location& site) {
+                                             const CallSite& site) {
   return launch_->exchange(rank_, bits, op, arg, site);
 }
 

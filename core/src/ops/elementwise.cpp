@@ -228,9 +228,12 @@ Tensor add_relu(const Tensor& a, const Tensor& b) {
                 b.raw_data(), out.raw_data());
   }
   if (!grad_mode_enabled() || !(a.requires_grad() || b.requires_grad())) return out;
+  // Detached before the call: its arguments are evaluated in no fixed order,
+  // and Clang moves `out` into the first one before the capture reads it.
+  Tensor y = out.detach();
   return autograd::record(
       std::move(out), "add_relu", {a, b},
-      [y = out.detach(), type, need_a = a.requires_grad(), need_b = b.requires_grad(),
+      [y = std::move(y), type, need_a = a.requires_grad(), need_b = b.requires_grad(),
        shape_a = a.shape(), shape_b = b.shape()](const Tensor& g) {
         // relu's backward from the output, then add's (the gradient to both).
         const Tensor gc = g.contiguous();

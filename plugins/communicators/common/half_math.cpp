@@ -3,6 +3,7 @@
 #include "rig/half.hpp"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -40,8 +41,13 @@ constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   for (; i < n; ++i) x[i] = float_to_half_bits(half_bits_to_float(x[i]) / divisor);
 }
 
+// CPUID leaf 1's F16C bit: Clang 14's __builtin_cpu_supports does not know "f16c".
 bool has_f16c() {
-  static const bool yes = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  static const bool yes = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __builtin_cpu_supports("avx") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 &&
+           (ecx & bit_F16C) != 0;
+  }();
   return yes;
 }
 #endif

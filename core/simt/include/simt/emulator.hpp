@@ -32,11 +32,11 @@
 
 #include <cstdint>
 #include <cstring>
-#include <source_location>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 
+#include "simt/call_site.hpp"
 #include "simt/context.hpp"
 #include "simt/launch_shape.hpp"
 
@@ -89,21 +89,19 @@ class EmulatedContext {
   unsigned warp() const { return rank_ / kWarpSize; }
 
   // Barrier of the block: every thread of the block must reach this call.
-  void sync(std::source_location site = std::source_location::current());
+  void sync(CallSite site = CallSite::current());
 
   // Whole-warp shuffles: all 32 lanes of the warp must reach this call.
   template <class T>
-  T shfl(T value, unsigned src_lane, std::source_location site = std::source_location::current()) {
+  T shfl(T value, unsigned src_lane, CallSite site = CallSite::current()) {
     return exchange(value, detail::ShuffleOp::kIndex, src_lane, site);
   }
   template <class T>
-  T shfl_xor(T value, unsigned lane_mask,
-             std::source_location site = std::source_location::current()) {
+  T shfl_xor(T value, unsigned lane_mask, CallSite site = CallSite::current()) {
     return exchange(value, detail::ShuffleOp::kXor, lane_mask, site);
   }
   template <class T>
-  T shfl_down(T value, unsigned delta,
-              std::source_location site = std::source_location::current()) {
+  T shfl_down(T value, unsigned delta, CallSite site = CallSite::current()) {
     return exchange(value, detail::ShuffleOp::kDown, delta, site);
   }
 
@@ -126,7 +124,7 @@ class EmulatedContext {
   EmulatedContext() = default;
 
   template <class T>
-  T exchange(T value, detail::ShuffleOp op, unsigned arg, const std::source_location& site) {
+  T exchange(T value, detail::ShuffleOp op, unsigned arg, const CallSite& site) {
     static_assert(detail::kShuffleType<T>, "shuffles take 4- or 8-byte arithmetic types");
     std::uint64_t bits = 0;
     std::memcpy(&bits, &value, sizeof(T));
@@ -136,7 +134,7 @@ class EmulatedContext {
     return result;
   }
   std::uint64_t exchange_bits(std::uint64_t bits, detail::ShuffleOp op, unsigned arg,
-                              const std::source_location& site);
+                              const CallSite& site);
 
   detail::Launch* launch_ = nullptr;
   Dim3 thread_idx_, block_idx_, block_dim_, grid_dim_;
