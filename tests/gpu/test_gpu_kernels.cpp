@@ -271,10 +271,10 @@ TEST_F(GpuKernels, HalfTypesReadAndWriteTheirTensors) {
   for (const auto& [type, ulp] :
        {std::pair{ElementType::f16, 1e-3F}, std::pair{ElementType::bf16, 8e-3F}}) {
     SCOPED_TRACE(type == ElementType::f16 ? "f16" : "bf16");
-    const auto to16 = [type](float v) {
+    const auto to16 = [type = type](float v) {
       return type == ElementType::f16 ? rig::float_to_half_bits(v) : rig::float_to_bfloat16_bits(v);
     };
-    const auto from16 = [type](std::uint16_t b) {
+    const auto from16 = [type = type](std::uint16_t b) {
       return type == ElementType::f16 ? rig::half_bits_to_float(b) : rig::bfloat16_bits_to_float(b);
     };
     std::vector<float> x = uniform(rows * cols, -6.0F, 6.0F, 30);

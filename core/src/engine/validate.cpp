@@ -67,8 +67,11 @@ int validate(const ValidateOptions& options, std::FILE* out) {
       const std::string built =
           options.skip_data ? build_without_data(exp, mode) : build_mode(exp, mode);
       fmt::print(out, "{}: {} mode: OK ({})\n", options.experiment, name, built);
-      if (mode == Mode::train) train = std::move(exp);
-      if (mode == Mode::eval) eval = std::move(exp);
+      if (mode == Mode::train) {
+        train = std::move(exp);
+      } else if (mode == Mode::eval) {
+        eval = std::move(exp);
+      }
     } catch (const UserError& e) {
       throw UserError(fmt::format("{} mode: {}", name, e.what()));
     }
