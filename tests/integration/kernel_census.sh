@@ -48,6 +48,19 @@ RIG_CUDA_EMULATOR_FUSED_ATTENTION=1 check "$tool" "$rig" nmt16.txt -- "$transfor
 grep -Eq "cuBLASLt matmul f16 x f16 -> f16$" nmt16.txt || fail "no f16 products"
 if grep -q "cuBLASLt matmul f32 x f32" nmt16.txt; then fail "an f32 product in a float16 step"; fi
 
+echo "== host-only (RIG_CUDA_EMULATOR_HOST_ONLY=1): the same step queued, nothing run"
+RIG_CUDA_EMULATOR_FUSED_ATTENTION=1 RIG_CUDA_EMULATOR_HOST_ONLY=1 check "$tool" "$rig" \
+  nmt-host.txt -- "$transformer" --dtype=mixed --mixed_dtype=bfloat16 \
+  --model_params.encoder_params.relu_dropout=0.1 --model_params.decoder_params.relu_dropout=0.1
+cmp -s nmt.txt nmt-host.txt || { diff nmt.txt nmt-host.txt || true; fail "host-only queued another step"; }
+# zeros come back: the index checks and the gradient statistics must not stop training
+RIG_CUDA_EMULATOR_HOST_ONLY=1 check "$rig" run "$transformer" --device=cuda --benchmark \
+  --bench_steps=3 --dtype=mixed --mixed_dtype=bfloat16 --logdir=host-only > host-only.log 2>&1
+grep -q "Avg time per step" host-only.log || fail "no time per step in host-only mode"
+RIG_CUDA_EMULATOR_HOST_ONLY=yes expect_code 2 "$rig" run "$tiny" --device=cuda --max_steps=1 \
+  --logdir=bad-host-only
+grep -q "RIG_CUDA_EMULATOR_HOST_ONLY=yes: expected 1" err.txt || fail "no message for a bad value"
+
 echo "== a bad call: exit 2 and the usage"
 if "$tool" "$rig" out.txt "$tiny" > bad.log 2>&1; then fail "a call without -- was accepted"; else
   code=$?; fi

@@ -267,6 +267,7 @@ class CensusDevice final : public KernelDevice {
   backend::MemoryPool& memory() override { return device_->memory(); }
   const simt::DeviceProperties& properties() const override { return device_->properties(); }
   std::optional<double> utilisation() override { return device_->utilisation(); }
+  bool computes() const override { return device_->computes(); }
 
 // An empty grid queues nothing, so it is not counted.
 #define RIG_CENSUS_RUN(K)                                                                       \

@@ -32,6 +32,10 @@ class KernelDevice {
   virtual const simt::DeviceProperties& properties() const = 0;
   // Backend::device_utilisation: nothing where the device cannot tell (the emulator).
   virtual std::optional<double> utilisation() { return std::nullopt; }
+  // False only for the emulator's host-only mode (EmulatedWork::host_only):
+  // nothing runs, reads give zeros, and the index checks and gradient
+  // statistics (whose zeros would stop training) are not read.
+  virtual bool computes() const { return true; }
 
 // Queues one kernel as its plan() says; a plan with an empty grid queues nothing.
 #define RIG_CUDA_DEVICE_RUN(K) virtual void run(const kernels::K& kernel) = 0;

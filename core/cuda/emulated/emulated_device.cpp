@@ -37,14 +37,16 @@ std::vector<float> widened(DType type, const void* src, std::int64_t n) {
 
 class EmulatedDevice final : public KernelDevice {
  public:
-  EmulatedDevice(EmulatedConvolutions convolutions, EmulatedAttention attention)
+  EmulatedDevice(EmulatedConvolutions convolutions, EmulatedAttention attention, EmulatedWork work)
       : properties_(simt::DeviceProperties::h100_sxm()),
         pool_(backend::host_memory(), backend::caching_enabled(), backend::cache_limit()),
         convolutions_(convolutions),
-        attention_(attention) {}
+        attention_(attention),
+        computed_(work == EmulatedWork::computed) {}
 
   backend::MemoryPool& memory() override { return pool_; }
   const simt::DeviceProperties& properties() const override { return properties_; }
+  bool computes() const override { return computed_; }
 
 #define RIG_EMULATED_RUN(K)                     \
   void run(const kernels::K& kernel) override { \
@@ -55,19 +57,22 @@ class EmulatedDevice final : public KernelDevice {
 
   void gemm(const LtPlan& plan, const void* a, const void* b, const void* c, void* d, void* bias,
             void* aux) override {
-    interpret_lt_matmul(plan, a, b, c, d, bias, aux);
+    if (computed_) interpret_lt_matmul(plan, a, b, c, d, bias, aux);
   }
 
   void conv2d_forward(const backend::Conv2dShape& s, const float* x, const float* w,
                       float* y) override {
+    if (!computed_) return;
     backend::cpu_backend().conv2d_forward(without_bias(s), x, w, nullptr, y);
   }
   void conv2d_backward_data(const backend::Conv2dShape& s, const float* w, const float* dy,
                             float* dx) override {
+    if (!computed_) return;
     backend::cpu_backend().conv2d_backward(without_bias(s), nullptr, w, dy, dx, nullptr, nullptr);
   }
   void conv2d_backward_filter(const backend::Conv2dShape& s, const float* x, const float* dy,
                               float* dw) override {
+    if (!computed_) return;
     backend::cpu_backend().conv2d_backward(without_bias(s), x, nullptr, dy, nullptr, dw, nullptr);
   }
 
@@ -79,6 +84,7 @@ class EmulatedDevice final : public KernelDevice {
   }
   void conv2d_forward_16(const backend::Conv2dShape& s, DType type, const void* x, const void* w,
                          void* y) override {
+    if (!computed_) return;
     const std::vector<float> xf = widened(type, x, s.x_elements());
     const std::vector<float> wf = widened(type, w, s.w_elements());
     std::vector<float> yf(static_cast<std::size_t>(s.y_elements()));
@@ -87,6 +93,7 @@ class EmulatedDevice final : public KernelDevice {
   }
   void conv2d_backward_data_16(const backend::Conv2dShape& s, DType type, const void* w,
                                const void* dy, void* dx) override {
+    if (!computed_) return;
     const std::vector<float> wf = widened(type, w, s.w_elements());
     const std::vector<float> dyf = widened(type, dy, s.y_elements());
     std::vector<float> dxf(static_cast<std::size_t>(s.x_elements()));
@@ -95,6 +102,7 @@ class EmulatedDevice final : public KernelDevice {
   }
   void conv2d_backward_filter_16(const backend::Conv2dShape& s, DType type, const void* x,
                                  const void* dy, void* dw) override {
+    if (!computed_) return;
     const std::vector<float> xf = widened(type, x, s.x_elements());
     const std::vector<float> dyf = widened(type, dy, s.y_elements());
     std::vector<float> dwf(static_cast<std::size_t>(s.w_elements()));
@@ -106,23 +114,27 @@ class EmulatedDevice final : public KernelDevice {
     return attention_ == EmulatedAttention::fused && emulated_attention_supported(a);
   }
   void fused_attention_forward(const backend::FusedAttention& a) override {
-    emulated_attention_forward(a);
+    if (computed_) emulated_attention_forward(a);
   }
   void fused_attention_backward(const backend::FusedAttention& a) override {
-    emulated_attention_backward(a);
+    if (computed_) emulated_attention_backward(a);
   }
 
   void to_host(void* host, const void* src, std::size_t bytes) override {
-    std::memcpy(host, src, bytes);
+    if (computed_) {
+      std::memcpy(host, src, bytes);
+    } else {
+      std::memset(host, 0, bytes);
+    }
   }
   void from_host(void* dst, const void* host, std::size_t bytes) override {
-    std::memcpy(dst, host, bytes);
+    if (computed_) std::memcpy(dst, host, bytes);
   }
   void copy(void* dst, const void* src, std::size_t bytes) override {
-    std::memmove(dst, src, bytes);
+    if (computed_) std::memmove(dst, src, bytes);
   }
   void zero(void* dst, std::size_t bytes) override {
-    std::memset(dst, 0, bytes);
+    if (computed_) std::memset(dst, 0, bytes);
   }
   void synchronize() override {}
 
@@ -130,7 +142,7 @@ class EmulatedDevice final : public KernelDevice {
   template <class Kernel>
   void emulate(const Kernel& kernel) {
     const simt::LaunchShape shape = kernel.plan(properties_);
-    if (shape.grid.count() == 0) return;
+    if (shape.grid.count() == 0 || !computed_) return;
     // Each launch interleaves its threads differently (a race shows up as
     // results that change between runs of a test).
     simt::emulate(shape, kernel, simt::EmulatorOptions{.seed = ++launches_});
@@ -140,6 +152,7 @@ class EmulatedDevice final : public KernelDevice {
   backend::CachingAllocator pool_;
   EmulatedConvolutions convolutions_;
   EmulatedAttention attention_;
+  bool computed_;
   std::uint64_t launches_ = 0;
 };
 
@@ -157,9 +170,10 @@ EmulatedAttention emulated_attention_requested() {
 
 std::unique_ptr<backend::Backend> make_emulated_backend(int index,
                                                         EmulatedConvolutions convolutions,
-                                                        EmulatedAttention attention) {
-  return std::make_unique<KernelBackend>(std::make_unique<EmulatedDevice>(convolutions, attention),
-                                         index);
+                                                        EmulatedAttention attention,
+                                                        EmulatedWork work) {
+  return std::make_unique<KernelBackend>(
+      std::make_unique<EmulatedDevice>(convolutions, attention, work), index);
 }
 
 }  // namespace rig::cuda

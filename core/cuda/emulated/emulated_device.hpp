@@ -29,9 +29,21 @@ enum class EmulatedAttention { composed, fused };
 // else throws std::invalid_argument saying what is expected.
 EmulatedAttention emulated_attention_requested();
 
+// Whether the emulated device does the work it is given (the default) or
+// only the host's part: with `host_only` every kernel is planned and
+// counted but not run, products, convolutions, attention and device copies
+// do nothing, reads from the device give zeros, and the index checks and
+// gradient statistics report nothing wrong. A step then costs what
+// the host spends queueing it (autograd, the ops, plans, allocation): the
+// time below which a GPU step cannot go, without a GPU
+// (RIG_CUDA_EMULATOR_HOST_ONLY=1, rig::cuda_emulator_host_only_requested,
+// docs/gpu.md). Its numbers are meaningless.
+enum class EmulatedWork { computed, host_only };
+
 // The emulated back end of device cuda:`index`.
 std::unique_ptr<backend::Backend> make_emulated_backend(
     int index, EmulatedConvolutions convolutions = EmulatedConvolutions::with_16bit,
-    EmulatedAttention attention = EmulatedAttention::composed);
+    EmulatedAttention attention = EmulatedAttention::composed,
+    EmulatedWork work = EmulatedWork::computed);
 
 }  // namespace rig::cuda

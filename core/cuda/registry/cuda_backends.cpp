@@ -57,7 +57,10 @@ Backend& cuda_backend(int index) {
   if (!slot) {
     slot = cuda_emulator_requested()
                ? cuda::make_emulated_backend(index, cuda::EmulatedConvolutions::with_16bit,
-                                             cuda::emulated_attention_requested())
+                                             cuda::emulated_attention_requested(),
+                                             cuda_emulator_host_only_requested()
+                                                 ? cuda::EmulatedWork::host_only
+                                                 : cuda::EmulatedWork::computed)
                : make_library_backend(index);
   }
   return *slot;

@@ -129,11 +129,17 @@ DeviceChoice choose_run_device(const config::ResolvedConfig& config, const std::
   if (request == "sim") return sim_choice();
   const auto where = config.where("device");
   const std::string key = where.key_path.empty() ? "device" : where.key_path;
-  bool emulate = false;
+  bool emulate = false, host_only = false;
   try {
     emulate = request == "cuda" && cuda_emulator_requested();
+    host_only = emulate && cuda_emulator_host_only_requested();
   } catch (const std::invalid_argument& e) {
     throw UserError(e.what());
+  }
+  if (host_only) {
+    return {Device::cuda(0),
+            "Device: cuda:0 (RIG_CUDA_EMULATOR=1 with RIG_CUDA_EMULATOR_HOST_ONLY=1: every CUDA "
+            "kernel queued, none run; the time of a step is the host's, its numbers mean nothing)"};
   }
   if (emulate) {
     return {Device::cuda(0),

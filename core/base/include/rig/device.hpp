@@ -23,5 +23,9 @@ std::string to_string(Device device);  // "cpu", "cuda:0", "sim"
 // SIMT emulator on the CPU (tests without a GPU). Unset or 0: no. Anything
 // else throws std::invalid_argument naming the variable.
 bool cuda_emulator_requested();
+// RIG_CUDA_EMULATOR_HOST_ONLY=1: the emulated device queues every kernel but
+// runs none (cuda::EmulatedWork::host_only), to time the host's part of a
+// step. Unset or 0: no. Anything else throws std::invalid_argument.
+bool cuda_emulator_host_only_requested();
 
 }  // namespace rig
