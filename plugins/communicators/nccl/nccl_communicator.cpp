@@ -539,6 +539,12 @@ class Nccl final : public rig::Communicator {
       ncclResult_t error = ncclSuccess;
       nccl_.comm_get_async_error(comm_, &error);
       if (error != ncclSuccess && error != ncclInProgress) {
+        // Name the oldest collective that has not finished: one that finished
+        // since the last poll is not the one that failed.
+        while (!in_flight_.empty() &&
+               cu_.event_query(in_flight_.front()->end) != kCudaErrorNotReady) {
+          in_flight_.pop_front();
+        }
         const std::string what = in_flight_.empty() ? std::string("the NCCL communicator")
                                                     : in_flight_.front()->c.describe();
         failure_ = fmt::format("{}: {}", what, nccl_.get_error_string(error));
