@@ -2,8 +2,10 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/caching_allocator.hpp"
@@ -37,16 +39,14 @@ std::vector<float> widened(DType type, const void* src, std::int64_t n) {
 
 class EmulatedDevice final : public KernelDevice {
  public:
-  EmulatedDevice(EmulatedConvolutions convolutions, EmulatedAttention attention, EmulatedWork work)
+  EmulatedDevice(EmulatedConvolutions convolutions, EmulatedAttention attention)
       : properties_(simt::DeviceProperties::h100_sxm()),
         pool_(backend::host_memory(), backend::caching_enabled(), backend::cache_limit()),
         convolutions_(convolutions),
-        attention_(attention),
-        computed_(work == EmulatedWork::computed) {}
+        attention_(attention) {}
 
   backend::MemoryPool& memory() override { return pool_; }
   const simt::DeviceProperties& properties() const override { return properties_; }
-  bool computes() const override { return computed_; }
 
 #define RIG_EMULATED_RUN(K)                     \
   void run(const kernels::K& kernel) override { \
@@ -57,22 +57,19 @@ class EmulatedDevice final : public KernelDevice {
 
   void gemm(const LtPlan& plan, const void* a, const void* b, const void* c, void* d, void* bias,
             void* aux) override {
-    if (computed_) interpret_lt_matmul(plan, a, b, c, d, bias, aux);
+    interpret_lt_matmul(plan, a, b, c, d, bias, aux);
   }
 
   void conv2d_forward(const backend::Conv2dShape& s, const float* x, const float* w,
                       float* y) override {
-    if (!computed_) return;
     backend::cpu_backend().conv2d_forward(without_bias(s), x, w, nullptr, y);
   }
   void conv2d_backward_data(const backend::Conv2dShape& s, const float* w, const float* dy,
                             float* dx) override {
-    if (!computed_) return;
     backend::cpu_backend().conv2d_backward(without_bias(s), nullptr, w, dy, dx, nullptr, nullptr);
   }
   void conv2d_backward_filter(const backend::Conv2dShape& s, const float* x, const float* dy,
                               float* dw) override {
-    if (!computed_) return;
     backend::cpu_backend().conv2d_backward(without_bias(s), x, nullptr, dy, nullptr, dw, nullptr);
   }
 
@@ -84,7 +81,6 @@ class EmulatedDevice final : public KernelDevice {
   }
   void conv2d_forward_16(const backend::Conv2dShape& s, DType type, const void* x, const void* w,
                          void* y) override {
-    if (!computed_) return;
     const std::vector<float> xf = widened(type, x, s.x_elements());
     const std::vector<float> wf = widened(type, w, s.w_elements());
     std::vector<float> yf(static_cast<std::size_t>(s.y_elements()));
@@ -93,7 +89,6 @@ class EmulatedDevice final : public KernelDevice {
   }
   void conv2d_backward_data_16(const backend::Conv2dShape& s, DType type, const void* w,
                                const void* dy, void* dx) override {
-    if (!computed_) return;
     const std::vector<float> wf = widened(type, w, s.w_elements());
     const std::vector<float> dyf = widened(type, dy, s.y_elements());
     std::vector<float> dxf(static_cast<std::size_t>(s.x_elements()));
@@ -102,7 +97,6 @@ class EmulatedDevice final : public KernelDevice {
   }
   void conv2d_backward_filter_16(const backend::Conv2dShape& s, DType type, const void* x,
                                  const void* dy, void* dw) override {
-    if (!computed_) return;
     const std::vector<float> xf = widened(type, x, s.x_elements());
     const std::vector<float> dyf = widened(type, dy, s.y_elements());
     std::vector<float> dwf(static_cast<std::size_t>(s.w_elements()));
@@ -114,27 +108,23 @@ class EmulatedDevice final : public KernelDevice {
     return attention_ == EmulatedAttention::fused && emulated_attention_supported(a);
   }
   void fused_attention_forward(const backend::FusedAttention& a) override {
-    if (computed_) emulated_attention_forward(a);
+    emulated_attention_forward(a);
   }
   void fused_attention_backward(const backend::FusedAttention& a) override {
-    if (computed_) emulated_attention_backward(a);
+    emulated_attention_backward(a);
   }
 
   void to_host(void* host, const void* src, std::size_t bytes) override {
-    if (computed_) {
-      std::memcpy(host, src, bytes);
-    } else {
-      std::memset(host, 0, bytes);
-    }
+    std::memcpy(host, src, bytes);
   }
   void from_host(void* dst, const void* host, std::size_t bytes) override {
-    if (computed_) std::memcpy(dst, host, bytes);
+    std::memcpy(dst, host, bytes);
   }
   void copy(void* dst, const void* src, std::size_t bytes) override {
-    if (computed_) std::memmove(dst, src, bytes);
+    std::memmove(dst, src, bytes);
   }
   void zero(void* dst, std::size_t bytes) override {
-    if (computed_) std::memset(dst, 0, bytes);
+    std::memset(dst, 0, bytes);
   }
   void synchronize() override {}
 
@@ -142,7 +132,7 @@ class EmulatedDevice final : public KernelDevice {
   template <class Kernel>
   void emulate(const Kernel& kernel) {
     const simt::LaunchShape shape = kernel.plan(properties_);
-    if (shape.grid.count() == 0 || !computed_) return;
+    if (shape.grid.count() == 0) return;
     // Each launch interleaves its threads differently (a race shows up as
     // results that change between runs of a test).
     simt::emulate(shape, kernel, simt::EmulatorOptions{.seed = ++launches_});
@@ -152,8 +142,57 @@ class EmulatedDevice final : public KernelDevice {
   backend::CachingAllocator pool_;
   EmulatedConvolutions convolutions_;
   EmulatedAttention attention_;
-  bool computed_;
   std::uint64_t launches_ = 0;
+};
+
+// EmulatedWork::host_only: another device's decisions (memory, plans, which
+// convolutions and attention it fuses) with none of its work. Kernels are
+// planned, as launching them is; reads give zeros.
+class HostOnlyDevice final : public KernelDevice {
+ public:
+  explicit HostOnlyDevice(std::unique_ptr<KernelDevice> device) : device_(std::move(device)) {}
+
+  backend::MemoryPool& memory() override { return device_->memory(); }
+  const simt::DeviceProperties& properties() const override { return device_->properties(); }
+  bool computes() const override { return false; }
+
+#define RIG_HOST_ONLY_RUN(K)                    \
+  void run(const kernels::K& kernel) override { \
+    (void)kernel.plan(device_->properties());   \
+  }
+  RIG_CUDA_KERNELS(RIG_HOST_ONLY_RUN)
+#undef RIG_HOST_ONLY_RUN
+
+  void gemm(const LtPlan&, const void*, const void*, const void*, void*, void*, void*) override {}
+  void conv2d_forward(const backend::Conv2dShape&, const float*, const float*, float*) override {}
+  void conv2d_backward_data(const backend::Conv2dShape&, const float*, const float*,
+                            float*) override {}
+  void conv2d_backward_filter(const backend::Conv2dShape&, const float*, const float*,
+                              float*) override {}
+  bool conv2d_16(const backend::Conv2dShape& s, DType type) override {
+    return device_->conv2d_16(s, type);
+  }
+  void conv2d_forward_16(const backend::Conv2dShape&, DType, const void*, const void*,
+                         void*) override {}
+  void conv2d_backward_data_16(const backend::Conv2dShape&, DType, const void*, const void*,
+                               void*) override {}
+  void conv2d_backward_filter_16(const backend::Conv2dShape&, DType, const void*, const void*,
+                                 void*) override {}
+  bool fused_attention_supported(const backend::FusedAttention& a) override {
+    return device_->fused_attention_supported(a);
+  }
+  void fused_attention_forward(const backend::FusedAttention&) override {}
+  void fused_attention_backward(const backend::FusedAttention&) override {}
+  void to_host(void* host, const void*, std::size_t bytes) override {
+    std::memset(host, 0, bytes);
+  }
+  void from_host(void*, const void*, std::size_t) override {}
+  void copy(void*, const void*, std::size_t) override {}
+  void zero(void*, std::size_t) override {}
+  void synchronize() override {}
+
+ private:
+  std::unique_ptr<KernelDevice> device_;
 };
 
 }  // namespace
@@ -172,8 +211,9 @@ std::unique_ptr<backend::Backend> make_emulated_backend(int index,
                                                         EmulatedConvolutions convolutions,
                                                         EmulatedAttention attention,
                                                         EmulatedWork work) {
-  return std::make_unique<KernelBackend>(
-      std::make_unique<EmulatedDevice>(convolutions, attention, work), index);
+  std::unique_ptr<KernelDevice> device = std::make_unique<EmulatedDevice>(convolutions, attention);
+  if (work == EmulatedWork::host_only) device = std::make_unique<HostOnlyDevice>(std::move(device));
+  return std::make_unique<KernelBackend>(std::move(device), index);
 }
 
 }  // namespace rig::cuda
