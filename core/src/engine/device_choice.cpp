@@ -106,7 +106,8 @@ namespace {
 
 DeviceChoice sim_choice() {
   return {Device::sim(),
-          "Device: sim (a test device: the CPU kernels on memory the host cannot touch; slow)"};
+          "Device: sim (a test device: the CPU kernels on memory the host cannot touch; slow)",
+          std::nullopt};
 }
 
 }  // namespace
@@ -117,8 +118,9 @@ DeviceChoice choose_device(const std::string& request, const cuda::CudaProbe& pr
   if (request == "sim") return sim_choice();
   const cuda::GpuInfo* gpu = nullptr;
   const auto problem = why_no_gpu(probe, local_rank, gpu);
-  if (!problem) return {Device::cuda(gpu->index), fmt::format("Device: {}", describe(*gpu))};
-  if (request == "auto") return {Device::cpu(), fmt::format("Device: cpu (auto: {})", *problem)};
+  if (!problem) return {Device::cuda(gpu->index), fmt::format("Device: {}", describe(*gpu)), *gpu};
+  if (request == "auto")
+    return {Device::cpu(), fmt::format("Device: cpu (auto: {})", *problem), std::nullopt};
   throw UserError(fmt::format(
       "{}: {} requested, but no GPU can be used: {}; set device: cpu or auto to run on the CPU",
       where, request, *problem));
@@ -139,12 +141,14 @@ DeviceChoice choose_run_device(const config::ResolvedConfig& config, const std::
   if (host_only) {
     return {Device::cuda(0),
             "Device: cuda:0 (RIG_CUDA_EMULATOR=1 with RIG_CUDA_EMULATOR_HOST_ONLY=1: every CUDA "
-            "kernel queued, none run; the time of a step is the host's, its numbers mean nothing)"};
+            "kernel queued, none run; the time of a step is the host's, its numbers mean nothing)",
+            std::nullopt};
   }
   if (emulate) {
     return {Device::cuda(0),
             "Device: cuda:0 (RIG_CUDA_EMULATOR=1: the CUDA kernels in the SIMT emulator on the "
-            "CPU; a test device, very slow)"};
+            "CPU; a test device, very slow)",
+            std::nullopt};
   }
   return choose_device(request, cuda::probe_cuda(), launch::launcher_local_rank(),
                        fmt::format("{}: {}", where.describe(), key));

@@ -2,6 +2,7 @@
 // cuda), what the CUDA probe found and the process's local rank.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "config/resolved_config.hpp"
@@ -15,6 +16,9 @@ struct DeviceChoice {
   // One console line about the choice ("Device: cpu (auto: no CUDA driver ...)");
   // empty for device: cpu.
   std::string note;
+  // The GPU of device cuda:N as the probe found it; empty for the CPU, sim and
+  // the emulator.
+  std::optional<cuda::GpuInfo> gpu;
 };
 
 // `where` names the `device` key for error messages ("x.yaml:4:11: base_params.device").

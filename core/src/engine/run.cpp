@@ -14,6 +14,7 @@
 #include "engine/device_choice.hpp"
 #include "engine/device_data.hpp"
 #include "engine/evaluator.hpp"
+#include "engine/gpu_dtype_check.hpp"
 #include "engine/inferencer.hpp"
 #include "engine/interactive.hpp"
 #include "engine/ps/serve.hpp"
@@ -208,6 +209,7 @@ int run(const RunOptions& options) {
                                                                         : MatmulPrecision::f32);
   // Before the communicator: a CUDA-aware one needs the device chosen first.
   const DeviceChoice device = choose_run_device(resolved.primary.config, settings.device_request);
+  check_gpu_dtypes(device, settings, resolved.primary.config);
   settings.device = device.device;
   const auto comm = make_run_communicator(resolved.primary, settings);
   ParameterServerTransport* const link = comm->parameter_server();
