@@ -17,6 +17,8 @@ grep -Eq "^ +5 .* cuBLASLt matmul f32 x f32 -> f32$" f32.txt || fail "not 5 f32 
 grep -Eq "^ +1 .* SgdUpdateKernel f32$" f32.txt || fail "not one sgd update a step"
 grep -q "^casts between dtypes .*: 0.0 kB, 0.0%" f32.txt || fail "a float32 step casts"
 grep -Eq "^ +[0-9]+ .* in all" f32.txt || fail "no total"
+# the step waits for the device once: the gradient statistics, with the index checks' results
+grep -Eq "^ +1 .* copy to host$" f32.txt || fail "not one read of the device a step"
 
 echo "== bfloat16 mixed: the weights' bf16 copies are the casts"
 check "$tool" "$rig" bf16.txt -- "$tiny" --dtype=mixed --mixed_dtype=bfloat16
@@ -41,6 +43,8 @@ if grep -Eq "BiasActivation|DropoutForward f32" nmt.txt; then fail "an f32 bias 
 # the shared embedding's two lookups add their rows straight into its bf16 gradient
 grep -Eq "^ +2 .* IndexAddSegments bf16 -> bf16$" nmt.txt || fail "not 2 row adds into bf16"
 if grep -q "IndexAddSegments f32" nmt.txt; then fail "a dense f32 embedding gradient"; fi
+# one read of the device a step in mixed precision too (unscaling reads nothing)
+grep -Eq "^ +1 .* copy to host$" nmt.txt || fail "not one read of the device a step"
 
 echo "== a float16 transformer: its products on the f16 tensor cores, none in f32"
 RIG_CUDA_EMULATOR_FUSED_ATTENTION=1 check "$tool" "$rig" nmt16.txt -- "$transformer" \

@@ -71,14 +71,12 @@ GradientStats gradient_stats(const std::vector<float>& g, const float* loss, std
   const auto n = static_cast<std::int64_t>(g.size());
   const std::int64_t chunks = check_chunks(n);
   std::vector<double> storage(grad_stats_scratch_bytes(n) / sizeof(double) + 1, -5.0);
-  auto* scratch = reinterpret_cast<std::byte*>(storage.data());
-  auto* out = reinterpret_cast<GradientStats*>(scratch);
-  *out = GradientStats{-1.0, -1.0, false};
-  auto* squares = reinterpret_cast<double*>(scratch + grad_stats_squares_offset());
+  auto* squares = storage.data();
   auto* bits = reinterpret_cast<std::uint32_t*>(squares + chunks);
+  GradientStats out{-1.0, -1.0, false};
   run(GradStatsPartials{g.data(), n, squares, bits}, seed);
-  run(GradStatsFinish{squares, bits, chunks, loss, out}, seed);
-  return *out;
+  run(GradStatsFinish{squares, bits, chunks, loss, &out}, seed);
+  return out;
 }
 
 enum class Special { none, inf, nan, huge, tiny };

@@ -2069,6 +2069,23 @@ TEST(KernelBackendChecks, CheckIndexIsRaisedAtTheNextRead) {
   emu().check_index(eb.get(), DType::i64, 5000, 10, message("65th"));  // raises the 64 good ones
   EXPECT_THROW(emu().synchronize(), std::invalid_argument);
   EXPECT_NO_THROW(emu().synchronize());
+  // gradient_stats brings the checks' results back with its statistics (one
+  // copy): a failed check raises there, and good ones leave the statistics.
+  const std::vector<float> grads = {3.0F, -4.0F};
+  const Dev<float> eg2(grads);
+  emu().check_index(eb.get(), DType::i64, 5000, 10, message("stats"));
+  try {
+    emu().gradient_stats(eg2.get(), 2, nullptr);
+    ADD_FAILURE() << "gradient_stats did not raise the queued check";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "stats: 12 at 4321");
+  }
+  emu().check_index(eg.get(), DType::i64, 5000, 10, message("good"));
+  const GradientStats stats = emu().gradient_stats(eg2.get(), 2, nullptr);
+  EXPECT_EQ(stats.norm, 5.0);
+  EXPECT_EQ(stats.amax, 4.0);
+  EXPECT_TRUE(stats.loss_finite);
+  EXPECT_NO_THROW(emu().synchronize());  // nothing left queued
 }
 
 // ---- Losses ---------------------------------------------------------------------------------

@@ -103,7 +103,7 @@ TEST_P(LowPrecisionStore, GradientsLandInComputeGradsThenMaster) {
   const std::vector<float> scaled{8, 8, 8, 16, 16, 16, 8, 8, 8};
   EXPECT_EQ(s.compute_grads().to_vector(), scaled);
   for (float g : s.grads().to_vector()) EXPECT_EQ(g, 0.0F);  // nothing in the master yet
-  EXPECT_EQ(s.unscale_grads(1.0 / 8.0), 2.0);  // max |master gradient| after unscaling
+  EXPECT_EQ(s.unscale_grads(1.0 / 8.0).item(), 2.0);  // max |master gradient| after unscaling
   EXPECT_EQ(s.grads().to_vector(), (std::vector<float>{1, 1, 1, 2, 2, 2, 1, 1, 1}));
   EXPECT_EQ(s.find("b").master.grad().to_vector(), (std::vector<float>{1, 1, 1}));
   // zero_grad zeroes what backward accumulates into; the masters are left
@@ -111,7 +111,7 @@ TEST_P(LowPrecisionStore, GradientsLandInComputeGradsThenMaster) {
   s.zero_grad();
   for (float g : s.compute_grads().to_vector()) EXPECT_EQ(g, 0.0F);
   EXPECT_EQ(s.grads().to_vector(), (std::vector<float>{1, 1, 1, 2, 2, 2, 1, 1, 1}));
-  EXPECT_EQ(s.unscale_grads(1.0), 0.0);
+  EXPECT_EQ(s.unscale_grads(1.0).item(), 0.0);
   for (float g : s.grads().to_vector()) EXPECT_EQ(g, 0.0F);
 }
 
@@ -126,16 +126,16 @@ TEST_P(LowPrecisionStore, UnscaleDetectsOverflow) {
   for (float& x : g) x = round_to(low, normal(rng));
   g[54321] = round_to(low, -3000.0F);
   s.compute_grads().copy_from(Tensor::from_vector(g, {70000}).to(low));
-  EXPECT_EQ(s.unscale_grads(0.25), 0.25 * std::abs(round_to(low, -3000.0F)));
+  EXPECT_EQ(s.unscale_grads(0.25).item(), 0.25 * std::abs(round_to(low, -3000.0F)));
   const auto master = s.grads().to_vector();
   for (std::size_t i = 0; i < g.size(); ++i) ASSERT_EQ(master[i], g[i] * 0.25F) << i;
 
   auto* bits = s.compute_grads().data<std::uint16_t>();
   const std::uint16_t inf = low == DType::f16 ? 0x7C00 : 0x7F80;
   bits[69999] = inf | 0x8000;  // -inf
-  EXPECT_EQ(s.unscale_grads(0.25), kInf);
+  EXPECT_EQ(s.unscale_grads(0.25).item(), kInf);
   bits[69999] = inf | 0x0001;  // NaN
-  EXPECT_EQ(s.unscale_grads(1.0), kInf);
+  EXPECT_EQ(s.unscale_grads(1.0).item(), kInf);
   EXPECT_TRUE(std::isnan(s.grads().to_vector()[69999]));
 }
 
@@ -172,12 +172,12 @@ TEST(ParameterStorePrecision, F32ComputeIsTheMasterItself) {
   EXPECT_EQ(s.compute_grads().impl(), s.grads().impl());
   EXPECT_EQ(s.find("w").master.impl(), w.impl());
   ops::mul_scalar(ops::sum(ops::mul(w, w)), 3.0F).backward();  // 6 w = 6
-  EXPECT_EQ(s.unscale_grads(1.0), 6.0);
+  EXPECT_EQ(s.unscale_grads(1.0).item(), 6.0);
   EXPECT_EQ(s.grads().to_vector(), (std::vector<float>{6, 6, 6, 6}));
-  EXPECT_EQ(s.unscale_grads(0.5), 3.0);  // in place
+  EXPECT_EQ(s.unscale_grads(0.5).item(), 3.0);  // in place
   EXPECT_EQ(s.grads().to_vector(), (std::vector<float>{3, 3, 3, 3}));
   s.grads().data<float>()[2] = std::numeric_limits<float>::infinity();
-  EXPECT_EQ(s.unscale_grads(1.0), kInf);
+  EXPECT_EQ(s.unscale_grads(1.0).item(), kInf);
   s.publish_values();  // a no-op
   EXPECT_EQ(w.to_vector(), (std::vector<float>{1, 1, 1, 1}));
   ParameterStore bad;
@@ -191,7 +191,7 @@ float sgd_step(ParameterStore& s, const std::function<Tensor()>& loss, float lr,
   const Tensor l = loss();
   EXPECT_EQ(l.dtype(), DType::f32);
   ops::mul_scalar(l, scale).backward();
-  EXPECT_LT(s.unscale_grads(1.0 / scale), kInf);
+  EXPECT_LT(s.unscale_grads(1.0 / scale).item(), kInf);
   float* v = s.values().data<float>();
   const float* g = s.grads().data<float>();
   for (std::int64_t i = 0; i < s.numel(); ++i) v[i] -= lr * g[i];
@@ -279,7 +279,7 @@ TEST(ParameterStorePrecision, LayersComputeWith16BitWeights) {
     EXPECT_EQ(loss.dtype(), DType::f32);
     EXPECT_NEAR(loss.item(), expected.item(), tolerance * expected.item());
     ops::mul_scalar(loss, 64.0F).backward();
-    EXPECT_LT(net.store.unscale_grads(1.0 / 64.0), kInf);
+    EXPECT_LT(net.store.unscale_grads(1.0 / 64.0).item(), kInf);
     // Relative to each parameter's largest gradient, plus a floor for the ones
     // that are 0 in exact arithmetic (attention's key bias) and so only rounding noise.
     const double floor = 1e-3 * max_abs(reference.store.grads().to_vector());
@@ -335,7 +335,7 @@ TEST(ParameterStorePrecision, MlpPluginTrainsInMixedPrecision) {
       const rig::ModelOutput out = net->forward(*batch, rig::Mode::train);
       ASSERT_EQ(out.loss.dtype(), DType::f32);
       ops::mul_scalar(out.loss, 128.0F).backward();
-      ASSERT_LT(store.unscale_grads(1.0 / 128.0), kInf);
+      ASSERT_LT(store.unscale_grads(1.0 / 128.0).item(), kInf);
       opt->step(0.1);
       store.publish_values();
       losses.push_back(out.loss.item());

@@ -329,6 +329,11 @@ class KernelBackend final : public backend::Backend {
   // Throws the first failed queued index check's message (after a read of
   // the device, whose wait covers the checks' kernels); clears the queue.
   void raise_index_errors();
+  // The same from `results`, the checks' (position, value) pairs as read.
+  void raise_index_errors_of(const std::int64_t* results);
+  // The device buffer of the queued checks' results (allocated on first use),
+  // with room behind them for one GradientStats.
+  std::int64_t* check_slots();
 
   std::unique_ptr<KernelDevice> device_;
   int index_ = 0;

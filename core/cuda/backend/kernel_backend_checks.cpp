@@ -1,5 +1,6 @@
 // KernelBackend: the entry points that read results back to the host (index
 // range checks, gradient statistics) and OpenSeq2Seq's padded loss.
+#include <cstring>
 #include <stdexcept>
 #include <vector>
 
@@ -7,14 +8,26 @@
 
 namespace rig::cuda {
 
+namespace {
+
+// The device buffer of the queued checks: (position, value) per check, then
+// one GradientStats, so that gradient_stats reads both in one copy.
+constexpr std::size_t kCheckBytes = 64 * 2 * sizeof(std::int64_t);
+constexpr std::size_t kCheckBufferBytes = kCheckBytes + sizeof(GradientStats);
+
+}  // namespace
+
+std::int64_t* KernelBackend::check_slots() {
+  static_assert(kCheckBytes == kQueuedChecks * 2 * sizeof(std::int64_t));
+  if (check_results_.as<void>() == nullptr) check_results_ = scratch(kCheckBufferBytes);
+  return check_results_.as<std::int64_t>();
+}
+
 void KernelBackend::check_index(const void* index, DType dtype, std::int64_t n, std::int64_t limit,
                                 const IndexMessage& message) {
   if (n == 0) return;
   if (check_messages_.size() == kQueuedChecks) raise_index_errors();  // a read: rare
-  if (check_results_.as<void>() == nullptr) {
-    check_results_ = scratch(kQueuedChecks * 2 * sizeof(std::int64_t));
-  }
-  std::int64_t* result = check_results_.as<std::int64_t>() + 2 * check_messages_.size();
+  std::int64_t* result = check_slots() + 2 * check_messages_.size();
   const std::int64_t chunks = kernels::check_chunks(n);
   DeviceScratch buffer = scratch(kernels::index_check_scratch_bytes(n));
   auto* partial = buffer.as<std::int64_t>();
@@ -29,6 +42,10 @@ void KernelBackend::raise_index_errors() {
   std::vector<std::int64_t> results(2 * check_messages_.size());
   device_->to_host(results.data(), check_results_.as<std::int64_t>(),
                    results.size() * sizeof(std::int64_t));
+  raise_index_errors_of(results.data());
+}
+
+void KernelBackend::raise_index_errors_of(const std::int64_t* results) {
   std::vector<IndexMessage> messages;
   messages.swap(check_messages_);
   if (!device_->computes()) return;  // the read gave zeros
@@ -57,16 +74,23 @@ std::int64_t KernelBackend::first_out_of_range(const void* index, DType dtype, s
 GradientStats KernelBackend::gradient_stats(const float* grads, std::int64_t n, const float* loss) {
   const std::int64_t chunks = kernels::check_chunks(n);
   DeviceScratch buffer = scratch(kernels::grad_stats_scratch_bytes(n));
-  auto* out = buffer.as<GradientStats>();
-  auto* squares =
-      reinterpret_cast<double*>(buffer.as<std::byte>() + kernels::grad_stats_squares_offset());
+  auto* squares = buffer.as<double>();
   auto* amax_bits = reinterpret_cast<std::uint32_t*>(squares + chunks);
+  // The statistics land behind the queued index checks' results: the step's
+  // one read of the device brings back both.
+  std::int64_t* slots = check_slots();
+  auto* stats_on_device = reinterpret_cast<GradientStats*>(slots + 2 * kQueuedChecks);
   run(kernels::GradStatsPartials{grads, n, squares, amax_bits});
-  device_->run(kernels::GradStatsFinish{squares, amax_bits, chunks, loss, out});
+  device_->run(kernels::GradStatsFinish{squares, amax_bits, chunks, loss, stats_on_device});
+  std::vector<std::byte> host(kCheckBufferBytes);
+  const std::size_t checks_bytes = 2 * check_messages_.size() * sizeof(std::int64_t);
+  device_->to_host(host.data(), slots, kCheckBufferBytes);
   GradientStats stats;
-  device_->to_host(&stats, out, sizeof(stats));
+  std::memcpy(&stats, host.data() + kCheckBytes, sizeof(stats));
   if (!device_->computes()) stats = GradientStats{};  // finite gradients of norm 0
-  raise_index_errors();
+  std::vector<std::int64_t> results(checks_bytes / sizeof(std::int64_t));
+  std::memcpy(results.data(), host.data(), checks_bytes);
+  raise_index_errors_of(results.data());
   return stats;
 }
 

@@ -16,11 +16,11 @@
 //   gradient_stats: GradStatsPartials{grads, n, partial_squares,
 //     partial_amax_bits}, then GradStatsFinish{partial_squares,
 //     partial_amax_bits, chunks, loss, out}; the host copies the one
-//     rig::GradientStats at `out` (sizeof(GradientStats) bytes) back and
-//     returns it. Scratch: one device buffer of
-//     grad_stats_scratch_bytes(n) bytes, 8-byte aligned: out =
-//     (GradientStats*)scratch, partial_squares = (double*)(scratch +
-//     grad_stats_squares_offset()) [chunks], partial_amax_bits =
+//     rig::GradientStats at `out` (8-byte aligned, anywhere on the device:
+//     the back end keeps it behind its queued index checks' results, so one
+//     copy brings back both) and returns it. Scratch: one device buffer of
+//     grad_stats_scratch_bytes(n) bytes, 8-byte aligned: partial_squares =
+//     (double*)scratch [chunks], partial_amax_bits =
 //     (std::uint32_t*)(partial_squares + chunks) [chunks].
 // The first kernels launch nothing for n 0; the finishing kernels always
 // launch (they write the result). Integer reductions and f64 sums, no
@@ -125,12 +125,9 @@ struct IndexCheckFinish {
 // ---- gradient_stats ------------------------------------------------------------
 
 // Where the partial sums start in the scratch (after the result, 8-aligned).
-inline std::size_t grad_stats_squares_offset() {
-  return (sizeof(GradientStats) + 7) / 8 * 8;
-}
 inline std::size_t grad_stats_scratch_bytes(std::int64_t n) {
   const auto chunks = static_cast<std::size_t>(check_chunks(n));
-  return grad_stats_squares_offset() + chunks * (sizeof(double) + sizeof(std::uint32_t));
+  return chunks * (sizeof(double) + sizeof(std::uint32_t));
 }
 
 // Block b over chunk b: partial_squares[b] = the f64 sum of f32(g^2),

@@ -81,8 +81,10 @@ class RIG_API ParameterStore {
   // `scale` (1 / loss scale; under f32 in place, and no multiply when it is
   // 1). Returns the largest |master gradient| after unscaling (the `amax`
   // OpenSeq2Seq's loss scalers are given), or +inf when any gradient is inf or
-  // NaN (an overflow).
-  double unscale_grads(double scale);
+  // NaN (an overflow), as a scalar on the gradients' device: no read, so a GPU
+  // step does not wait here (the trainer reads the same statistic once, with
+  // the norm, in ops::gradient_stats).
+  Tensor unscale_grads(double scale);
   // Copies the master values() into compute_values(), rounding to the compute
   // dtype; call after every optimizer step and after loading a checkpoint. A
   // no-op under f32.

@@ -20,7 +20,7 @@ class LossScaler {
   virtual bool automatic() const = 0;
   // After backward and unscaling: `overflow` when any gradient is inf / NaN;
   // `grad_amax` the largest |gradient| after unscaling, as
-  // ParameterStore::unscale_grads returns it (LogMax's statistic; OpenSeq2Seq
+  // ops::gradient_stats gives it (LogMax's statistic; OpenSeq2Seq
   // gives its scalers the unscaled gradients). A non-finite grad_amax counts
   // as an overflow.
   virtual void update(bool overflow, double grad_amax) = 0;

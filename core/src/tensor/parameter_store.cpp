@@ -174,7 +174,7 @@ Tensor ParameterStore::compute_grads() const {
   return compute_grads_.defined() ? compute_grads_ : grads_;
 }
 
-double ParameterStore::unscale_grads(double scale) {
+Tensor ParameterStore::unscale_grads(double scale) {
   if (!allocated()) throw std::logic_error("ParameterStore::unscale_grads before allocate()");
   float* master = grads_.data<float>();
   const auto s = static_cast<float>(scale);
@@ -186,7 +186,7 @@ double ParameterStore::unscale_grads(double scale) {
     // f32 at scale 1: only the overflow check, nothing to write.
     be.unscale(numel_, DType::f32, master, s == 1.0F ? nullptr : master, s, amax.data<float>());
   }
-  return amax.item();
+  return amax;
 }
 
 void ParameterStore::publish_values() {
