@@ -152,6 +152,16 @@ if [ -f /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ]; then
     --dtype=mixed --mixed_dtype=bfloat16 --set model_params.data_format=channels_last
   close_results resnet-nhwc-cpu.log resnet-nhwc-cuda.log 1e-2
   close_results resnet-bf16-cpu.log resnet-nhwc-cpu.log 1e-2
+  echo "== float16 mixed with the Backoff scaler, channels last (imagenet-resnet50's AMP setting)"
+  train_both resnet-f16 "$fashion" --mode train --num_epochs=1 --set data_layer_params.limit=48 \
+    --set lr_policy_params.max_lr=0.0001 --batch_size_per_gpu=16 --print_loss_steps=1 \
+    --dtype=mixed --loss_scaling=Backoff --set model_params.data_format=channels_last
+  # the scaler starts at 2^24: the same overflows skip the same steps on both
+  overflows=$(grep -c "Overflow at step" resnet-f16-cuda.log || true)
+  [ "$overflows" -gt 0 ] || fail "no overflow skipped on cuda: the scaler's path is not tested"
+  [ "$overflows" = "$(grep -c "Overflow at step" resnet-f16-cpu.log)" ] ||
+    fail "cuda and the CPU skipped different steps"
+  close_results resnet-f16-cpu.log resnet-f16-cuda.log 1e-2
 else
   echo "(no Fashion-MNIST: the ResNet part is skipped)"
 fi
