@@ -43,6 +43,11 @@ if grep -Eq "BiasActivation|DropoutForward f32" nmt.txt; then fail "an f32 bias 
 # the shared embedding's two lookups add their rows straight into its bf16 gradient
 grep -Eq "^ +2 .* IndexAddSegments bf16 -> bf16$" nmt.txt || fail "not 2 row adds into bf16"
 if grep -q "IndexAddSegments f32" nmt.txt; then fail "a dense f32 embedding gradient"; fi
+# layer norms and biases read their bf16 parameters as they are and write their
+# gradients in bf16: no f32 copies of them, no casts of their gradients; the
+# step's casts are the weights' publish and the two position encodings
+if grep -q "CopyStrided bf16 -> f32" nmt.txt; then fail "a bf16 parameter copied to f32"; fi
+grep -Eq "^ +3 .* CopyStrided f32 -> bf16$" nmt.txt || fail "not 3 casts to bf16 a step"
 # one read of the device a step in mixed precision too (unscaling reads nothing)
 grep -Eq "^ +1 .* copy to host$" nmt.txt || fail "not one read of the device a step"
 

@@ -19,6 +19,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -870,35 +871,48 @@ TEST(KernelBackend16Bit, UnaryIsTheF32PathRounded) {
 }
 
 TEST(KernelBackend16Bit, ActivationBackward16IsTheF32Path) {
-  // 70 rows: db's two stages. g and saved in bf16 against the same values in f32.
-  const std::int64_t rows = 70, cols = 24;
-  const auto n = static_cast<std::size_t>(rows * cols);
-  const std::vector<std::uint16_t> gb = bits_of(uniform(n, 421), DType::bf16);
-  const std::vector<std::uint16_t> sb = bits_of(uniform(n, 422), DType::bf16);
-  const Dev<std::uint16_t> g16(gb), saved16(sb), dz_a(n), dz_b(n);
-  const Dev<float> g32(values_of(gb, DType::bf16)), saved32(values_of(sb, DType::bf16));
-  const Dev<float> db_a(static_cast<std::size_t>(cols)), db_b(static_cast<std::size_t>(cols));
-  for (const Activation act : {Activation::none, Activation::relu, Activation::gelu}) {
-    for (const DType g_type : {DType::f32, DType::bf16}) {
-      for (const DType saved_type : {DType::f32, DType::bf16}) {
-        SCOPED_TRACE(::testing::Message() << static_cast<int>(act) << " g " << dtype_name(g_type)
-                                          << " saved " << dtype_name(saved_type));
-        emu().activation_backward_bf16(act, g32.get(), saved32.get(), dz_a.get(), db_a.get(), rows,
-                                       cols, 1.25F);
-        const void* g = g_type == DType::bf16 ? static_cast<const void*>(g16.get()) : g32.get();
-        const void* saved =
-            saved_type == DType::bf16 ? static_cast<const void*>(saved16.get()) : saved32.get();
-        emu().activation_backward_16(act, g_type, g, saved_type, saved, DType::bf16, dz_b.get(),
-                                     db_b.get(), rows, cols, 1.25F);
-        EXPECT_EQ(dz_b.host(), dz_a.host());
-        EXPECT_EQ(db_b.host(), db_a.host());
+  // 70 rows: db's two stages; 50 rows: one. g and saved in bf16 against the
+  // same values in f32; db in f32, and in bf16: the f32 db rounded once.
+  for (const std::int64_t rows : {70, 50}) {
+    const std::int64_t cols = 24;
+    const auto n = static_cast<std::size_t>(rows * cols);
+    const std::vector<std::uint16_t> gb = bits_of(uniform(n, 421), DType::bf16);
+    const std::vector<std::uint16_t> sb = bits_of(uniform(n, 422), DType::bf16);
+    const Dev<std::uint16_t> g16(gb), saved16(sb), dz_a(n), dz_b(n);
+    const Dev<float> g32(values_of(gb, DType::bf16)), saved32(values_of(sb, DType::bf16));
+    const Dev<float> db_a(static_cast<std::size_t>(cols)), db_b(static_cast<std::size_t>(cols));
+    const Dev<std::uint16_t> db_16(static_cast<std::size_t>(cols));
+    for (const Activation act : {Activation::none, Activation::relu, Activation::gelu}) {
+      for (const DType g_type : {DType::f32, DType::bf16}) {
+        for (const DType saved_type : {DType::f32, DType::bf16}) {
+          SCOPED_TRACE(::testing::Message()
+                       << rows << " rows " << static_cast<int>(act) << " g " << dtype_name(g_type)
+                       << " saved " << dtype_name(saved_type));
+          emu().activation_backward_bf16(act, g32.get(), saved32.get(), dz_a.get(), db_a.get(),
+                                         rows, cols, 1.25F);
+          const void* g = g_type == DType::bf16 ? static_cast<const void*>(g16.get()) : g32.get();
+          const void* saved =
+              saved_type == DType::bf16 ? static_cast<const void*>(saved16.get()) : saved32.get();
+          emu().activation_backward_16(act, g_type, g, saved_type, saved, DType::bf16, dz_b.get(),
+                                       DType::f32, db_b.get(), rows, cols, 1.25F);
+          EXPECT_EQ(dz_b.host(), dz_a.host());
+          EXPECT_EQ(db_b.host(), db_a.host());
+          emu().activation_backward_16(act, g_type, g, saved_type, saved, DType::bf16, dz_b.get(),
+                                       DType::bf16, db_16.get(), rows, cols, 1.25F);
+          EXPECT_EQ(dz_b.host(), dz_a.host());
+          EXPECT_EQ(db_16.host(), bits_of(db_a.host(), DType::bf16));
+        }
       }
     }
+    EXPECT_THROW(emu().activation_backward_16(Activation::relu, DType::f16, g16.get(), DType::f32,
+                                              saved32.get(), DType::bf16, dz_b.get(), DType::f32,
+                                              nullptr, rows, cols, 1.0F),
+                 std::invalid_argument);
+    EXPECT_THROW(emu().activation_backward_16(Activation::relu, DType::bf16, g16.get(), DType::f32,
+                                              saved32.get(), DType::bf16, dz_b.get(), DType::f16,
+                                              db_16.get(), rows, cols, 1.0F),
+                 std::invalid_argument);
   }
-  EXPECT_THROW(emu().activation_backward_16(Activation::relu, DType::f16, g16.get(), DType::f32,
-                                            saved32.get(), DType::bf16, dz_b.get(), nullptr, rows,
-                                            cols, 1.0F),
-               std::invalid_argument);
 }
 
 TEST(KernelBackend16Bit, BiasActivation16IsBiasActivationDropoutAndACast) {
@@ -906,28 +920,41 @@ TEST(KernelBackend16Bit, BiasActivation16IsBiasActivationDropoutAndACast) {
   const auto n = static_cast<std::size_t>(rows * cols);
   const std::vector<float> y = uniform(n, 423, -2.0F, 2.0F);
   const std::vector<float> bias = uniform(static_cast<std::size_t>(cols), 424);
-  const Dev<float> y_dev(y), bias_dev(bias), composed(n);
+  const Dev<float> y_dev(y), composed(n);
   const Dev<std::uint16_t> fused(n);
   const RandomKey key{5, 11, 0, 3};
   for (const Activation act : {Activation::none, Activation::relu}) {
     for (const bool dropped : {false, true}) {
       for (const DType type : {DType::bf16, DType::f16}) {
-        SCOPED_TRACE(::testing::Message()
-                     << static_cast<int>(act) << " dropped " << dropped << " " << dtype_name(type));
-        const Dev<float> work(y);
-        emu().bias_activation(work.get(), nullptr, bias_dev.get(), rows, cols, act);
-        if (dropped) {
-          emu().dropout_forward(key, 0.25F, 4.0F / 3.0F, DType::f32, work.get(), work.get(),
-                                rows * cols, nullptr);
+        // The bias in f32, or in `type` (read as it is: its f32 values' bits).
+        for (const DType bias_type : {DType::f32, type}) {
+          SCOPED_TRACE(::testing::Message()
+                       << static_cast<int>(act) << " dropped " << dropped << " " << dtype_name(type)
+                       << " bias " << dtype_name(bias_type));
+          const std::vector<std::uint16_t> bias_bits = bits_of(bias, type);
+          const Dev<float> bias32(bias_type == DType::f32 ? bias : values_of(bias_bits, type));
+          const Dev<std::uint16_t> bias16(bias_bits);
+          const Dev<float> work(y);
+          emu().bias_activation(work.get(), nullptr, bias32.get(), rows, cols, act);
+          if (dropped) {
+            emu().dropout_forward(key, 0.25F, 4.0F / 3.0F, DType::f32, work.get(), work.get(),
+                                  rows * cols, nullptr);
+          }
+          const void* b =
+              bias_type == DType::f32 ? static_cast<const void*>(bias32.get()) : bias16.get();
+          emu().bias_activation_16(type, y_dev.get(), bias_type, b, rows, cols, act,
+                                   dropped ? &key : nullptr, 0.25F, 4.0F / 3.0F, fused.get());
+          EXPECT_EQ(fused.host(), bits_of(work.host(), type));
         }
-        emu().bias_activation_16(type, y_dev.get(), bias_dev.get(), rows, cols, act,
-                                 dropped ? &key : nullptr, 0.25F, 4.0F / 3.0F, fused.get());
-        EXPECT_EQ(fused.host(), bits_of(work.host(), type));
       }
     }
   }
-  EXPECT_THROW(emu().bias_activation_16(DType::bf16, y_dev.get(), nullptr, rows, cols,
+  EXPECT_THROW(emu().bias_activation_16(DType::bf16, y_dev.get(), DType::f32, nullptr, rows, cols,
                                         Activation::gelu, nullptr, 0.0F, 1.0F, fused.get()),
+               std::invalid_argument);
+  const Dev<std::uint16_t> f16_bias(bits_of(bias, DType::f16));
+  EXPECT_THROW(emu().bias_activation_16(DType::bf16, y_dev.get(), DType::f16, f16_bias.get(), rows,
+                                        cols, Activation::relu, nullptr, 0.0F, 1.0F, fused.get()),
                std::invalid_argument);
 }
 
@@ -1239,13 +1266,31 @@ TEST(KernelBackend16Bit, ChannelsLastPoolsAreTheF32PathRounded) {
 }
 
 TEST(KernelBackend16Bit, LayerNormIsTheF32PathRounded) {
-  // 70 rows: the parameter gradients' two stages (64-row blocks).
-  const std::int64_t rows = 70, d = 40;
-  const auto n = static_cast<std::size_t>(rows * d);
-  const Dev<float> gamma(uniform(static_cast<std::size_t>(d), 411, 0.5F, 1.5F));
-  const Dev<float> beta(uniform(static_cast<std::size_t>(d), 412));
-  for (const DType type : {DType::bf16, DType::f16}) {
-    SCOPED_TRACE(dtype_name(type));
+  // 70 rows: the parameter gradients' two stages (64-row blocks); 50: one.
+  // gamma and beta in f32, or in the activations' type (their values as f32
+  // on the f32 path), whose gradients are the f32 ones rounded once.
+  const std::int64_t d = 40;
+  for (const auto& [rows, type, param_type] :
+       std::vector<std::tuple<std::int64_t, DType, DType>>{{70, DType::bf16, DType::f32},
+                                                           {70, DType::f16, DType::f32},
+                                                           {70, DType::bf16, DType::bf16},
+                                                           {50, DType::bf16, DType::bf16},
+                                                           {70, DType::f16, DType::f16},
+                                                           {50, DType::f16, DType::f16}}) {
+    SCOPED_TRACE(::testing::Message() << rows << " rows " << dtype_name(type) << " parameters "
+                                      << dtype_name(param_type));
+    const auto n = static_cast<std::size_t>(rows * d);
+    const auto ds = static_cast<std::size_t>(d);
+    const bool p16 = param_type != DType::f32;
+    const std::vector<std::uint16_t> gamma_bits =
+        bits_of(uniform(ds, 411, 0.5F, 1.5F), p16 ? param_type : DType::bf16);
+    const std::vector<std::uint16_t> beta_bits =
+        bits_of(uniform(ds, 412), p16 ? param_type : DType::bf16);
+    const Dev<float> gamma(p16 ? values_of(gamma_bits, param_type) : uniform(ds, 411, 0.5F, 1.5F));
+    const Dev<float> beta(p16 ? values_of(beta_bits, param_type) : uniform(ds, 412));
+    const Dev<std::uint16_t> gamma16(gamma_bits), beta16(beta_bits), dgamma_p16(ds), dbeta_p16(ds);
+    const void* gamma_p = p16 ? static_cast<const void*>(gamma16.get()) : gamma.get();
+    const void* beta_p = p16 ? static_cast<const void*>(beta16.get()) : beta.get();
     const std::vector<std::uint16_t> xb = bits_of(uniform(n, 413, -3.0F, 3.0F), type);
     const std::vector<std::uint16_t> gb = bits_of(uniform(n, 414), type);
     const Dev<std::uint16_t> x16(xb), g16(gb), y16(n), dx16(n);
@@ -1257,20 +1302,32 @@ TEST(KernelBackend16Bit, LayerNormIsTheF32PathRounded) {
     const Dev<float> scratch(static_cast<std::size_t>(emu().layer_norm_scratch_size(rows, d)) + 1);
     emu().layer_norm_forward(x32.get(), gamma.get(), beta.get(), y32.get(), mean32.get(),
                              rstd32.get(), rows, d, 1e-6F);
-    emu().layer_norm_forward_16(type, x16.get(), gamma.get(), beta.get(), y16.get(), mean16.get(),
-                                rstd16.get(), rows, d, 1e-6F);
+    emu().layer_norm_forward_16(type, x16.get(), param_type, gamma_p, beta_p, y16.get(),
+                                mean16.get(), rstd16.get(), rows, d, 1e-6F);
     EXPECT_EQ(y16.host(), bits_of(y32.host(), type));
     EXPECT_EQ(mean16.host(), mean32.host());
     EXPECT_EQ(rstd16.host(), rstd32.host());
     emu().layer_norm_backward(x32.get(), gamma.get(), mean32.get(), rstd32.get(), g32.get(),
                               dx32.get(), dgamma32.get(), dbeta32.get(), rows, d, scratch.get());
-    emu().layer_norm_backward_16(type, x16.get(), gamma.get(), mean16.get(), rstd16.get(),
-                                 g16.get(), dx16.get(), dgamma16.get(), dbeta16.get(), rows, d,
-                                 scratch.get());
+    emu().layer_norm_backward_16(
+        type, x16.get(), param_type, gamma_p, mean16.get(), rstd16.get(), g16.get(), dx16.get(),
+        p16 ? static_cast<void*>(dgamma_p16.get()) : dgamma16.get(),
+        p16 ? static_cast<void*>(dbeta_p16.get()) : dbeta16.get(), rows, d, scratch.get());
     EXPECT_EQ(dx16.host(), bits_of(dx32.host(), type));
-    EXPECT_EQ(dgamma16.host(), dgamma32.host());
-    EXPECT_EQ(dbeta16.host(), dbeta32.host());
+    if (p16) {
+      EXPECT_EQ(dgamma_p16.host(), bits_of(dgamma32.host(), param_type));
+      EXPECT_EQ(dbeta_p16.host(), bits_of(dbeta32.host(), param_type));
+    } else {
+      EXPECT_EQ(dgamma16.host(), dgamma32.host());
+      EXPECT_EQ(dbeta16.host(), dbeta32.host());
+    }
   }
+  // Parameters of another 16-bit type than x are refused.
+  const Dev<std::uint16_t> x16(40), y16(40), p16(40);
+  const Dev<float> mean(1), rstd(1);
+  EXPECT_THROW(emu().layer_norm_forward_16(DType::bf16, x16.get(), DType::f16, p16.get(), nullptr,
+                                           y16.get(), mean.get(), rstd.get(), 1, 40, 1e-6F),
+               std::invalid_argument);
 }
 
 // ---- Softmax ------------------------------------------------------------------------------

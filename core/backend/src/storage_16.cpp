@@ -36,12 +36,12 @@ void Backend::unary_backward_16(Unary, DType, const void*, const void*, const vo
 }
 
 void Backend::activation_backward_16(Activation, DType, const void*, DType, const void*, DType,
-                                     void*, float*, std::int64_t, std::int64_t, float) {
+                                     void*, DType, void*, std::int64_t, std::int64_t, float) {
   f32_only("activation_backward_16");
 }
 
-void Backend::bias_activation_16(DType, const float*, const float*, std::int64_t, std::int64_t,
-                                 Activation, const RandomKey*, float, float, void*) {
+void Backend::bias_activation_16(DType, const float*, DType, const void*, std::int64_t,
+                                 std::int64_t, Activation, const RandomKey*, float, float, void*) {
   f32_only("bias_activation_16");
 }
 
@@ -84,14 +84,14 @@ void Backend::conv2d_backward_16(const Conv2dShape&, DType, const void*, const v
   f32_only("conv2d_backward_16");
 }
 
-void Backend::layer_norm_forward_16(DType, const void*, const float*, const float*, void*, float*,
-                                    float*, std::int64_t, std::int64_t, float) {
+void Backend::layer_norm_forward_16(DType, const void*, DType, const void*, const void*, void*,
+                                    float*, float*, std::int64_t, std::int64_t, float) {
   f32_only("layer_norm_forward_16");
 }
 
-void Backend::layer_norm_backward_16(DType, const void*, const float*, const float*, const float*,
-                                     const void*, void*, float*, float*, std::int64_t, std::int64_t,
-                                     float*) {
+void Backend::layer_norm_backward_16(DType, const void*, DType, const void*, const float*,
+                                     const float*, const void*, void*, void*, void*, std::int64_t,
+                                     std::int64_t, float*) {
   f32_only("layer_norm_backward_16");
 }
 

@@ -87,11 +87,11 @@ class KernelBackend final : public backend::Backend {
                                 std::uint16_t* dz_bf16, float* db, std::int64_t rows,
                                 std::int64_t cols, float relu_scale) override;
   void activation_backward_16(Activation activation, DType g_type, const void* g, DType saved_type,
-                              const void* saved, DType dz_type, void* dz, float* db,
+                              const void* saved, DType dz_type, void* dz, DType db_type, void* db,
                               std::int64_t rows, std::int64_t cols, float relu_scale) override;
-  void bias_activation_16(DType type, const float* y, const float* bias, std::int64_t rows,
-                          std::int64_t cols, Activation activation, const RandomKey* dropout_key,
-                          float p, float scale, void* out) override;
+  void bias_activation_16(DType type, const float* y, DType bias_type, const void* bias,
+                          std::int64_t rows, std::int64_t cols, Activation activation,
+                          const RandomKey* dropout_key, float p, float scale, void* out) override;
 
   void sum_all(const float* x, std::int64_t n, double divisor, float* out) override;
   void sum_squares(const float* x, std::int64_t n, double divisor, float* out) override;
@@ -113,12 +113,12 @@ class KernelBackend final : public backend::Backend {
   void layer_norm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
                            const float* g, float* dx, float* dgamma, float* dbeta,
                            std::int64_t rows, std::int64_t d, float* scratch) override;
-  void layer_norm_forward_16(DType type, const void* x, const float* gamma, const float* beta,
-                             void* y, float* mean, float* rstd, std::int64_t rows, std::int64_t d,
-                             float eps) override;
-  void layer_norm_backward_16(DType type, const void* x, const float* gamma, const float* mean,
-                              const float* rstd, const void* g, void* dx, float* dgamma,
-                              float* dbeta, std::int64_t rows, std::int64_t d,
+  void layer_norm_forward_16(DType type, const void* x, DType param_type, const void* gamma,
+                             const void* beta, void* y, float* mean, float* rstd, std::int64_t rows,
+                             std::int64_t d, float eps) override;
+  void layer_norm_backward_16(DType type, const void* x, DType param_type, const void* gamma,
+                              const float* mean, const float* rstd, const void* g, void* dx,
+                              void* dgamma, void* dbeta, std::int64_t rows, std::int64_t d,
                               float* scratch) override;
   void batch_norm_stats(const backend::BatchNormShape& s, const float* x, float* mean,
                         float* var) override;

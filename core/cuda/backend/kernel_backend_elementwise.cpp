@@ -131,19 +131,25 @@ void KernelBackend::bias_activation(float* y, float* pre, const float* bias, std
 namespace {
 
 // ActivationBackward, with db's per-row-block partials summed by ColumnTotals
-// where there is more than one block of rows.
+// where there is more than one block of rows, or where db is 16-bit (stored
+// rounded by ColumnTotals).
 template <class Run, class Scratch>
-void activation_backward_with(Run&& run, Scratch&& scratch, kernels::ActivationBackward k,
-                              float* db) {
+void activation_backward_with(Run&& run, Scratch&& scratch, kernels::ActivationBackward k, void* db,
+                              kernels::ElementType db_type = kernels::ElementType::f32) {
   const std::int64_t blocks = kernels::activation_row_blocks(k.rows);
+  const bool totals = db != nullptr && (blocks > 1 || db_type != kernels::ElementType::f32);
   DeviceScratch partial;
-  k.db_partial = db;
-  if (db != nullptr && blocks > 1) {
+  k.db_partial = static_cast<float*>(db);
+  if (totals) {
     partial = scratch(static_cast<std::size_t>(blocks * k.cols) * sizeof(float));
     k.db_partial = partial.template as<float>();
   }
   run(k);
-  if (db != nullptr && blocks > 1) run(kernels::ColumnTotals{k.db_partial, db, blocks, k.cols});
+  if (totals) {
+    kernels::ColumnTotals t{k.db_partial, db, blocks, k.cols};
+    t.out_type = db_type;
+    run(t);
+  }
 }
 
 }  // namespace
@@ -172,7 +178,7 @@ void KernelBackend::activation_backward_bf16(Activation activation, const float*
 
 void KernelBackend::activation_backward_16(Activation activation, DType g_type, const void* g,
                                            DType saved_type, const void* saved, DType dz_type,
-                                           void* dz, float* db, std::int64_t rows,
+                                           void* dz, DType db_type, void* db, std::int64_t rows,
                                            std::int64_t cols, float relu_scale) {
   // g and saved each f32 or dz's 16-bit type.
   const auto sixteen = [&](DType type, const char* what) {
@@ -189,6 +195,7 @@ void KernelBackend::activation_backward_16(Activation activation, DType g_type, 
   }
   const bool g16 = sixteen(g_type, "g");
   const bool saved16 = sixteen(saved_type, "saved");
+  sixteen(db_type, "db");
   kernels::ActivationBackward k{activation,
                                 g16 ? nullptr : static_cast<const float*>(g),
                                 saved16 ? nullptr : static_cast<const float*>(saved),
@@ -202,20 +209,27 @@ void KernelBackend::activation_backward_16(Activation activation, DType g_type, 
   if (saved16) k.saved16 = static_cast<const std::uint16_t*>(saved);
   k.half = half;
   activation_backward_with([this](const auto& run_k) { run(run_k); },
-                           [this](std::size_t bytes) { return scratch(bytes); }, k, db);
+                           [this](std::size_t bytes) { return scratch(bytes); }, k, db,
+                           element_type(db_type, "activation_backward_16"));
 }
 
-void KernelBackend::bias_activation_16(DType type, const float* y, const float* bias,
-                                       std::int64_t rows, std::int64_t cols, Activation activation,
-                                       const RandomKey* dropout_key, float p, float scale,
-                                       void* out) {
+void KernelBackend::bias_activation_16(DType type, const float* y, DType bias_type,
+                                       const void* bias, std::int64_t rows, std::int64_t cols,
+                                       Activation activation, const RandomKey* dropout_key, float p,
+                                       float scale, void* out) {
   if (activation != Activation::none && activation != Activation::relu) {
     throw std::invalid_argument(
         "bias_activation_16: the activation must be none or relu (the others keep an f32 y)");
   }
+  if (bias_type != DType::f32 && bias_type != type) {
+    throw std::invalid_argument("bias_activation_16: the bias is " +
+                                std::string(dtype_name(bias_type)) + ", not f32 or " +
+                                std::string(dtype_name(type)));
+  }
   kernels::BiasReluDropoutStore k;
   k.y = y;
   k.bias = bias;
+  k.bias_type = element_type(bias_type, "bias_activation_16");
   k.out = out;
   k.type = element_type(type, "bias_activation_16");
   k.rows = rows;

@@ -1,4 +1,7 @@
 // KernelBackend: softmax and layer norm (batch norm: kernel_backend_batch_norm.cpp).
+#include <stdexcept>
+#include <string>
+
 #include "cuda/backend/kernel_backend.hpp"
 
 namespace rig::cuda {
@@ -82,21 +85,46 @@ void KernelBackend::layer_norm_backward(const float* x, const float* gamma, cons
   if (dx != nullptr) run(kernels::LayerNormBackwardDx{x, gamma, mean, rstd, g, dx, rows, d});
 }
 
-// The kernels' float* x, y, g and dx hold 16-bit values here (their `type`).
-void KernelBackend::layer_norm_forward_16(DType type, const void* x, const float* gamma,
-                                          const float* beta, void* y, float* mean, float* rstd,
-                                          std::int64_t rows, std::int64_t d, float eps) {
-  kernels::LayerNormForward k{
-      static_cast<const float*>(x), gamma, beta, static_cast<float*>(y), mean, rstd, rows, d, eps};
+namespace {
+
+// The parameters' type: f32 or the activations' 16-bit `type`.
+kernels::ElementType layer_norm_param_type(DType param_type, DType type, const char* what) {
+  if (param_type != DType::f32 && param_type != type) {
+    throw std::invalid_argument(std::string(what) + ": gamma and beta are " +
+                                std::string(dtype_name(param_type)) + ", not f32 or " +
+                                std::string(dtype_name(type)));
+  }
+  return element_type(param_type, what);
+}
+
+}  // namespace
+
+// The kernels' float* x, y, g and dx hold 16-bit values here (their `type`),
+// and gamma, beta, dgamma and dbeta those of param_type.
+void KernelBackend::layer_norm_forward_16(DType type, const void* x, DType param_type,
+                                          const void* gamma, const void* beta, void* y, float* mean,
+                                          float* rstd, std::int64_t rows, std::int64_t d,
+                                          float eps) {
+  kernels::LayerNormForward k{static_cast<const float*>(x),
+                              static_cast<const float*>(gamma),
+                              static_cast<const float*>(beta),
+                              static_cast<float*>(y),
+                              mean,
+                              rstd,
+                              rows,
+                              d,
+                              eps};
   k.type = element_type(type, "layer_norm_forward_16");
+  k.param_type = layer_norm_param_type(param_type, type, "layer_norm_forward_16");
   run(k);
 }
 
-void KernelBackend::layer_norm_backward_16(DType type, const void* x, const float* gamma,
-                                           const float* mean, const float* rstd, const void* g,
-                                           void* dx, float* dgamma, float* dbeta, std::int64_t rows,
-                                           std::int64_t d, float* scratch) {
+void KernelBackend::layer_norm_backward_16(DType type, const void* x, DType param_type,
+                                           const void* gamma, const float* mean, const float* rstd,
+                                           const void* g, void* dx, void* dgamma, void* dbeta,
+                                           std::int64_t rows, std::int64_t d, float* scratch) {
   const kernels::ElementType t = element_type(type, "layer_norm_backward_16");
+  const kernels::ElementType pt = layer_norm_param_type(param_type, type, "layer_norm_backward_16");
   const auto* xf = static_cast<const float*>(x);
   const auto* gf = static_cast<const float*>(g);
   // The parameter gradients first: dx may overwrite g.
@@ -104,10 +132,12 @@ void KernelBackend::layer_norm_backward_16(DType type, const void* x, const floa
       [this](const auto& k) { run(k); },
       kernels::LayerNormBackwardParams{
           .x = xf, .mean = mean, .rstd = rstd, .g = gf, .rows = rows, .d = d, .type = t},
-      dgamma, dbeta, scratch);
+      dgamma, dbeta, scratch, pt);
   if (dx != nullptr) {
-    kernels::LayerNormBackwardDx k{xf, gamma, mean, rstd, gf, static_cast<float*>(dx), rows, d};
+    kernels::LayerNormBackwardDx k{xf, static_cast<const float*>(gamma), mean, rstd,
+                                   gf, static_cast<float*>(dx),          rows, d};
     k.type = t;
+    k.param_type = pt;
     run(k);
   }
 }

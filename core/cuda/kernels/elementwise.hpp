@@ -9,16 +9,18 @@
 //     place; pre (gelu only, as on the CPU) receives y + bias.
 //   BiasReluDropoutStore: Backend::bias_activation_16, BiasActivation (relu or
 //     none), dropout and the cast to 16 bits of a linear layer in one pass.
-//   ActivationBackward (+ ColumnTotals): Backend::activation_backward and
-//     activation_backward_bf16. dz = g * act'(saved) (times relu_scale for
-//     relu) and db = column sums of dz in the CPU's order: rows in blocks of
+//   ActivationBackward (+ ColumnTotals): Backend::activation_backward,
+//     activation_backward_bf16 and activation_backward_16 (whose 16-bit db
+//     ColumnTotals rounds at its store, one row block or many). dz = g * act'(saved) (times
+//     relu_scale for relu) and db = column sums of dz in the CPU's order: rows in blocks of
 //     kActivationRowBlock, each block summed in row order from 0 into its own
 //     partial row, then the partial rows summed in block order from 0. One
 //     thread per (row block, column), so db does not depend on scheduling.
 // The per-element math is rig/math (activations.hpp) over math::DeviceMath.
 // Storage type: UnaryForward, UnaryBackward, BinaryKernel and BiasActivation
 // carry `type` (f32, f16 or bf16), the type of every float tensor they touch
-// except BiasActivation's bias (always f32). The pointers keep their float*
+// except BiasActivation's bias (always f32; BiasReluDropoutStore's has its
+// own bias_type). The pointers keep their float*
 // types, and for f16/bf16 they hold 16-bit values (read and written through
 // load_element/store_element). The math is f32 throughout; each output is
 // rounded once, at its store.
@@ -329,7 +331,8 @@ struct BiasActivation {
 // linear layer's output). One thread per Philox block of 4 elements.
 struct BiasReluDropoutStore {
   const float* y = nullptr;
-  const float* bias = nullptr;  // [cols] or null
+  const void* bias = nullptr;  // [cols] of bias_type, or null
+  ElementType bias_type = ElementType::f32;
   void* out = nullptr;
   ElementType type = ElementType::bf16;
   std::int64_t rows = 0, cols = 0;
@@ -354,7 +357,7 @@ struct BiasReluDropoutStore {
         const std::int64_t i = 4 * b + k;
         if (i >= n) break;
         float v = y[i];
-        if (bias != nullptr) v += bias[div_mod(i, cols).remainder];
+        if (bias != nullptr) v += load_element(bias, bias_type, div_mod(i, cols).remainder);
         if (relu) v = v < 0.0F ? 0.0F : v;
         if (dropped) v = math::dropout_keeps(r.v[k], threshold) ? v * scale : 0.0F;
         store_element(out, type, i, v);
@@ -420,12 +423,14 @@ struct ActivationBackward {
   }
 };
 
-// out[c] = sum over b of partial[b * cols + c], in order b = 0, 1, ... from 0
-// (the second stage of ActivationBackward's db).
+// out[c] = sum over b of partial[b * cols + c], in order b = 0, 1, ... from 0,
+// stored as out_type (rounded once for f16 / bf16): the second stage of
+// ActivationBackward's db.
 struct ColumnTotals {
   const float* partial = nullptr;  // [blocks, cols]
-  float* out = nullptr;            // [cols]
+  void* out = nullptr;             // [cols] of out_type
   std::int64_t blocks = 0, cols = 0;
+  ElementType out_type = ElementType::f32;
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_grid_stride(device, cols);
@@ -436,7 +441,7 @@ struct ColumnTotals {
     for (std::int64_t c = global_thread(ctx); c < cols; c += grid_threads(ctx)) {
       float total = 0.0F;
       for (std::int64_t b = 0; b < blocks; ++b) total += partial[b * cols + c];
-      out[c] = total;
+      store_element(out, out_type, c, total);
     }
   }
 };

@@ -12,10 +12,12 @@
 //     column over all the rows took 1.7 ms for 8000 x 512 on an H100: 512
 //     threads cannot fill the GPU.)
 // Storage type: `type` (f32, f16 or bf16) is the type of x, y, g and dx;
-// gamma, beta, mean, rstd, dgamma and dbeta stay f32. The pointers keep their
-// float* types, and for f16/bf16 x, y, g, dx hold 16-bit values (read and
-// written through load_element/store_element). The math is f32 throughout;
-// each output is rounded once, at its store.
+// `param_type` that of gamma, beta, dgamma and dbeta (f32, or a 16-bit
+// model's own: read as they are, the gradients rounded once by
+// ColumnTotals); mean and rstd stay f32. The pointers keep their float*
+// types, and 16-bit tensors hold 16-bit values (read and written through
+// load_element/store_element). The math is f32 throughout; each output is
+// rounded once, at its store.
 #pragma once
 
 #include <cstdint>
@@ -37,7 +39,8 @@ struct LayerNormForward {
   float* rstd = nullptr;         // [rows]
   std::int64_t rows = 0, d = 0;
   float eps = 1e-5F;
-  ElementType type = ElementType::f32;  // of x and y
+  ElementType type = ElementType::f32;        // of x and y
+  ElementType param_type = ElementType::f32;  // of gamma and beta
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_row_kernel(device, rows, d);
@@ -67,8 +70,8 @@ struct LayerNormForward {
     }
     for (std::int64_t j = first; j < d; j += step) {
       float v = (load_element(x, type, base + j) - mu) * rs;
-      if (gamma != nullptr) v = v * gamma[j];
-      if (beta != nullptr) v = v + beta[j];
+      if (gamma != nullptr) v = v * load_element(gamma, param_type, j);
+      if (beta != nullptr) v = v + load_element(beta, param_type, j);
       store_element(y, type, base + j, v);
     }
   }
@@ -83,7 +86,8 @@ struct LayerNormBackwardDx {
   const float* g = nullptr;  // upstream gradient [rows, d]
   float* dx = nullptr;       // [rows, d]
   std::int64_t rows = 0, d = 0;
-  ElementType type = ElementType::f32;  // of x, g and dx
+  ElementType type = ElementType::f32;        // of x, g and dx
+  ElementType param_type = ElementType::f32;  // of gamma
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_row_kernel(device, rows, d);
@@ -102,7 +106,7 @@ struct LayerNormBackwardDx {
     float sa = 0.0F, sb = 0.0F;
     for (std::int64_t j = first; j < d; j += step) {
       const float gj = load_element(g, type, base + j);
-      const float dh = gamma != nullptr ? gj * gamma[j] : gj;
+      const float dh = gamma != nullptr ? gj * load_element(gamma, param_type, j) : gj;
       sa += dh;
       sb += dh * (load_element(x, type, base + j) - mu);
     }
@@ -110,7 +114,7 @@ struct LayerNormBackwardDx {
     const float mean_dh_xhat = simt::block_sum(ctx, sb) * rs * inv_d;
     for (std::int64_t j = first; j < d; j += step) {
       const float gj = load_element(g, type, base + j);
-      const float dh = gamma != nullptr ? gj * gamma[j] : gj;
+      const float dh = gamma != nullptr ? gj * load_element(gamma, param_type, j) : gj;
       const float xj = load_element(x, type, base + j);
       store_element(dx, type, base + j, rs * (dh - mean_dh - (xj - mu) * rs * mean_dh_xhat));
     }
@@ -127,8 +131,9 @@ RIG_HD_INLINE std::int64_t layer_norm_row_blocks(std::int64_t rows) {
 // The first stage of dgamma and dbeta (either may be null): one thread per
 // (row block, column), the block's rows in order from 0, into
 // dgamma_partial[block * d + column] (and dbeta_partial). With one row block
-// (rows <= 64) pass dgamma / dbeta themselves; with more, pass
-// layer_norm_row_blocks(rows) * d floats of scratch each and run ColumnTotals.
+// (rows <= 64) and f32 parameters pass dgamma / dbeta themselves; else pass
+// layer_norm_row_blocks(rows) * d floats of scratch each and run ColumnTotals
+// (run_layer_norm_params does).
 struct LayerNormBackwardParams {
   const float* x = nullptr;
   const float* mean = nullptr;
@@ -162,30 +167,31 @@ struct LayerNormBackwardParams {
   }
 };
 
-// Floats of scratch that run_layer_norm_params needs: none for one row block.
+// Floats of scratch that run_layer_norm_params needs: the partial rows of
+// both gradients (f32 parameters with one row block use none of it).
 RIG_HD_INLINE std::int64_t layer_norm_params_scratch(std::int64_t rows, std::int64_t d) {
-  const std::int64_t blocks = layer_norm_row_blocks(rows);
-  return blocks > 1 ? 2 * blocks * d : 0;
+  return 2 * layer_norm_row_blocks(rows) * d;
 }
 
-// Both stages of dgamma and dbeta (either may be null) through RUN (a callable
-// taking a kernel), the partial rows in SCRATCH (layer_norm_params_scratch
-// floats): k's partial pointers are set here.
+// Both stages of dgamma and dbeta (either may be null; of param_type) through
+// RUN (a callable taking a kernel), the partial rows in SCRATCH
+// (layer_norm_params_scratch floats): k's partial pointers are set here.
 template <class Run>
-void run_layer_norm_params(Run&& run, LayerNormBackwardParams k, float* dgamma, float* dbeta,
-                           float* scratch) {
+void run_layer_norm_params(Run&& run, LayerNormBackwardParams k, void* dgamma, void* dbeta,
+                           float* scratch, ElementType param_type = ElementType::f32) {
   if (dgamma == nullptr && dbeta == nullptr) return;
   const std::int64_t blocks = layer_norm_row_blocks(k.rows);
-  k.dgamma_partial = dgamma;
-  k.dbeta_partial = dbeta;
-  if (blocks > 1) {
+  const bool direct = blocks == 1 && param_type == ElementType::f32;
+  k.dgamma_partial = static_cast<float*>(dgamma);
+  k.dbeta_partial = static_cast<float*>(dbeta);
+  if (!direct) {
     if (dgamma != nullptr) k.dgamma_partial = scratch;
     if (dbeta != nullptr) k.dbeta_partial = scratch + blocks * k.d;
   }
   run(k);
-  if (blocks == 1) return;
-  if (dgamma != nullptr) run(ColumnTotals{k.dgamma_partial, dgamma, blocks, k.d});
-  if (dbeta != nullptr) run(ColumnTotals{k.dbeta_partial, dbeta, blocks, k.d});
+  if (direct) return;
+  if (dgamma != nullptr) run(ColumnTotals{k.dgamma_partial, dgamma, blocks, k.d, param_type});
+  if (dbeta != nullptr) run(ColumnTotals{k.dbeta_partial, dbeta, blocks, k.d, param_type});
 }
 
 }  // namespace rig::kernels

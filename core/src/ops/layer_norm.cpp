@@ -37,13 +37,21 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
   auto f32 = [](const Tensor& t) { return t.defined() ? detail::as_f32(t) : t; };
   // A 16-bit x on a back end that reads it: x, y and their gradients stay
   // 16-bit (the same bits as the f32 path's rounded result); gamma and beta
-  // in f32.
+  // in f32 or, both, in x's type (a 16-bit model's own: read as they are,
+  // their gradients rounded once, no f32 copies either way).
   if (low(x) && detail::backend_of(x).reads_16bit_storage()) {
-    if (low(gamma) || low(beta)) return layer_norm(x, f32(gamma), f32(beta), eps);
+    const auto ok = [&](const Tensor& p) {
+      return !p.defined() || p.dtype() == DType::f32 || p.dtype() == x.dtype();
+    };
+    const bool same = !gamma.defined() || !beta.defined() || gamma.dtype() == beta.dtype();
+    if (!ok(gamma) || !ok(beta) || !same) return layer_norm(x, f32(gamma), f32(beta), eps);
   } else if (low(x) || low(gamma) || low(beta)) {
     return layer_norm(f32(x), f32(gamma), f32(beta), eps).to(x.dtype());
   }
   const DType type = x.dtype();
+  const DType param_type = gamma.defined()  ? gamma.dtype()
+                           : beta.defined() ? beta.dtype()
+                                            : DType::f32;
 
   const Tensor xc = x.detach().contiguous();
   const Tensor g = gamma.defined() ? gamma.detach().contiguous() : Tensor();
@@ -53,15 +61,16 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
   Tensor mean = detail::empty_on(xc, {rows});
   Tensor rstd = detail::empty_on(xc, {rows});
   if (d > 0 && rows > 0) {
-    const float* gd = g.defined() ? g.data<float>() : nullptr;
-    const float* bd = b.defined() ? b.data<float>() : nullptr;
     backend::Backend& be = detail::backend_of(xc);
     if (type == DType::f32) {
-      be.layer_norm_forward(xc.data<float>(), gd, bd, y.data<float>(), mean.data<float>(),
-                            rstd.data<float>(), rows, d, eps);
+      be.layer_norm_forward(xc.data<float>(), g.defined() ? g.data<float>() : nullptr,
+                            b.defined() ? b.data<float>() : nullptr, y.data<float>(),
+                            mean.data<float>(), rstd.data<float>(), rows, d, eps);
     } else {
-      be.layer_norm_forward_16(type, xc.raw_data(), gd, bd, y.raw_data(), mean.data<float>(),
-                               rstd.data<float>(), rows, d, eps);
+      be.layer_norm_forward_16(type, xc.raw_data(), param_type,
+                               g.defined() ? g.raw_data() : nullptr,
+                               b.defined() ? b.raw_data() : nullptr, y.raw_data(),
+                               mean.data<float>(), rstd.data<float>(), rows, d, eps);
     }
   }
   const bool need_x = x.requires_grad();
@@ -70,26 +79,27 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
   if (!grad_mode_enabled() || !(need_x || need_g || need_b)) return y;
   return autograd::record(
       std::move(y), "layer_norm", {x, gamma, beta},
-      [xc, g, mean, rstd, rows, d, type, need_x, need_g, need_b](const Tensor& grad) {
+      [xc, g, mean, rstd, rows, d, type, param_type, need_x, need_g, need_b](const Tensor& grad) {
         // grad comes in y's dtype (autograd converts it to the output's).
         const Tensor gc = grad.contiguous();
         backend::Backend& be = detail::backend_of(gc);
         Tensor dx = need_x ? detail::empty_on(gc, xc.shape(), type) : Tensor();
-        Tensor dgamma = need_g ? detail::empty_on(gc, {d}) : Tensor();
-        Tensor dbeta = need_b ? detail::empty_on(gc, {d}) : Tensor();
+        Tensor dgamma = need_g ? detail::empty_on(gc, {d}, param_type) : Tensor();
+        Tensor dbeta = need_b ? detail::empty_on(gc, {d}, param_type) : Tensor();
         if (d > 0 && rows > 0) {
           Tensor scratch = detail::empty_on(gc, {be.layer_norm_scratch_size(rows, d)});
-          const float* gd = g.defined() ? g.data<float>() : nullptr;
-          float* dgd = need_g ? dgamma.data<float>() : nullptr;
-          float* dbd = need_b ? dbeta.data<float>() : nullptr;
           if (type == DType::f32) {
-            be.layer_norm_backward(xc.data<float>(), gd, mean.data<float>(), rstd.data<float>(),
-                                   gc.data<float>(), need_x ? dx.data<float>() : nullptr, dgd, dbd,
-                                   rows, d, scratch.data<float>());
+            be.layer_norm_backward(
+                xc.data<float>(), g.defined() ? g.data<float>() : nullptr, mean.data<float>(),
+                rstd.data<float>(), gc.data<float>(), need_x ? dx.data<float>() : nullptr,
+                need_g ? dgamma.data<float>() : nullptr, need_b ? dbeta.data<float>() : nullptr,
+                rows, d, scratch.data<float>());
           } else {
             be.layer_norm_backward_16(
-                type, xc.raw_data(), gd, mean.data<float>(), rstd.data<float>(), gc.raw_data(),
-                need_x ? dx.raw_data() : nullptr, dgd, dbd, rows, d, scratch.data<float>());
+                type, xc.raw_data(), param_type, g.defined() ? g.raw_data() : nullptr,
+                mean.data<float>(), rstd.data<float>(), gc.raw_data(),
+                need_x ? dx.raw_data() : nullptr, need_g ? dgamma.raw_data() : nullptr,
+                need_b ? dbeta.raw_data() : nullptr, rows, d, scratch.data<float>());
           }
         } else {
           if (need_g) dgamma.zero_();

@@ -86,13 +86,12 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
   }
   const Tensor xc = x.detach().contiguous();
   const Tensor w = weight.detach().contiguous();
-  const Tensor b = bias.defined() ? detail::as_f32(bias.detach()).contiguous() : Tensor();
   Shape out_shape = x.shape();
   out_shape.back() = out_features;
   backend::Backend& be = detail::backend_of(xc);
   // With nothing to add or apply after the product, a back end that can
   // writes y in bf16 straight from the product (no f32 y at all).
-  const bool y_bf16 = bf16_operands && !b.defined() && activation == Activation::none &&
+  const bool y_bf16 = bf16_operands && !bias.defined() && activation == Activation::none &&
                       dropout.p == 0.0F && be.gemm_writes_bf16();
   Tensor y = detail::empty_on(xc, out_shape, y_bf16 ? DType::bf16 : DType::f32);
   // Else, a back end that reads 16-bit storage adds the bias, applies relu
@@ -100,6 +99,11 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
   // relu's backward then reads the bf16 y (its sign is the f32 y's).
   const bool store_bf16 = bf16_operands && !y_bf16 && be.reads_16bit_storage() &&
                           (activation == Activation::none || activation == Activation::relu);
+  // That pass reads a bf16 bias as it is (its values are exact in f32).
+  const bool bias_bf16 = store_bf16 && bias.defined() && bias.dtype() == DType::bf16;
+  const Tensor b = !bias.defined() ? Tensor()
+                   : bias_bf16     ? bias.detach().contiguous()
+                                   : detail::as_f32(bias.detach()).contiguous();
   const bool needs_grad = grad_mode_enabled() && (x.requires_grad() || weight.requires_grad() ||
                                                   (bias.defined() && bias.requires_grad()));
   Tensor pre =
@@ -130,9 +134,10 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
           precision);
   if (store_bf16) {
     Tensor rounded = detail::empty_on(xc, out_shape, DType::bf16);
-    be.bias_activation_16(DType::bf16, y.data<float>(), b.defined() ? b.data<float>() : nullptr,
-                          n_rows, out_features, activation, dropped ? &dropout.key : nullptr,
-                          dropout.p, keep_scale, rounded.raw_data());
+    be.bias_activation_16(DType::bf16, y.data<float>(), b.defined() ? b.dtype() : DType::f32,
+                          b.defined() ? b.raw_data() : nullptr, n_rows, out_features, activation,
+                          dropped ? &dropout.key : nullptr, dropout.p, keep_scale,
+                          rounded.raw_data());
     y = std::move(rounded);
   } else if (!y_bf16) {
     be.bias_activation(y.data<float>(), pre.defined() ? pre.data<float>() : nullptr,
@@ -170,10 +175,16 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
         const bool g_bf16 =
             g_is_dz || (bf16_operands && g.dtype() == DType::bf16 && be.reads_16bit_storage());
         const Tensor gc = g_bf16 ? g.contiguous() : detail::as_f32(g).contiguous();
-        Tensor db = need_b ? detail::empty_on(gc, {out_features}) : Tensor();
         const void* saved_data = saved.defined() ? saved.raw_data() : nullptr;
         const DType saved_dtype = saved.defined() ? saved.dtype() : DType::f32;
-        float* db_data = need_b ? db.data<float>() : nullptr;
+        // The pass that forms a bf16 dz from bf16 g or saved writes a bf16
+        // bias's gradient rounded too (no f32 db and cast after).
+        const bool pass_16 = !g_is_dz && x_bf16.defined() &&
+                             (activation != Activation::none || need_b) &&
+                             (g_bf16 || saved_dtype == DType::bf16);
+        const DType db_dtype = pass_16 && b_dtype == DType::bf16 ? DType::bf16 : DType::f32;
+        Tensor db = need_b ? detail::empty_on(gc, {out_features}, db_dtype) : Tensor();
+        void* db_data = need_b ? db.raw_data() : nullptr;
         // dz for the two products: g itself, f32 dz, or (at bf16 precision,
         // when a pass over g runs anyway) dz written only rounded to bf16.
         Tensor dz = gc;
@@ -182,21 +193,22 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
           dz_bf16 = gc;
         } else if (x_bf16.defined() && (activation != Activation::none || need_b)) {
           dz_bf16 = detail::empty_on(gc, {n_rows, out_features}, DType::bf16);
-          if (g_bf16 || saved_dtype == DType::bf16) {
+          if (pass_16) {
             be.activation_backward_16(activation, gc.dtype(), gc.raw_data(), saved_dtype,
-                                      saved_data, DType::bf16, dz_bf16.raw_data(), db_data, n_rows,
-                                      out_features, keep_scale);
+                                      saved_data, DType::bf16, dz_bf16.raw_data(), db_dtype,
+                                      db_data, n_rows, out_features, keep_scale);
           } else {
-            be.activation_backward_bf16(
-                activation, gc.data<float>(), static_cast<const float*>(saved_data),
-                dz_bf16.data<std::uint16_t>(), db_data, n_rows, out_features, keep_scale);
+            be.activation_backward_bf16(activation, gc.data<float>(),
+                                        static_cast<const float*>(saved_data),
+                                        dz_bf16.data<std::uint16_t>(), static_cast<float*>(db_data),
+                                        n_rows, out_features, keep_scale);
           }
         } else {
           if (activation != Activation::none) dz = detail::empty_on(gc, gc.shape());
           be.activation_backward(activation, gc.data<float>(),
                                  static_cast<const float*>(saved_data),
                                  activation == Activation::none ? nullptr : dz.data<float>(),
-                                 db_data, n_rows, out_features, keep_scale);
+                                 static_cast<float*>(db_data), n_rows, out_features, keep_scale);
         }
         const GemmOperand dz_operand{dz_bf16.defined() ? nullptr : dz.data<float>(), out_features,
                                      false, bits(dz_bf16)};

@@ -28,7 +28,6 @@ Tensor linear_f16_products(const Tensor& x, const Tensor& weight, const Tensor& 
                            Activation activation, const OutputDropout& dropout, float keep_scale) {
   const Tensor xc = x.detach().contiguous();
   const Tensor w = weight.detach().contiguous();
-  const Tensor b = bias.defined() ? as_f32(bias.detach()).contiguous() : Tensor();
   const std::int64_t in = w.size(1), out_features = w.size(0);
   const std::int64_t n_rows = shape_numel(Shape(x.shape().begin(), x.shape().end() - 1));
   Shape out_shape = x.shape();
@@ -39,8 +38,13 @@ Tensor linear_f16_products(const Tensor& x, const Tensor& weight, const Tensor& 
                                                   (bias.defined() && bias.requires_grad()));
   // Written in f16 by the product where nothing follows it; else an f32
   // product, then one pass (none / relu) or the f32 activation and a cast.
-  const bool direct = !b.defined() && activation == Activation::none && !dropped;
+  const bool direct = !bias.defined() && activation == Activation::none && !dropped;
   const bool fused = !direct && (activation == Activation::none || activation == Activation::relu);
+  // The fused pass reads an f16 bias as it is (its values are exact in f32).
+  const bool bias_f16 = fused && bias.defined() && bias.dtype() == DType::f16;
+  const Tensor b = !bias.defined() ? Tensor()
+                   : bias_f16      ? bias.detach().contiguous()
+                                   : as_f32(bias.detach()).contiguous();
   Tensor y = empty_on(xc, out_shape, direct ? DType::f16 : DType::f32);
   Tensor pre = needs_grad && activation == Activation::gelu ? empty_on(xc, out_shape) : Tensor();
   GemmProduct forward{n_rows,
@@ -59,9 +63,9 @@ Tensor linear_f16_products(const Tensor& x, const Tensor& weight, const Tensor& 
     out = y;
   } else if (fused) {
     out = empty_on(xc, out_shape, DType::f16);
-    be.bias_activation_16(DType::f16, y.data<float>(), b.defined() ? b.data<float>() : nullptr,
-                          n_rows, out_features, activation, dropped ? &dropout.key : nullptr,
-                          dropout.p, keep_scale, out.raw_data());
+    be.bias_activation_16(DType::f16, y.data<float>(), b.defined() ? b.dtype() : DType::f32,
+                          b.defined() ? b.raw_data() : nullptr, n_rows, out_features, activation,
+                          dropped ? &dropout.key : nullptr, dropout.p, keep_scale, out.raw_data());
   } else {  // gelu, tanh, sigmoid (no dropout: linear_impl allows it after relu only)
     be.bias_activation(y.data<float>(), pre.defined() ? pre.data<float>() : nullptr,
                        b.defined() ? b.data<float>() : nullptr, n_rows, out_features, activation);
@@ -86,15 +90,17 @@ Tensor linear_f16_products(const Tensor& x, const Tensor& weight, const Tensor& 
         const Tensor gc = g.dtype() == DType::f16 || g.dtype() == DType::f32
                               ? g.contiguous()
                               : as_f32(g).contiguous();
-        Tensor db = need_b ? empty_on(gc, {out_features}) : Tensor();
+        // An f16 bias's gradient is written rounded by the pass that forms dz.
+        const DType db_dtype = b_dtype == DType::f16 ? DType::f16 : DType::f32;
+        Tensor db = need_b ? empty_on(gc, {out_features}, db_dtype) : Tensor();
         // dz in f16 for the products: an f16 g with nothing to form is dz itself.
         Tensor dz = gc;
         if (activation != Activation::none || need_b || gc.dtype() != DType::f16) {
           dz = empty_on(gc, {n_rows, out_features}, DType::f16);
           be.activation_backward_16(
               activation, gc.dtype(), gc.raw_data(), saved.defined() ? saved.dtype() : DType::f32,
-              saved.defined() ? saved.raw_data() : nullptr, DType::f16, dz.raw_data(),
-              need_b ? db.data<float>() : nullptr, n_rows, out_features, keep_scale);
+              saved.defined() ? saved.raw_data() : nullptr, DType::f16, dz.raw_data(), db_dtype,
+              need_b ? db.raw_data() : nullptr, n_rows, out_features, keep_scale);
         }
         Tensor dx = need_x ? empty_on(gc, xc.shape(), DType::f16) : Tensor();
         Tensor dw = need_w ? empty_on(gc, {out_features, in}, DType::f16) : Tensor();

@@ -115,18 +115,21 @@ class Backend {
                                         std::uint16_t* dz_bf16, float* db, std::int64_t rows,
                                         std::int64_t cols, float relu_scale) = 0;
   // The same with dz written rounded to dz_type (bf16 or f16), g and saved
-  // each f32 or dz_type (g_type, saved_type), where reads_16bit_storage().
+  // each f32 or dz_type (g_type, saved_type), and db f32 or rounded to
+  // dz_type once summed (db_type: a 16-bit bias's gradient needs no cast
+  // after), where reads_16bit_storage().
   virtual void activation_backward_16(Activation activation, DType g_type, const void* g,
                                       DType saved_type, const void* saved, DType dz_type, void* dz,
-                                      float* db, std::int64_t rows, std::int64_t cols,
+                                      DType db_type, void* db, std::int64_t rows, std::int64_t cols,
                                       float relu_scale);
   // y (f32 [rows, cols], a product) -> out (`type`, f16 or bf16) = relu (or
-  // nothing: activation none) of y + bias (may be null), then, where
-  // dropout_key is set, dropout_forward's keep rule for p with `scale`,
-  // rounded once: the bits of bias_activation, dropout_forward on f32 and a
-  // cast, in one pass (reads_16bit_storage()).
-  virtual void bias_activation_16(DType type, const float* y, const float* bias, std::int64_t rows,
-                                  std::int64_t cols, Activation activation,
+  // nothing: activation none) of y + bias (may be null; f32 or `type`:
+  // bias_type), then, where dropout_key is set, dropout_forward's keep rule
+  // for p with `scale`, rounded once: the bits of bias_activation on the
+  // bias's f32 values, dropout_forward on f32 and a cast, in one pass
+  // (reads_16bit_storage()).
+  virtual void bias_activation_16(DType type, const float* y, DType bias_type, const void* bias,
+                                  std::int64_t rows, std::int64_t cols, Activation activation,
                                   const RandomKey* dropout_key, float p, float scale, void* out);
 
   // ---- Reductions (f32) --------------------------------------------------------------
@@ -161,14 +164,16 @@ class Backend {
                                    float* dbeta, std::int64_t rows, std::int64_t d,
                                    float* scratch) = 0;
   // The same with x, y, g and dx of the 16-bit `type` (reads_16bit_storage());
-  // gamma, beta, mean, rstd, dgamma and dbeta f32.
-  virtual void layer_norm_forward_16(DType type, const void* x, const float* gamma,
-                                     const float* beta, void* y, float* mean, float* rstd,
+  // gamma, beta, dgamma and dbeta f32 or `type` (param_type: a 16-bit model's
+  // own parameters, read as they are, their gradients rounded once); mean and
+  // rstd f32.
+  virtual void layer_norm_forward_16(DType type, const void* x, DType param_type, const void* gamma,
+                                     const void* beta, void* y, float* mean, float* rstd,
                                      std::int64_t rows, std::int64_t d, float eps);
-  virtual void layer_norm_backward_16(DType type, const void* x, const float* gamma,
-                                      const float* mean, const float* rstd, const void* g, void* dx,
-                                      float* dgamma, float* dbeta, std::int64_t rows,
-                                      std::int64_t d, float* scratch);
+  virtual void layer_norm_backward_16(DType type, const void* x, DType param_type,
+                                      const void* gamma, const float* mean, const float* rstd,
+                                      const void* g, void* dx, void* dgamma, void* dbeta,
+                                      std::int64_t rows, std::int64_t d, float* scratch);
   // Per-channel mean and biased variance.
   virtual void batch_norm_stats(const BatchNormShape& s, const float* x, float* mean,
                                 float* var) = 0;
