@@ -10,8 +10,9 @@ namespace rig::cuda {
 
 namespace {
 
-// The device buffer of the queued checks: (position, value) per check, then
-// one GradientStats, so that gradient_stats reads both in one copy.
+// The device buffer of the queued checks: (position, value) per check, and
+// room for one GradientStats after the last queued one, so that
+// gradient_stats reads both in one copy of only what was written.
 constexpr std::size_t kCheckBytes = 64 * 2 * sizeof(std::int64_t);
 constexpr std::size_t kCheckBufferBytes = kCheckBytes + sizeof(GradientStats);
 
@@ -76,19 +77,20 @@ GradientStats KernelBackend::gradient_stats(const float* grads, std::int64_t n, 
   DeviceScratch buffer = scratch(kernels::grad_stats_scratch_bytes(n));
   auto* squares = buffer.as<double>();
   auto* amax_bits = reinterpret_cast<std::uint32_t*>(squares + chunks);
-  // The statistics land behind the queued index checks' results: the step's
-  // one read of the device brings back both.
+  // The statistics land right behind the queued index checks' results: the
+  // step's one read of the device brings back both.
   std::int64_t* slots = check_slots();
-  auto* stats_on_device = reinterpret_cast<GradientStats*>(slots + 2 * kQueuedChecks);
+  const std::size_t checks = 2 * check_messages_.size();
+  const std::size_t checks_bytes = checks * sizeof(std::int64_t);
+  auto* stats_on_device = reinterpret_cast<GradientStats*>(slots + checks);
   run(kernels::GradStatsPartials{grads, n, squares, amax_bits});
   device_->run(kernels::GradStatsFinish{squares, amax_bits, chunks, loss, stats_on_device});
-  std::vector<std::byte> host(kCheckBufferBytes);
-  const std::size_t checks_bytes = 2 * check_messages_.size() * sizeof(std::int64_t);
-  device_->to_host(host.data(), slots, kCheckBufferBytes);
+  std::vector<std::byte> host(checks_bytes + sizeof(GradientStats));
+  device_->to_host(host.data(), slots, host.size());
   GradientStats stats;
-  std::memcpy(&stats, host.data() + kCheckBytes, sizeof(stats));
+  std::memcpy(&stats, host.data() + checks_bytes, sizeof(stats));
   if (!device_->computes()) stats = GradientStats{};  // finite gradients of norm 0
-  std::vector<std::int64_t> results(checks_bytes / sizeof(std::int64_t));
+  std::vector<std::int64_t> results(checks);
   std::memcpy(results.data(), host.data(), checks_bytes);
   raise_index_errors_of(results.data());
   return stats;
