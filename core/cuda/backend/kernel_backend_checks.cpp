@@ -91,7 +91,7 @@ GradientStats KernelBackend::gradient_stats(const float* grads, std::int64_t n, 
   std::memcpy(&stats, host.data() + checks_bytes, sizeof(stats));
   if (!device_->computes()) stats = GradientStats{};  // finite gradients of norm 0
   std::vector<std::int64_t> results(checks);
-  std::memcpy(results.data(), host.data(), checks_bytes);
+  if (checks != 0) std::memcpy(results.data(), host.data(), checks_bytes);  // data() may be null
   raise_index_errors_of(results.data());
   return stats;
 }
