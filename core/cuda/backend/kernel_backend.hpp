@@ -346,5 +346,9 @@ class KernelBackend final : public backend::Backend {
 // The element type of the kernels for a floating dtype (f32, f16, bf16);
 // throws std::invalid_argument naming `what` for any other.
 kernels::ElementType element_type(DType dtype, const char* what);
+// element_type of an operand that may be f32 or the op's 16-bit `sixteen`
+// only (a 16-bit model's parameters, a gradient): `what` names it in the
+// std::invalid_argument otherwise.
+kernels::ElementType f32_or(DType dtype, DType sixteen, const char* op, const char* what);
 
 }  // namespace rig::cuda

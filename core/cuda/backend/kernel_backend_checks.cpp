@@ -10,17 +10,15 @@ namespace rig::cuda {
 
 namespace {
 
-// The device buffer of the queued checks: (position, value) per check, and
-// room for one GradientStats after the last queued one, so that
-// gradient_stats reads both in one copy of only what was written.
-constexpr std::size_t kCheckBytes = 64 * 2 * sizeof(std::int64_t);
-constexpr std::size_t kCheckBufferBytes = kCheckBytes + sizeof(GradientStats);
+// GradientStats in whole i64 slots: it follows the checks' results.
+constexpr std::size_t kStatsSlots = (sizeof(GradientStats) + 7) / 8;
 
 }  // namespace
 
 std::int64_t* KernelBackend::check_slots() {
-  static_assert(kCheckBytes == kQueuedChecks * 2 * sizeof(std::int64_t));
-  if (check_results_.as<void>() == nullptr) check_results_ = scratch(kCheckBufferBytes);
+  if (check_results_.as<void>() == nullptr) {
+    check_results_ = scratch((2 * kQueuedChecks + kStatsSlots) * sizeof(std::int64_t));
+  }
   return check_results_.as<std::int64_t>();
 }
 
@@ -81,18 +79,15 @@ GradientStats KernelBackend::gradient_stats(const float* grads, std::int64_t n, 
   // step's one read of the device brings back both.
   std::int64_t* slots = check_slots();
   const std::size_t checks = 2 * check_messages_.size();
-  const std::size_t checks_bytes = checks * sizeof(std::int64_t);
   auto* stats_on_device = reinterpret_cast<GradientStats*>(slots + checks);
   run(kernels::GradStatsPartials{grads, n, squares, amax_bits});
   device_->run(kernels::GradStatsFinish{squares, amax_bits, chunks, loss, stats_on_device});
-  std::vector<std::byte> host(checks_bytes + sizeof(GradientStats));
-  device_->to_host(host.data(), slots, host.size());
+  std::vector<std::int64_t> host(checks + kStatsSlots);
+  device_->to_host(host.data(), slots, host.size() * sizeof(std::int64_t));
   GradientStats stats;
-  std::memcpy(&stats, host.data() + checks_bytes, sizeof(stats));
+  std::memcpy(static_cast<void*>(&stats), host.data() + checks, sizeof(stats));
   if (!device_->computes()) stats = GradientStats{};  // finite gradients of norm 0
-  std::vector<std::int64_t> results(checks);
-  if (checks != 0) std::memcpy(results.data(), host.data(), checks_bytes);  // data() may be null
-  raise_index_errors_of(results.data());
+  raise_index_errors_of(host.data());
   return stats;
 }
 

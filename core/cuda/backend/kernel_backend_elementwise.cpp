@@ -180,14 +180,9 @@ void KernelBackend::activation_backward_16(Activation activation, DType g_type, 
                                            DType saved_type, const void* saved, DType dz_type,
                                            void* dz, DType db_type, void* db, std::int64_t rows,
                                            std::int64_t cols, float relu_scale) {
-  // g and saved each f32 or dz's 16-bit type.
+  // g, saved and db each f32 or dz's 16-bit type.
   const auto sixteen = [&](DType type, const char* what) {
-    if (type != DType::f32 && type != dz_type) {
-      throw std::invalid_argument(std::string("activation_backward_16: ") + what + " is " +
-                                  std::string(dtype_name(type)) + ", not f32 or " +
-                                  std::string(dtype_name(dz_type)));
-    }
-    return type == dz_type;
+    return f32_or(type, dz_type, "activation_backward_16", what) != kernels::ElementType::f32;
   };
   const kernels::ElementType half = element_type(dz_type, "activation_backward_16");
   if (dz_type == DType::f32) {
@@ -195,7 +190,7 @@ void KernelBackend::activation_backward_16(Activation activation, DType g_type, 
   }
   const bool g16 = sixteen(g_type, "g");
   const bool saved16 = sixteen(saved_type, "saved");
-  sixteen(db_type, "db");
+  const kernels::ElementType db_element = f32_or(db_type, dz_type, "activation_backward_16", "db");
   kernels::ActivationBackward k{activation,
                                 g16 ? nullptr : static_cast<const float*>(g),
                                 saved16 ? nullptr : static_cast<const float*>(saved),
@@ -209,8 +204,7 @@ void KernelBackend::activation_backward_16(Activation activation, DType g_type, 
   if (saved16) k.saved16 = static_cast<const std::uint16_t*>(saved);
   k.half = half;
   activation_backward_with([this](const auto& run_k) { run(run_k); },
-                           [this](std::size_t bytes) { return scratch(bytes); }, k, db,
-                           element_type(db_type, "activation_backward_16"));
+                           [this](std::size_t bytes) { return scratch(bytes); }, k, db, db_element);
 }
 
 void KernelBackend::bias_activation_16(DType type, const float* y, DType bias_type,
@@ -221,15 +215,10 @@ void KernelBackend::bias_activation_16(DType type, const float* y, DType bias_ty
     throw std::invalid_argument(
         "bias_activation_16: the activation must be none or relu (the others keep an f32 y)");
   }
-  if (bias_type != DType::f32 && bias_type != type) {
-    throw std::invalid_argument("bias_activation_16: the bias is " +
-                                std::string(dtype_name(bias_type)) + ", not f32 or " +
-                                std::string(dtype_name(type)));
-  }
   kernels::BiasReluDropoutStore k;
   k.y = y;
   k.bias = bias;
-  k.bias_type = element_type(bias_type, "bias_activation_16");
+  k.bias_type = f32_or(bias_type, type, "bias_activation_16", "the bias");
   k.out = out;
   k.type = element_type(type, "bias_activation_16");
   k.rows = rows;

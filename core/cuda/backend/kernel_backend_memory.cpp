@@ -44,6 +44,14 @@ kernels::ElementType element_type(DType dtype, const char* what) {
       fmt::format("{} on cuda: dtype {} (expected f32, f16 or bf16)", what, dtype_name(dtype)));
 }
 
+kernels::ElementType f32_or(DType dtype, DType sixteen, const char* op, const char* what) {
+  if (dtype != DType::f32 && dtype != sixteen) {
+    throw std::invalid_argument(fmt::format("{}: {} is {}, not f32 or {}", op, what,
+                                            dtype_name(dtype), dtype_name(sixteen)));
+  }
+  return element_type(dtype, op);
+}
+
 KernelBackend::KernelBackend(std::unique_ptr<KernelDevice> device, int index)
     : device_(std::move(device)), index_(index) {
   if (std::string file = census_file_requested(); !file.empty()) {

@@ -1,7 +1,4 @@
 // KernelBackend: softmax and layer norm (batch norm: kernel_backend_batch_norm.cpp).
-#include <stdexcept>
-#include <string>
-
 #include "cuda/backend/kernel_backend.hpp"
 
 namespace rig::cuda {
@@ -85,20 +82,6 @@ void KernelBackend::layer_norm_backward(const float* x, const float* gamma, cons
   if (dx != nullptr) run(kernels::LayerNormBackwardDx{x, gamma, mean, rstd, g, dx, rows, d});
 }
 
-namespace {
-
-// The parameters' type: f32 or the activations' 16-bit `type`.
-kernels::ElementType layer_norm_param_type(DType param_type, DType type, const char* what) {
-  if (param_type != DType::f32 && param_type != type) {
-    throw std::invalid_argument(std::string(what) + ": gamma and beta are " +
-                                std::string(dtype_name(param_type)) + ", not f32 or " +
-                                std::string(dtype_name(type)));
-  }
-  return element_type(param_type, what);
-}
-
-}  // namespace
-
 // The kernels' float* x, y, g and dx hold 16-bit values here (their `type`),
 // and gamma, beta, dgamma and dbeta those of param_type.
 void KernelBackend::layer_norm_forward_16(DType type, const void* x, DType param_type,
@@ -115,7 +98,7 @@ void KernelBackend::layer_norm_forward_16(DType type, const void* x, DType param
                               d,
                               eps};
   k.type = element_type(type, "layer_norm_forward_16");
-  k.param_type = layer_norm_param_type(param_type, type, "layer_norm_forward_16");
+  k.param_type = f32_or(param_type, type, "layer_norm_forward_16", "gamma / beta");
   run(k);
 }
 
@@ -124,7 +107,8 @@ void KernelBackend::layer_norm_backward_16(DType type, const void* x, DType para
                                            const void* g, void* dx, void* dgamma, void* dbeta,
                                            std::int64_t rows, std::int64_t d, float* scratch) {
   const kernels::ElementType t = element_type(type, "layer_norm_backward_16");
-  const kernels::ElementType pt = layer_norm_param_type(param_type, type, "layer_norm_backward_16");
+  const kernels::ElementType pt =
+      f32_or(param_type, type, "layer_norm_backward_16", "gamma / beta");
   const auto* xf = static_cast<const float*>(x);
   const auto* gf = static_cast<const float*>(g);
   // The parameter gradients first: dx may overwrite g.

@@ -124,7 +124,7 @@ struct IndexCheckFinish {
 
 // ---- gradient_stats ------------------------------------------------------------
 
-// Where the partial sums start in the scratch (after the result, 8-aligned).
+// Bytes of gradient_stats' scratch: the partial squares, then the partial maxima.
 inline std::size_t grad_stats_scratch_bytes(std::int64_t n) {
   const auto chunks = static_cast<std::size_t>(check_chunks(n));
   return chunks * (sizeof(double) + sizeof(std::uint32_t));

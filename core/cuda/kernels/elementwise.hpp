@@ -11,8 +11,9 @@
 //     none), dropout and the cast to 16 bits of a linear layer in one pass.
 //   ActivationBackward (+ ColumnTotals): Backend::activation_backward,
 //     activation_backward_bf16 and activation_backward_16 (whose 16-bit db
-//     ColumnTotals rounds at its store, one row block or many). dz = g * act'(saved) (times
-//     relu_scale for relu) and db = column sums of dz in the CPU's order: rows in blocks of
+//     ColumnTotals rounds at its store, one row block or many). dz = g *
+//     act'(saved) (times relu_scale for relu) and db = column sums of dz in
+//     the CPU's order: rows in blocks of
 //     kActivationRowBlock, each block summed in row order from 0 into its own
 //     partial row, then the partial rows summed in block order from 0. One
 //     thread per (row block, column), so db does not depend on scheduling.

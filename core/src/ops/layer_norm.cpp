@@ -61,15 +61,15 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
   Tensor mean = detail::empty_on(xc, {rows});
   Tensor rstd = detail::empty_on(xc, {rows});
   if (d > 0 && rows > 0) {
+    const void* gd = g.defined() ? g.raw_data() : nullptr;  // of param_type
+    const void* bd = b.defined() ? b.raw_data() : nullptr;
     backend::Backend& be = detail::backend_of(xc);
     if (type == DType::f32) {
-      be.layer_norm_forward(xc.data<float>(), g.defined() ? g.data<float>() : nullptr,
-                            b.defined() ? b.data<float>() : nullptr, y.data<float>(),
-                            mean.data<float>(), rstd.data<float>(), rows, d, eps);
+      be.layer_norm_forward(xc.data<float>(), static_cast<const float*>(gd),
+                            static_cast<const float*>(bd), y.data<float>(), mean.data<float>(),
+                            rstd.data<float>(), rows, d, eps);
     } else {
-      be.layer_norm_forward_16(type, xc.raw_data(), param_type,
-                               g.defined() ? g.raw_data() : nullptr,
-                               b.defined() ? b.raw_data() : nullptr, y.raw_data(),
+      be.layer_norm_forward_16(type, xc.raw_data(), param_type, gd, bd, y.raw_data(),
                                mean.data<float>(), rstd.data<float>(), rows, d, eps);
     }
   }
@@ -88,18 +88,19 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
         Tensor dbeta = need_b ? detail::empty_on(gc, {d}, param_type) : Tensor();
         if (d > 0 && rows > 0) {
           Tensor scratch = detail::empty_on(gc, {be.layer_norm_scratch_size(rows, d)});
+          const void* gd = g.defined() ? g.raw_data() : nullptr;  // of param_type
+          void* dgd = need_g ? dgamma.raw_data() : nullptr;
+          void* dbd = need_b ? dbeta.raw_data() : nullptr;
           if (type == DType::f32) {
-            be.layer_norm_backward(
-                xc.data<float>(), g.defined() ? g.data<float>() : nullptr, mean.data<float>(),
-                rstd.data<float>(), gc.data<float>(), need_x ? dx.data<float>() : nullptr,
-                need_g ? dgamma.data<float>() : nullptr, need_b ? dbeta.data<float>() : nullptr,
-                rows, d, scratch.data<float>());
+            be.layer_norm_backward(xc.data<float>(), static_cast<const float*>(gd),
+                                   mean.data<float>(), rstd.data<float>(), gc.data<float>(),
+                                   need_x ? dx.data<float>() : nullptr, static_cast<float*>(dgd),
+                                   static_cast<float*>(dbd), rows, d, scratch.data<float>());
           } else {
-            be.layer_norm_backward_16(
-                type, xc.raw_data(), param_type, g.defined() ? g.raw_data() : nullptr,
-                mean.data<float>(), rstd.data<float>(), gc.raw_data(),
-                need_x ? dx.raw_data() : nullptr, need_g ? dgamma.raw_data() : nullptr,
-                need_b ? dbeta.raw_data() : nullptr, rows, d, scratch.data<float>());
+            be.layer_norm_backward_16(type, xc.raw_data(), param_type, gd, mean.data<float>(),
+                                      rstd.data<float>(), gc.raw_data(),
+                                      need_x ? dx.raw_data() : nullptr, dgd, dbd, rows, d,
+                                      scratch.data<float>());
           }
         } else {
           if (need_g) dgamma.zero_();
