@@ -70,6 +70,103 @@ TEST(Emulated16BitOps, LinearWritesDxAndDwInBf16WithTheBitsOfItsFloat32Copies) {
   }
 }
 
+// Multiples of 1/64 in [-1, 1] (exact in bf16 and f16): products and sums
+// of them are exact in f32, so only the rounding to 16 bits differs between
+// ways of accumulating.
+std::vector<float> on_grid(std::size_t n, std::uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int> pick(-64, 64);
+  std::vector<float> v(n);
+  for (float& x : v) x = static_cast<float>(pick(gen)) / 64.0F;
+  return v;
+}
+
+float round_to(DType type, float x) {
+  return type == DType::bf16 ? rig::bfloat16_bits_to_float(rig::float_to_bfloat16_bits(x))
+                             : rig::half_bits_to_float(rig::float_to_half_bits(x));
+}
+
+TEST(Emulated16BitOps, LinearAddsIntoTheGradientAlreadyThereRoundingOnce) {
+  // x and W each used by two 16-bit linear layers (as q and k share x), x's
+  // and W's .grad buffers already holding s. Each product's f32 result is
+  // added to the gradient already there and rounded once (the second layer's
+  // backward runs first): r(r(s + p2) + p1), not r(r(s + r(p2)) + r(p1)) as
+  // a 16-bit result added afterwards gives. bf16 at bf16 precision on the CPU
+  // (the sum from the f32 product) and on the CUDA back end (the product's
+  // beta 1); f16 at f32 precision on the CUDA back end's f16 products. A
+  // non-leaf x used twice: r(r(p2) + p1).
+  const std::int64_t rows = 15, in = 40, out = 50;
+  const auto host = [](const std::vector<float>& v, const rig::Shape& shape) {
+    return Tensor::from_vector(v, shape);
+  };
+  const std::vector<float> xv = on_grid(rows * in, 31), wv = on_grid(out * in, 32),
+                           u1 = on_grid(rows * out, 33), u2 = on_grid(rows * out, 34),
+                           sx = on_grid(rows * in, 35), sw = on_grid(out * in, 36);
+  // p_x = u W [rows, in] and p_w = u^T x [out, in], exactly.
+  const auto dx_of = [&](const std::vector<float>& u) {
+    std::vector<float> p(rows * in, 0.0F);
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t o = 0; o < out; ++o)
+        for (std::int64_t i = 0; i < in; ++i) p[r * in + i] += u[r * out + o] * wv[o * in + i];
+    return p;
+  };
+  const auto dw_of = [&](const std::vector<float>& u) {
+    std::vector<float> p(out * in, 0.0F);
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t o = 0; o < out; ++o)
+        for (std::int64_t i = 0; i < in; ++i) p[o * in + i] += u[r * out + o] * xv[r * in + i];
+    return p;
+  };
+  const std::vector<float> zero_x(rows * in, 0.0F);
+  struct Case {
+    DType type;
+    rig::MatmulPrecision precision;
+    rig::Device dev;
+  };
+  for (const Case& c : {Case{DType::bf16, rig::MatmulPrecision::bf16, rig::Device::cpu()},
+                        Case{DType::bf16, rig::MatmulPrecision::bf16, emulated_cuda()},
+                        Case{DType::f16, rig::MatmulPrecision::f32, emulated_cuda()}}) {
+    SCOPED_TRACE(::testing::Message() << dtype_name(c.type) << " on " << to_string(c.dev));
+    const auto accumulated = [&](const std::vector<float>& s, const std::vector<float>& first,
+                                 const std::vector<float>& second) {
+      std::vector<float> v(s.size());
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        v[i] = round_to(c.type, round_to(c.type, s[i] + first[i]) + second[i]);
+      }
+      return v;
+    };
+    std::vector<float> rounded_first = dx_of(u1);
+    for (float& v : rounded_first) v = round_to(c.type, v);
+    const std::vector<float> want_x = accumulated(sx, dx_of(u2), dx_of(u1));
+    const std::vector<float> want_w = accumulated(sw, dw_of(u2), dw_of(u1));
+    const std::vector<float> want_h = accumulated(zero_x, dx_of(u2), dx_of(u1));
+    ASSERT_NE(want_x, accumulated(sx, dx_of(u2), rounded_first))
+        << "the data must tell rounding once from rounding twice";
+
+    const rig::ops::MatmulPrecisionScope precision(c.precision);
+    const auto on = [&](const std::vector<float>& v, const rig::Shape& shape) {
+      return host(v, shape).to(c.dev).to(c.type);
+    };
+    const Tensor up1 = on(u1, {rows, out}), up2 = on(u2, {rows, out});
+    Tensor x = leaf(host(xv, {rows, in}), c.type, c.dev);
+    Tensor w = leaf(host(wv, {out, in}), c.type, c.dev);
+    Tensor x_grad = on(sx, {rows, in}), w_grad = on(sw, {out, in});
+    x.set_grad(x_grad);
+    w.set_grad(w_grad);
+    const auto loss = [&](const Tensor& input) {
+      return rig::ops::add(rig::ops::sum(rig::ops::mul(rig::ops::linear(input, w, {}), up1)),
+                           rig::ops::sum(rig::ops::mul(rig::ops::linear(input, w, {}), up2)));
+    };
+    loss(x).backward();
+    EXPECT_EQ(x_grad.to_host().to(DType::f32).to_vector(), want_x) << "x's .grad";
+    EXPECT_EQ(w_grad.to_host().to(DType::f32).to_vector(), want_w) << "W's .grad";
+
+    Tensor x2 = leaf(host(xv, {rows, in}), c.type, c.dev);
+    loss(rig::ops::mul_scalar(x2, 1.0F)).backward();
+    EXPECT_EQ(x2.grad().to_host().to(DType::f32).to_vector(), want_h) << "a non-leaf's";
+  }
+}
+
 TEST(Emulated16BitOps, LinearWithReluAndDropoutRoundsOnceAndKeepsTheBf16Output) {
   // bias + relu + output dropout + rounding in one pass (bias_activation_16),
   // relu's backward from the kept bf16 y: the f32 layer's bits throughout.

@@ -1548,72 +1548,95 @@ bool exact_activation(Activation act) {
 }
 
 // GemmProduct::c_bf16: C written rounded to bf16 (padding past n left
-// alone), the CPU's f32 product rounded once; k = 0 writes zeros.
+// alone), the CPU's f32 product rounded once; k = 0 writes zeros. With beta
+// 1 the product is added to the bf16 C in f32 and rounded once (a gradient
+// accumulated in place); k = 0 then leaves C as it was.
 TEST(KernelBackendGemm, Bf16OutputIsTheProductRounded) {
   ASSERT_TRUE(emu().gemm_writes_bf16());
   EXPECT_FALSE(cpu().gemm_writes_bf16());
   const std::int64_t m = 6, n = 9, ldc = 11;
   for (const std::int64_t k : {std::int64_t{0}, std::int64_t{13}}) {
-    for (const bool ta : {false, true}) {
-      for (const bool tb : {false, true}) {
-        SCOPED_TRACE(::testing::Message() << "k " << k << " trans_a " << ta << " trans_b " << tb);
-        std::vector<std::uint16_t> a16(static_cast<std::size_t>(std::max<std::int64_t>(m * k, 1)));
-        std::vector<std::uint16_t> b16(static_cast<std::size_t>(std::max<std::int64_t>(k * n, 1)));
-        const std::vector<float> av = uniform(a16.size(), 47), bv = uniform(b16.size(), 48);
-        for (std::size_t i = 0; i < a16.size(); ++i) a16[i] = float_to_bfloat16_bits(av[i]);
-        for (std::size_t i = 0; i < b16.size(); ++i) b16[i] = float_to_bfloat16_bits(bv[i]);
-        const std::int64_t lda = ta ? m : k, ldb = tb ? k : n;
-        std::vector<float> want(static_cast<std::size_t>(m * ldc), 0.0F);
-        cpu().gemm({m,
-                    n,
-                    k,
-                    1.0F,
-                    {nullptr, lda, ta, a16.data()},
-                    {nullptr, ldb, tb, b16.data()},
-                    0.0F,
-                    want.data(),
-                    ldc},
-                   MatmulPrecision::bf16);
-        const std::uint16_t poison = 0x7FC1;
-        const Dev<std::uint16_t> ea(a16), eb(b16),
-            ec(std::vector<std::uint16_t>(static_cast<std::size_t>(m * ldc), poison));
-        emu().gemm({m,
-                    n,
-                    k,
-                    1.0F,
-                    {nullptr, lda, ta, ea.get()},
-                    {nullptr, ldb, tb, eb.get()},
-                    0.0F,
-                    nullptr,
-                    ldc,
-                    ec.get()},
-                   MatmulPrecision::bf16);
-        const std::vector<std::uint16_t> got = ec.host();
-        std::vector<std::uint16_t> got_c, want_c;
-        for (std::int64_t r = 0; r < m; ++r) {
-          for (std::int64_t j = 0; j < ldc; ++j) {
-            const auto at = static_cast<std::size_t>(r * ldc + j);
-            if (j >= n) {
-              EXPECT_EQ(got[at], poison) << "row " << r << " column " << j << " past n was written";
-              continue;
+    for (const float beta : {0.0F, 1.0F}) {
+      for (const bool ta : {false, true}) {
+        for (const bool tb : {false, true}) {
+          SCOPED_TRACE(::testing::Message()
+                       << "k " << k << " beta " << beta << " trans_a " << ta << " trans_b " << tb);
+          std::vector<std::uint16_t> a16(
+              static_cast<std::size_t>(std::max<std::int64_t>(m * k, 1)));
+          std::vector<std::uint16_t> b16(
+              static_cast<std::size_t>(std::max<std::int64_t>(k * n, 1)));
+          const std::vector<float> av = uniform(a16.size(), 47), bv = uniform(b16.size(), 48);
+          for (std::size_t i = 0; i < a16.size(); ++i) a16[i] = float_to_bfloat16_bits(av[i]);
+          for (std::size_t i = 0; i < b16.size(); ++i) b16[i] = float_to_bfloat16_bits(bv[i]);
+          const std::int64_t lda = ta ? m : k, ldb = tb ? k : n;
+          std::vector<float> want(static_cast<std::size_t>(m * ldc), 0.0F);
+          cpu().gemm({m,
+                      n,
+                      k,
+                      1.0F,
+                      {nullptr, lda, ta, a16.data()},
+                      {nullptr, ldb, tb, b16.data()},
+                      0.0F,
+                      want.data(),
+                      ldc},
+                     MatmulPrecision::bf16);
+          const std::uint16_t poison = 0x7FC1;
+          std::vector<std::uint16_t> c16(static_cast<std::size_t>(m * ldc), poison);
+          if (beta != 0.0F) {
+            const std::vector<float> cv = uniform(c16.size(), 49);
+            for (std::int64_t r = 0; r < m; ++r) {
+              for (std::int64_t j = 0; j < n; ++j) {
+                const auto at = static_cast<std::size_t>(r * ldc + j);
+                c16[at] = float_to_bfloat16_bits(cv[at]);
+                want[at] += bfloat16_bits_to_float(c16[at]);
+              }
             }
-            got_c.push_back(got[at]);
-            want_c.push_back(float_to_bfloat16_bits(want[at]));
           }
+          const Dev<std::uint16_t> ea(a16), eb(b16), ec(c16);
+          emu().gemm({m,
+                      n,
+                      k,
+                      1.0F,
+                      {nullptr, lda, ta, ea.get()},
+                      {nullptr, ldb, tb, eb.get()},
+                      beta,
+                      nullptr,
+                      ldc,
+                      ec.get()},
+                     MatmulPrecision::bf16);
+          const std::vector<std::uint16_t> got = ec.host();
+          std::vector<std::uint16_t> got_c, want_c;
+          for (std::int64_t r = 0; r < m; ++r) {
+            for (std::int64_t j = 0; j < ldc; ++j) {
+              const auto at = static_cast<std::size_t>(r * ldc + j);
+              if (j >= n) {
+                EXPECT_EQ(got[at], poison)
+                    << "row " << r << " column " << j << " past n was written";
+                continue;
+              }
+              got_c.push_back(got[at]);
+              want_c.push_back(float_to_bfloat16_bits(want[at]));
+            }
+          }
+          EXPECT_TRUE(close_bf16(got_c, want_c));
+          if (k == 0) {
+          EXPECT_EQ(got_c, want_c) << "beta C exactly";
         }
-        EXPECT_TRUE(close_bf16(got_c, want_c));
+        }
       }
     }
   }
+  // An f32 C beside the bf16 one is refused.
   const Dev<std::uint16_t> e1(std::vector<std::uint16_t>(4)), ec(4);
+  const Dev<float> ef(4);
   EXPECT_THROW(emu().gemm({2,
                            2,
                            1,
                            1.0F,
                            {nullptr, 1, false, e1.get()},
                            {nullptr, 2, false, e1.get()},
-                           1.0F,
-                           nullptr,
+                           0.0F,
+                           ef.get(),
                            2,
                            ec.get()},
                           MatmulPrecision::bf16),

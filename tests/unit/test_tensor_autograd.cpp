@@ -147,4 +147,77 @@ TEST(TensorAutograd, GradientsOthersHoldAreNotAddedIntoInPlace) {
   EXPECT_EQ(z.grad().to_vector(), (std::vector<float>{12, 20}));  // 2 (2 + 2c)
 }
 
+// scale(a, k) = k a, whose backward adds k g into the gradient a already has
+// where autograd offers one (accumulation_target), as a product with beta 1
+// does; `offers` counts the targets it was given.
+Tensor accumulating_scale(const Tensor& a, float k, int& offers) {
+  return rig::autograd::record(ops::mul_scalar(a.detach(), k), "accumulating_scale", {a},
+                               [k, &offers](const Tensor& g) {
+                                 Tensor into = rig::autograd::accumulation_target(0);
+                                 if (!into.defined()) return rig::TensorList{ops::mul_scalar(g, k)};
+                                 ++offers;
+                                 into.copy_from(ops::add(into, ops::mul_scalar(g, k)));
+                                 return rig::TensorList{into};
+                               });
+}
+
+class CountingListener : public rig::autograd::LeafGradListener {
+ public:
+  void leaf_grad_ready(const rig::TensorImpl&) override { ++calls; }
+  int calls = 0;
+};
+
+TEST(TensorAutograd, ABackwardFunctionMayAddIntoTheGradientAlreadyThere) {
+  // A non-leaf used twice: the second use's backward gets the first's gradient.
+  int offers = 0;
+  Tensor x = Tensor::from_vector(std::vector<float>{1, -2}, {2}).set_requires_grad(true);
+  const Tensor h = ops::mul_scalar(x, 1.0F);
+  ops::sum(ops::add(accumulating_scale(h, 2.0F, offers), accumulating_scale(h, 3.0F, offers)))
+      .backward();
+  EXPECT_EQ(offers, 1);
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<float>{5, 5}));
+
+  // A leaf with a .grad (a view of a flat gradient buffer, as zero_grad
+  // leaves it): every use adds into the buffer itself, and the leaf is
+  // reported ready once.
+  offers = 0;
+  Tensor buffer = Tensor::full({4}, 0.5F);
+  Tensor w = Tensor::from_vector(std::vector<float>{1, 2}, {2}).set_requires_grad(true);
+  w.set_grad(buffer.slice(0, 1, 3));
+  CountingListener listener;
+  {
+    const rig::autograd::ScopedLeafGradListener scope(listener);
+    ops::sum(ops::add(accumulating_scale(w, 2.0F, offers), accumulating_scale(w, 3.0F, offers)))
+        .backward();
+  }
+  EXPECT_EQ(offers, 2);
+  EXPECT_EQ(listener.calls, 1);
+  EXPECT_EQ(buffer.to_vector(), (std::vector<float>{0.5F, 5.5F, 5.5F, 0.5F}));
+
+  // No .grad yet: the first gradient is the leaf's own copy, as without targets.
+  offers = 0;
+  Tensor v = Tensor::from_vector(std::vector<float>{1, 2}, {2}).set_requires_grad(true);
+  ops::sum(accumulating_scale(v, 2.0F, offers)).backward();
+  EXPECT_EQ(offers, 0);
+  EXPECT_EQ(v.grad().to_vector(), (std::vector<float>{2, 2}));
+}
+
+TEST(TensorAutograd, AGradientOthersHoldIsNoAccumulationTarget) {
+  // The pending gradient is a tensor a backward function also keeps: it is
+  // not offered, and stays as it was.
+  const Tensor held = Tensor::full({2}, 1.0F);
+  const auto pass_on = [&held](const Tensor& a) {
+    return rig::autograd::record(a.detach().clone(), "pass_on", {a},
+                                 [held](const Tensor&) { return rig::TensorList{held}; });
+  };
+  int offers = 0;
+  Tensor x = Tensor::from_vector(std::vector<float>{1, -2}, {2}).set_requires_grad(true);
+  const Tensor h = ops::mul_scalar(x, 1.0F);
+  // pass_on's node comes later in the graph, so its backward runs first.
+  ops::sum(ops::add(accumulating_scale(h, 2.0F, offers), pass_on(h))).backward();
+  EXPECT_EQ(offers, 0);
+  EXPECT_EQ(held.to_vector(), (std::vector<float>{1, 1}));
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<float>{3, 3}));
+}
+
 }  // namespace

@@ -32,6 +32,21 @@ std::int64_t usable_ld(std::int64_t ld, Stored s) {
 
 }  // namespace
 
+// beta C for a 16-bit C of an empty product (k = 0): zeros, C itself, or C
+// scaled through f32 and rounded once, as the product's epilogue would.
+void KernelBackend::scale_16bit_c(const Shape& shape, std::uint16_t* c, std::int64_t ldc,
+                                  DType type, float beta) {
+  if (beta == 1.0F) return;
+  if (beta == 0.0F) {
+    fill_strided(shape, c, {ldc, 1}, type, 0.0F);
+    return;
+  }
+  DeviceScratch f32 = scratch(static_cast<std::size_t>(shape_numel(shape)) * sizeof(float));
+  copy_strided(shape, f32.as<float>(), {shape[1], 1}, DType::f32, c, {ldc, 1}, type);
+  unary(backend::Unary::mul_scalar, f32.as<float>(), f32.as<float>(), shape_numel(shape), beta);
+  copy_strided(shape, c, {ldc, 1}, type, f32.as<float>(), {shape[1], 1}, DType::f32);
+}
+
 void KernelBackend::round_bf16(const backend::GemmOperand& x, std::int64_t rows, std::int64_t cols,
                                std::uint16_t* dst) {
   const Stored s = stored_of(x, rows, cols);
@@ -80,11 +95,12 @@ void KernelBackend::gemm(const backend::GemmProduct& p, MatmulPrecision precisio
     gemm_f16(p);
     return;
   }
-  if (p.c_bf16 != nullptr && (p.beta != 0.0F || precision != MatmulPrecision::bf16)) {
-    throw std::invalid_argument("KernelBackend::gemm: a bf16 C needs beta 0 and bf16 precision");
+  if (p.c_bf16 != nullptr && (precision != MatmulPrecision::bf16 || p.c != nullptr)) {
+    throw std::invalid_argument(
+        "KernelBackend::gemm: a bf16 C needs bf16 precision and no f32 C beside it");
   }
-  if (p.c_bf16 != nullptr && p.k == 0) {  // 0 C
-    fill_strided({p.m, p.n}, p.c_bf16, {p.ldc, 1}, DType::bf16, 0.0F);
+  if (p.c_bf16 != nullptr && p.k == 0) {  // beta C in bf16
+    scale_16bit_c({p.m, p.n}, p.c_bf16, p.ldc, DType::bf16, p.beta);
     return;
   }
   if (p.k == 0) {  // beta C
@@ -129,17 +145,17 @@ void KernelBackend::gemm(const backend::GemmProduct& p, MatmulPrecision precisio
 // f16 operands as they are (exact values at any precision), accumulated in
 // f32, C written in f32 or f16.
 void KernelBackend::gemm_f16(const backend::GemmProduct& p) {
-  if (p.a.f16 == nullptr || p.b.f16 == nullptr ||
-      (p.c_f16 != nullptr && (p.beta != 0.0F || p.c != nullptr))) {
+  if (p.a.f16 == nullptr || p.b.f16 == nullptr || (p.c_f16 != nullptr && p.c != nullptr)) {
     throw std::invalid_argument(
-        "KernelBackend::gemm: an f16 product needs both operands in f16, and an f16 C beta 0");
+        "KernelBackend::gemm: an f16 product needs both operands in f16, and an f16 C no f32 C "
+        "beside it");
   }
-  if (p.k == 0) {  // 0 C, or beta C in f32
+  if (p.k == 0) {  // beta C, in f16 or f32
     backend::GemmProduct f32 = p;
     f32.a.f16 = f32.b.f16 = nullptr;
     f32.c_f16 = nullptr;
     if (p.c_f16 != nullptr) {
-      fill_strided({p.m, p.n}, p.c_f16, {p.ldc, 1}, DType::f16, 0.0F);
+      scale_16bit_c({p.m, p.n}, p.c_f16, p.ldc, DType::f16, p.beta);
     } else {
       gemm(f32, MatmulPrecision::f32);
     }

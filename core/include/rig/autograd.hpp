@@ -85,6 +85,16 @@ RIG_API Tensor record(Tensor output, OpName op, TensorList inputs, BackwardFn ba
 // Runs backward from `root` (one element) with seed gradient 1.
 RIG_API void backward(const Tensor& root);
 
+// Inside a backward function: a gradient that input `input` already has, into
+// which this backward may add its own in place (a product's beta = 1, a
+// kernel's accumulating store) instead of returning a new tensor for
+// backward() to add in a pass of its own. It is dense, of the input's shape
+// and dtype, and nothing else reads it: a gradient summed from other uses of
+// the input (a residual connection, q, k and v of one x), or a parameter's
+// .grad. Undefined when there is none (the first gradient of a non-leaf).
+// A backward function that adds into it returns it as that input's gradient.
+RIG_API Tensor accumulation_target(std::size_t input);
+
 // Told, on the thread that runs backward(), of each leaf as soon as its
 // gradient from that backward() is complete (just added into .grad):
 // data-parallel training starts reducing a gradient bucket while backward is

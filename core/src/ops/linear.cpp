@@ -13,7 +13,10 @@
 // products (the CPU), x and W are rounded once, used by the forward product
 // and kept for backward (x in bf16: half its f32 size). f16 x and W at f32
 // precision go to a back end's f16 products where it has them
-// (linear_f16.cpp).
+// (linear_f16.cpp). A 16-bit gradient that x or W already has
+// (autograd::accumulation_target: a residual stream's, W's .grad) takes dx
+// or dW added in f32 and rounded once, by the product (beta 1) where it
+// writes 16 bits, else in the pass that would have cast the f32 result.
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -214,21 +217,35 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
                                      false, bits(dz_bf16)};
         // A back end that can writes dx in bf16 straight from its product.
         const bool dx_bf16 = bf16_operands && be.gemm_writes_bf16();
-        Tensor dx =
-            need_x ? detail::empty_on(gc, x_shape, dx_bf16 ? DType::bf16 : DType::f32) : Tensor();
         // Likewise dW for a bf16 weight: written rounded by its product, not
         // rounded by a cast of an f32 dW afterwards (a pass and a launch per weight).
         const bool dw_bf16 = dx_bf16 && w_dtype == DType::bf16;
+        // A 16-bit gradient that x or W already has (x's other uses, W's
+        // .grad) takes the product's result added in f32 and rounded once:
+        // by the product itself (beta 1) where it writes bf16, else from the
+        // f32 result in one pass, which is also the cast it saves.
+        const Tensor dx_into =
+            need_x && bf16_operands ? autograd::accumulation_target(0) : Tensor();
+        const Tensor dw_into =
+            need_w && bf16_operands ? autograd::accumulation_target(1) : Tensor();
+        Tensor dx = !need_x ? Tensor()
+                    : dx_into.defined() && dx_bf16
+                        ? dx_into
+                        : detail::empty_on(gc, x_shape, dx_bf16 ? DType::bf16 : DType::f32);
         Tensor dw =
-            need_w ? detail::empty_on(gc, {out_features, in}, dw_bf16 ? DType::bf16 : DType::f32)
-                   : Tensor();
+            !need_w ? Tensor()
+            : dw_into.defined() && dw_bf16
+                ? dw_into
+                : detail::empty_on(gc, {out_features, in}, dw_bf16 ? DType::bf16 : DType::f32);
+        const float dx_beta = dx_into.defined() && dx_bf16 ? 1.0F : 0.0F;
+        const float dw_beta = dw_into.defined() && dw_bf16 ? 1.0F : 0.0F;
         // dx [rows, in] = dz [rows, out] W [out, in]
         const auto dx_product = [&] {
           return GemmProduct{
               n_rows,       in,
               out_features, 1.0F,
               dz_operand,   {bf16_operands ? nullptr : w.data<float>(), in, false, bits(w_bf16)},
-              0.0F,         dx_bf16 ? nullptr : dx.data<float>(),
+              dx_beta,      dx_bf16 ? nullptr : dx.data<float>(),
               in,           dx_bf16 ? dx.data<std::uint16_t>() : nullptr};
         };
         // dW [out, in] = dz^T [out, rows] x [rows, in]
@@ -240,7 +257,7 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
               1.0F,
               {dz_operand.data, out_features, true, dz_operand.bf16},
               {x_kept.defined() ? x_kept.data<float>() : nullptr, in, false, bits(x_bf16)},
-              0.0F,
+              dw_beta,
               dw_bf16 ? nullptr : dw.data<float>(),
               in,
               dw_bf16 ? dw.data<std::uint16_t>() : nullptr};
@@ -253,8 +270,16 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
           be.gemm(dw_product(), precision);
         }
         if (!bf16_operands) return autograd::TensorList{dx, dw, db};
-        const auto as = [](const Tensor& t, DType dtype) { return t.defined() ? t.to(dtype) : t; };
-        return autograd::TensorList{as(dx, x_dtype), as(dw, w_dtype), as(db, b_dtype)};
+        // An f32 result goes to its dtype by a cast, or added into its target.
+        const auto as = [](const Tensor& t, DType dtype, Tensor into) {
+          if (!t.defined() || t.dtype() == dtype) return t;
+          if (!into.defined()) return t.to(dtype);
+          detail::backend_of(into).add_strided(into.shape(), into.raw_data(), into.strides(),
+                                               into.dtype(), t.raw_data(), t.strides(), t.dtype());
+          return into;
+        };
+        return autograd::TensorList{as(dx, x_dtype, dx_into), as(dw, w_dtype, dw_into),
+                                    as(db, b_dtype, Tensor())};
       });
 }
 

@@ -5,7 +5,9 @@
 // where nothing follows; with a bias, relu and output dropout, one pass over
 // the f32 product adds, clamps, drops and rounds (bias_activation_16) and
 // relu's backward reads that f16 y. dz, the products' operand in backward,
-// is rounded to f16 as autocast's is (the f32 path keeps it in f32).
+// is rounded to f16 as autocast's is (the f32 path keeps it in f32). A
+// gradient x or W already has (autograd::accumulation_target) is added to by
+// the products themselves (beta 1).
 #include "ops/linear_f16.hpp"
 
 #include "ops/op_util.hpp"
@@ -102,8 +104,16 @@ Tensor linear_f16_products(const Tensor& x, const Tensor& weight, const Tensor& 
               saved.defined() ? saved.raw_data() : nullptr, DType::f16, dz.raw_data(), db_dtype,
               need_b ? db.raw_data() : nullptr, n_rows, out_features, keep_scale);
         }
-        Tensor dx = need_x ? empty_on(gc, xc.shape(), DType::f16) : Tensor();
-        Tensor dw = need_w ? empty_on(gc, {out_features, in}, DType::f16) : Tensor();
+        // An f16 gradient that x or W already has (x's other uses, W's .grad)
+        // takes the product's result added in f32 and rounded once (beta 1).
+        const Tensor dx_into = need_x ? autograd::accumulation_target(0) : Tensor();
+        const Tensor dw_into = need_w ? autograd::accumulation_target(1) : Tensor();
+        Tensor dx = !need_x             ? Tensor()
+                    : dx_into.defined() ? dx_into
+                                        : empty_on(gc, xc.shape(), DType::f16);
+        Tensor dw = !need_w             ? Tensor()
+                    : dw_into.defined() ? dw_into
+                                        : empty_on(gc, {out_features, in}, DType::f16);
         // dx [rows, in] = dz [rows, out] W [out, in]
         GemmProduct dx_product{n_rows,
                                in,
@@ -111,7 +121,7 @@ Tensor linear_f16_products(const Tensor& x, const Tensor& weight, const Tensor& 
                                1.0F,
                                {nullptr, out_features, false, nullptr, f16_of(dz)},
                                {nullptr, in, false, nullptr, f16_of(w)},
-                               0.0F,
+                               dx_into.defined() ? 1.0F : 0.0F,
                                nullptr,
                                in};
         // dW [out, in] = dz^T [out, rows] x [rows, in]
@@ -121,7 +131,7 @@ Tensor linear_f16_products(const Tensor& x, const Tensor& weight, const Tensor& 
                                1.0F,
                                {nullptr, out_features, true, nullptr, f16_of(dz)},
                                {nullptr, in, false, nullptr, f16_of(xc)},
-                               0.0F,
+                               dw_into.defined() ? 1.0F : 0.0F,
                                nullptr,
                                in};
         if (need_x) dx_product.c_f16 = dx.data<std::uint16_t>();

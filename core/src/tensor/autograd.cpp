@@ -115,10 +115,13 @@ class VertexIndex {
 };
 
 // A gradient being summed; `owned` once it is a buffer of our own that may be
-// added into (a backward function may return a tensor it also returns elsewhere).
+// added into (a backward function may return a tensor it also returns
+// elsewhere); `in_leaf` when it is a leaf's .grad itself, which a backward
+// function added into (accumulation_target), so the leaf has it already.
 struct PendingGrad {
   Tensor value;
   bool owned = false;
+  bool in_leaf = false;
 };
 
 // One backward pass's bookkeeping.
@@ -130,6 +133,8 @@ struct Scratch {
   std::vector<Vertex> order;
   std::vector<std::pair<Vertex, std::uint32_t>> stack;  // (vertex, next edge to visit)
   std::vector<PendingGrad> grads;                       // by index in `order`
+  std::vector<Tensor> targets;             // the running node's accumulation targets, by input
+  std::vector<const TensorImpl*> offered;  // theirs, once the node has run
   bool busy = false;
 
   void reset() {
@@ -137,7 +142,27 @@ struct Scratch {
     order.clear();
     stack.clear();
     grads.clear();
+    targets.clear();
+    offered.clear();
   }
+};
+
+// The accumulation targets of the backward function running on this thread.
+thread_local const std::vector<Tensor>* t_targets = nullptr;
+
+// Sets t_targets while one backward function runs (restoring an outer
+// pass's: a backward function may itself run backward()).
+class TargetsScope {
+ public:
+  explicit TargetsScope(const std::vector<Tensor>& targets) : previous_(t_targets) {
+    t_targets = &targets;
+  }
+  ~TargetsScope() { t_targets = previous_; }
+  TargetsScope(const TargetsScope&) = delete;
+  TargetsScope& operator=(const TargetsScope&) = delete;
+
+ private:
+  const std::vector<Tensor>* previous_;
 };
 
 // The calling thread's scratch, or `fallback` when it is in use (a backward
@@ -196,7 +221,28 @@ void accumulate_into_leaf(TensorImpl& leaf, const Tensor& grad) {
   add_into(leaf_grad, grad);
 }
 
+// What a backward function may add edge's gradient into (see
+// accumulation_target): the gradient pending for it when that is ours alone
+// and dense, else a leaf's .grad when nothing is pending for the leaf yet.
+Tensor accumulation_target_of(const Edge& edge, const PendingGrad& slot) {
+  if (slot.value.defined()) {
+    const bool ours = slot.owned || sole_owner(slot.value);
+    return ours && slot.value.dtype() == edge.dtype && slot.value.is_contiguous() ? slot.value
+                                                                                  : Tensor();
+  }
+  if (edge.leaf == nullptr || !edge.leaf->grad) return {};
+  Tensor grad(edge.leaf->grad);
+  const bool usable = grad.dtype() == edge.leaf->dtype && grad.shape() == edge.shape &&
+                      grad.device() == Tensor(edge.leaf).device() && grad.is_contiguous();
+  return usable ? grad : Tensor();
+}
+
 }  // namespace
+
+Tensor accumulation_target(std::size_t input) {
+  if (t_targets == nullptr || input >= t_targets->size()) return {};
+  return (*t_targets)[input];
+}
 
 Tensor record(Tensor output, OpName op, TensorList inputs, BackwardFn backward) {
   if (!grad_mode_enabled()) return output;
@@ -260,7 +306,7 @@ void backward(const Tensor& root) {
     if (!s.grads[pos].value.defined()) continue;  // nothing flowed here
     const Tensor grad = std::move(s.grads[pos].value);
     if (vertex.leaf != nullptr) {
-      accumulate_into_leaf(*vertex.leaf, grad);
+      if (!s.grads[pos].in_leaf) accumulate_into_leaf(*vertex.leaf, grad);
       // Each vertex comes once in `order`, after everything that feeds it.
       if (t_leaf_grad_listener != nullptr) t_leaf_grad_listener->leaf_grad_ready(*vertex.leaf);
       continue;
@@ -271,7 +317,23 @@ void backward(const Tensor& root) {
           "backward: the graph through '{}' was already released by an earlier backward()",
           node.op.view()));
     }
-    TensorList input_grads = node.backward(grad);
+    s.targets.assign(node.edges.size(), Tensor());
+    for (std::size_t i = 0; i < node.edges.size(); ++i) {
+      const Edge& edge = node.edges[i];
+      if (edge.defined()) {
+        s.targets[i] =
+            accumulation_target_of(edge, s.grads[*s.position.find(vertex_of(edge).key())]);
+      }
+    }
+    TensorList input_grads;
+    {
+      const TargetsScope targets(s.targets);
+      input_grads = node.backward(grad);
+    }
+    // Let go of the targets before any sole_owner() test below.
+    s.offered.clear();
+    for (const Tensor& target : s.targets) s.offered.push_back(target.impl());
+    s.targets.clear();
     if (input_grads.size() != node.edges.size()) {
       throw std::logic_error(fmt::format("backward of {}: {} gradients for {} inputs",
                                          node.op.view(), input_grads.size(), node.edges.size()));
@@ -287,6 +349,12 @@ void backward(const Tensor& root) {
                                            to_string(edge.shape)));
       }
       PendingGrad& slot = s.grads[*s.position.find(vertex_of(edge).key())];
+      if (s.offered[i] != nullptr && g.impl() == s.offered[i]) {
+        // Added into its target by the backward function: nothing left to add.
+        if (!slot.value.defined()) slot = {std::move(g), true, true};
+        slot.owned = true;
+        continue;
+      }
       if (!slot.value.defined()) {
         slot = {std::move(g), false};
         continue;
