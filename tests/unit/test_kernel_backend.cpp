@@ -894,23 +894,31 @@ TEST(KernelBackend16Bit, ActivationBackward16IsTheF32Path) {
           const void* saved =
               saved_type == DType::bf16 ? static_cast<const void*>(saved16.get()) : saved32.get();
           emu().activation_backward_16(act, g_type, g, saved_type, saved, DType::bf16, dz_b.get(),
-                                       DType::f32, db_b.get(), rows, cols, 1.25F);
+                                       DType::f32, db_b.get(), rows, cols, 1.25F, false);
           EXPECT_EQ(dz_b.host(), dz_a.host());
           EXPECT_EQ(db_b.host(), db_a.host());
           emu().activation_backward_16(act, g_type, g, saved_type, saved, DType::bf16, dz_b.get(),
-                                       DType::bf16, db_16.get(), rows, cols, 1.25F);
+                                       DType::bf16, db_16.get(), rows, cols, 1.25F, false);
           EXPECT_EQ(dz_b.host(), dz_a.host());
           EXPECT_EQ(db_16.host(), bits_of(db_a.host(), DType::bf16));
+          // Again, added into that db (in f32, rounded once).
+          std::vector<float> twice = values_of(db_16.host(), DType::bf16);
+          const std::vector<float> db_f32 = db_a.host();
+          for (std::size_t i = 0; i < twice.size(); ++i) twice[i] += db_f32[i];
+          emu().activation_backward_16(act, g_type, g, saved_type, saved, DType::bf16, dz_b.get(),
+                                       DType::bf16, db_16.get(), rows, cols, 1.25F, true);
+          EXPECT_EQ(dz_b.host(), dz_a.host());
+          EXPECT_EQ(db_16.host(), bits_of(twice, DType::bf16)) << "db accumulated";
         }
       }
     }
     EXPECT_THROW(emu().activation_backward_16(Activation::relu, DType::f16, g16.get(), DType::f32,
                                               saved32.get(), DType::bf16, dz_b.get(), DType::f32,
-                                              nullptr, rows, cols, 1.0F),
+                                              nullptr, rows, cols, 1.0F, false),
                  std::invalid_argument);
     EXPECT_THROW(emu().activation_backward_16(Activation::relu, DType::bf16, g16.get(), DType::f32,
                                               saved32.get(), DType::bf16, dz_b.get(), DType::f16,
-                                              db_16.get(), rows, cols, 1.0F),
+                                              db_16.get(), rows, cols, 1.0F, false),
                  std::invalid_argument);
   }
 }
@@ -1268,7 +1276,9 @@ TEST(KernelBackend16Bit, ChannelsLastPoolsAreTheF32PathRounded) {
 TEST(KernelBackend16Bit, LayerNormIsTheF32PathRounded) {
   // 70 rows: the parameter gradients' two stages (64-row blocks); 50: one.
   // gamma and beta in f32, or in the activations' type (their values as f32
-  // on the f32 path), whose gradients are the f32 ones rounded once.
+  // on the f32 path), whose gradients are the f32 ones rounded once. Run
+  // again accumulating, each gradient is the first's plus the f32 one,
+  // rounded once.
   const std::int64_t d = 40;
   for (const auto& [rows, type, param_type] :
        std::vector<std::tuple<std::int64_t, DType, DType>>{{70, DType::bf16, DType::f32},
@@ -1312,7 +1322,7 @@ TEST(KernelBackend16Bit, LayerNormIsTheF32PathRounded) {
     emu().layer_norm_backward_16(
         type, x16.get(), param_type, gamma_p, mean16.get(), rstd16.get(), g16.get(), dx16.get(),
         p16 ? static_cast<void*>(dgamma_p16.get()) : dgamma16.get(),
-        p16 ? static_cast<void*>(dbeta_p16.get()) : dbeta16.get(), rows, d, scratch.get());
+        p16 ? static_cast<void*>(dbeta_p16.get()) : dbeta16.get(), rows, d, scratch.get(), {});
     EXPECT_EQ(dx16.host(), bits_of(dx32.host(), type));
     if (p16) {
       EXPECT_EQ(dgamma_p16.host(), bits_of(dgamma32.host(), param_type));
@@ -1320,6 +1330,30 @@ TEST(KernelBackend16Bit, LayerNormIsTheF32PathRounded) {
     } else {
       EXPECT_EQ(dgamma16.host(), dgamma32.host());
       EXPECT_EQ(dbeta16.host(), dbeta32.host());
+    }
+    // The same again, added into those results.
+    const auto twice = [](const std::vector<float>& once_rounded, const std::vector<float>& f32) {
+      std::vector<float> sum(once_rounded.size());
+      for (std::size_t i = 0; i < sum.size(); ++i) sum[i] = once_rounded[i] + f32[i];
+      return sum;
+    };
+    const std::vector<float> want_dx = twice(values_of(dx16.host(), type), dx32.host());
+    const std::vector<float> want_dgamma =
+        twice(p16 ? values_of(dgamma_p16.host(), param_type) : dgamma16.host(), dgamma32.host());
+    const std::vector<float> want_dbeta =
+        twice(p16 ? values_of(dbeta_p16.host(), param_type) : dbeta16.host(), dbeta32.host());
+    emu().layer_norm_backward_16(type, x16.get(), param_type, gamma_p, mean16.get(), rstd16.get(),
+                                 g16.get(), dx16.get(),
+                                 p16 ? static_cast<void*>(dgamma_p16.get()) : dgamma16.get(),
+                                 p16 ? static_cast<void*>(dbeta_p16.get()) : dbeta16.get(), rows, d,
+                                 scratch.get(), {true, true, true});
+    EXPECT_EQ(dx16.host(), bits_of(want_dx, type)) << "dx accumulated";
+    if (p16) {
+      EXPECT_EQ(dgamma_p16.host(), bits_of(want_dgamma, param_type)) << "dgamma accumulated";
+      EXPECT_EQ(dbeta_p16.host(), bits_of(want_dbeta, param_type)) << "dbeta accumulated";
+    } else {
+      EXPECT_EQ(dgamma16.host(), want_dgamma) << "dgamma accumulated";
+      EXPECT_EQ(dbeta16.host(), want_dbeta) << "dbeta accumulated";
     }
   }
   // Parameters of another 16-bit type than x are refused.
@@ -1620,8 +1654,8 @@ TEST(KernelBackendGemm, Bf16OutputIsTheProductRounded) {
           }
           EXPECT_TRUE(close_bf16(got_c, want_c));
           if (k == 0) {
-          EXPECT_EQ(got_c, want_c) << "beta C exactly";
-        }
+            EXPECT_EQ(got_c, want_c) << "beta C exactly";
+          }
         }
       }
     }

@@ -36,7 +36,7 @@ void Backend::unary_backward_16(Unary, DType, const void*, const void*, const vo
 }
 
 void Backend::activation_backward_16(Activation, DType, const void*, DType, const void*, DType,
-                                     void*, DType, void*, std::int64_t, std::int64_t, float) {
+                                     void*, DType, void*, std::int64_t, std::int64_t, float, bool) {
   f32_only("activation_backward_16");
 }
 
@@ -91,7 +91,7 @@ void Backend::layer_norm_forward_16(DType, const void*, DType, const void*, cons
 
 void Backend::layer_norm_backward_16(DType, const void*, DType, const void*, const float*,
                                      const float*, const void*, void*, void*, void*, std::int64_t,
-                                     std::int64_t, float*) {
+                                     std::int64_t, float*, const NormGradAccumulation&) {
   f32_only("layer_norm_backward_16");
 }
 

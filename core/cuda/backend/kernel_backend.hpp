@@ -88,7 +88,8 @@ class KernelBackend final : public backend::Backend {
                                 std::int64_t cols, float relu_scale) override;
   void activation_backward_16(Activation activation, DType g_type, const void* g, DType saved_type,
                               const void* saved, DType dz_type, void* dz, DType db_type, void* db,
-                              std::int64_t rows, std::int64_t cols, float relu_scale) override;
+                              std::int64_t rows, std::int64_t cols, float relu_scale,
+                              bool accumulate_db) override;
   void bias_activation_16(DType type, const float* y, DType bias_type, const void* bias,
                           std::int64_t rows, std::int64_t cols, Activation activation,
                           const RandomKey* dropout_key, float p, float scale, void* out) override;
@@ -119,7 +120,8 @@ class KernelBackend final : public backend::Backend {
   void layer_norm_backward_16(DType type, const void* x, DType param_type, const void* gamma,
                               const float* mean, const float* rstd, const void* g, void* dx,
                               void* dgamma, void* dbeta, std::int64_t rows, std::int64_t d,
-                              float* scratch) override;
+                              float* scratch,
+                              const backend::NormGradAccumulation& accumulate) override;
   void batch_norm_stats(const backend::BatchNormShape& s, const float* x, float* mean,
                         float* var) override;
   void batch_norm_prepare(const backend::BatchNormPrepare& args) override;

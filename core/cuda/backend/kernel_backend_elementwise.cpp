@@ -135,9 +135,11 @@ namespace {
 // rounded by ColumnTotals).
 template <class Run, class Scratch>
 void activation_backward_with(Run&& run, Scratch&& scratch, kernels::ActivationBackward k, void* db,
-                              kernels::ElementType db_type = kernels::ElementType::f32) {
+                              kernels::ElementType db_type = kernels::ElementType::f32,
+                              bool accumulate_db = false) {
   const std::int64_t blocks = kernels::activation_row_blocks(k.rows);
-  const bool totals = db != nullptr && (blocks > 1 || db_type != kernels::ElementType::f32);
+  const bool totals =
+      db != nullptr && (blocks > 1 || db_type != kernels::ElementType::f32 || accumulate_db);
   DeviceScratch partial;
   k.db_partial = static_cast<float*>(db);
   if (totals) {
@@ -148,6 +150,7 @@ void activation_backward_with(Run&& run, Scratch&& scratch, kernels::ActivationB
   if (totals) {
     kernels::ColumnTotals t{k.db_partial, db, blocks, k.cols};
     t.out_type = db_type;
+    t.accumulate = accumulate_db;
     run(t);
   }
 }
@@ -179,7 +182,8 @@ void KernelBackend::activation_backward_bf16(Activation activation, const float*
 void KernelBackend::activation_backward_16(Activation activation, DType g_type, const void* g,
                                            DType saved_type, const void* saved, DType dz_type,
                                            void* dz, DType db_type, void* db, std::int64_t rows,
-                                           std::int64_t cols, float relu_scale) {
+                                           std::int64_t cols, float relu_scale,
+                                           bool accumulate_db) {
   // g, saved and db each f32 or dz's 16-bit type.
   const auto sixteen = [&](DType type, const char* what) {
     return f32_or(type, dz_type, "activation_backward_16", what) != kernels::ElementType::f32;
@@ -204,7 +208,8 @@ void KernelBackend::activation_backward_16(Activation activation, DType g_type, 
   if (saved16) k.saved16 = static_cast<const std::uint16_t*>(saved);
   k.half = half;
   activation_backward_with([this](const auto& run_k) { run(run_k); },
-                           [this](std::size_t bytes) { return scratch(bytes); }, k, db, db_element);
+                           [this](std::size_t bytes) { return scratch(bytes); }, k, db, db_element,
+                           accumulate_db);
 }
 
 void KernelBackend::bias_activation_16(DType type, const float* y, DType bias_type,

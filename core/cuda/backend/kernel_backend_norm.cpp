@@ -105,7 +105,8 @@ void KernelBackend::layer_norm_forward_16(DType type, const void* x, DType param
 void KernelBackend::layer_norm_backward_16(DType type, const void* x, DType param_type,
                                            const void* gamma, const float* mean, const float* rstd,
                                            const void* g, void* dx, void* dgamma, void* dbeta,
-                                           std::int64_t rows, std::int64_t d, float* scratch) {
+                                           std::int64_t rows, std::int64_t d, float* scratch,
+                                           const backend::NormGradAccumulation& accumulate) {
   const kernels::ElementType t = element_type(type, "layer_norm_backward_16");
   const kernels::ElementType pt =
       f32_or(param_type, type, "layer_norm_backward_16", "gamma / beta");
@@ -116,12 +117,13 @@ void KernelBackend::layer_norm_backward_16(DType type, const void* x, DType para
       [this](const auto& k) { run(k); },
       kernels::LayerNormBackwardParams{
           .x = xf, .mean = mean, .rstd = rstd, .g = gf, .rows = rows, .d = d, .type = t},
-      dgamma, dbeta, scratch, pt);
+      dgamma, dbeta, scratch, pt, {accumulate.dgamma, accumulate.dbeta});
   if (dx != nullptr) {
     kernels::LayerNormBackwardDx k{xf, static_cast<const float*>(gamma), mean, rstd,
                                    gf, static_cast<float*>(dx),          rows, d};
     k.type = t;
     k.param_type = pt;
+    k.accumulate = accumulate.dx;
     run(k);
   }
 }

@@ -110,7 +110,9 @@ Work work_of(const kernels::LayerNormForward& k) {
 }
 Work work_of(const kernels::LayerNormBackwardDx& k) {
   const std::int64_t n = k.rows * k.d;
-  return {type_name(k.type), n, 3.0 * static_cast<double>(n) * type_bytes(k.type)};
+  const double passes = k.accumulate ? 4.0 : 3.0;  // dx read too when added into
+  return {fmt::format("{}{}", type_name(k.type), k.accumulate ? ", added into dx" : ""), n,
+          passes * static_cast<double>(n) * type_bytes(k.type)};
 }
 Work work_of(const kernels::LayerNormBackwardParams& k) {
   const std::int64_t n = k.rows * k.d;
@@ -282,10 +284,12 @@ class CensusDevice final : public KernelDevice {
             void* aux) override {
     const double products = static_cast<double>(plan.m * plan.n * plan.k) *
                             static_cast<double>(std::max<std::int64_t>(plan.batch_count(), 0));
-    census_.add("cuBLASLt matmul", {fmt::format("{} x {} -> {}{}", name_of(plan.a.type),
-                                                name_of(plan.b.type), name_of(plan.d.type),
-                                                plan.compute == GemmCompute::tf32 ? " (tf32)" : ""),
-                                    0, 0, 2.0 * products});
+    // "+=": added into what D holds (beta 1, C being D: a gradient accumulated).
+    census_.add("cuBLASLt matmul",
+                {fmt::format("{} x {} {} {}{}", name_of(plan.a.type), name_of(plan.b.type),
+                             plan.beta != 0.0F ? "+=" : "->", name_of(plan.d.type),
+                             plan.compute == GemmCompute::tf32 ? " (tf32)" : ""),
+                 0, 0, 2.0 * products});
     device_->gemm(plan, a, b, c, d, bias, aux);
   }
 

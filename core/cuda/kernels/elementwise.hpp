@@ -432,6 +432,7 @@ struct ColumnTotals {
   void* out = nullptr;             // [cols] of out_type
   std::int64_t blocks = 0, cols = 0;
   ElementType out_type = ElementType::f32;
+  bool accumulate = false;  // out += the totals (in f32, rounded once)
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_grid_stride(device, cols);
@@ -442,6 +443,7 @@ struct ColumnTotals {
     for (std::int64_t c = global_thread(ctx); c < cols; c += grid_threads(ctx)) {
       float total = 0.0F;
       for (std::int64_t b = 0; b < blocks; ++b) total += partial[b * cols + c];
+      if (accumulate) total += load_element(out, out_type, c);
       store_element(out, out_type, c, total);
     }
   }

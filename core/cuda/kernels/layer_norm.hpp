@@ -77,7 +77,8 @@ struct LayerNormForward {
   }
 };
 
-// dx of every row (dx must not be null; launch nothing when it is).
+// dx of every row (dx must not be null; launch nothing when it is), or
+// added to what dx holds (accumulate), in f32 and rounded once.
 struct LayerNormBackwardDx {
   const float* x = nullptr;
   const float* gamma = nullptr;  // [d] or null
@@ -88,6 +89,7 @@ struct LayerNormBackwardDx {
   std::int64_t rows = 0, d = 0;
   ElementType type = ElementType::f32;        // of x, g and dx
   ElementType param_type = ElementType::f32;  // of gamma
+  bool accumulate = false;
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_row_kernel(device, rows, d);
@@ -116,7 +118,8 @@ struct LayerNormBackwardDx {
       const float gj = load_element(g, type, base + j);
       const float dh = gamma != nullptr ? gj * load_element(gamma, param_type, j) : gj;
       const float xj = load_element(x, type, base + j);
-      store_element(dx, type, base + j, rs * (dh - mean_dh - (xj - mu) * rs * mean_dh_xhat));
+      const float v = rs * (dh - mean_dh - (xj - mu) * rs * mean_dh_xhat);
+      store_element(dx, type, base + j, accumulate ? load_element(dx, type, base + j) + v : v);
     }
   }
 };
@@ -173,15 +176,22 @@ RIG_HD_INLINE std::int64_t layer_norm_params_scratch(std::int64_t rows, std::int
   return 2 * layer_norm_row_blocks(rows) * d;
 }
 
+// Which of dgamma and dbeta are added to instead of written.
+struct ParamsAccumulation {
+  bool dgamma = false, dbeta = false;
+};
+
 // Both stages of dgamma and dbeta (either may be null; of param_type) through
 // RUN (a callable taking a kernel), the partial rows in SCRATCH
 // (layer_norm_params_scratch floats): k's partial pointers are set here.
 template <class Run>
 void run_layer_norm_params(Run&& run, LayerNormBackwardParams k, void* dgamma, void* dbeta,
-                           float* scratch, ElementType param_type = ElementType::f32) {
+                           float* scratch, ElementType param_type = ElementType::f32,
+                           ParamsAccumulation accumulate = {}) {
   if (dgamma == nullptr && dbeta == nullptr) return;
   const std::int64_t blocks = layer_norm_row_blocks(k.rows);
-  const bool direct = blocks == 1 && param_type == ElementType::f32;
+  const bool direct =
+      blocks == 1 && param_type == ElementType::f32 && !accumulate.dgamma && !accumulate.dbeta;
   k.dgamma_partial = static_cast<float*>(dgamma);
   k.dbeta_partial = static_cast<float*>(dbeta);
   if (!direct) {
@@ -190,8 +200,12 @@ void run_layer_norm_params(Run&& run, LayerNormBackwardParams k, void* dgamma, v
   }
   run(k);
   if (direct) return;
-  if (dgamma != nullptr) run(ColumnTotals{k.dgamma_partial, dgamma, blocks, k.d, param_type});
-  if (dbeta != nullptr) run(ColumnTotals{k.dbeta_partial, dbeta, blocks, k.d, param_type});
+  if (dgamma != nullptr) {
+    run(ColumnTotals{k.dgamma_partial, dgamma, blocks, k.d, param_type, accumulate.dgamma});
+  }
+  if (dbeta != nullptr) {
+    run(ColumnTotals{k.dbeta_partial, dbeta, blocks, k.d, param_type, accumulate.dbeta});
+  }
 }
 
 }  // namespace rig::kernels

@@ -2,7 +2,9 @@
 // and 1/std for a fused backward (dx, dgamma, dbeta in one kernel). gamma and
 // beta may be undefined (no scale / no shift). f16/bf16 inputs are computed in
 // f32 and the result cast back to x's dtype, or (Backend::reads_16bit_storage)
-// read and written in their dtype by the kernels.
+// read and written in their dtype by the kernels, which also add dx, dgamma
+// and dbeta into a gradient those already have (autograd::accumulation_target:
+// the residual stream's, the parameters' .grad) rounding once.
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -83,9 +85,20 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
         // grad comes in y's dtype (autograd converts it to the output's).
         const Tensor gc = grad.contiguous();
         backend::Backend& be = detail::backend_of(gc);
-        Tensor dx = need_x ? detail::empty_on(gc, xc.shape(), type) : Tensor();
-        Tensor dgamma = need_g ? detail::empty_on(gc, {d}, param_type) : Tensor();
-        Tensor dbeta = need_b ? detail::empty_on(gc, {d}, param_type) : Tensor();
+        // The 16-bit kernels add into the gradients already there.
+        const auto target = [&](bool needed, std::size_t input) {
+          return needed && type != DType::f32 ? autograd::accumulation_target(input) : Tensor();
+        };
+        const Tensor dx_into = target(need_x, 0), dgamma_into = target(need_g, 1),
+                     dbeta_into = target(need_b, 2);
+        const backend::NormGradAccumulation accumulate{dx_into.defined(), dgamma_into.defined(),
+                                                       dbeta_into.defined()};
+        const auto grad_of = [&](bool needed, const Tensor& into, const Shape& shape, DType dt) {
+          return !needed ? Tensor() : into.defined() ? into : detail::empty_on(gc, shape, dt);
+        };
+        Tensor dx = grad_of(need_x, dx_into, xc.shape(), type);
+        Tensor dgamma = grad_of(need_g, dgamma_into, {d}, param_type);
+        Tensor dbeta = grad_of(need_b, dbeta_into, {d}, param_type);
         if (d > 0 && rows > 0) {
           Tensor scratch = detail::empty_on(gc, {be.layer_norm_scratch_size(rows, d)});
           const void* gd = g.defined() ? g.raw_data() : nullptr;  // of param_type
@@ -100,11 +113,11 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
             be.layer_norm_backward_16(type, xc.raw_data(), param_type, gd, mean.data<float>(),
                                       rstd.data<float>(), gc.raw_data(),
                                       need_x ? dx.raw_data() : nullptr, dgd, dbd, rows, d,
-                                      scratch.data<float>());
+                                      scratch.data<float>(), accumulate);
           }
-        } else {
-          if (need_g) dgamma.zero_();
-          if (need_b) dbeta.zero_();
+        } else {  // nothing to add; an empty x's dx is empty too
+          if (need_g && !accumulate.dgamma) dgamma.zero_();
+          if (need_b && !accumulate.dbeta) dbeta.zero_();
         }
         return autograd::TensorList{dx, dgamma, dbeta};
       });

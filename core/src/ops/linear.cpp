@@ -186,7 +186,12 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
                              (activation != Activation::none || need_b) &&
                              (g_bf16 || saved_dtype == DType::bf16);
         const DType db_dtype = pass_16 && b_dtype == DType::bf16 ? DType::bf16 : DType::f32;
-        Tensor db = need_b ? detail::empty_on(gc, {out_features}, db_dtype) : Tensor();
+        // That pass adds db into a gradient the bias already has (its .grad).
+        const Tensor db_into =
+            need_b && pass_16 && db_dtype == b_dtype ? autograd::accumulation_target(2) : Tensor();
+        Tensor db = !need_b             ? Tensor()
+                    : db_into.defined() ? db_into
+                                        : detail::empty_on(gc, {out_features}, db_dtype);
         void* db_data = need_b ? db.raw_data() : nullptr;
         // dz for the two products: g itself, f32 dz, or (at bf16 precision,
         // when a pass over g runs anyway) dz written only rounded to bf16.
@@ -199,7 +204,7 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
           if (pass_16) {
             be.activation_backward_16(activation, gc.dtype(), gc.raw_data(), saved_dtype,
                                       saved_data, DType::bf16, dz_bf16.raw_data(), db_dtype,
-                                      db_data, n_rows, out_features, keep_scale);
+                                      db_data, n_rows, out_features, keep_scale, db_into.defined());
           } else {
             be.activation_backward_bf16(activation, gc.data<float>(),
                                         static_cast<const float*>(saved_data),

@@ -94,15 +94,21 @@ Tensor linear_f16_products(const Tensor& x, const Tensor& weight, const Tensor& 
                               : as_f32(g).contiguous();
         // An f16 bias's gradient is written rounded by the pass that forms dz.
         const DType db_dtype = b_dtype == DType::f16 ? DType::f16 : DType::f32;
-        Tensor db = need_b ? empty_on(gc, {out_features}, db_dtype) : Tensor();
+        // Added into a gradient the bias already has (its .grad) by that pass.
+        const Tensor db_into =
+            need_b && db_dtype == b_dtype ? autograd::accumulation_target(2) : Tensor();
+        Tensor db = !need_b             ? Tensor()
+                    : db_into.defined() ? db_into
+                                        : empty_on(gc, {out_features}, db_dtype);
         // dz in f16 for the products: an f16 g with nothing to form is dz itself.
         Tensor dz = gc;
         if (activation != Activation::none || need_b || gc.dtype() != DType::f16) {
           dz = empty_on(gc, {n_rows, out_features}, DType::f16);
-          be.activation_backward_16(
-              activation, gc.dtype(), gc.raw_data(), saved.defined() ? saved.dtype() : DType::f32,
-              saved.defined() ? saved.raw_data() : nullptr, DType::f16, dz.raw_data(), db_dtype,
-              need_b ? db.raw_data() : nullptr, n_rows, out_features, keep_scale);
+          be.activation_backward_16(activation, gc.dtype(), gc.raw_data(),
+                                    saved.defined() ? saved.dtype() : DType::f32,
+                                    saved.defined() ? saved.raw_data() : nullptr, DType::f16,
+                                    dz.raw_data(), db_dtype, need_b ? db.raw_data() : nullptr,
+                                    n_rows, out_features, keep_scale, db_into.defined());
         }
         // An f16 gradient that x or W already has (x's other uses, W's .grad)
         // takes the product's result added in f32 and rounded once (beta 1).

@@ -117,11 +117,12 @@ class Backend {
   // The same with dz written rounded to dz_type (bf16 or f16), g and saved
   // each f32 or dz_type (g_type, saved_type), and db f32 or rounded to
   // dz_type once summed (db_type: a 16-bit bias's gradient needs no cast
-  // after), where reads_16bit_storage().
+  // after), where reads_16bit_storage(); with accumulate_db, db is added to
+  // what it holds (in f32, rounded once).
   virtual void activation_backward_16(Activation activation, DType g_type, const void* g,
                                       DType saved_type, const void* saved, DType dz_type, void* dz,
                                       DType db_type, void* db, std::int64_t rows, std::int64_t cols,
-                                      float relu_scale);
+                                      float relu_scale, bool accumulate_db);
   // y (f32 [rows, cols], a product) -> out (`type`, f16 or bf16) = relu (or
   // nothing: activation none) of y + bias (may be null; f32 or `type`:
   // bias_type), then, where dropout_key is set, dropout_forward's keep rule
@@ -166,14 +167,15 @@ class Backend {
   // The same with x, y, g and dx of the 16-bit `type` (reads_16bit_storage());
   // gamma, beta, dgamma and dbeta f32 or `type` (param_type: a 16-bit model's
   // own parameters, read as they are, their gradients rounded once); mean and
-  // rstd f32.
+  // rstd f32. Backward adds into dx, dgamma and dbeta where `accumulate` says.
   virtual void layer_norm_forward_16(DType type, const void* x, DType param_type, const void* gamma,
                                      const void* beta, void* y, float* mean, float* rstd,
                                      std::int64_t rows, std::int64_t d, float eps);
   virtual void layer_norm_backward_16(DType type, const void* x, DType param_type,
                                       const void* gamma, const float* mean, const float* rstd,
                                       const void* g, void* dx, void* dgamma, void* dbeta,
-                                      std::int64_t rows, std::int64_t d, float* scratch);
+                                      std::int64_t rows, std::int64_t d, float* scratch,
+                                      const NormGradAccumulation& accumulate);
   // Per-channel mean and biased variance.
   virtual void batch_norm_stats(const BatchNormShape& s, const float* x, float* mean,
                                 float* var) = 0;

@@ -113,6 +113,13 @@ struct MatrixOperand {
 
 // ---- Normalisation, convolution, pooling, attention ------------------------------
 
+// Which gradients a normalisation's backward adds into what their buffers
+// already hold (in f32, rounded once to the buffer's type) instead of
+// overwriting it: those autograd offers (autograd::accumulation_target).
+struct NormGradAccumulation {
+  bool dx = false, dgamma = false, dbeta = false;
+};
+
 struct BatchNormShape {
   std::int64_t n = 0, c = 0, inner = 1;  // contiguous f32 viewed as [n, c, inner]
 };
