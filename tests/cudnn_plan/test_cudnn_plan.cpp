@@ -185,6 +185,22 @@ std::vector<Case> cases() {
         {"conv_dgrad_" + base, dnn::conv2d_backward_data_graph(shape, dnn::ConvType::bf16)});
     out.push_back(
         {"conv_wgrad_" + base, dnn::conv2d_backward_filter_graph(shape, dnn::ConvType::bf16)});
+    // The data gradient added into the one the block's input already has
+    // (beta 1: its shortcut's), as a residual block's first convolution runs.
+    if (c.shape.c_in != 3) {
+      out.push_back({"conv_dgrad_accumulating_" + base,
+                     dnn::conv2d_backward_data_graph(shape, dnn::ConvType::bf16, true)});
+    }
+  }
+  // ResNet-20's, channels last in f16 (the T4 AMP users' setting) and bf16.
+  for (const dnn::ConvType type : {dnn::ConvType::f16, dnn::ConvType::bf16}) {
+    for (const Conv& c : convs) {
+      if (c.shape.c_in == 3) continue;
+      rig::backend::Conv2dShape shape = c.shape;
+      shape.channels_last = true;
+      out.push_back({std::string("conv_dgrad_accumulating_") + type_name(type) + "_nhwc_" + c.name,
+                     dnn::conv2d_backward_data_graph(shape, type, true)});
+    }
   }
   // What the deterministic filter costs wgrad: the same graphs allowing
   // nondeterministic engines (as cuDNN's heuristics would pick them).

@@ -64,6 +64,16 @@ RIG_CUDA_EMULATOR_FUSED_ATTENTION=1 check "$tool" "$rig" nmt16.txt -- "$transfor
 grep -Eq "cuBLASLt matmul f16 x f16 -> f16$" nmt16.txt || fail "no f16 products"
 if grep -q "cuBLASLt matmul f32 x f32" nmt16.txt; then fail "an f32 product in a float16 step"; fi
 
+echo "== a bfloat16 ResNet-50, channels last, host-only (at 32 x 32, batch 2)"
+resnet="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/experiments/resnet50-synthetic.yaml"
+RIG_CUDA_EMULATOR_HOST_ONLY=1 check "$tool" "$rig" r50.txt -- "$resnet" --batch_size_per_gpu=2 \
+  --data_layer_params.image_size=32
+# each residual block's input gradient: its first convolution's dx added by the
+# convolution into the shortcut's (16 blocks); the adds left are parameter-sized
+grep -Eq "^ +16 .* convolution data gradient bf16 nhwc, added into dx$" r50.txt ||
+  fail "not 16 convolutions adding their dx"
+grep -Eq "^ +36 .* convolution data gradient bf16 nhwc$" r50.txt || fail "not 36 other dx"
+
 echo "== host-only (RIG_CUDA_EMULATOR_HOST_ONLY=1): the same step queued, nothing run"
 RIG_CUDA_EMULATOR_FUSED_ATTENTION=1 RIG_CUDA_EMULATOR_HOST_ONLY=1 check "$tool" "$rig" \
   nmt-host.txt -- "$transformer" --dtype=mixed --mixed_dtype=bfloat16 \

@@ -373,6 +373,57 @@ TEST(Emulated16BitOps, BatchNormHasTheBitsOfItsFloat32Copy) {
   }
 }
 
+TEST(Emulated16BitOps, Conv2dAddsItsDxIntoTheGradientAlreadyThereRoundingOnce) {
+  // x read by two convolutions (a residual block's first and its shortcut's),
+  // x's .grad already holding s: each data gradient is added in f32 to the
+  // one already there and rounded once (the second convolution's backward
+  // runs first), r(r(s + p2) + p1); on grid values the f32 p1 and p2 are exact.
+  const rig::Device dev = emulated_cuda();
+  const rig::Shape x_shape{2, 4, 9, 9};
+  const auto grid = [](const rig::Shape& shape, std::uint32_t seed) {
+    return Tensor::from_vector(on_grid(static_cast<std::size_t>(rig::shape_numel(shape)), seed),
+                               shape);
+  };
+  const Tensor x = grid(x_shape, 61), w1 = grid({6, 4, 3, 3}, 62), w2 = grid({6, 4, 3, 3}, 63);
+  const Tensor s = grid(x_shape, 64);
+  for (const bool channels_last : {false, true}) {
+    rig::ops::Conv2dOptions options;
+    options.pad_h = options.pad_w = 1;
+    options.channels_last = channels_last;
+    const Tensor xl = channels_last ? x.permute({0, 2, 3, 1}).contiguous() : x;
+    const Tensor sl = channels_last ? s.permute({0, 2, 3, 1}).contiguous() : s;
+    const rig::Shape y_shape = rig::ops::conv2d(xl, w1, Tensor(), options).shape();
+    const Tensor u1 = grid(y_shape, 65), u2 = grid(y_shape, 66);
+    // The f32 data gradient of one convolution, exactly.
+    const auto p = [&](const Tensor& w, const Tensor& u) {
+      Tensor x32 = xl.clone().set_requires_grad(true);
+      rig::ops::sum(rig::ops::mul(rig::ops::conv2d(x32, w, Tensor(), options), u)).backward();
+      return x32.grad().to_vector();
+    };
+    const std::vector<float> p1 = p(w1, u1), p2 = p(w2, u2), sv = sl.to_vector();
+    for (const DType type : {DType::bf16, DType::f16}) {
+      SCOPED_TRACE(::testing::Message()
+                   << rig::dtype_name(type) << " channels last " << channels_last);
+      std::vector<float> want(sv.size()), twice(sv.size());
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        want[i] = round_to(type, round_to(type, sv[i] + p2[i]) + p1[i]);
+        twice[i] =
+            round_to(type, round_to(type, sv[i] + round_to(type, p2[i])) + round_to(type, p1[i]));
+      }
+      ASSERT_NE(want, twice) << "the data must tell rounding once from rounding twice";
+      const auto on = [&](const Tensor& t) { return t.to(dev).to(type); };
+      Tensor x16 = leaf(xl, type, dev);
+      Tensor grad = on(sl);
+      x16.set_grad(grad);
+      const Tensor loss = rig::ops::add(
+          rig::ops::sum(rig::ops::mul(rig::ops::conv2d(x16, on(w1), Tensor(), options), on(u1))),
+          rig::ops::sum(rig::ops::mul(rig::ops::conv2d(x16, on(w2), Tensor(), options), on(u2))));
+      loss.backward();
+      EXPECT_EQ(grad.to_host().to(DType::f32).to_vector(), want);
+    }
+  }
+}
+
 TEST(Emulated16BitOps, Conv2dHasTheBitsOfItsFloat32Copy) {
   // The emulated device's 16-bit convolutions widen to f32 inside the device
   // and round once, so the bits are those of the f32 path.

@@ -1051,7 +1051,8 @@ TEST(KernelBackend16Bit, BatchNormPrepareReads16BitGammaAndBeta) {
 TEST(KernelBackend16Bit, Conv2dMatchesTheF32Path) {
   // The emulated device converts to f32 (the same bits), inside its 16-bit
   // convolutions or, without them, in the back end's copies; a GPU runs cuDNN's
-  // bf16 / f16 convolutions, which accumulate in f32 in their own order.
+  // bf16 / f16 convolutions, which accumulate in f32 in their own order. A
+  // second backward adds its dx into the first's.
   backend::Conv2dShape s;
   s.n = 2;
   s.c_in = 8;
@@ -1084,13 +1085,22 @@ TEST(KernelBackend16Bit, Conv2dMatchesTheF32Path) {
         emu().conv2d_forward(s, x32.get(), w32.get(), nullptr, y32.get());
         conv->conv2d_forward_16(s, type, x16.get(), w16.get(), y16.get());
         emu().conv2d_backward(s, x32.get(), w32.get(), g32.get(), dx32.get(), dw32.get(), nullptr);
-        conv->conv2d_backward_16(s, type, x16.get(), w16.get(), g16.get(), dx16.get(), dw16.get());
+        conv->conv2d_backward_16(s, type, x16.get(), w16.get(), g16.get(), dx16.get(), dw16.get(),
+                                 false);
         const auto rounded = [&](const std::vector<float>& v) {
           return values_of(bits_of(v, type), type);
         };
         EXPECT_TRUE(close(values_of(y16.host(), type), rounded(y32.host()), tol, tol)) << "y";
         EXPECT_TRUE(close(values_of(dx16.host(), type), rounded(dx32.host()), tol, tol)) << "dx";
         EXPECT_TRUE(close(values_of(dw16.host(), type), rounded(dw32.host()), tol, tol)) << "dW";
+        // Again, dx added into that one (in f32, rounded once; beta 1 on a GPU).
+        std::vector<float> twice = values_of(dx16.host(), type);
+        const std::vector<float> dx_f32 = dx32.host();
+        for (std::size_t i = 0; i < twice.size(); ++i) twice[i] += dx_f32[i];
+        conv->conv2d_backward_16(s, type, x16.get(), w16.get(), g16.get(), dx16.get(), nullptr,
+                                 true);
+        EXPECT_TRUE(close(values_of(dx16.host(), type), rounded(twice), tol, tol))
+            << "dx accumulated";
       }
 }
 

@@ -80,7 +80,7 @@ void Backend::conv2d_forward_16(const Conv2dShape&, DType, const void*, const vo
 }
 
 void Backend::conv2d_backward_16(const Conv2dShape&, DType, const void*, const void*, const void*,
-                                 void*, void*) {
+                                 void*, void*, bool) {
   f32_only("conv2d_backward_16");
 }
 

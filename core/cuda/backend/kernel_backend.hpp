@@ -158,7 +158,7 @@ class KernelBackend final : public backend::Backend {
   void conv2d_forward_16(const backend::Conv2dShape& s, DType type, const void* x, const void* w,
                          void* y) override;
   void conv2d_backward_16(const backend::Conv2dShape& s, DType type, const void* x, const void* w,
-                          const void* dy, void* dx, void* dw) override;
+                          const void* dy, void* dx, void* dw, bool accumulate_dx) override;
   void max_pool2d_forward(const backend::Pool2dShape& s, const float* x, float* y,
                           std::int32_t* index) override;
   void max_pool2d_backward(const backend::Pool2dShape& s, const std::int32_t* index,

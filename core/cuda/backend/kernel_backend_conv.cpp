@@ -57,7 +57,7 @@ void KernelDevice::conv2d_forward_16(const backend::Conv2dShape&, DType, const v
 }
 
 void KernelDevice::conv2d_backward_data_16(const backend::Conv2dShape&, DType, const void*,
-                                           const void*, void*) {
+                                           const void*, void*, bool) {
   throw std::logic_error("16-bit convolution asked of a cuda device without it");
 }
 
@@ -89,9 +89,17 @@ void KernelBackend::conv2d_forward_16(const backend::Conv2dShape& s, DType type,
 }
 
 void KernelBackend::conv2d_backward_16(const backend::Conv2dShape& s, DType type, const void* x,
-                                       const void* w, const void* dy, void* dx, void* dw) {
+                                       const void* w, const void* dy, void* dx, void* dw,
+                                       bool accumulate_dx) {
   if (device_->conv2d_16(s, type)) {
-    if (dx != nullptr) device_->conv2d_backward_data_16(s, type, w, dy, dx);
+    if (dx != nullptr && accumulate_dx && !device_->conv2d_16_adds_dx(s, type)) {
+      // The device's data gradient into scratch, then added (rounded twice).
+      DeviceScratch dx16 = scratch(static_cast<std::size_t>(s.x_elements()) * 2);
+      device_->conv2d_backward_data_16(s, type, w, dy, dx16.as<void>(), false);
+      add_strided({s.x_elements()}, dx, {1}, type, dx16.as<void>(), {1}, type);
+    } else if (dx != nullptr) {
+      device_->conv2d_backward_data_16(s, type, w, dy, dx, accumulate_dx);
+    }
     if (dw != nullptr) device_->conv2d_backward_filter_16(s, type, x, dy, dw);
     return;
   }
@@ -100,7 +108,11 @@ void KernelBackend::conv2d_backward_16(const backend::Conv2dShape& s, DType type
     const DeviceScratch wf = f32_copy(type, w, s.w_elements());
     DeviceScratch dxf = scratch(static_cast<std::size_t>(s.x_elements()) * sizeof(float));
     device_->conv2d_backward_data(s, wf.as<float>(), dyf.as<float>(), dxf.as<float>());
-    copy_strided({s.x_elements()}, dx, {1}, type, dxf.as<float>(), {1}, DType::f32);
+    if (accumulate_dx) {
+      add_strided({s.x_elements()}, dx, {1}, type, dxf.as<float>(), {1}, DType::f32);
+    } else {
+      copy_strided({s.x_elements()}, dx, {1}, type, dxf.as<float>(), {1}, DType::f32);
+    }
   }
   if (dw != nullptr) {
     const DeviceScratch xf = f32_copy(type, x, s.x_elements());

@@ -317,10 +317,14 @@ class CensusDevice final : public KernelDevice {
     device_->conv2d_forward_16(s, type, x, w, y);
   }
   void conv2d_backward_data_16(const backend::Conv2dShape& s, DType type, const void* w,
-                               const void* dy, void* dx) override {
+                               const void* dy, void* dx, bool accumulate) override {
     census_.add("convolution data gradient",
-                {conv_label(dtype_name(type), s), 0, 0, conv_flops(s)});
-    device_->conv2d_backward_data_16(s, type, w, dy, dx);
+                {conv_label(dtype_name(type), s) + (accumulate ? ", added into dx" : ""), 0, 0,
+                 conv_flops(s)});
+    device_->conv2d_backward_data_16(s, type, w, dy, dx, accumulate);
+  }
+  bool conv2d_16_adds_dx(const backend::Conv2dShape& s, DType type) override {
+    return device_->conv2d_16_adds_dx(s, type);
   }
   void conv2d_backward_filter_16(const backend::Conv2dShape& s, DType type, const void* x,
                                  const void* dy, void* dw) override {

@@ -267,7 +267,7 @@ void build_node(BuiltGraph& built, const Graph& graph, const Node& node) {
         op.set_descriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, tensor(Slot::dx), "dx");
         op.set_descriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, conv, "conv desc");
         op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_TYPE_FLOAT, one, "alpha");
-        op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, zero, "beta");
+        op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, node.beta, "beta");
         op.finalize("finalizing the convolution backward data");
         built.operations.push_back(std::move(op));
       } else {

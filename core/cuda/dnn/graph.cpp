@@ -72,6 +72,7 @@ std::string Graph::key() const {
       case OpKind::conv_backward_filter:
         out << "p" << n.padding[0] << "," << n.padding[1] << " s" << n.stride[0] << ","
             << n.stride[1] << " d" << n.dilation[0] << "," << n.dilation[1];
+        if (n.beta != 0.0F) out << " beta" << n.beta;
         break;
       case OpKind::pointwise:
         out << "pw" << static_cast<int>(n.pointwise) << " axis" << n.axis << " "
@@ -278,18 +279,19 @@ Graph conv2d_forward_graph(const backend::Conv2dShape& s, ConvType type) {
   return g.take();
 }
 
-Graph conv2d_backward_data_graph(const backend::Conv2dShape& s, ConvType type) {
+Graph conv2d_backward_data_graph(const backend::Conv2dShape& s, ConvType type, bool accumulate) {
   check_conv(s);
   const DnnType io = dnn_type(type);
-  Builder g("conv2d_backward_data");
+  Builder g(accumulate ? "conv2d_backward_data_accumulating" : "conv2d_backward_data");
   g.tensor(uid::dy, io, y_dims(s), conv_strides(s, y_dims(s)));
   g.tensor(uid::w, io, w_dims(s), conv_strides(s, w_dims(s)));
   g.tensor(uid::dx, io, x_dims(s), conv_strides(s, x_dims(s)));
-  set_conv(g.node(OpKind::conv_backward_data,
-                  {{Slot::dy, uid::dy}, {Slot::w, uid::w}, {Slot::dx, uid::dx}}),
-           s);
+  Node& dgrad = g.node(OpKind::conv_backward_data,
+                       {{Slot::dy, uid::dy}, {Slot::w, uid::w}, {Slot::dx, uid::dx}});
+  set_conv(dgrad, s);
+  dgrad.beta = accumulate ? 1.0F : 0.0F;
   g.graph().allow_tf32 = s.allow_tf32;
-  g.graph().rerunnable = true;
+  g.graph().rerunnable = !accumulate;
   return g.take();
 }
 

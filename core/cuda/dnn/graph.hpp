@@ -113,6 +113,9 @@ struct Node {
   std::vector<std::pair<Slot, std::int64_t>> operands;  // (role, tensor uid)
   // Convolutions: 2-d, cross-correlation.
   std::array<std::int64_t, 2> padding{0, 0}, stride{1, 1}, dilation{1, 1};
+  // Convolutions: the result is added to beta times what the output holds
+  // (1: a gradient accumulated where it is made; 0: overwritten).
+  float beta = 0.0F;
   PointwiseMode pointwise = PointwiseMode::identity;
   std::int64_t axis = 0;  // gen_index
   // The type a pointwise op computes in (f32; i32 for gen_index, boolean
@@ -191,8 +194,10 @@ enum class ConvType : std::uint8_t { f32, f16, bf16 };
 // y = conv(x, w) (+ bias[c_out] when s.bias): x [n, c_in, h, w], w [c_out,
 // c_in / groups, kh, kw], y [n, c_out, out_h, out_w], contiguous NCHW.
 Graph conv2d_forward_graph(const backend::Conv2dShape& s, ConvType type = ConvType::f32);
-// dx from dy and w (the data gradient, "dgrad").
-Graph conv2d_backward_data_graph(const backend::Conv2dShape& s, ConvType type = ConvType::f32);
+// dx from dy and w (the data gradient, "dgrad"); with `accumulate`, added to
+// what dx holds (beta 1; such a graph reads its output, so is not rerunnable).
+Graph conv2d_backward_data_graph(const backend::Conv2dShape& s, ConvType type = ConvType::f32,
+                                 bool accumulate = false);
 // dw from x and dy (the filter gradient, "wgrad").
 Graph conv2d_backward_filter_graph(const backend::Conv2dShape& s, ConvType type = ConvType::f32);
 // The bias gradient (the sum of dy over n, out_h, out_w) has no graph: cuDNN

@@ -88,12 +88,19 @@ class EmulatedDevice final : public KernelDevice {
     converted(s.y_elements(), y, type, yf.data(), DType::f32);
   }
   void conv2d_backward_data_16(const backend::Conv2dShape& s, DType type, const void* w,
-                               const void* dy, void* dx) override {
+                               const void* dy, void* dx, bool accumulate) override {
     const std::vector<float> wf = widened(type, w, s.w_elements());
     const std::vector<float> dyf = widened(type, dy, s.y_elements());
     std::vector<float> dxf(static_cast<std::size_t>(s.x_elements()));
     conv2d_backward_data(s, wf.data(), dyf.data(), dxf.data());
+    if (accumulate) {  // beta 1: the sum in f32, rounded once
+      const std::vector<float> before = widened(type, dx, s.x_elements());
+      for (std::size_t i = 0; i < dxf.size(); ++i) dxf[i] += before[i];
+    }
     converted(s.x_elements(), dx, type, dxf.data(), DType::f32);
+  }
+  bool conv2d_16_adds_dx(const backend::Conv2dShape& s, DType type) override {
+    return conv2d_16(s, type);
   }
   void conv2d_backward_filter_16(const backend::Conv2dShape& s, DType type, const void* x,
                                  const void* dy, void* dw) override {
@@ -175,7 +182,10 @@ class HostOnlyDevice final : public KernelDevice {
   void conv2d_forward_16(const backend::Conv2dShape&, DType, const void*, const void*,
                          void*) override {}
   void conv2d_backward_data_16(const backend::Conv2dShape&, DType, const void*, const void*,
-                               void*) override {}
+                               void*, bool) override {}
+  bool conv2d_16_adds_dx(const backend::Conv2dShape& s, DType type) override {
+    return device_->conv2d_16_adds_dx(s, type);
+  }
   void conv2d_backward_filter_16(const backend::Conv2dShape&, DType, const void*, const void*,
                                  void*) override {}
   bool fused_attention_supported(const backend::FusedAttention& a) override {

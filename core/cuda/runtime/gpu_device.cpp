@@ -141,10 +141,16 @@ class GpuDevice final : public KernelDevice {
             {{dnn::uid::x, x}, {dnn::uid::w, w}, {dnn::uid::y, y}});
   }
   void conv2d_backward_data_16(const backend::Conv2dShape& s, DType type, const void* w,
-                               const void* dy, void* dx) override {
+                               const void* dy, void* dx, bool accumulate) override {
     const backend::Conv2dShape plain = without_bias(s);
-    execute(dnn::conv2d_backward_data_graph(plain, conv_type(type)),
+    execute(dnn::conv2d_backward_data_graph(plain, conv_type(type), accumulate),
             {{dnn::uid::dy, dy}, {dnn::uid::w, w}, {dnn::uid::dx, dx}});
+  }
+  // Where cuDNN plans the data gradient with beta 1 (once per shape and type).
+  bool conv2d_16_adds_dx(const backend::Conv2dShape& s, DType type) override {
+    return plans_once(conv16_adds_dx_,
+                      dnn::conv2d_backward_data_graph(without_bias(s), conv_type(type), true),
+                      [] { return std::vector<dnn::Graph>{}; });
   }
   void conv2d_backward_filter_16(const backend::Conv2dShape& s, DType type, const void* x,
                                  const void* dy, void* dw) override {
@@ -393,6 +399,7 @@ class GpuDevice final : public KernelDevice {
   std::mutex plans_mutex_;
   std::map<std::string, bool> fused_supported_;   // by forward graph key
   std::map<std::string, bool> conv16_supported_;  // by forward graph key
+  std::map<std::string, bool> conv16_adds_dx_;    // by accumulating dgrad graph key
   std::mutex staging_mutex_;
   std::vector<std::unique_ptr<Staging>> staging_;
   std::size_t next_reuse_ = 0;

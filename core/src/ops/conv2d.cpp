@@ -103,18 +103,24 @@ Tensor conv2d_16bit(const Tensor& x, const Tensor& weight, const backend::Conv2d
   Tensor out = detail::empty_on(xc, y_shape(s), type);
   detail::backend_of(xc).conv2d_forward_16(s, type, xc.raw_data(), wc.raw_data(), out.raw_data());
   if (!grad_mode_enabled() || !(x.requires_grad() || weight.requires_grad())) return out;
-  return autograd::record(std::move(out), kOp, {x, weight},
-                          [s, xc, wc, type, need_x = x.requires_grad(),
-                           need_w = weight.requires_grad()](const Tensor& g) {
-                            // g comes in the output's dtype (autograd converts it).
-                            const Tensor gc = g.contiguous();
-                            Tensor dx = need_x ? detail::empty_on(gc, xc.shape(), type) : Tensor();
-                            Tensor dw = need_w ? detail::empty_on(gc, wc.shape(), type) : Tensor();
-                            detail::backend_of(gc).conv2d_backward_16(
-                                s, type, xc.raw_data(), wc.raw_data(), gc.raw_data(),
-                                need_x ? dx.raw_data() : nullptr, need_w ? dw.raw_data() : nullptr);
-                            return autograd::TensorList{dx, dw};
-                          });
+  return autograd::record(
+      std::move(out), kOp, {x, weight},
+      [s, xc, wc, type, need_x = x.requires_grad(),
+       need_w = weight.requires_grad()](const Tensor& g) {
+        // g comes in the output's dtype (autograd converts it).
+        const Tensor gc = g.contiguous();
+        // dx added into a gradient x already has (a
+        // residual block's input: its shortcut's).
+        const Tensor dx_into = need_x ? autograd::accumulation_target(0) : Tensor();
+        Tensor dx = !need_x             ? Tensor()
+                    : dx_into.defined() ? dx_into
+                                        : detail::empty_on(gc, xc.shape(), type);
+        Tensor dw = need_w ? detail::empty_on(gc, wc.shape(), type) : Tensor();
+        detail::backend_of(gc).conv2d_backward_16(
+            s, type, xc.raw_data(), wc.raw_data(), gc.raw_data(), need_x ? dx.raw_data() : nullptr,
+            need_w ? dw.raw_data() : nullptr, dx_into.defined());
+        return autograd::TensorList{dx, dw};
+      });
 }
 
 // conv2d after its checks: weight is the back end's (backend_weight).

@@ -227,11 +227,12 @@ class Backend {
   virtual void conv2d_backward(const Conv2dShape& s, const float* x, const float* w,
                                const float* dy, float* dx, float* dw, float* db) = 0;
   // Convolutions without bias on x, w, y, dy, dx and dw of the 16-bit `type`
-  // (reads_16bit_storage()), accumulated in f32; dx, dw may be null.
+  // (reads_16bit_storage()), accumulated in f32; dx, dw may be null; with
+  // accumulate_dx, dx is added to what it holds (accumulates).
   virtual void conv2d_forward_16(const Conv2dShape& s, DType type, const void* x, const void* w,
                                  void* y);
   virtual void conv2d_backward_16(const Conv2dShape& s, DType type, const void* x, const void* w,
-                                  const void* dy, void* dx, void* dw);
+                                  const void* dy, void* dx, void* dw, bool accumulate_dx);
   // Pooling on NCHW planes, or NHWC where s.channels_last (kernel_args.hpp);
   // both give the same bits per plane. Max pooling's index (as y) holds each
   // maximum's offset in its plane (row * w + col).
