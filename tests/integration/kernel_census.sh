@@ -55,6 +55,10 @@ grep -Eq "^ +3 .* CopyStrided f32 -> bf16$" nmt.txt || fail "not 3 casts to bf16
 if grep -q "AddStrided" nmt.txt; then fail "a gradient added in a pass of its own"; fi
 grep -Eq "^ +5 .* LayerNormBackwardDx bf16, added into dx$" nmt.txt || fail "not 5 dx added into"
 grep -Eq "cuBLASLt matmul bf16 x bf16 \+= bf16$" nmt.txt || fail "no product adds into a gradient"
+# each residual connection's add and its branch's dropout in one pass (2 in the
+# encoder layer, 3 in the decoder layer); the embeddings' dropouts stand alone
+grep -Eq "^ +5 .* DropoutForward bf16, \+ residual$" nmt.txt || fail "not 5 dropout adds"
+grep -Eq "^ +2 .* DropoutForward bf16$" nmt.txt || fail "not 2 dropouts of their own"
 # one read of the device a step in mixed precision too (unscaling reads nothing)
 grep -Eq "^ +1 .* copy to host$" nmt.txt || fail "not one read of the device a step"
 

@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "backend/backend.hpp"
 #include "bf16_values.hpp"
 #include "rig/half.hpp"
 #include "rig/ops.hpp"
@@ -369,6 +370,32 @@ TEST(Emulated16BitOps, BatchNormHasTheBitsOfItsFloat32Copy) {
       EXPECT_TRUE(same(b16.grad(), b32.grad())) << "dbeta";
       EXPECT_EQ(mean16.to_host().to_vector(), mean32.to_host().to_vector()) << "running mean";
       EXPECT_EQ(var16.to_host().to_vector(), var32.to_host().to_vector()) << "running var";
+    }
+  }
+}
+
+TEST(Emulated16BitOps, DropoutAddIsAnAddOfDropoutInOnePass) {
+  // ops::dropout_add on the CUDA back end (one DropoutForward with the
+  // residual) against add(residual, dropout(x)): the same bits forward and
+  // backward, in f32, bf16 and f16; the same mask as dropout's.
+  const rig::Device dev = emulated_cuda();
+  ASSERT_TRUE(rig::backend::backend_for(dev).fuses_dropout_add());
+  const rig::RandomKey key{5, 3, 1, 17};
+  const Tensor r = random({3, 7, 40}, 71), x = random({3, 7, 40}, 72), up = random({3, 7, 40}, 73);
+  for (const DType type : {DType::f32, DType::bf16, DType::f16}) {
+    SCOPED_TRACE(rig::dtype_name(type));
+    const auto run = [&](bool fused) {
+      Tensor rl = leaf(r, type, dev), xl = leaf(x, type, dev);
+      const Tensor y = fused ? rig::ops::dropout_add(rl, xl, 0.3F, key)
+                             : rig::ops::add(rl, rig::ops::dropout(xl, 0.3F, key));
+      rig::ops::sum(rig::ops::mul(y, up.to(dev).to(type))).backward();
+      return std::vector<Tensor>{y.detach(), rl.grad(), xl.grad()};
+    };
+    const std::vector<Tensor> fused = run(true), composed = run(false);
+    for (std::size_t i = 0; i < fused.size(); ++i) {
+      EXPECT_EQ(fused[i].to_host().to(DType::f32).to_vector(),
+                composed[i].to_host().to(DType::f32).to_vector())
+          << "output " << i;
     }
   }
 }

@@ -110,6 +110,17 @@ TEST(OpsDropoutGradCheck, FixedKey) {
                       {random_tensor({3, 7}, 4)}, 1e-2, 2e-3, 2e-3));
 }
 
+// residual + dropout(x): the residual's gradient is g, x's dropout's backward.
+TEST(OpsDropoutGradCheck, DropoutAdd) {
+  EXPECT_TRUE(check_gradients(
+      [](const std::vector<Tensor>& in) { return ops::dropout_add(in[0], in[1], 0.4F, kKey); },
+      {random_tensor({3, 7}, 6), random_tensor({3, 7}, 7)}, 1e-2, 2e-3, 2e-3));
+  const Tensor r = random_tensor({5, 9}, 8), x = random_tensor({5, 9}, 9);
+  EXPECT_EQ(ops::dropout_add(r, x, 0.4F, kKey).to_vector(),
+            ops::add(r, ops::dropout(x, 0.4F, kKey)).to_vector());
+  EXPECT_EQ(ops::dropout_add(r, x, 0.0F, kKey).to_vector(), ops::add(r, x).to_vector());
+}
+
 TEST(OpsDropout, IndependentOfThreadCount) {
   const Tensor x = random_tensor({1000, 129}, 5);
   const int saved = rig::cpu::num_threads();

@@ -124,4 +124,9 @@ void Backend::add_relu(const StridedPlan<3>&, DType, const void*, const void*, v
   not_fused("add_relu");
 }
 
+void Backend::dropout_add_forward(const RandomKey&, float, float, DType, const void*, const void*,
+                                  void*, std::int64_t, std::uint32_t*) {
+  not_fused("dropout_add_forward");
+}
+
 }  // namespace rig::backend

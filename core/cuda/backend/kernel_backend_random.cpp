@@ -12,6 +12,21 @@ void KernelBackend::dropout_forward(const RandomKey& key, float p, float scale, 
                               src, dst, mask_bits, n});
 }
 
+void KernelBackend::dropout_add_forward(const RandomKey& key, float p, float scale, DType dtype,
+                                        const void* src, const void* residual, void* dst,
+                                        std::int64_t n, std::uint32_t* mask_bits) {
+  kernels::DropoutForward k{math::PhiloxStream::of(key.seed, key.step, key.rank, key.purpose),
+                            math::dropout_threshold(p),
+                            scale,
+                            element_type(dtype, "dropout_add"),
+                            src,
+                            dst,
+                            mask_bits,
+                            n};
+  k.residual = residual;
+  run(k);
+}
+
 void KernelBackend::dropout_backward(const std::uint32_t* mask_bits, float scale, DType dtype,
                                      const void* grad, void* dx, std::int64_t n) {
   run(kernels::DropoutBackward{mask_bits, scale, element_type(dtype, "dropout backward"), grad, dx,

@@ -81,7 +81,9 @@ Work work_of(const kernels::UnaryBackward& k) {
   return {type_name(k.type), k.n, operands * static_cast<double>(k.n) * type_bytes(k.type)};
 }
 Work work_of(const kernels::DropoutForward& k) {
-  return {type_name(k.type), k.n, 2.0 * static_cast<double>(k.n) * type_bytes(k.type)};
+  const bool added = k.residual != nullptr;  // reads the residual too
+  return {fmt::format("{}{}", type_name(k.type), added ? ", + residual" : ""), k.n,
+          (added ? 3.0 : 2.0) * static_cast<double>(k.n) * type_bytes(k.type)};
 }
 Work work_of(const kernels::DropoutBackward& k) {
   return {type_name(k.type), k.n, 2.0 * static_cast<double>(k.n) * type_bytes(k.type)};

@@ -30,6 +30,9 @@ struct DropoutForward {
   void* dst = nullptr;                 // may be src
   std::uint32_t* mask_bits = nullptr;  // [ceil(n / 32)] or null
   std::int64_t n = 0;
+  // Where set, dst = residual + the dropped value (rounded to `type` first:
+  // the bits of dropout then an add; a residual connection in one pass).
+  const void* residual = nullptr;
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     const std::int64_t chunks = (n + kDropoutChunk - 1) / kDropoutChunk;
@@ -50,7 +53,12 @@ struct DropoutForward {
       for (unsigned k = 0; k < 4; ++k) {
         const bool keep = math::dropout_keeps(r.v[k], threshold);
         const std::int64_t i = 4 * block + k;
-        if (i < n) store_element(dst, type, i, keep ? load_element(src, type, i) * scale : 0.0F);
+        if (i < n) {
+          const float v = keep ? load_element(src, type, i) * scale : 0.0F;
+          store_element(
+              dst, type, i,
+              residual == nullptr ? v : load_element(residual, type, i) + rounded_to(type, v));
+        }
         word |= static_cast<std::uint32_t>(keep) << (4U * (lane % 8U) + k);
       }
       if (mask_bits == nullptr) continue;  // uniform over the launch

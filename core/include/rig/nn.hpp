@@ -80,6 +80,10 @@ class RIG_API Dropout {
  public:
   Dropout(std::string name, float p);
   Tensor forward(const Tensor& x, bool training, const RandomKey& key) const;
+  // residual + forward(x, training, key), as one op (ops::dropout_add): a
+  // residual connection and its branch's dropout in one pass where fused.
+  Tensor forward_added_to(const Tensor& residual, const Tensor& x, bool training,
+                          const RandomKey& key) const;
   // The same dropout as Linear's fused output dropout (after relu): the same
   // stream, so the same mask; p 0 when not training.
   ops::OutputDropout as_output_dropout(bool training, const RandomKey& key) const;

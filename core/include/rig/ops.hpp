@@ -121,6 +121,10 @@ Tensor embedding(const Tensor& weight, const Tensor& ids);
 // Zeroes each element with probability p (Philox stream `key`), scales the
 // rest by 1 / (1 - p). p = 0 returns x.
 Tensor dropout(const Tensor& x, float p, const RandomKey& key);
+// residual + dropout(x, p, key), bit for bit, in one pass where the back end
+// fuses it (Backend::fuses_dropout_add: a residual connection's add and its
+// branch's dropout); x and residual of one shape and dtype, else composed.
+Tensor dropout_add(const Tensor& residual, const Tensor& x, float p, const RandomKey& key);
 // x [N, Cin, H, W], weight [Cout, Cin / groups, kH, kW], bias [Cout] or undefined.
 // channels_last: x [N, H, W, Cin] and y [N, H', W', Cout] (NHWC, the layout
 // of cuDNN's 16-bit tensor-core kernels); the weight keeps PyTorch's layout.

@@ -21,6 +21,12 @@ Tensor Dropout::forward(const Tensor& x, bool training, const RandomKey& key) co
   return ops::dropout(x, p_, key.derive(name_));
 }
 
+Tensor Dropout::forward_added_to(const Tensor& residual, const Tensor& x, bool training,
+                                 const RandomKey& key) const {
+  if (!training || p_ == 0.0F) return ops::add(residual, x);
+  return ops::dropout_add(residual, x, p_, key.derive(name_));
+}
+
 ops::OutputDropout Dropout::as_output_dropout(bool training, const RandomKey& key) const {
   if (!training || p_ == 0.0F) return {};
   return {p_, key.derive(name_)};

@@ -40,4 +40,38 @@ Tensor dropout(const Tensor& x, float p, const RandomKey& key) {
                           });
 }
 
+Tensor dropout_add(const Tensor& residual, const Tensor& x, float p, const RandomKey& key) {
+  detail::require_floating("dropout_add", residual, "residual");
+  detail::require_floating("dropout_add", x, "x");
+  detail::require_same_device("dropout_add", {&residual, &x});
+  backend::Backend& be = detail::backend_of(x);
+  const bool fused = be.fuses_dropout_add() && p > 0.0F && p < 1.0F &&
+                     residual.shape() == x.shape() && residual.dtype() == x.dtype() &&
+                     (x.dtype() == DType::f32 || be.reads_16bit_storage());
+  if (!fused) return add(residual, dropout(x, p, key));
+  const float scale = 1.0F / (1.0F - p);
+  const Tensor xc = x.detach().contiguous();
+  const Tensor rc = residual.detach().contiguous();
+  Tensor out = detail::empty_on(xc, x.shape(), x.dtype());
+  const bool record = grad_mode_enabled() && (x.requires_grad() || residual.requires_grad());
+  // The mask as dropout keeps it, where x's gradient needs it.
+  const bool need_x = record && x.requires_grad();
+  Tensor mask = need_x ? detail::empty_on(xc, {(x.numel() + 31) / 32}, DType::i32) : Tensor();
+  auto* bits = need_x ? reinterpret_cast<std::uint32_t*>(mask.data<std::int32_t>()) : nullptr;
+  be.dropout_add_forward(key, p, scale, xc.dtype(), xc.raw_data(), rc.raw_data(), out.raw_data(),
+                         xc.numel(), bits);
+  if (!record) return out;
+  // The residual's gradient is g itself (add's); x's, dropout's backward of g.
+  return autograd::record(std::move(out), "dropout_add", {residual, x},
+                          [mask, scale, need_x](const Tensor& g) -> autograd::TensorList {
+                            if (!need_x) return {g, Tensor()};
+                            const Tensor gc = g.contiguous();
+                            Tensor dx = detail::empty_on(gc, gc.shape(), gc.dtype());
+                            detail::backend_of(gc).dropout_backward(
+                                reinterpret_cast<const std::uint32_t*>(mask.data<std::int32_t>()),
+                                scale, gc.dtype(), gc.raw_data(), dx.raw_data(), gc.numel());
+                            return {g, dx};
+                          });
+}
+
 }  // namespace rig::ops

@@ -86,10 +86,10 @@ Tensor EncoderLayer::forward(const Tensor& x, const Encoded& keys, const Tensor&
   options.key = key;
   const Tensor normed = attention_norm_.forward(x);
   Tensor y = attention_.forward(normed, normed, options);
-  Tensor h = ops::add(x, attention_dropout_.forward(y, training, key));
+  Tensor h = attention_dropout_.forward_added_to(x, y, training, key);
   y = ffn_.forward(ffn_norm_.forward(h), training, key);
   if (ffn_mask.defined()) y = ops::mul(y, ffn_mask);
-  return ops::add(h, ffn_dropout_.forward(y, training, key));
+  return ffn_dropout_.forward_added_to(h, y, training, key);
 }
 
 DecoderLayer::DecoderLayer(rig::ParameterStore& store, const std::string& name,
@@ -113,18 +113,17 @@ Tensor DecoderLayer::forward(const Tensor& x, const Encoded& encoded, bool train
   self.training = training;
   self.key = key;
   const Tensor normed = self_norm_.forward(x);
-  Tensor h = ops::add(
-      x, self_dropout_.forward(self_attention_.forward(normed, normed, self), training, key));
+  Tensor h = self_dropout_.forward_added_to(x, self_attention_.forward(normed, normed, self),
+                                            training, key);
   rig::nn::MultiHeadAttention::Options cross;
   cross.mask = encoded.key_mask;
   cross.key_lengths = encoded.key_lengths;
   cross.training = training;
   cross.key = key;
-  h = ops::add(h, encdec_dropout_.forward(
-                      encdec_attention_.forward(encdec_norm_.forward(h), encoded.output, cross),
-                      training, key));
-  return ops::add(
-      h, ffn_dropout_.forward(ffn_.forward(ffn_norm_.forward(h), training, key), training, key));
+  h = encdec_dropout_.forward_added_to(
+      h, encdec_attention_.forward(encdec_norm_.forward(h), encoded.output, cross), training, key);
+  return ffn_dropout_.forward_added_to(h, ffn_.forward(ffn_norm_.forward(h), training, key),
+                                       training, key);
 }
 
 Tensor DecoderLayer::step(const Tensor& x, rig::nn::KvCache& self_cache,

@@ -354,6 +354,13 @@ class Backend {
                                std::uint32_t* mask_bits) = 0;
   virtual void dropout_backward(const std::uint32_t* mask_bits, float scale, DType dtype,
                                 const void* grad, void* dx, std::int64_t n) = 0;
+  // dst = residual + dropout_forward's value (rounded to dtype, then the sum
+  // rounded: the bits of dropout_forward and an add) in one pass, where
+  // fuses_dropout_add() (dtype f32, f16 or bf16; a residual connection).
+  virtual bool fuses_dropout_add() const { return false; }
+  virtual void dropout_add_forward(const RandomKey& key, float p, float scale, DType dtype,
+                                   const void* src, const void* residual, void* dst, std::int64_t n,
+                                   std::uint32_t* mask_bits);
   // mask[i] = 1 where element first + i of the stream is kept (u8).
   virtual void dropout_mask(const RandomKey& key, float p, std::uint8_t* mask, std::int64_t n,
                             std::uint64_t first) = 0;
