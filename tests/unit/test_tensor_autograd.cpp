@@ -120,16 +120,19 @@ TEST(TensorAutograd, GradientsThroughViewsAccumulate) {
   EXPECT_EQ(b.grad().to_vector(), (std::vector<float>{2, 2}));
 }
 
+// An identity op whose backward returns `held`, a tensor its caller keeps.
+Tensor passing_on(const Tensor& a, const Tensor& held) {
+  return rig::autograd::record(a.detach().clone(), "pass_on", {a},
+                               [held](const Tensor&) { return rig::TensorList{held}; });
+}
+
 TEST(TensorAutograd, GradientsOthersHoldAreNotAddedIntoInPlace) {
   // A pending gradient that nothing else holds (the residual stream's) is
   // added into in place; one that a backward function returned while also
   // keeping it, or that the caller holds, must stay as it is. `pass_on` is
   // an identity op whose backward returns the caller's tensor `held`.
   const Tensor held = Tensor::full({3}, 1.0F);
-  const auto pass_on = [&held](const Tensor& a) {
-    return rig::autograd::record(a.detach().clone(), "pass_on", {a},
-                                 [held](const Tensor&) { return rig::TensorList{held}; });
-  };
+  const auto pass_on = [&held](const Tensor& a) { return passing_on(a, held); };
   for (bool held_first : {true, false}) {
     SCOPED_TRACE(held_first);
     Tensor x = Tensor::from_vector(std::vector<float>{1, -2, 3}, {3}).set_requires_grad(true);
@@ -206,10 +209,7 @@ TEST(TensorAutograd, AGradientOthersHoldIsNoAccumulationTarget) {
   // The pending gradient is a tensor a backward function also keeps: it is
   // not offered, and stays as it was.
   const Tensor held = Tensor::full({2}, 1.0F);
-  const auto pass_on = [&held](const Tensor& a) {
-    return rig::autograd::record(a.detach().clone(), "pass_on", {a},
-                                 [held](const Tensor&) { return rig::TensorList{held}; });
-  };
+  const auto pass_on = [&held](const Tensor& a) { return passing_on(a, held); };
   int offers = 0;
   Tensor x = Tensor::from_vector(std::vector<float>{1, -2}, {2}).set_requires_grad(true);
   const Tensor h = ops::mul_scalar(x, 1.0F);

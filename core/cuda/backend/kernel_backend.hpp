@@ -304,8 +304,7 @@ class KernelBackend final : public backend::Backend {
   void run(const Kernel& kernel) {
     device_->run(kernel);
   }
-  void scale_16bit_c(const Shape& shape, std::uint16_t* c, std::int64_t ldc, DType type,
-                     float beta);
+  void scale_c(std::int64_t m, std::int64_t n, void* c, std::int64_t ldc, DType type, float beta);
   // `count` products like `first`, product i reading A and B and writing C
   // i * stride_a, i * stride_b, i * stride_c floats past first's (0 for A or
   // B: the same matrix for every product; C's must not overlap): one strided

@@ -3,6 +3,7 @@
 // operands to bf16 (once, where a layer passes them rounded) and accumulates
 // in f32, as the CPU back end.
 #include <algorithm>
+#include <cstddef>
 #include <optional>
 #include <stdexcept>
 
@@ -32,19 +33,24 @@ std::int64_t usable_ld(std::int64_t ld, Stored s) {
 
 }  // namespace
 
-// beta C for a 16-bit C of an empty product (k = 0): zeros, C itself, or C
-// scaled through f32 and rounded once, as the product's epilogue would.
-void KernelBackend::scale_16bit_c(const Shape& shape, std::uint16_t* c, std::int64_t ldc,
-                                  DType type, float beta) {
+// beta C for an empty product (k = 0), C [m, n] of `type` row by row:
+// zeros, C itself, or C scaled in f32 (and rounded once for 16 bits), as the
+// product's epilogue would.
+void KernelBackend::scale_c(std::int64_t m, std::int64_t n, void* c, std::int64_t ldc, DType type,
+                            float beta) {
   if (beta == 1.0F) return;
-  if (beta == 0.0F) {
-    fill_strided(shape, c, {ldc, 1}, type, 0.0F);
-    return;
+  const std::int64_t row_bytes = ldc * static_cast<std::int64_t>(dtype_size(type));
+  for (std::int64_t i = 0; i < m; ++i) {
+    void* row = static_cast<std::byte*>(c) + i * row_bytes;
+    if (beta == 0.0F) {
+      fill_strided({n}, row, {1}, type, 0.0F);
+    } else if (type == DType::f32) {
+      unary(backend::Unary::mul_scalar, static_cast<float*>(row), static_cast<float*>(row), n,
+            beta);
+    } else {
+      unary_16(backend::Unary::mul_scalar, type, row, row, n, beta);
+    }
   }
-  DeviceScratch f32 = scratch(static_cast<std::size_t>(shape_numel(shape)) * sizeof(float));
-  copy_strided(shape, f32.as<float>(), {shape[1], 1}, DType::f32, c, {ldc, 1}, type);
-  unary(backend::Unary::mul_scalar, f32.as<float>(), f32.as<float>(), shape_numel(shape), beta);
-  copy_strided(shape, c, {ldc, 1}, type, f32.as<float>(), {shape[1], 1}, DType::f32);
 }
 
 void KernelBackend::round_bf16(const backend::GemmOperand& x, std::int64_t rows, std::int64_t cols,
@@ -100,18 +106,11 @@ void KernelBackend::gemm(const backend::GemmProduct& p, MatmulPrecision precisio
         "KernelBackend::gemm: a bf16 C needs bf16 precision and no f32 C beside it");
   }
   if (p.c_bf16 != nullptr && p.k == 0) {  // beta C in bf16
-    scale_16bit_c({p.m, p.n}, p.c_bf16, p.ldc, DType::bf16, p.beta);
+    scale_c(p.m, p.n, p.c_bf16, p.ldc, DType::bf16, p.beta);
     return;
   }
   if (p.k == 0) {  // beta C
-    for (std::int64_t i = 0; i < p.m; ++i) {
-      float* row = p.c + i * p.ldc;
-      if (p.beta == 0.0F) {
-        fill_strided({p.n}, row, {1}, DType::f32, 0.0F);
-      } else if (p.beta != 1.0F) {
-        unary(backend::Unary::mul_scalar, row, row, p.n, p.beta);
-      }
-    }
+    scale_c(p.m, p.n, p.c, p.ldc, DType::f32, p.beta);
     return;
   }
   GemmRequest request = request_of(p);
@@ -151,13 +150,10 @@ void KernelBackend::gemm_f16(const backend::GemmProduct& p) {
         "beside it");
   }
   if (p.k == 0) {  // beta C, in f16 or f32
-    backend::GemmProduct f32 = p;
-    f32.a.f16 = f32.b.f16 = nullptr;
-    f32.c_f16 = nullptr;
     if (p.c_f16 != nullptr) {
-      scale_16bit_c({p.m, p.n}, p.c_f16, p.ldc, DType::f16, p.beta);
+      scale_c(p.m, p.n, p.c_f16, p.ldc, DType::f16, p.beta);
     } else {
-      gemm(f32, MatmulPrecision::f32);
+      scale_c(p.m, p.n, p.c, p.ldc, DType::f32, p.beta);
     }
     return;
   }

@@ -181,8 +181,8 @@ class HostOnlyDevice final : public KernelDevice {
   }
   void conv2d_forward_16(const backend::Conv2dShape&, DType, const void*, const void*,
                          void*) override {}
-  void conv2d_backward_data_16(const backend::Conv2dShape&, DType, const void*, const void*,
-                               void*, bool) override {}
+  void conv2d_backward_data_16(const backend::Conv2dShape&, DType, const void*, const void*, void*,
+                               bool) override {}
   bool conv2d_16_adds_dx(const backend::Conv2dShape& s, DType type) override {
     return device_->conv2d_16_adds_dx(s, type);
   }

@@ -112,9 +112,7 @@ Tensor conv2d_16bit(const Tensor& x, const Tensor& weight, const backend::Conv2d
         // dx added into a gradient x already has (a
         // residual block's input: its shortcut's).
         const Tensor dx_into = need_x ? autograd::accumulation_target(0) : Tensor();
-        Tensor dx = !need_x             ? Tensor()
-                    : dx_into.defined() ? dx_into
-                                        : detail::empty_on(gc, xc.shape(), type);
+        Tensor dx = detail::gradient_buffer(need_x, dx_into, gc, xc.shape(), type);
         Tensor dw = need_w ? detail::empty_on(gc, wc.shape(), type) : Tensor();
         detail::backend_of(gc).conv2d_backward_16(
             s, type, xc.raw_data(), wc.raw_data(), gc.raw_data(), need_x ? dx.raw_data() : nullptr,

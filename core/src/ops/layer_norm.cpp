@@ -93,12 +93,9 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
                      dbeta_into = target(need_b, 2);
         const backend::NormGradAccumulation accumulate{dx_into.defined(), dgamma_into.defined(),
                                                        dbeta_into.defined()};
-        const auto grad_of = [&](bool needed, const Tensor& into, const Shape& shape, DType dt) {
-          return !needed ? Tensor() : into.defined() ? into : detail::empty_on(gc, shape, dt);
-        };
-        Tensor dx = grad_of(need_x, dx_into, xc.shape(), type);
-        Tensor dgamma = grad_of(need_g, dgamma_into, {d}, param_type);
-        Tensor dbeta = grad_of(need_b, dbeta_into, {d}, param_type);
+        Tensor dx = detail::gradient_buffer(need_x, dx_into, gc, xc.shape(), type);
+        Tensor dgamma = detail::gradient_buffer(need_g, dgamma_into, gc, {d}, param_type);
+        Tensor dbeta = detail::gradient_buffer(need_b, dbeta_into, gc, {d}, param_type);
         if (d > 0 && rows > 0) {
           Tensor scratch = detail::empty_on(gc, {be.layer_norm_scratch_size(rows, d)});
           const void* gd = g.defined() ? g.raw_data() : nullptr;  // of param_type

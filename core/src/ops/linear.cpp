@@ -189,9 +189,7 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
         // That pass adds db into a gradient the bias already has (its .grad).
         const Tensor db_into =
             need_b && pass_16 && db_dtype == b_dtype ? autograd::accumulation_target(2) : Tensor();
-        Tensor db = !need_b             ? Tensor()
-                    : db_into.defined() ? db_into
-                                        : detail::empty_on(gc, {out_features}, db_dtype);
+        Tensor db = detail::gradient_buffer(need_b, db_into, gc, {out_features}, db_dtype);
         void* db_data = need_b ? db.raw_data() : nullptr;
         // dz for the two products: g itself, f32 dz, or (at bf16 precision,
         // when a pass over g runs anyway) dz written only rounded to bf16.
@@ -233,17 +231,15 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
             need_x && bf16_operands ? autograd::accumulation_target(0) : Tensor();
         const Tensor dw_into =
             need_w && bf16_operands ? autograd::accumulation_target(1) : Tensor();
-        Tensor dx = !need_x ? Tensor()
-                    : dx_into.defined() && dx_bf16
-                        ? dx_into
-                        : detail::empty_on(gc, x_shape, dx_bf16 ? DType::bf16 : DType::f32);
-        Tensor dw =
-            !need_w ? Tensor()
-            : dw_into.defined() && dw_bf16
-                ? dw_into
-                : detail::empty_on(gc, {out_features, in}, dw_bf16 ? DType::bf16 : DType::f32);
-        const float dx_beta = dx_into.defined() && dx_bf16 ? 1.0F : 0.0F;
-        const float dw_beta = dw_into.defined() && dw_bf16 ? 1.0F : 0.0F;
+        // The targets the products themselves add into (beta 1).
+        const Tensor dx_added = dx_bf16 ? dx_into : Tensor();
+        const Tensor dw_added = dw_bf16 ? dw_into : Tensor();
+        Tensor dx = detail::gradient_buffer(need_x, dx_added, gc, x_shape,
+                                            dx_bf16 ? DType::bf16 : DType::f32);
+        Tensor dw = detail::gradient_buffer(need_w, dw_added, gc, {out_features, in},
+                                            dw_bf16 ? DType::bf16 : DType::f32);
+        const float dx_beta = dx_added.defined() ? 1.0F : 0.0F;
+        const float dw_beta = dw_added.defined() ? 1.0F : 0.0F;
         // dx [rows, in] = dz [rows, out] W [out, in]
         const auto dx_product = [&] {
           return GemmProduct{

@@ -97,9 +97,7 @@ Tensor linear_f16_products(const Tensor& x, const Tensor& weight, const Tensor& 
         // Added into a gradient the bias already has (its .grad) by that pass.
         const Tensor db_into =
             need_b && db_dtype == b_dtype ? autograd::accumulation_target(2) : Tensor();
-        Tensor db = !need_b             ? Tensor()
-                    : db_into.defined() ? db_into
-                                        : empty_on(gc, {out_features}, db_dtype);
+        Tensor db = gradient_buffer(need_b, db_into, gc, {out_features}, db_dtype);
         // dz in f16 for the products: an f16 g with nothing to form is dz itself.
         Tensor dz = gc;
         if (activation != Activation::none || need_b || gc.dtype() != DType::f16) {
@@ -114,12 +112,8 @@ Tensor linear_f16_products(const Tensor& x, const Tensor& weight, const Tensor& 
         // takes the product's result added in f32 and rounded once (beta 1).
         const Tensor dx_into = need_x ? autograd::accumulation_target(0) : Tensor();
         const Tensor dw_into = need_w ? autograd::accumulation_target(1) : Tensor();
-        Tensor dx = !need_x             ? Tensor()
-                    : dx_into.defined() ? dx_into
-                                        : empty_on(gc, xc.shape(), DType::f16);
-        Tensor dw = !need_w             ? Tensor()
-                    : dw_into.defined() ? dw_into
-                                        : empty_on(gc, {out_features, in}, DType::f16);
+        Tensor dx = gradient_buffer(need_x, dx_into, gc, xc.shape(), DType::f16);
+        Tensor dw = gradient_buffer(need_w, dw_into, gc, {out_features, in}, DType::f16);
         // dx [rows, in] = dz [rows, out] W [out, in]
         GemmProduct dx_product{n_rows,
                                in,

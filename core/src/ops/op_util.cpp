@@ -75,6 +75,12 @@ Tensor zeros_on(const Tensor& like, Shape shape, DType dtype) {
   return Tensor::zeros(std::move(shape), dtype, like.device());
 }
 
+Tensor gradient_buffer(bool needed, const Tensor& into, const Tensor& like, Shape shape,
+                       DType dtype) {
+  if (!needed) return {};
+  return into.defined() ? into : empty_on(like, std::move(shape), dtype);
+}
+
 std::string shape_str(const Tensor& t, bool transposed) {
   return to_string(t.shape()) + (transposed ? "^T" : "");
 }

@@ -61,6 +61,11 @@ void check_index_range(const Tensor& index, std::int64_t limit, Format format,
 // A new contiguous tensor on `like`'s device.
 Tensor empty_on(const Tensor& like, Shape shape, DType dtype = DType::f32);
 Tensor zeros_on(const Tensor& like, Shape shape, DType dtype = DType::f32);
+// Where a backward function writes one gradient: `into` (a gradient it adds
+// to, autograd::accumulation_target) where defined, else a new one; none
+// where not needed.
+Tensor gradient_buffer(bool needed, const Tensor& into, const Tensor& like, Shape shape,
+                       DType dtype);
 
 // "[2,3]" or "[2,3]^T".
 std::string shape_str(const Tensor& t, bool transposed = false);

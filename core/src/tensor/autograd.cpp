@@ -133,7 +133,9 @@ struct Scratch {
   std::vector<Vertex> order;
   std::vector<std::pair<Vertex, std::uint32_t>> stack;  // (vertex, next edge to visit)
   std::vector<PendingGrad> grads;                       // by index in `order`
-  std::vector<Tensor> targets;             // the running node's accumulation targets, by input
+  // The running node's accumulation targets by input, each found when its
+  // backward function first asks (asked, target); empty if it asked none.
+  std::vector<std::pair<bool, Tensor>> targets;
   std::vector<const TensorImpl*> offered;  // theirs, once the node has run
   bool busy = false;
 
@@ -147,22 +149,24 @@ struct Scratch {
   }
 };
 
-// The accumulation targets of the backward function running on this thread.
-thread_local const std::vector<Tensor>* t_targets = nullptr;
+// The node whose backward function runs on this thread, and its pass.
+struct RunningNode {
+  Scratch* scratch = nullptr;
+  const Node* node = nullptr;
+};
+thread_local const RunningNode* t_running = nullptr;
 
-// Sets t_targets while one backward function runs (restoring an outer
+// Sets t_running while one backward function runs (restoring an outer
 // pass's: a backward function may itself run backward()).
-class TargetsScope {
+class RunningScope {
  public:
-  explicit TargetsScope(const std::vector<Tensor>& targets) : previous_(t_targets) {
-    t_targets = &targets;
-  }
-  ~TargetsScope() { t_targets = previous_; }
-  TargetsScope(const TargetsScope&) = delete;
-  TargetsScope& operator=(const TargetsScope&) = delete;
+  explicit RunningScope(const RunningNode& running) : previous_(t_running) { t_running = &running; }
+  ~RunningScope() { t_running = previous_; }
+  RunningScope(const RunningScope&) = delete;
+  RunningScope& operator=(const RunningScope&) = delete;
 
  private:
-  const std::vector<Tensor>* previous_;
+  const RunningNode* previous_;
 };
 
 // The calling thread's scratch, or `fallback` when it is in use (a backward
@@ -240,8 +244,19 @@ Tensor accumulation_target_of(const Edge& edge, const PendingGrad& slot) {
 }  // namespace
 
 Tensor accumulation_target(std::size_t input) {
-  if (t_targets == nullptr || input >= t_targets->size()) return {};
-  return (*t_targets)[input];
+  // Found on demand: most backward functions never ask.
+  if (t_running == nullptr || input >= t_running->node->edges.size()) return {};
+  Scratch& s = *t_running->scratch;
+  if (s.targets.empty()) s.targets.resize(t_running->node->edges.size());
+  auto& [asked, target] = s.targets[input];
+  if (!asked) {
+    asked = true;
+    const Edge& edge = t_running->node->edges[input];
+    if (edge.defined()) {
+      target = accumulation_target_of(edge, s.grads[*s.position.find(vertex_of(edge).key())]);
+    }
+  }
+  return target;
 }
 
 Tensor record(Tensor output, OpName op, TensorList inputs, BackwardFn backward) {
@@ -317,22 +332,15 @@ void backward(const Tensor& root) {
           "backward: the graph through '{}' was already released by an earlier backward()",
           node.op.view()));
     }
-    s.targets.assign(node.edges.size(), Tensor());
-    for (std::size_t i = 0; i < node.edges.size(); ++i) {
-      const Edge& edge = node.edges[i];
-      if (edge.defined()) {
-        s.targets[i] =
-            accumulation_target_of(edge, s.grads[*s.position.find(vertex_of(edge).key())]);
-      }
-    }
     TensorList input_grads;
     {
-      const TargetsScope targets(s.targets);
+      const RunningNode running{&s, &node};
+      const RunningScope scope(running);
       input_grads = node.backward(grad);
     }
     // Let go of the targets before any sole_owner() test below.
     s.offered.clear();
-    for (const Tensor& target : s.targets) s.offered.push_back(target.impl());
+    for (const auto& entry : s.targets) s.offered.push_back(entry.second.impl());
     s.targets.clear();
     if (input_grads.size() != node.edges.size()) {
       throw std::logic_error(fmt::format("backward of {}: {} gradients for {} inputs",
@@ -349,7 +357,7 @@ void backward(const Tensor& root) {
                                            to_string(edge.shape)));
       }
       PendingGrad& slot = s.grads[*s.position.find(vertex_of(edge).key())];
-      if (s.offered[i] != nullptr && g.impl() == s.offered[i]) {
+      if (i < s.offered.size() && s.offered[i] != nullptr && g.impl() == s.offered[i]) {
         // Added into its target by the backward function: nothing left to add.
         if (!slot.value.defined()) slot = {std::move(g), true, true};
         slot.owned = true;
