@@ -1,5 +1,6 @@
 # rig_gtest_tests(<target> [TEST_PREFIX <prefix>] [TIMEOUT <seconds>] [SHARDS <n>]
-#                 [ISOLATE <gtest pattern>...] [ENVIRONMENT <VAR=value>...])
+#                 [ALWAYS_SHARD] [ISOLATE <gtest pattern>...]
+#                 [SANITIZER_SKIP <gtest pattern>...] [ENVIRONMENT <VAR=value>...])
 #
 # Registers the GoogleTest cases of executable <target> with ctest (label unit).
 # By default every case is its own ctest test, <prefix><Suite>.<Case>
@@ -14,11 +15,18 @@
 # names its failing cases. The cases that ISOLATE matches (suites that set
 # process-wide state, such as the emulated CUDA device made once per process)
 # stay one ctest test each, and the shards leave them out.
+#
+# ALWAYS_SHARD shards in every build: for cases that take milliseconds in a
+# process that has already paid a slow start (loading cuDNN, ~0.2 s).
+# SANITIZER_SKIP: cases an instrumented build's shards leave out, where the time is
+# spent in a library the sanitizers do not see (cuDNN compiling a kernel) and
+# other cases already run the same code of ours; every other build runs them.
 option(RIG_GTEST_SHARDS "Run each GoogleTest executable as a few shards instead of one ctest test per case" ${RIG_SANITIZE})
 include(GoogleTest)
 
 function(rig_gtest_tests target)
-  cmake_parse_arguments(ARG "" "TEST_PREFIX;TIMEOUT;SHARDS" "ISOLATE;ENVIRONMENT" ${ARGN})
+  cmake_parse_arguments(ARG "ALWAYS_SHARD" "TEST_PREFIX;TIMEOUT;SHARDS"
+                        "ISOLATE;SANITIZER_SKIP;ENVIRONMENT" ${ARGN})
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
   endif()
@@ -29,17 +37,25 @@ function(rig_gtest_tests target)
   if(ARG_ENVIRONMENT)
     list(APPEND _properties ENVIRONMENT "${ARG_ENVIRONMENT}")
   endif()
-  if(NOT RIG_GTEST_SHARDS)
+  if(NOT RIG_GTEST_SHARDS AND NOT ARG_ALWAYS_SHARD)
     gtest_discover_tests(${target} TEST_PREFIX "${ARG_TEST_PREFIX}" DISCOVERY_TIMEOUT 60
                          PROPERTIES ${_properties})
     return()
   endif()
-  set(_shard_filter)
+  set(_left_out)
   if(ARG_ISOLATE)
     list(JOIN ARG_ISOLATE ":" _isolated)
     gtest_discover_tests(${target} TEST_PREFIX "${ARG_TEST_PREFIX}" DISCOVERY_TIMEOUT 60
                          TEST_FILTER "${_isolated}" PROPERTIES ${_properties})
-    set(_shard_filter "GTEST_FILTER=-${_isolated}")
+    list(APPEND _left_out ${ARG_ISOLATE})
+  endif()
+  if(RIG_SANITIZE AND ARG_SANITIZER_SKIP)
+    list(APPEND _left_out ${ARG_SANITIZER_SKIP})
+  endif()
+  set(_shard_filter)
+  if(_left_out)
+    list(JOIN _left_out ":" _left_out)
+    set(_shard_filter "GTEST_FILTER=-${_left_out}")
   endif()
   set(_prefix "${ARG_TEST_PREFIX}")
   if(NOT _prefix)
