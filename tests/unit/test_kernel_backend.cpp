@@ -1106,65 +1106,91 @@ TEST(KernelBackend16Bit, Conv2dMatchesTheF32Path) {
 
 TEST(KernelBackend16Bit, BatchNormReluIsBatchNormThenRelu) {
   // The fused entry points against batch norm's and relu's own, bit for bit,
-  // on 16-bit storage (a relu of a 16-bit value is exact) and on f32.
-  const backend::BatchNormShape s{5, 3, 700};
-  const auto n = static_cast<std::size_t>(s.n * s.c * s.inner);
-  const auto c = static_cast<std::size_t>(s.c);
-  const Dev<float> scale(uniform(c, 471, 0.5F, 1.5F)), shift(uniform(c, 472));
-  const Dev<float> invstd(uniform(c, 473, 0.5F, 2.0F)), gamma(uniform(c, 474, 0.5F, 1.5F));
-  const Dev<float> mean(uniform(c, 475));
-  for (const DType type : {DType::f32, DType::bf16, DType::f16}) {
-    SCOPED_TRACE(dtype_name(type));
-    const std::size_t bytes = type == DType::f32 ? 4 : 2;
-    // Elements as raw bytes of `type` (f32 through its bits).
-    const auto stored = [&](const std::vector<float>& v) {
-      std::vector<std::uint16_t> out(v.size() * bytes / 2);
+  // on 16-bit storage (a relu of a 16-bit value is exact) and on f32; [n, c,
+  // inner] and channels-last rows (inner 1). The backward also with relu's
+  // backward of dy stored (masked_dy, batch_norm_add_relu's residual
+  // gradient), with and without the sums (dgamma / dbeta / batch statistics)
+  // whose pass stores it.
+  for (const backend::BatchNormShape s :
+       {backend::BatchNormShape{5, 3, 700}, backend::BatchNormShape{300, 37, 1}})
+    for (const DType type : {DType::f32, DType::bf16, DType::f16}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(type) << " inner " << s.inner);
+      const auto n = static_cast<std::size_t>(s.n * s.c * s.inner);
+      const auto c = static_cast<std::size_t>(s.c);
+      const Dev<float> scale(uniform(c, 471, 0.5F, 1.5F)), shift(uniform(c, 472));
+      const Dev<float> invstd(uniform(c, 473, 0.5F, 2.0F)), gamma(uniform(c, 474, 0.5F, 1.5F));
+      const Dev<float> mean(uniform(c, 475));
+      const std::size_t bytes = type == DType::f32 ? 4 : 2;
+      // Elements as raw bytes of `type` (f32 through its bits).
+      const auto stored = [&](const std::vector<float>& v) {
+        std::vector<std::uint16_t> out(v.size() * bytes / 2);
+        if (type == DType::f32) {
+          std::memcpy(out.data(), v.data(), v.size() * 4);
+        } else {
+          out = bits_of(v, type);
+        }
+        return out;
+      };
+      const Dev<std::uint16_t> x(stored(uniform(n, 476, -2.0F, 2.0F))), g(stored(uniform(n, 477))),
+          y_bn(n * bytes / 2), y_relu(n * bytes / 2), y_fused(n * bytes / 2), g_relu(n * bytes / 2),
+          dx(n * bytes / 2), dx_fused(n * bytes / 2);
       if (type == DType::f32) {
-        std::memcpy(out.data(), v.data(), v.size() * 4);
+        emu().batch_norm_apply(s, reinterpret_cast<const float*>(x.get()), scale.get(), shift.get(),
+                               reinterpret_cast<float*>(y_bn.get()));
+        emu().unary(backend::Unary::relu, reinterpret_cast<const float*>(y_bn.get()),
+                    reinterpret_cast<float*>(y_relu.get()), static_cast<std::int64_t>(n), 0.0F);
       } else {
-        out = bits_of(v, type);
+        emu().batch_norm_apply_16(s, type, x.get(), scale.get(), shift.get(), y_bn.get());
+        emu().unary_16(backend::Unary::relu, type, y_bn.get(), y_relu.get(),
+                       static_cast<std::int64_t>(n), 0.0F);
       }
-      return out;
-    };
-    const Dev<std::uint16_t> x(stored(uniform(n, 476, -2.0F, 2.0F))), g(stored(uniform(n, 477))),
-        y_bn(n * bytes / 2), y_relu(n * bytes / 2), y_fused(n * bytes / 2), g_relu(n * bytes / 2),
-        dx(n * bytes / 2), dx_fused(n * bytes / 2);
-    if (type == DType::f32) {
-      emu().batch_norm_apply(s, reinterpret_cast<const float*>(x.get()), scale.get(), shift.get(),
-                             reinterpret_cast<float*>(y_bn.get()));
-      emu().unary(backend::Unary::relu, reinterpret_cast<const float*>(y_bn.get()),
-                  reinterpret_cast<float*>(y_relu.get()), static_cast<std::int64_t>(n), 0.0F);
-    } else {
-      emu().batch_norm_apply_16(s, type, x.get(), scale.get(), shift.get(), y_bn.get());
-      emu().unary_16(backend::Unary::relu, type, y_bn.get(), y_relu.get(),
-                     static_cast<std::int64_t>(n), 0.0F);
-    }
-    emu().batch_norm_apply_relu(s, type, x.get(), scale.get(), shift.get(), y_fused.get());
-    EXPECT_EQ(y_fused.host(), y_relu.host()) << "y";
+      emu().batch_norm_apply_relu(s, type, x.get(), scale.get(), shift.get(), y_fused.get());
+      EXPECT_EQ(y_fused.host(), y_relu.host()) << "y";
 
-    const Dev<float> dg(c), db(c), dg_fused(c), db_fused(c);
-    if (type == DType::f32) {
-      emu().unary_backward(backend::Unary::relu, reinterpret_cast<const float*>(g.get()), nullptr,
-                           reinterpret_cast<const float*>(y_relu.get()),
-                           reinterpret_cast<float*>(g_relu.get()), static_cast<std::int64_t>(n),
-                           0.0F);
-      emu().batch_norm_backward(s, reinterpret_cast<const float*>(x.get()),
-                                reinterpret_cast<const float*>(g_relu.get()), mean.get(),
-                                invstd.get(), gamma.get(), true, reinterpret_cast<float*>(dx.get()),
-                                dg.get(), db.get());
-    } else {
-      emu().unary_backward_16(backend::Unary::relu, type, g.get(), nullptr, y_relu.get(),
-                              g_relu.get(), static_cast<std::int64_t>(n), 0.0F);
+      const Dev<float> dg(c), db(c), dg_fused(c), db_fused(c);
+      if (type == DType::f32) {
+        emu().unary_backward(backend::Unary::relu, reinterpret_cast<const float*>(g.get()), nullptr,
+                             reinterpret_cast<const float*>(y_relu.get()),
+                             reinterpret_cast<float*>(g_relu.get()), static_cast<std::int64_t>(n),
+                             0.0F);
+        emu().batch_norm_backward(s, reinterpret_cast<const float*>(x.get()),
+                                  reinterpret_cast<const float*>(g_relu.get()), mean.get(),
+                                  invstd.get(), gamma.get(), true,
+                                  reinterpret_cast<float*>(dx.get()), dg.get(), db.get());
+      } else {
+        emu().unary_backward_16(backend::Unary::relu, type, g.get(), nullptr, y_relu.get(),
+                                g_relu.get(), static_cast<std::int64_t>(n), 0.0F);
+        emu().batch_norm_backward_16(s, type, x.get(), g_relu.get(), mean.get(), invstd.get(),
+                                     DType::f32, gamma.get(), true, dx.get(), dg.get(), db.get());
+      }
+      emu().batch_norm_backward_relu(s, type, x.get(), y_fused.get(), g.get(), mean.get(),
+                                     invstd.get(), DType::f32, gamma.get(), true, dx_fused.get(),
+                                     dg_fused.get(), db_fused.get(), nullptr);
+      EXPECT_EQ(dx_fused.host(), dx.host()) << "dx";
+      EXPECT_EQ(dg_fused.host(), dg.host()) << "dgamma";
+      EXPECT_EQ(db_fused.host(), db.host()) << "dbeta";
+
+      const Dev<std::uint16_t> masked(n * bytes / 2), dx_masked(n * bytes / 2);
+      const Dev<float> dg_masked(c), db_masked(c);
+      emu().batch_norm_backward_relu(s, type, x.get(), y_fused.get(), g.get(), mean.get(),
+                                     invstd.get(), DType::f32, gamma.get(), true, dx_masked.get(),
+                                     dg_masked.get(), db_masked.get(), masked.get());
+      EXPECT_EQ(masked.host(), g_relu.host()) << "masked dy";
+      EXPECT_EQ(dx_masked.host(), dx.host()) << "dx, masked dy stored";
+      EXPECT_EQ(dg_masked.host(), dg.host()) << "dgamma, masked dy stored";
+      EXPECT_EQ(db_masked.host(), db.host()) << "dbeta, masked dy stored";
+      // No sums to take (dx only, running statistics): relu's backward alone.
+      const Dev<std::uint16_t> masked_alone(n * bytes / 2), dx_alone(n * bytes / 2),
+          dx_unfused(n * bytes / 2);
+      emu().batch_norm_backward_relu(s, type, x.get(), y_fused.get(), g.get(), mean.get(),
+                                     invstd.get(), DType::f32, gamma.get(), false, dx_alone.get(),
+                                     nullptr, nullptr, masked_alone.get());
       emu().batch_norm_backward_16(s, type, x.get(), g_relu.get(), mean.get(), invstd.get(),
-                                   DType::f32, gamma.get(), true, dx.get(), dg.get(), db.get());
+                                   DType::f32, gamma.get(), false, dx_unfused.get(), nullptr,
+                                   nullptr);
+      EXPECT_EQ(masked_alone.host(), g_relu.host()) << "masked dy without the sums";
+      EXPECT_EQ(dx_alone.host(), dx_unfused.host()) << "dx without the sums";
     }
-    emu().batch_norm_backward_relu(s, type, x.get(), y_fused.get(), g.get(), mean.get(),
-                                   invstd.get(), DType::f32, gamma.get(), true, dx_fused.get(),
-                                   dg_fused.get(), db_fused.get());
-    EXPECT_EQ(dx_fused.host(), dx.host()) << "dx";
-    EXPECT_EQ(dg_fused.host(), dg.host()) << "dgamma";
-    EXPECT_EQ(db_fused.host(), db.host()) << "dbeta";
-  }
 }
 
 TEST(KernelBackend16Bit, BatchNormAddReluIsApplyThenAddRelu) {

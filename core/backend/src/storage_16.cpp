@@ -116,7 +116,7 @@ void Backend::batch_norm_apply_add_relu(const BatchNormShape&, DType, const void
 
 void Backend::batch_norm_backward_relu(const BatchNormShape&, DType, const void*, const void*,
                                        const void*, const float*, const float*, DType, const void*,
-                                       bool, void*, void*, void*) {
+                                       bool, void*, void*, void*, void*) {
   not_fused("batch_norm_backward_relu");
 }
 

@@ -153,7 +153,8 @@ class KernelBackend final : public backend::Backend {
   void batch_norm_backward_relu(const backend::BatchNormShape& s, DType type, const void* x,
                                 const void* relu_y, const void* dy, const float* mean,
                                 const float* invstd, DType param_type, const void* gamma,
-                                bool batch_stats, void* dx, void* dgamma, void* dbeta) override;
+                                bool batch_stats, void* dx, void* dgamma, void* dbeta,
+                                void* masked_dy) override;
 
   void conv2d_forward(const backend::Conv2dShape& s, const float* x, const float* w, const float* b,
                       float* y) override;
@@ -329,7 +330,8 @@ class KernelBackend final : public backend::Backend {
   void batch_norm_backward_kernels(const backend::BatchNormShape& s, DType type, const void* x,
                                    const void* relu_y, const void* dy, const float* mean,
                                    const float* invstd, DType param_type, const void* gamma,
-                                   bool batch_stats, void* dx, void* dgamma, void* dbeta);
+                                   bool batch_stats, void* dx, void* dgamma, void* dbeta,
+                                   void* masked_dy);
   // Dropout of the attention weights: see kernel_backend_attention.cpp.
   void attention_weights(const backend::AttentionShape& s, const float* x, float* out);
 

@@ -2,7 +2,8 @@
 // and backward, reduced per channel in a fixed order. The 16-bit entry
 // points run the same kernels on f16 / bf16 x, y, dy and dx (their `type`);
 // the relu entry points fold a following relu into apply and backward, and
-// apply_add_relu the add of a residual before it.
+// apply_add_relu the add of a residual before it (whose gradient, relu's
+// backward of dy, backward_relu writes in its first pass: masked_dy).
 #include "cuda/backend/kernel_backend.hpp"
 
 namespace rig::cuda {
@@ -80,16 +81,16 @@ void KernelBackend::batch_norm_backward_16(const backend::BatchNormShape& s, DTy
                                            const float* invstd, DType param_type, const void* gamma,
                                            bool batch_stats, void* dx, void* dgamma, void* dbeta) {
   batch_norm_backward_kernels(s, type, x, nullptr, dy, mean, invstd, param_type, gamma, batch_stats,
-                              dx, dgamma, dbeta);
+                              dx, dgamma, dbeta, nullptr);
 }
 
 void KernelBackend::batch_norm_backward_relu(const backend::BatchNormShape& s, DType type,
                                              const void* x, const void* relu_y, const void* dy,
                                              const float* mean, const float* invstd,
                                              DType param_type, const void* gamma, bool batch_stats,
-                                             void* dx, void* dgamma, void* dbeta) {
+                                             void* dx, void* dgamma, void* dbeta, void* masked_dy) {
   batch_norm_backward_kernels(s, type, x, relu_y, dy, mean, invstd, param_type, gamma, batch_stats,
-                              dx, dgamma, dbeta);
+                              dx, dgamma, dbeta, masked_dy);
 }
 
 void KernelBackend::batch_norm_backward_kernels(const backend::BatchNormShape& s, DType type,
@@ -97,7 +98,7 @@ void KernelBackend::batch_norm_backward_kernels(const backend::BatchNormShape& s
                                                 const float* mean, const float* invstd,
                                                 DType param_type, const void* gamma,
                                                 bool batch_stats, void* dx, void* dgamma,
-                                                void* dbeta) {
+                                                void* dbeta, void* masked_dy) {
   const kernels::ElementType t = element_type(type, "batch_norm_backward");
   const auto* xf = static_cast<const float*>(x);
   const auto* dyf = static_cast<const float*>(dy);
@@ -109,11 +110,22 @@ void KernelBackend::batch_norm_backward_kernels(const backend::BatchNormShape& s
   float* coef = buffer.as<float>();
   float* part = coef + 3 * s.c;
   const bool sums = dgamma != nullptr || dbeta != nullptr || (dx != nullptr && batch_stats);
+  auto* mdf = relu_y != nullptr ? static_cast<float*>(masked_dy) : nullptr;
+  if (mdf != nullptr && !sums) {
+    // No sums to take: relu's backward in a pass of its own.
+    unary_backward_16(backend::Unary::relu, type, dy, nullptr, relu_y, masked_dy,
+                      s.n * s.c * s.inner, 0.0F);
+  }
   if (sums) {
     kernels::BatchNormGradPartial k{xf, dyf, mean, s.n, s.c, s.inner, part, part + s.c * chunks};
     k.type = t;
     k.relu_y = ryf;
+    k.masked_dy = mdf;
     run(k);
+  }
+  if (mdf != nullptr) {  // dx reads the stored gradient: one operand fewer
+    dyf = mdf;
+    ryf = nullptr;
   }
   run(kernels::BatchNormGradFinish{part, part + s.c * chunks, sums, s.n, s.c, s.inner, mean, invstd,
                                    static_cast<const float*>(gamma), batch_stats, dx != nullptr,

@@ -98,13 +98,24 @@ Work work_of(const kernels::BatchNormApply& k) {
   return {fmt::format("{}{}", type_name(k.type), k.residual != nullptr ? ", + residual" : ""), n,
           operands * static_cast<double>(n) * type_bytes(k.type)};
 }
+// Batch norm's backward reads the relu's output too where a relu followed,
+// and its first pass may store relu's backward of dy (masked_dy).
 Work work_of(const kernels::BatchNormGradPartial& k) {
   const std::int64_t n = k.n * k.c * k.inner;
-  return {type_name(k.type), n, 2.0 * static_cast<double>(n) * type_bytes(k.type)};
+  const bool relu = k.relu_y != nullptr;
+  const bool masked = relu && k.masked_dy != nullptr;
+  const double operands = 2.0 + (relu ? 1.0 : 0.0) + (masked ? 1.0 : 0.0);
+  return {fmt::format("{}{}", type_name(k.type),
+                      masked ? ", relu, masked dy stored"
+                      : relu ? ", relu"
+                             : ""),
+          n, operands * static_cast<double>(n) * type_bytes(k.type)};
 }
 Work work_of(const kernels::BatchNormBackwardDx& k) {
   const std::int64_t n = k.n * k.c * k.inner;
-  return {type_name(k.type), n, 3.0 * static_cast<double>(n) * type_bytes(k.type)};
+  const bool relu = k.relu_y != nullptr;
+  return {fmt::format("{}{}", type_name(k.type), relu ? ", relu" : ""), n,
+          (relu ? 4.0 : 3.0) * static_cast<double>(n) * type_bytes(k.type)};
 }
 Work work_of(const kernels::LayerNormForward& k) {
   const std::int64_t n = k.rows * k.d;

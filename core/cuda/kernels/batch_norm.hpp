@@ -44,7 +44,10 @@
 //   batch_norm_apply_relu and batch_norm_backward_relu (a relu after the
 //   batch norm, fused): BatchNormApply with `relu`, and BatchNormGradPartial
 //   and BatchNormBackwardDx with `relu_y` (relu's backward folded into their
-//   reads of dy): the bits of the unfused kernels, two passes fewer.
+//   reads of dy): the bits of the unfused kernels, two passes fewer. With
+//   `masked_dy` BatchNormGradPartial also stores relu's backward of dy (the
+//   residual's gradient of batch_norm_apply_add_relu), which
+//   BatchNormBackwardDx then reads in place of dy and relu_y.
 //   batch_norm_backward(s, x, dy, mean, invstd, gamma, batch_stats, dx,
 //   dgamma, dbeta), scratch batch_norm_backward_scratch(s) floats (coef =
 //   scratch: a, b, k of c floats each; part = scratch + 3 c):
@@ -580,9 +583,13 @@ struct BatchNormGradPartial {
   // The forward's relu output where a relu followed (BatchNormApply::relu):
   // dy where relu_y > 0, else 0 (relu's backward, folded in). Or null.
   const float* relu_y = nullptr;
+  // With relu_y: that gradient stored too (of `type`: exact, it is dy or 0),
+  // for the residual a relu(batch norm + residual) also feeds, and for
+  // BatchNormBackwardDx to read in place of dy and relu_y. Or null.
+  float* masked_dy = nullptr;
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
-    constexpr int registers = 56;  // ptxas: sm_80 56, sm_90 48 (both paths: one kernel)
+    constexpr int registers = 64;  // ptxas: sm_80 64, sm_90 60 (both paths: one kernel)
     if (inner == 1) return batch_norm_detail::plan_row_tiles(device, n, c, registers);
     return simt::plan_rows(
         device, c * batch_norm_chunks(n, inner),
@@ -607,11 +614,13 @@ struct BatchNormGradPartial {
     const float* xs = x;  // the lambda captures locals, not the kernel's `this`
     const float* gs = dy;
     const float* ry = relu_y;
+    float* md = masked_dy;
     const ElementType ty = type;
     float sg = 0.0F, sgx = 0.0F;
     batch_norm_detail::for_channel_elements(
         lo + ctx.thread_rank(), hi, ctx.block_threads(), c, inner, ch, [&](std::int64_t at) {
           const float g = batch_norm_detail::grad_at(gs, ry, ty, at);
+          if (md != nullptr) store_element(md, ty, at, g);
           sg += g;
           sgx = ::fmaf(g, load_element(xs, ty, at) - mu, sgx);
         });
@@ -630,6 +639,7 @@ struct BatchNormGradPartial {
   RIG_HD void channels_last(Ctx& ctx) const {
     struct Loaded {
       float g, x;
+      std::int64_t at;
     };
     batch_norm_detail::RowTile t;
     if (!batch_norm_detail::row_tile(ctx, n, c, t)) return;
@@ -639,6 +649,7 @@ struct BatchNormGradPartial {
       const float* xs = x;  // the lambdas capture locals, not the kernel's `this`
       const float* gs = dy;
       const float* ry = relu_y;
+      float* md = masked_dy;
       const ElementType ty = type;
       const std::int64_t step = t.at_step(c);
       batch_norm_detail::for_row_groups(
@@ -647,9 +658,12 @@ struct BatchNormGradPartial {
             batch_norm_detail::for_rows_unrolled(
                 at, step, group,
                 [&](std::int64_t a) {
-                  return Loaded{batch_norm_detail::grad_at(gs, ry, ty, a), load_element(xs, ty, a)};
+                  return Loaded{batch_norm_detail::grad_at(gs, ry, ty, a), load_element(xs, ty, a),
+                                a};
                 },
                 [&](const Loaded& v) {
+                  // Stored after the group's loads are in flight, not between them.
+                  if (md != nullptr) store_element(md, ty, v.at, v.g);
                   g += v.g;
                   gx = ::fmaf(v.g, v.x - mu, gx);
                 });

@@ -167,34 +167,23 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
        gamma_dtype = gamma.defined() ? gamma.dtype() : DType::f32,
        beta_dtype = beta.defined() ? beta.dtype() : DType::f32](const Tensor& grad) {
         // grad comes in the output's dtype (autograd converts it).
-        Tensor gc = grad.contiguous();
-        // With the residual: relu's backward, the gradient of the residual
-        // and of batch norm's output, as add_relu's (its bits).
-        Tensor dz;
-        if (add_residual) {
-          dz = detail::empty_on(gc, gc.shape(), type);
-          if (type == DType::f32) {
-            detail::backend_of(gc).unary_backward(backend::Unary::relu, gc.data<float>(), nullptr,
-                                                  relu_y.data<float>(), dz.data<float>(),
-                                                  dz.numel(), 0.0F);
-          } else {
-            detail::backend_of(gc).unary_backward_16(backend::Unary::relu, type, gc.raw_data(),
-                                                     nullptr, relu_y.raw_data(), dz.raw_data(),
-                                                     dz.numel(), 0.0F);
-          }
-          gc = dz;
-        }
+        const Tensor gc = grad.contiguous();
+        // With the residual: relu's backward of grad is the residual's
+        // gradient (add_relu's bits), written by batch norm's backward in
+        // its first pass over grad.
+        Tensor dz = add_residual ? detail::empty_on(gc, gc.shape(), type) : Tensor();
         Tensor dx = need_x ? detail::empty_on(gc, xc.shape(), type) : Tensor();
         Tensor dg = need_g ? detail::empty_on(gc, {s.c}, param_type) : Tensor();
         Tensor db = need_b ? detail::empty_on(gc, {s.c}, param_type) : Tensor();
         const void* gamma_data = g.defined() ? g.raw_data() : nullptr;
         void* dg_data = need_g ? dg.raw_data() : nullptr;
         void* db_data = need_b ? db.raw_data() : nullptr;
-        if (relu_y.defined() && !add_residual) {
+        if (relu_y.defined()) {
           detail::backend_of(gc).batch_norm_backward_relu(
               s, type, xc.raw_data(), relu_y.raw_data(), gc.raw_data(), mean.data<float>(),
               invstd.data<float>(), param_type, gamma_data, training,
-              need_x ? dx.raw_data() : nullptr, dg_data, db_data);
+              need_x ? dx.raw_data() : nullptr, dg_data, db_data,
+              add_residual ? dz.raw_data() : nullptr);
         } else if (type == DType::f32) {
           detail::backend_of(gc).batch_norm_backward(
               s, xc.data<float>(), gc.data<float>(), mean.data<float>(), invstd.data<float>(),

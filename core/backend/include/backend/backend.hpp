@@ -212,14 +212,18 @@ class Backend {
   // relu(apply(x) + residual) (residual of `type`, x's shape): the bits of
   // batch_norm_apply(_16) then add_relu with residual, in one pass (a ResNet
   // block's last batch norm and its shortcut; ops::batch_norm_add_relu). Its
-  // backward is relu's and batch norm's own.
+  // backward is batch_norm_backward_relu with masked_dy: the residual's
+  // gradient, relu's backward of dy, written in the pass that reads dy.
   virtual void batch_norm_apply_add_relu(const BatchNormShape& s, DType type, const void* x,
                                          const float* scale, const float* shift,
                                          const void* residual, void* y);
+  // masked_dy (of `type`, x's shape; may be null): relu's backward of dy
+  // written there too, its bits.
   virtual void batch_norm_backward_relu(const BatchNormShape& s, DType type, const void* x,
                                         const void* relu_y, const void* dy, const float* mean,
                                         const float* invstd, DType param_type, const void* gamma,
-                                        bool batch_stats, void* dx, void* dgamma, void* dbeta);
+                                        bool batch_stats, void* dx, void* dgamma, void* dbeta,
+                                        void* masked_dy);
 
   // ---- Convolution and pooling (NCHW f32, contiguous) --------------------------------
   virtual void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* b,
