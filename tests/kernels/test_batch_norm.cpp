@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "kernel_test_util.hpp"
@@ -328,7 +329,7 @@ struct Outputs {
 void backward(const backend::BatchNormShape& s, const float* x, const float* dy, const float* mean,
               const float* invstd, const float* gamma, bool batch_stats, float* dx, float* dgamma,
               float* dbeta, std::uint64_t emu_seed, ElementType type = ElementType::f32,
-              const float* relu_y = nullptr) {
+              batch_norm_detail::ReluMask relu = {}, float* masked_dy = nullptr) {
   const std::int64_t parts = s.c * batch_norm_chunks(s.n, s.inner);
   std::vector<float> scratch(
       static_cast<std::size_t>(batch_norm_backward_scratch(s.n, s.c, s.inner)), -7.0F);
@@ -338,7 +339,8 @@ void backward(const backend::BatchNormShape& s, const float* x, const float* dy,
   if (sums) {
     BatchNormGradPartial k{x, dy, mean, s.n, s.c, s.inner, part, part + parts};
     k.type = type;
-    k.relu_y = relu_y;
+    k.relu = relu;
+    k.masked_dy = masked_dy;
     run(k, emu_seed);
   }
   run(BatchNormGradFinish{part, part + parts, sums, s.n, s.c, s.inner, mean, invstd, gamma,
@@ -347,7 +349,11 @@ void backward(const backend::BatchNormShape& s, const float* x, const float* dy,
   if (dx != nullptr) {
     BatchNormBackwardDx k{x, dy, coef, dx, s.n, s.c, s.inner};
     k.type = type;
-    k.relu_y = relu_y;
+    k.relu = relu;
+    if (masked_dy != nullptr) {  // as the back end: dx reads the stored gradient
+      k.dy = masked_dy;
+      k.relu = {};
+    }
     run(k, emu_seed);
   }
 }
@@ -533,8 +539,10 @@ TEST(KernelBatchNorm, ChannelsLastBackwardMatchesCpu) {
   }
 }
 
-// The relu fold (relu_y: relu's output, about half of it 0): the bits of the
-// backward on dy masked by relu_y > 0, channels last and not, f32 and bf16.
+// The relu fold (its mask from relu's output, about half of it 0, or from x
+// with a scale and shift): the bits of the backward on dy masked by y > 0,
+// channels last and not, f32 and bf16; the masked dy, where stored, is that
+// masked dy.
 TEST(KernelBatchNorm, ReluFoldIsTheMaskedBackward) {
   for (const backend::BatchNormShape& s :
        {backend::BatchNormShape{2 * 4096 + 17, 33, 1}, backend::BatchNormShape{300, 200, 1},
@@ -558,19 +566,64 @@ TEST(KernelBatchNorm, ReluFoldIsTheMaskedBackward) {
       const std::vector<float> gamma = uniform(s.c, 0.5F, 1.5F, seed + 3);
       std::vector<float> mean, invstd;
       cpu_stats(s, x.values, gamma.data(), mean, invstd);
-      auto outputs = [&](const float* g, const float* ry) {
+      auto outputs = [&](const float* g, batch_norm_detail::ReluMask relu,
+                         float* masked_dy = nullptr) {
         std::vector<float> dx(n, 7.0F), dgamma(c, 7.0F), dbeta(c, 7.0F);
         backward(s, f32 ? x.values.data() : x.data(), g, mean.data(), invstd.data(), gamma.data(),
-                 true, dx.data(), dgamma.data(), dbeta.data(), kSeeds[0], type, ry);
+                 true, dx.data(), dgamma.data(), dbeta.data(), kSeeds[0], type, relu, masked_dy);
         if (!f32) dx.resize((n + 1) / 2);  // the floats holding the bf16 dx
         dx.insert(dx.end(), dgamma.begin(), dgamma.end());
         dx.insert(dx.end(), dbeta.begin(), dbeta.end());
         return dx;
       };
-      const std::vector<float> folded =
-          outputs(f32 ? dy.values.data() : dy.data(), f32 ? relu_y.values.data() : relu_y.data());
-      const std::vector<float> unfolded = outputs(f32 ? masked.data() : masked16.data(), nullptr);
-      EXPECT_TRUE(bit_equal(folded, unfolded));
+      const float* g = f32 ? dy.values.data() : dy.data();
+      const batch_norm_detail::ReluMask from_y{f32 ? relu_y.values.data() : relu_y.data()};
+      const std::vector<float> unfolded = outputs(f32 ? masked.data() : masked16.data(), {});
+      EXPECT_TRUE(bit_equal(outputs(g, from_y), unfolded)) << "mask from y";
+      std::vector<float> stored(n, 7.0F);
+      EXPECT_TRUE(bit_equal(outputs(g, from_y, stored.data()), unfolded)) << "masked dy stored";
+      if (f32) {
+        EXPECT_TRUE(bit_equal(stored, masked)) << "the stored masked dy";
+      } else {
+        std::vector<std::uint16_t> stored_bits(n);
+        std::memcpy(stored_bits.data(), stored.data(), n * sizeof(std::uint16_t));
+        EXPECT_EQ(stored_bits, masked16.bits) << "the stored masked dy";
+      }
+
+      // The mask from x: y as BatchNormApply stores it, rounded_to(type,
+      // fmaf(x, scale, shift)) > 0; every 5th x where that is about 0.
+      const std::vector<float> scale = uniform(s.c, 0.5F, 1.5F, seed + 4);
+      const std::vector<float> shift = uniform(s.c, -4.0F, -1.0F, seed + 5);
+      std::vector<float> xv = x.values;
+      for (std::size_t i = 0; i < n; i += 5) {
+        const std::size_t ch = (i / static_cast<std::size_t>(s.inner)) % c;
+        xv[i] = -shift[ch] / scale[ch];
+      }
+      const Bf16 x_near(xv);
+      const std::vector<float>& xs = f32 ? xv : x_near.values;
+      std::vector<float> masked_x = dy.values;
+      std::size_t kept = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::size_t ch = (i / static_cast<std::size_t>(s.inner)) % c;
+        const float y_i = rounded_to(type, std::fma(xs[i], scale[ch], shift[ch]));
+        if (!(y_i > 0.0F)) masked_x[i] = 0.0F;
+        kept += y_i > 0.0F ? 1 : 0;
+      }
+      EXPECT_GT(kept, 0U);
+      EXPECT_LT(kept, n);
+      const Bf16 masked_x16(masked_x);
+      auto outputs_x = [&](const float* g_x, batch_norm_detail::ReluMask relu) {
+        std::vector<float> dx(n, 7.0F), dgamma(c, 7.0F), dbeta(c, 7.0F);
+        backward(s, f32 ? xv.data() : x_near.data(), g_x, mean.data(), invstd.data(), gamma.data(),
+                 true, dx.data(), dgamma.data(), dbeta.data(), kSeeds[0], type, relu);
+        if (!f32) dx.resize((n + 1) / 2);
+        dx.insert(dx.end(), dgamma.begin(), dgamma.end());
+        dx.insert(dx.end(), dbeta.begin(), dbeta.end());
+        return dx;
+      };
+      EXPECT_TRUE(bit_equal(outputs_x(g, {nullptr, scale.data(), shift.data()}),
+                            outputs_x(f32 ? masked_x.data() : masked_x16.data(), {})))
+          << "mask from x";
     }
   }
 }

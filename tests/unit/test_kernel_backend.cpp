@@ -1131,9 +1131,19 @@ TEST(KernelBackend16Bit, BatchNormReluIsBatchNormThenRelu) {
         }
         return out;
       };
-      const Dev<std::uint16_t> x(stored(uniform(n, 476, -2.0F, 2.0F))), g(stored(uniform(n, 477))),
-          y_bn(n * bytes / 2), y_relu(n * bytes / 2), y_fused(n * bytes / 2), g_relu(n * bytes / 2),
-          dx(n * bytes / 2), dx_fused(n * bytes / 2);
+      // Every 7th x near -shift / scale: batch norm's output about 0, where
+      // rounding to the type decides the relu's mask (f16 flushes the
+      // smallest to 0).
+      std::vector<float> x_values = uniform(n, 476, -2.0F, 2.0F);
+      const std::vector<float> scale_values = uniform(c, 471, 0.5F, 1.5F);
+      const std::vector<float> shift_values = uniform(c, 472);
+      for (std::size_t t = 0; t < n; t += 7) {
+        const std::size_t ch = (t / static_cast<std::size_t>(s.inner)) % c;
+        x_values[t] = -shift_values[ch] / scale_values[ch];
+      }
+      const Dev<std::uint16_t> x(stored(x_values)), g(stored(uniform(n, 477))), y_bn(n * bytes / 2),
+          y_relu(n * bytes / 2), y_fused(n * bytes / 2), g_relu(n * bytes / 2), dx(n * bytes / 2),
+          dx_fused(n * bytes / 2);
       if (type == DType::f32) {
         emu().batch_norm_apply(s, reinterpret_cast<const float*>(x.get()), scale.get(), shift.get(),
                                reinterpret_cast<float*>(y_bn.get()));
@@ -1163,7 +1173,7 @@ TEST(KernelBackend16Bit, BatchNormReluIsBatchNormThenRelu) {
         emu().batch_norm_backward_16(s, type, x.get(), g_relu.get(), mean.get(), invstd.get(),
                                      DType::f32, gamma.get(), true, dx.get(), dg.get(), db.get());
       }
-      emu().batch_norm_backward_relu(s, type, x.get(), y_fused.get(), g.get(), mean.get(),
+      emu().batch_norm_backward_relu(s, type, x.get(), {y_fused.get()}, g.get(), mean.get(),
                                      invstd.get(), DType::f32, gamma.get(), true, dx_fused.get(),
                                      dg_fused.get(), db_fused.get(), nullptr);
       EXPECT_EQ(dx_fused.host(), dx.host()) << "dx";
@@ -1172,7 +1182,7 @@ TEST(KernelBackend16Bit, BatchNormReluIsBatchNormThenRelu) {
 
       const Dev<std::uint16_t> masked(n * bytes / 2), dx_masked(n * bytes / 2);
       const Dev<float> dg_masked(c), db_masked(c);
-      emu().batch_norm_backward_relu(s, type, x.get(), y_fused.get(), g.get(), mean.get(),
+      emu().batch_norm_backward_relu(s, type, x.get(), {y_fused.get()}, g.get(), mean.get(),
                                      invstd.get(), DType::f32, gamma.get(), true, dx_masked.get(),
                                      dg_masked.get(), db_masked.get(), masked.get());
       EXPECT_EQ(masked.host(), g_relu.host()) << "masked dy";
@@ -1182,7 +1192,7 @@ TEST(KernelBackend16Bit, BatchNormReluIsBatchNormThenRelu) {
       // No sums to take (dx only, running statistics): relu's backward alone.
       const Dev<std::uint16_t> masked_alone(n * bytes / 2), dx_alone(n * bytes / 2),
           dx_unfused(n * bytes / 2);
-      emu().batch_norm_backward_relu(s, type, x.get(), y_fused.get(), g.get(), mean.get(),
+      emu().batch_norm_backward_relu(s, type, x.get(), {y_fused.get()}, g.get(), mean.get(),
                                      invstd.get(), DType::f32, gamma.get(), false, dx_alone.get(),
                                      nullptr, nullptr, masked_alone.get());
       emu().batch_norm_backward_16(s, type, x.get(), g_relu.get(), mean.get(), invstd.get(),
@@ -1190,6 +1200,22 @@ TEST(KernelBackend16Bit, BatchNormReluIsBatchNormThenRelu) {
                                    nullptr);
       EXPECT_EQ(masked_alone.host(), g_relu.host()) << "masked dy without the sums";
       EXPECT_EQ(dx_alone.host(), dx_unfused.host()) << "dx without the sums";
+
+      // The mask recomputed from x with the forward's scale and shift (no
+      // read of y): the same bits, with the sums and without.
+      const backend::BatchNormReluMask from_x{nullptr, scale.get(), shift.get()};
+      const Dev<std::uint16_t> dx_from_x(n * bytes / 2), dx_from_x_alone(n * bytes / 2);
+      const Dev<float> dg_from_x(c), db_from_x(c);
+      emu().batch_norm_backward_relu(s, type, x.get(), from_x, g.get(), mean.get(), invstd.get(),
+                                     DType::f32, gamma.get(), true, dx_from_x.get(),
+                                     dg_from_x.get(), db_from_x.get(), nullptr);
+      EXPECT_EQ(dx_from_x.host(), dx.host()) << "dx, mask from x";
+      EXPECT_EQ(dg_from_x.host(), dg.host()) << "dgamma, mask from x";
+      EXPECT_EQ(db_from_x.host(), db.host()) << "dbeta, mask from x";
+      emu().batch_norm_backward_relu(s, type, x.get(), from_x, g.get(), mean.get(), invstd.get(),
+                                     DType::f32, gamma.get(), false, dx_from_x_alone.get(), nullptr,
+                                     nullptr, nullptr);
+      EXPECT_EQ(dx_from_x_alone.host(), dx_unfused.host()) << "dx without the sums, mask from x";
     }
 }
 

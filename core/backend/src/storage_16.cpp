@@ -114,9 +114,10 @@ void Backend::batch_norm_apply_add_relu(const BatchNormShape&, DType, const void
   not_fused("batch_norm_apply_add_relu");
 }
 
-void Backend::batch_norm_backward_relu(const BatchNormShape&, DType, const void*, const void*,
-                                       const void*, const float*, const float*, DType, const void*,
-                                       bool, void*, void*, void*, void*) {
+void Backend::batch_norm_backward_relu(const BatchNormShape&, DType, const void*,
+                                       const BatchNormReluMask&, const void*, const float*,
+                                       const float*, DType, const void*, bool, void*, void*, void*,
+                                       void*) {
   not_fused("batch_norm_backward_relu");
 }
 

@@ -151,10 +151,10 @@ class KernelBackend final : public backend::Backend {
                                  const float* scale, const float* shift, const void* residual,
                                  void* y) override;
   void batch_norm_backward_relu(const backend::BatchNormShape& s, DType type, const void* x,
-                                const void* relu_y, const void* dy, const float* mean,
-                                const float* invstd, DType param_type, const void* gamma,
-                                bool batch_stats, void* dx, void* dgamma, void* dbeta,
-                                void* masked_dy) override;
+                                const backend::BatchNormReluMask& relu, const void* dy,
+                                const float* mean, const float* invstd, DType param_type,
+                                const void* gamma, bool batch_stats, void* dx, void* dgamma,
+                                void* dbeta, void* masked_dy) override;
 
   void conv2d_forward(const backend::Conv2dShape& s, const float* x, const float* w, const float* b,
                       float* y) override;
@@ -322,16 +322,16 @@ class KernelBackend final : public backend::Backend {
                   const backend::HeadStrides& a, const backend::HeadStrides& b,
                   const backend::HeadStrides& c, MatmulPrecision precision);
   // Batch norm's apply and backward, with the relu (and before it a
-  // residual's add) fused where asked (relu, residual non-null; relu_y
-  // non-null): see kernel_backend_batch_norm.cpp.
+  // residual's add) fused where asked (relu, residual non-null; a relu
+  // mask): see kernel_backend_batch_norm.cpp.
   void batch_norm_apply_kernel(const backend::BatchNormShape& s, DType type, const void* x,
                                const float* scale, const float* shift, void* y, bool relu,
                                const void* residual = nullptr);
   void batch_norm_backward_kernels(const backend::BatchNormShape& s, DType type, const void* x,
-                                   const void* relu_y, const void* dy, const float* mean,
-                                   const float* invstd, DType param_type, const void* gamma,
-                                   bool batch_stats, void* dx, void* dgamma, void* dbeta,
-                                   void* masked_dy);
+                                   const backend::BatchNormReluMask& relu, const void* dy,
+                                   const float* mean, const float* invstd, DType param_type,
+                                   const void* gamma, bool batch_stats, void* dx, void* dgamma,
+                                   void* dbeta, void* masked_dy);
   // Dropout of the attention weights: see kernel_backend_attention.cpp.
   void attention_weights(const backend::AttentionShape& s, const float* x, float* out);
 

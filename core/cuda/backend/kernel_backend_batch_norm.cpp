@@ -4,6 +4,8 @@
 // the relu entry points fold a following relu into apply and backward, and
 // apply_add_relu the add of a residual before it (whose gradient, relu's
 // backward of dy, backward_relu writes in its first pass: masked_dy).
+#include <stdexcept>
+
 #include "cuda/backend/kernel_backend.hpp"
 
 namespace rig::cuda {
@@ -80,29 +82,39 @@ void KernelBackend::batch_norm_backward_16(const backend::BatchNormShape& s, DTy
                                            const void* x, const void* dy, const float* mean,
                                            const float* invstd, DType param_type, const void* gamma,
                                            bool batch_stats, void* dx, void* dgamma, void* dbeta) {
-  batch_norm_backward_kernels(s, type, x, nullptr, dy, mean, invstd, param_type, gamma, batch_stats,
-                              dx, dgamma, dbeta, nullptr);
+  batch_norm_backward_kernels(s, type, x, {}, dy, mean, invstd, param_type, gamma, batch_stats, dx,
+                              dgamma, dbeta, nullptr);
 }
 
 void KernelBackend::batch_norm_backward_relu(const backend::BatchNormShape& s, DType type,
-                                             const void* x, const void* relu_y, const void* dy,
-                                             const float* mean, const float* invstd,
+                                             const void* x, const backend::BatchNormReluMask& relu,
+                                             const void* dy, const float* mean, const float* invstd,
                                              DType param_type, const void* gamma, bool batch_stats,
                                              void* dx, void* dgamma, void* dbeta, void* masked_dy) {
-  batch_norm_backward_kernels(s, type, x, relu_y, dy, mean, invstd, param_type, gamma, batch_stats,
+  batch_norm_backward_kernels(s, type, x, relu, dy, mean, invstd, param_type, gamma, batch_stats,
                               dx, dgamma, dbeta, masked_dy);
 }
 
 void KernelBackend::batch_norm_backward_kernels(const backend::BatchNormShape& s, DType type,
-                                                const void* x, const void* relu_y, const void* dy,
-                                                const float* mean, const float* invstd,
-                                                DType param_type, const void* gamma,
-                                                bool batch_stats, void* dx, void* dgamma,
-                                                void* dbeta, void* masked_dy) {
+                                                const void* x,
+                                                const backend::BatchNormReluMask& relu,
+                                                const void* dy, const float* mean,
+                                                const float* invstd, DType param_type,
+                                                const void* gamma, bool batch_stats, void* dx,
+                                                void* dgamma, void* dbeta, void* masked_dy) {
   const kernels::ElementType t = element_type(type, "batch_norm_backward");
   const auto* xf = static_cast<const float*>(x);
   const auto* dyf = static_cast<const float*>(dy);
-  const auto* ryf = static_cast<const float*>(relu_y);
+  // The kernels' float* operands hold `type`'s values (16-bit ones too).
+  kernels::batch_norm_detail::ReluMask mask{static_cast<const float*>(relu.y), relu.scale,
+                                            relu.shift};
+  if (mask.y != nullptr) mask.scale = mask.shift = nullptr;
+  if (mask.y == nullptr && (mask.scale == nullptr) != (mask.shift == nullptr)) {
+    throw std::invalid_argument("batch_norm_backward_relu: the relu mask needs scale and shift");
+  }
+  if (masked_dy != nullptr && mask.y == nullptr) {
+    throw std::invalid_argument("batch_norm_backward_relu: masked_dy needs the relu's output");
+  }
   const std::int64_t chunks = kernels::batch_norm_chunks(s.n, s.inner);
   DeviceScratch buffer =
       scratch(static_cast<std::size_t>(kernels::batch_norm_backward_scratch(s.n, s.c, s.inner)) *
@@ -110,22 +122,22 @@ void KernelBackend::batch_norm_backward_kernels(const backend::BatchNormShape& s
   float* coef = buffer.as<float>();
   float* part = coef + 3 * s.c;
   const bool sums = dgamma != nullptr || dbeta != nullptr || (dx != nullptr && batch_stats);
-  auto* mdf = relu_y != nullptr ? static_cast<float*>(masked_dy) : nullptr;
+  auto* mdf = static_cast<float*>(masked_dy);
   if (mdf != nullptr && !sums) {
     // No sums to take: relu's backward in a pass of its own.
-    unary_backward_16(backend::Unary::relu, type, dy, nullptr, relu_y, masked_dy,
+    unary_backward_16(backend::Unary::relu, type, dy, nullptr, relu.y, masked_dy,
                       s.n * s.c * s.inner, 0.0F);
   }
   if (sums) {
     kernels::BatchNormGradPartial k{xf, dyf, mean, s.n, s.c, s.inner, part, part + s.c * chunks};
     k.type = t;
-    k.relu_y = ryf;
+    k.relu = mask;
     k.masked_dy = mdf;
     run(k);
   }
   if (mdf != nullptr) {  // dx reads the stored gradient: one operand fewer
     dyf = mdf;
-    ryf = nullptr;
+    mask = {};
   }
   run(kernels::BatchNormGradFinish{part, part + s.c * chunks, sums, s.n, s.c, s.inner, mean, invstd,
                                    static_cast<const float*>(gamma), batch_stats, dx != nullptr,
@@ -134,7 +146,7 @@ void KernelBackend::batch_norm_backward_kernels(const backend::BatchNormShape& s
   if (dx != nullptr) {
     kernels::BatchNormBackwardDx k{xf, dyf, coef, static_cast<float*>(dx), s.n, s.c, s.inner};
     k.type = t;
-    k.relu_y = ryf;
+    k.relu = mask;
     run(k);
   }
 }

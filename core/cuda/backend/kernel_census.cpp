@@ -98,24 +98,26 @@ Work work_of(const kernels::BatchNormApply& k) {
   return {fmt::format("{}{}", type_name(k.type), k.residual != nullptr ? ", + residual" : ""), n,
           operands * static_cast<double>(n) * type_bytes(k.type)};
 }
-// Batch norm's backward reads the relu's output too where a relu followed,
-// and its first pass may store relu's backward of dy (masked_dy).
+// Where a relu followed, batch norm's backward reads the relu's output too,
+// or finds its mask from x (nothing more read); its first pass may store
+// relu's backward of dy (masked_dy).
+std::string relu_mask_name(const kernels::batch_norm_detail::ReluMask& relu) {
+  if (relu.y != nullptr) return ", relu";
+  return relu.scale != nullptr ? ", relu from x" : "";
+}
 Work work_of(const kernels::BatchNormGradPartial& k) {
   const std::int64_t n = k.n * k.c * k.inner;
-  const bool relu = k.relu_y != nullptr;
-  const bool masked = relu && k.masked_dy != nullptr;
-  const double operands = 2.0 + (relu ? 1.0 : 0.0) + (masked ? 1.0 : 0.0);
-  return {fmt::format("{}{}", type_name(k.type),
-                      masked ? ", relu, masked dy stored"
-                      : relu ? ", relu"
-                             : ""),
+  const bool masked = k.masked_dy != nullptr;
+  const double operands = 2.0 + (k.relu.y != nullptr ? 1.0 : 0.0) + (masked ? 1.0 : 0.0);
+  return {fmt::format("{}{}{}", type_name(k.type), relu_mask_name(k.relu),
+                      masked ? ", masked dy stored" : ""),
           n, operands * static_cast<double>(n) * type_bytes(k.type)};
 }
 Work work_of(const kernels::BatchNormBackwardDx& k) {
   const std::int64_t n = k.n * k.c * k.inner;
-  const bool relu = k.relu_y != nullptr;
-  return {fmt::format("{}{}", type_name(k.type), relu ? ", relu" : ""), n,
-          (relu ? 4.0 : 3.0) * static_cast<double>(n) * type_bytes(k.type)};
+  const double operands = k.relu.y != nullptr ? 4.0 : 3.0;
+  return {fmt::format("{}{}", type_name(k.type), relu_mask_name(k.relu)), n,
+          operands * static_cast<double>(n) * type_bytes(k.type)};
 }
 Work work_of(const kernels::LayerNormForward& k) {
   const std::int64_t n = k.rows * k.d;

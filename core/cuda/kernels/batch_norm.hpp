@@ -43,11 +43,13 @@
 //   then add_relu, one pass over y fewer each way.
 //   batch_norm_apply_relu and batch_norm_backward_relu (a relu after the
 //   batch norm, fused): BatchNormApply with `relu`, and BatchNormGradPartial
-//   and BatchNormBackwardDx with `relu_y` (relu's backward folded into their
-//   reads of dy): the bits of the unfused kernels, two passes fewer. With
-//   `masked_dy` BatchNormGradPartial also stores relu's backward of dy (the
-//   residual's gradient of batch_norm_apply_add_relu), which
-//   BatchNormBackwardDx then reads in place of dy and relu_y.
+//   and BatchNormBackwardDx with `relu` (relu's backward folded into their
+//   reads of dy, its mask from the relu's output or recomputed from x with
+//   the forward's scale and shift: batch_norm_detail::ReluMask): the bits of
+//   the unfused kernels, two passes fewer. With `masked_dy`
+//   BatchNormGradPartial also stores relu's backward of dy (the residual's
+//   gradient of batch_norm_apply_add_relu), which BatchNormBackwardDx then
+//   reads in place of dy and the mask.
 //   batch_norm_backward(s, x, dy, mean, invstd, gamma, batch_stats, dx,
 //   dgamma, dbeta), scratch batch_norm_backward_scratch(s) floats (coef =
 //   scratch: a, b, k of c floats each; part = scratch + 3 c):
@@ -315,11 +317,28 @@ RIG_HD_INLINE void for_rows_unrolled(std::int64_t at, std::int64_t at_step, unsi
   }
 }
 
-// dy at `at`, or with a relu after the batch norm (relu_y: its output, or
-// null) relu's backward of it first: relu_y > 0 ? dy : 0, as UnaryBackward.
-RIG_HD_INLINE float grad_at(const float* dy, const float* relu_y, ElementType type,
-                            std::int64_t at) {
-  if (relu_y != nullptr && !(load_element(relu_y, type, at) > 0.0F)) return 0.0F;
+// Where a relu followed the batch norm, how its backward finds where dy
+// passes: from the relu's output (y > 0), or recomputed from x with the
+// forward's scale and shift, the batch norm's output as stored
+// (BatchNormApply: rounded_to(type, fmaf(x, scale, shift))) > 0, the same
+// test on the same value, without reading y.
+struct ReluMask {
+  const float* y = nullptr;      // [n, c, inner] of the kernel's type, or null
+  const float* scale = nullptr;  // [c], or null
+  const float* shift = nullptr;  // [c]
+
+  RIG_HD_INLINE bool any() const { return y != nullptr || scale != nullptr; }
+};
+
+// dy at `at` (x there: x_at, channel ch), or with a relu after the batch norm
+// relu's backward of it first: y > 0 ? dy : 0, as UnaryBackward.
+RIG_HD_INLINE float grad_at(const float* dy, const ReluMask& relu, ElementType type,
+                            std::int64_t at, float x_at, std::int64_t ch) {
+  if (relu.y != nullptr) {
+    if (!(load_element(relu.y, type, at) > 0.0F)) return 0.0F;
+  } else if (relu.scale != nullptr) {
+    if (!(rounded_to(type, ::fmaf(x_at, relu.scale[ch], relu.shift[ch])) > 0.0F)) return 0.0F;
+  }
   return load_element(dy, type, at);
 }
 
@@ -579,17 +598,17 @@ struct BatchNormGradPartial {
   std::int64_t n = 0, c = 0, inner = 1;
   float* part_g = nullptr;              // [c, chunks]: sum(dy)
   float* part_gx = nullptr;             // [c, chunks]: sum(dy (x - mean))
-  ElementType type = ElementType::f32;  // of x, dy and relu_y
-  // The forward's relu output where a relu followed (BatchNormApply::relu):
-  // dy where relu_y > 0, else 0 (relu's backward, folded in). Or null.
-  const float* relu_y = nullptr;
-  // With relu_y: that gradient stored too (of `type`: exact, it is dy or 0),
+  ElementType type = ElementType::f32;  // of x, dy and the relu's output
+  // Where a relu followed (BatchNormApply::relu): dy where the relu's output
+  // is > 0, else 0 (relu's backward, folded in); none by default.
+  batch_norm_detail::ReluMask relu{};
+  // With a relu: that gradient stored too (of `type`: exact, it is dy or 0),
   // for the residual a relu(batch norm + residual) also feeds, and for
-  // BatchNormBackwardDx to read in place of dy and relu_y. Or null.
+  // BatchNormBackwardDx to read in place of dy and the mask. Or null.
   float* masked_dy = nullptr;
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
-    constexpr int registers = 64;  // ptxas: sm_80 64, sm_90 60 (both paths: one kernel)
+    constexpr int registers = 69;  // ptxas: sm_80 69, sm_90 58 (both paths: one kernel)
     if (inner == 1) return batch_norm_detail::plan_row_tiles(device, n, c, registers);
     return simt::plan_rows(
         device, c * batch_norm_chunks(n, inner),
@@ -613,16 +632,17 @@ struct BatchNormGradPartial {
     const float mu = mean[ch];
     const float* xs = x;  // the lambda captures locals, not the kernel's `this`
     const float* gs = dy;
-    const float* ry = relu_y;
+    const batch_norm_detail::ReluMask rm = relu;
     float* md = masked_dy;
     const ElementType ty = type;
     float sg = 0.0F, sgx = 0.0F;
     batch_norm_detail::for_channel_elements(
         lo + ctx.thread_rank(), hi, ctx.block_threads(), c, inner, ch, [&](std::int64_t at) {
-          const float g = batch_norm_detail::grad_at(gs, ry, ty, at);
+          const float xv = load_element(xs, ty, at);
+          const float g = batch_norm_detail::grad_at(gs, rm, ty, at, xv, ch);
           if (md != nullptr) store_element(md, ty, at, g);
           sg += g;
-          sgx = ::fmaf(g, load_element(xs, ty, at) - mu, sgx);
+          sgx = ::fmaf(g, xv - mu, sgx);
         });
     sg = simt::block_sum(ctx, sg);
     sgx = simt::block_sum(ctx, sgx);
@@ -648,18 +668,19 @@ struct BatchNormGradPartial {
       const float mu = mean[t.ch];
       const float* xs = x;  // the lambdas capture locals, not the kernel's `this`
       const float* gs = dy;
-      const float* ry = relu_y;
+      const batch_norm_detail::ReluMask rm = relu;
       float* md = masked_dy;
       const ElementType ty = type;
       const std::int64_t step = t.at_step(c);
+      const std::int64_t ch = t.ch;
       batch_norm_detail::for_row_groups(
           t.first_at(c), step, t.rows(), [&](std::int64_t at, unsigned group) {
             float g = 0.0F, gx = 0.0F;
             batch_norm_detail::for_rows_unrolled(
                 at, step, group,
                 [&](std::int64_t a) {
-                  return Loaded{batch_norm_detail::grad_at(gs, ry, ty, a), load_element(xs, ty, a),
-                                a};
+                  const float xv = load_element(xs, ty, a);
+                  return Loaded{batch_norm_detail::grad_at(gs, rm, ty, a, xv, ch), xv, a};
                 },
                 [&](const Loaded& v) {
                   // Stored after the group's loads are in flight, not between them.
@@ -749,8 +770,8 @@ struct BatchNormBackwardDx {
   const float* coef = nullptr;  // [3 c] from BatchNormGradFinish
   float* dx = nullptr;          // [n, c, inner]
   std::int64_t n = 0, c = 0, inner = 1;
-  ElementType type = ElementType::f32;  // of x, dy, dx and relu_y
-  const float* relu_y = nullptr;        // as BatchNormGradPartial's
+  ElementType type = ElementType::f32;  // of x, dy, dx and the relu's output
+  batch_norm_detail::ReluMask relu{};   // as BatchNormGradPartial's
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_grid_stride(device, n * c * inner, kUnroll, 72);  // ptxas: 72
@@ -767,12 +788,13 @@ struct BatchNormBackwardDx {
     const float* b = coef + c;
     const float* k = coef + 2 * c;
     float* out = dx;
-    const float* ry = relu_y;
+    const batch_norm_detail::ReluMask rm = relu;
     const ElementType ty = type;
     batch_norm_detail::for_elements_unrolled(
         ctx, n, c, inner,
-        [&](std::int64_t t, std::int64_t) {
-          return Loaded{batch_norm_detail::grad_at(gs, ry, ty, t), load_element(xs, ty, t)};
+        [&](std::int64_t t, std::int64_t ch) {
+          const float xv = load_element(xs, ty, t);
+          return Loaded{batch_norm_detail::grad_at(gs, rm, ty, t, xv, ch), xv};
         },
         [&](std::int64_t t, std::int64_t ch, const Loaded& v) {
           store_element(out, ty, t, ::fmaf(v.g, a[ch], ::fmaf(v.x, b[ch], k[ch])));

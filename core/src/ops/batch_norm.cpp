@@ -153,16 +153,20 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
     be.batch_norm_apply_16(s, type, xc.raw_data(), scale.data<float>(), shift.data<float>(),
                            out.raw_data());
   }
-  // With a relu, its output decides where dy passes (relu's backward).
-  const Tensor relu_y = relu ? out.detach() : Tensor();
+  // With a relu, its output decides where dy passes (relu's backward): with
+  // a residual added, read from the output; without, recomputed from x and
+  // the scale and shift that made it (no read of the output).
+  const Tensor relu_y = add_residual ? out.detach() : Tensor();
+  const Tensor relu_scale = relu && !add_residual ? scale : Tensor();
+  const Tensor relu_shift = relu && !add_residual ? shift : Tensor();
   return autograd::record(
       std::move(out),
       add_residual ? "batch_norm_add_relu"
       : relu       ? "batch_norm_relu"
                    : kOp,
       {x, gamma, beta, residual},
-      [s, xc, relu_y, add_residual, g, mean, invstd, training, type, param_type,
-       need_x = x.requires_grad(), need_g = gamma.defined() && gamma.requires_grad(),
+      [s, xc, relu_y, relu_scale, relu_shift, add_residual, g, mean, invstd, training, type,
+       param_type, need_x = x.requires_grad(), need_g = gamma.defined() && gamma.requires_grad(),
        need_b = beta.defined() && beta.requires_grad(),
        gamma_dtype = gamma.defined() ? gamma.dtype() : DType::f32,
        beta_dtype = beta.defined() ? beta.dtype() : DType::f32](const Tensor& grad) {
@@ -178,11 +182,17 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
         const void* gamma_data = g.defined() ? g.raw_data() : nullptr;
         void* dg_data = need_g ? dg.raw_data() : nullptr;
         void* db_data = need_b ? db.raw_data() : nullptr;
-        if (relu_y.defined()) {
+        if (relu_y.defined() || relu_scale.defined()) {
+          backend::BatchNormReluMask mask;
+          if (relu_y.defined()) {
+            mask.y = relu_y.raw_data();
+          } else {
+            mask.scale = relu_scale.data<float>();
+            mask.shift = relu_shift.data<float>();
+          }
           detail::backend_of(gc).batch_norm_backward_relu(
-              s, type, xc.raw_data(), relu_y.raw_data(), gc.raw_data(), mean.data<float>(),
-              invstd.data<float>(), param_type, gamma_data, training,
-              need_x ? dx.raw_data() : nullptr, dg_data, db_data,
+              s, type, xc.raw_data(), mask, gc.raw_data(), mean.data<float>(), invstd.data<float>(),
+              param_type, gamma_data, training, need_x ? dx.raw_data() : nullptr, dg_data, db_data,
               add_residual ? dz.raw_data() : nullptr);
         } else if (type == DType::f32) {
           detail::backend_of(gc).batch_norm_backward(

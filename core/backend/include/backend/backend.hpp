@@ -200,8 +200,9 @@ class Backend {
   // A relu fused into the op before it, where fuses_relu(), on f32 or (where
   // reads_16bit_storage()) 16-bit storage, with the bits of the two ops; the
   // ops compose them elsewhere. Batch norm: apply writes relu(y) with the
-  // bits of batch_norm_apply(_16) then relu; backward takes that output as
-  // relu_y and gives the bits of relu's backward then
+  // bits of batch_norm_apply(_16) then relu; backward takes that output, or
+  // the forward's scale and shift to find the relu's mask from x
+  // (BatchNormReluMask), and gives the bits of relu's backward then
   // batch_norm_backward(_16): two passes over the activation fewer each way.
   // add_relu: out = relu(a + b) as binary(_16) add then relu, one pass.
   virtual bool fuses_relu() const { return false; }
@@ -217,13 +218,14 @@ class Backend {
   virtual void batch_norm_apply_add_relu(const BatchNormShape& s, DType type, const void* x,
                                          const float* scale, const float* shift,
                                          const void* residual, void* y);
-  // masked_dy (of `type`, x's shape; may be null): relu's backward of dy
-  // written there too, its bits.
+  // relu: the mask (BatchNormReluMask: the relu's output, or x with the
+  // forward's scale and shift); masked_dy (of `type`, x's shape; may be
+  // null, needs relu.y): relu's backward of dy written there too, its bits.
   virtual void batch_norm_backward_relu(const BatchNormShape& s, DType type, const void* x,
-                                        const void* relu_y, const void* dy, const float* mean,
-                                        const float* invstd, DType param_type, const void* gamma,
-                                        bool batch_stats, void* dx, void* dgamma, void* dbeta,
-                                        void* masked_dy);
+                                        const BatchNormReluMask& relu, const void* dy,
+                                        const float* mean, const float* invstd, DType param_type,
+                                        const void* gamma, bool batch_stats, void* dx, void* dgamma,
+                                        void* dbeta, void* masked_dy);
 
   // ---- Convolution and pooling (NCHW f32, contiguous) --------------------------------
   virtual void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* b,

@@ -148,6 +148,17 @@ struct BatchNormPrepare {
   float* shift = nullptr;
 };
 
+// Where a relu followed a batch norm, how its fused backward
+// (batch_norm_backward_relu) finds where dy passes: from the relu's output y
+// (y > 0), or, where y is null, recomputed from x with the forward's scale
+// and shift (batch_norm_prepare's): the batch norm's output as stored > 0,
+// the same test on the same value, without reading y.
+struct BatchNormReluMask {
+  const void* y = nullptr;       // x's shape and type, or null
+  const float* scale = nullptr;  // [c] each, where y is null
+  const float* shift = nullptr;
+};
+
 struct Conv2dShape {
   std::int64_t n = 0, c_in = 0, h = 0, w = 0;          // x [n, c_in, h, w]
   std::int64_t c_out = 0, kernel_h = 0, kernel_w = 0;  // weight [c_out, c_in / groups, kh, kw]
