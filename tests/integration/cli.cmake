@@ -238,7 +238,7 @@ if(TARGET rig-communicator-mpi_ps)
     TIMEOUT 600 SKIP_RETURN_CODE 77)
   # Convergence on Fashion-MNIST (ps_convergence.sh): 3 seeds x synchronous /
   # asynchronous on 2 workers + 1 server (ResNet-8, 300 steps), async within 1
-  # point of sync, no nan / inf; about 2 minutes, alone (staleness and time grow
+  # point of sync, no nan / inf; 2 to 3 minutes, alone (staleness and time grow
   # beside other tests).
   add_test(NAME cli.ps_convergence
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ps_convergence.sh $<TARGET_FILE:rig_cli>

@@ -7,7 +7,7 @@
 # (exit 0) at global step 300 (no push lost), no train or validation loss is
 # nan / inf, synchronous accuracy >= 80% (the comparison means something),
 # asynchronous accuracy >= synchronous - 1 point. Prints a table and the time.
-# About 2 minutes on 2 cores (115 s idle, 145 s beside a ctest -j2).
+# About 2 to 3 minutes on 2 cores (this machine's speed varies).
 # Usage: ps_convergence.sh RIG WORKDIR [EXPERIMENT]   (default: fixtures/ps-fashion-mnist.yaml)
 set -euo pipefail
 export LC_ALL=C
