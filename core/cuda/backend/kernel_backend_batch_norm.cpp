@@ -108,7 +108,6 @@ void KernelBackend::batch_norm_backward_kernels(const backend::BatchNormShape& s
   // The kernels' float* operands hold `type`'s values (16-bit ones too).
   kernels::batch_norm_detail::ReluMask mask{static_cast<const float*>(relu.y), relu.scale,
                                             relu.shift};
-  if (mask.y != nullptr) mask.scale = mask.shift = nullptr;
   if (mask.y == nullptr && (mask.scale == nullptr) != (mask.shift == nullptr)) {
     throw std::invalid_argument("batch_norm_backward_relu: the relu mask needs scale and shift");
   }

@@ -324,10 +324,8 @@ RIG_HD_INLINE void for_rows_unrolled(std::int64_t at, std::int64_t at_step, unsi
 // test on the same value, without reading y.
 struct ReluMask {
   const float* y = nullptr;      // [n, c, inner] of the kernel's type, or null
-  const float* scale = nullptr;  // [c], or null
+  const float* scale = nullptr;  // [c], read where y is null; or null
   const float* shift = nullptr;  // [c]
-
-  RIG_HD_INLINE bool any() const { return y != nullptr || scale != nullptr; }
 };
 
 // dy at `at` (x there: x_at, channel ch), or with a relu after the batch norm
