@@ -378,8 +378,16 @@ void CpuBackend::unscale(std::int64_t n, DType src_dtype, const void* src, float
 
 GradientStats CpuBackend::gradient_stats(const float* grads, std::int64_t n, const float* loss) {
   GradientStats stats = cpu::gradient_stats(grads, n);
-  if (loss != nullptr) stats.loss_finite = std::isfinite(*loss);
+  if (loss != nullptr) {
+    stats.loss = *loss;
+    stats.loss_finite = std::isfinite(*loss);
+  }
   return stats;
+}
+
+void CpuBackend::gradient_stats_to(const float* grads, std::int64_t n, const float* loss,
+                                   GradientStats* out) {
+  *out = CpuBackend::gradient_stats(grads, n, loss);  // not the sim's: its pointers are translated
 }
 
 void CpuBackend::larc(const float* values, float* grads, const FlatSlice* slices,

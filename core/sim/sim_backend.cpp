@@ -421,6 +421,11 @@ GradientStats SimBackend::gradient_stats(const float* grads, std::int64_t n, con
   return CpuBackend::gradient_stats(rw(grads), n, loss != nullptr ? rw(loss) : nullptr);
 }
 
+void SimBackend::gradient_stats_to(const float* grads, std::int64_t n, const float* loss,
+                                   GradientStats* out) {
+  CpuBackend::gradient_stats_to(rw(grads), n, loss != nullptr ? rw(loss) : nullptr, rw(out));
+}
+
 void SimBackend::larc(const float* values, float* grads, const FlatSlice* slices,
                       std::int64_t count, const LarcOptions& options) {
   CpuBackend::larc(rw(values), rw(grads), slices, count, options);

@@ -68,7 +68,8 @@ grep -qv '^[0-2]$' answers.txt && fail "answers are not class ids"
 grep -q "error: synthetic: 'not' is not a number" interactive.err
 
 echo "== NaN loss without automatic loss scaling stops with the step number"
-# One step at this rate sends the weights to infinity.
+# One step at this rate sends the weights to infinity. The statistics are read
+# with the loss printed at step 10: the message names the step that diverged.
 expect_code 2 "$rig" run "$exp" --logdir nan --lr_policy_params/learning_rate=1e38
 grep -Eq "train loss is (nan|inf|-nan) at step 1: training diverged" err.txt
 test ! -e nan/checkpoints

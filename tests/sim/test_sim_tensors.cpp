@@ -240,10 +240,21 @@ std::vector<std::vector<float>> run_updates(Device device) {
   ops::larc_(g, p, slices, LarcOptions{0.01, true, 1e-7, 1e-7, 0.1});
   ops::scale_(g, 0.5F);
   const GradientStats stats = ops::gradient_stats(g, Tensor::scalar(INFINITY, device));
+  // Queued into device records and read back together.
+  Tensor records = Tensor::zeros({2 * kGradientStatsWords}, DType::i64, device);
+  ops::gradient_stats_into(g, Tensor::scalar(INFINITY, device), records, 1);
+  ops::gradient_stats_into(m, Tensor::scalar(0.5F, device), records, 0);
+  const std::vector<GradientStats> queued = ops::read_gradient_stats(records, 2);
   for (const Tensor& t : {p, g, m, v, buffer, ema}) out.push_back(t.to_host().to_vector());
-  out.push_back({static_cast<float>(stats.norm), static_cast<float>(stats.amax),
-                 stats.loss_finite ? 1.0F : 0.0F});
+  for (const GradientStats& s : {stats, queued[0], queued[1]}) {
+    out.push_back({static_cast<float>(s.norm), static_cast<float>(s.amax),
+                   s.loss_finite ? 1.0F : 0.0F, s.loss});
+  }
   EXPECT_FALSE(stats.loss_finite);
+  EXPECT_EQ(queued[1].norm, stats.norm);
+  EXPECT_FALSE(queued[1].loss_finite);
+  EXPECT_TRUE(queued[0].loss_finite);
+  EXPECT_EQ(queued[0].loss, 0.5F);
   return out;
 }
 

@@ -33,11 +33,13 @@ std::unique_ptr<backend::Backend> emulated(EmulatedWork work) {
 }
 
 // The same calls on a device: a cast, an index check of a bad index, the
-// gradient statistics of a non-finite gradient. What comes back to the host.
+// gradient statistics of a non-finite gradient, read at once and queued.
+// What comes back to the host.
 struct Outcome {
   std::vector<float> widened;  // the bf16 values cast back to f32
   std::int64_t first_bad = 0;
   GradientStats stats;
+  GradientStats queued;  // gradient_stats_to, then read_gradient_stats
 };
 
 Outcome run_on(backend::Backend& b) {
@@ -45,6 +47,7 @@ Outcome run_on(backend::Backend& b) {
   const backend::Block x = pool.allocate(8 * sizeof(float));
   const backend::Block y = pool.allocate(8 * sizeof(std::uint16_t));
   const backend::Block ids = pool.allocate(4 * sizeof(std::int64_t));
+  const backend::Block record = pool.allocate(sizeof(GradientStats));
   const std::vector<float> host = {1.5F, -2.0F, 3.25F, INFINITY, 0.5F, 1.0F, 2.0F, 4.0F};
   const std::vector<std::int64_t> host_ids = {0, 3, 99, 1};
   b.from_host(x.data, host.data(), host.size() * sizeof(float));
@@ -56,7 +59,10 @@ Outcome run_on(backend::Backend& b) {
   b.to_host(out.widened.data(), x.data, 8 * sizeof(float));
   out.first_bad = b.first_out_of_range(ids.data, DType::i64, 4, 10);
   out.stats = b.gradient_stats(reinterpret_cast<const float*>(x.data), 8, nullptr);
-  for (const backend::Block& block : {x, y, ids}) pool.deallocate(block);
+  auto* on_device = reinterpret_cast<GradientStats*>(record.data);
+  b.gradient_stats_to(reinterpret_cast<const float*>(x.data), 8, nullptr, on_device);
+  b.read_gradient_stats(on_device, 1, &out.queued);
+  for (const backend::Block& block : {x, y, ids, record}) pool.deallocate(block);
   return out;
 }
 
@@ -67,6 +73,7 @@ TEST(EmulatedHostOnly, TheComputingDeviceComputes) {
   EXPECT_TRUE(std::isinf(out.widened[3]));
   EXPECT_EQ(out.first_bad, 2);
   EXPECT_TRUE(std::isinf(out.stats.amax));
+  EXPECT_TRUE(std::isinf(out.queued.amax));
 }
 
 TEST(EmulatedHostOnly, RunsNothingReadsZerosAndReportsNothingWrong) {
@@ -77,6 +84,8 @@ TEST(EmulatedHostOnly, RunsNothingReadsZerosAndReportsNothingWrong) {
   EXPECT_EQ(out.stats.norm, 0.0);
   EXPECT_EQ(out.stats.amax, 0.0);
   EXPECT_TRUE(out.stats.loss_finite);
+  EXPECT_EQ(out.queued.norm, 0.0) << "queued statistics read as those of finite gradients";
+  EXPECT_TRUE(out.queued.loss_finite);
 }
 
 // With a census, host-only mode queues and counts what the computing device does.

@@ -1,15 +1,19 @@
 // Pieces of the training loop that need no plugins: the progress bar line,
-// the global gradient norm and clipping, and interactive_infer's line loop.
+// the global gradient norm, its queued statistics and clipping, and
+// interactive_infer's line loop.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <sstream>
+#include <stdexcept>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "engine/console.hpp"
 #include "engine/gradient_norm.hpp"
 #include "engine/interactive.hpp"
+#include "engine/queued_gradient_stats.hpp"
 #include "rig/error.hpp"
 #include "rig/ops.hpp"
 
@@ -81,6 +85,62 @@ TEST(GradientNorm, StatsSayWhetherTheStepsLossIsFinite) {
     EXPECT_FALSE(stats.loss_finite) << loss;
     EXPECT_DOUBLE_EQ(stats.norm, 5.0);  // the gradients' statistics are still computed
   }
+}
+
+// Queued statistics are those gradient_stats reads at once, record by record.
+TEST(GradientNorm, QueuedStatsAreTheReadOnes) {
+  ParameterStore a = store_with_grads({3.0F, -4.0F, 0.5F});
+  ParameterStore b = store_with_grads({1.0F, INFINITY});
+  Tensor records = Tensor::zeros({3 * kGradientStatsWords}, DType::i64);
+  ops::gradient_stats_into(a.grads(), Tensor::scalar(1.25F), records, 2);
+  ops::gradient_stats_into(b.grads(), Tensor{}, records, 0);
+  ops::gradient_stats_into(a.grads(), Tensor::scalar(NAN), records, 1);
+  const std::vector<GradientStats> read = ops::read_gradient_stats(records, 3);
+  ASSERT_EQ(read.size(), 3U);
+  const GradientStats at_once = ops::gradient_stats(a.grads(), Tensor::scalar(1.25F));
+  EXPECT_EQ(read[2].norm, at_once.norm);
+  EXPECT_EQ(read[2].amax, at_once.amax);
+  EXPECT_TRUE(read[2].loss_finite);
+  EXPECT_EQ(read[2].loss, 1.25F);
+  EXPECT_EQ(read[0].norm, INFINITY);
+  EXPECT_TRUE(read[0].loss_finite);  // no loss given
+  EXPECT_FALSE(read[1].loss_finite);
+  EXPECT_EQ(read[1].norm, at_once.norm);
+  EXPECT_TRUE(ops::read_gradient_stats(records, 0).empty());
+  // The records' tensor is checked: dtype, room, slot.
+  Tensor f32 = Tensor::zeros({3 * kGradientStatsWords});
+  EXPECT_THROW(ops::gradient_stats_into(a.grads(), Tensor{}, f32, 0), std::invalid_argument);
+  EXPECT_THROW(ops::gradient_stats_into(a.grads(), Tensor{}, records, 3), std::invalid_argument);
+  EXPECT_THROW(ops::gradient_stats_into(a.grads(), Tensor{}, records, -1), std::invalid_argument);
+  EXPECT_THROW(ops::read_gradient_stats(records, 4), std::invalid_argument);
+}
+
+TEST(QueuedGradientStats, TakesEveryQueuedStepInOrderAndEmpties) {
+  ParameterStore a = store_with_grads({3.0F, -4.0F});
+  QueuedGradientStats queue(Device::cpu());
+  EXPECT_TRUE(queue.empty());
+  EXPECT_TRUE(queue.take().empty());
+  queue.push(7, a.grads(), Tensor::scalar(2.0F));
+  queue.push(8, a.grads(), Tensor::scalar(NAN));
+  EXPECT_FALSE(queue.empty());
+  const std::vector<QueuedGradientStats::Record> taken = queue.take();
+  ASSERT_EQ(taken.size(), 2U);
+  EXPECT_EQ(taken[0].step, 7);
+  EXPECT_EQ(taken[0].stats.norm, 5.0);
+  EXPECT_EQ(taken[0].stats.loss, 2.0F);
+  EXPECT_EQ(taken[1].step, 8);
+  EXPECT_FALSE(taken[1].stats.loss_finite);
+  EXPECT_TRUE(queue.empty());
+  for (std::int64_t step = 0; step < QueuedGradientStats::kCapacity; ++step) {
+    EXPECT_FALSE(queue.full());
+    queue.push(step, a.grads(), Tensor{});
+  }
+  EXPECT_TRUE(queue.full());
+  EXPECT_THROW(queue.push(0, a.grads(), Tensor{}), std::logic_error);
+  const std::vector<QueuedGradientStats::Record> all = queue.take();
+  ASSERT_EQ(all.size(), static_cast<std::size_t>(QueuedGradientStats::kCapacity));
+  EXPECT_EQ(all.back().step, QueuedGradientStats::kCapacity - 1);
+  EXPECT_FALSE(queue.full());
 }
 
 TEST(GradientNorm, ClipScalesOnlyAboveTheLimit) {

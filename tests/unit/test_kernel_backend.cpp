@@ -2241,8 +2241,9 @@ TEST(KernelBackendChecks, CheckIndexIsRaisedAtTheNextRead) {
   // synchronize() is a read too; and more checks than the queue holds are raised early.
   emu().check_index(eb.get(), DType::i64, 5000, 10, message("sync"));
   EXPECT_THROW(emu().synchronize(), std::invalid_argument);
-  for (int i = 0; i < 64; ++i) emu().check_index(eg.get(), DType::i64, 5000, 10, message("ok"));
-  emu().check_index(eb.get(), DType::i64, 5000, 10, message("65th"));  // raises the 64 good ones
+  // (The queue holds 1024 checks; each good one here looks at one index.)
+  for (int i = 0; i < 1024; ++i) emu().check_index(eg.get(), DType::i64, 1, 10, message("ok"));
+  emu().check_index(eb.get(), DType::i64, 5000, 10, message("1025th"));  // raises the good ones
   EXPECT_THROW(emu().synchronize(), std::invalid_argument);
   EXPECT_NO_THROW(emu().synchronize());
   // gradient_stats brings the checks' results back with its statistics (one
@@ -2261,6 +2262,53 @@ TEST(KernelBackendChecks, CheckIndexIsRaisedAtTheNextRead) {
   EXPECT_EQ(stats.norm, 5.0);
   EXPECT_EQ(stats.amax, 4.0);
   EXPECT_TRUE(stats.loss_finite);
+  EXPECT_NO_THROW(emu().synchronize());  // nothing left queued
+}
+
+// gradient_stats_to queues the statistics into device records without a read;
+// read_gradient_stats brings several back in one copy, raising the queued
+// index checks as any read does.
+TEST(KernelBackendChecks, GradientStatsQueuedIntoRecords) {
+  const std::vector<float> grads = {3.0F, -4.0F, 0.0F};
+  const std::vector<float> overflowed = {1.0F, kInf, 2.0F};
+  const Dev<float> eg(grads), eo(overflowed);
+  const Dev<float> losses(std::vector<float>{2.5F, kNaN});
+  const Dev<std::int64_t> records(std::vector<std::int64_t>(3 * kGradientStatsWords, -1));
+  auto* record = reinterpret_cast<GradientStats*>(records.get());
+  emu().gradient_stats_to(eg.get(), 3, losses.get(), record);
+  emu().gradient_stats_to(eg.get(), 3, losses.get() + 1, record + 1);
+  emu().gradient_stats_to(eo.get(), 3, nullptr, record + 2);
+  std::vector<GradientStats> host(3);
+  emu().read_gradient_stats(record, 3, host.data());
+  const float loss_values[] = {2.5F, kNaN};
+  for (int i = 0; i < 2; ++i) {
+    const GradientStats cpu_stats = cpu().gradient_stats(grads.data(), 3, &loss_values[i]);
+    EXPECT_EQ(host[i].norm, cpu_stats.norm);
+    EXPECT_EQ(host[i].amax, cpu_stats.amax);
+    EXPECT_EQ(host[i].loss_finite, cpu_stats.loss_finite);
+  }
+  EXPECT_EQ(host[0].norm, 5.0);
+  EXPECT_EQ(host[0].amax, 4.0);
+  EXPECT_TRUE(host[0].loss_finite);
+  EXPECT_EQ(host[0].loss, 2.5F);
+  EXPECT_FALSE(host[1].loss_finite);
+  EXPECT_TRUE(std::isnan(host[1].loss));
+  EXPECT_EQ(host[2].norm, kInf);  // a non-finite gradient: both +inf
+  EXPECT_EQ(host[2].amax, kInf);
+  EXPECT_TRUE(host[2].loss_finite);  // no loss given
+
+  std::vector<std::int64_t> bad(10, 1);
+  bad[6] = 40;
+  const Dev<std::int64_t> eb(bad);
+  emu().check_index(eb.get(), DType::i64, 10, 10, [](std::int64_t position, std::int64_t value) {
+    return "queued: " + std::to_string(value) + " at " + std::to_string(position);
+  });
+  try {
+    emu().read_gradient_stats(record, 1, host.data());
+    ADD_FAILURE() << "read_gradient_stats did not raise the queued check";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "queued: 40 at 6");
+  }
   EXPECT_NO_THROW(emu().synchronize());  // nothing left queued
 }
 

@@ -228,8 +228,8 @@ class KernelBackend final : public backend::Backend {
   std::int64_t first_out_of_range(const void* index, DType dtype, std::int64_t n,
                                   std::int64_t limit) override;
   // Queued: raised at the next read of the device (to_host, synchronize,
-  // first_out_of_range, gradient_stats), so a step's index checks do not
-  // stall it. See kernel_backend_checks.cpp.
+  // first_out_of_range, gradient_stats, read_gradient_stats), so a step's
+  // index checks do not stall it. See kernel_backend_checks.cpp.
   void check_index(const void* index, DType dtype, std::int64_t n, std::int64_t limit,
                    const IndexMessage& message) override;
   bool defers_index_checks() const override { return true; }
@@ -278,6 +278,10 @@ class KernelBackend final : public backend::Backend {
   void unscale(std::int64_t n, DType src_dtype, const void* src, float* master, float scale,
                float* amax) override;
   GradientStats gradient_stats(const float* grads, std::int64_t n, const float* loss) override;
+  void gradient_stats_to(const float* grads, std::int64_t n, const float* loss,
+                         GradientStats* out) override;
+  void read_gradient_stats(const GradientStats* records, std::int64_t count,
+                           GradientStats* host) override;
   void larc(const float* values, float* grads, const FlatSlice* slices, std::int64_t count,
             const LarcOptions& options) override;
 
@@ -346,8 +350,10 @@ class KernelBackend final : public backend::Backend {
 
   std::unique_ptr<KernelDevice> device_;
   int index_ = 0;
-  // Queued index checks: (position, value) pairs on the device, in issue order.
-  static constexpr std::size_t kQueuedChecks = 64;
+  // Queued index checks: (position, value) pairs on the device, in issue
+  // order. A full queue is read at once: room for a few hundred steps of a
+  // Transformer's checks, read between logging steps (16 KiB).
+  static constexpr std::size_t kQueuedChecks = 1024;
   DeviceScratch check_results_;
   std::vector<IndexMessage> check_messages_;
 };

@@ -1,5 +1,6 @@
 // KernelBackend: the entry points that read results back to the host (index
 // range checks, gradient statistics) and OpenSeq2Seq's padded loss.
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <vector>
@@ -70,18 +71,29 @@ std::int64_t KernelBackend::first_out_of_range(const void* index, DType dtype, s
   return result;
 }
 
-GradientStats KernelBackend::gradient_stats(const float* grads, std::int64_t n, const float* loss) {
+void KernelBackend::gradient_stats_to(const float* grads, std::int64_t n, const float* loss,
+                                      GradientStats* out) {
   const std::int64_t chunks = kernels::check_chunks(n);
   DeviceScratch buffer = scratch(kernels::grad_stats_scratch_bytes(n));
   auto* squares = buffer.as<double>();
   auto* amax_bits = reinterpret_cast<std::uint32_t*>(squares + chunks);
-  // The statistics land right behind the queued index checks' results: the
-  // step's one read of the device brings back both.
+  run(kernels::GradStatsPartials{grads, n, squares, amax_bits});
+  device_->run(kernels::GradStatsFinish{squares, amax_bits, chunks, loss, out});
+}
+
+void KernelBackend::read_gradient_stats(const GradientStats* records, std::int64_t count,
+                                        GradientStats* host) {
+  to_host(host, records, static_cast<std::size_t>(count) * sizeof(GradientStats));
+  // Finite gradients of norm 0 where the read gave zeros (host-only mode).
+  if (!device_->computes()) std::fill(host, host + count, GradientStats{});
+}
+
+GradientStats KernelBackend::gradient_stats(const float* grads, std::int64_t n, const float* loss) {
+  // The statistics land right behind the queued index checks' results: one
+  // read of the device brings back both.
   std::int64_t* slots = check_slots();
   const std::size_t checks = 2 * check_messages_.size();
-  auto* stats_on_device = reinterpret_cast<GradientStats*>(slots + checks);
-  run(kernels::GradStatsPartials{grads, n, squares, amax_bits});
-  device_->run(kernels::GradStatsFinish{squares, amax_bits, chunks, loss, stats_on_device});
+  gradient_stats_to(grads, n, loss, reinterpret_cast<GradientStats*>(slots + checks));
   std::vector<std::int64_t> host(checks + kStatsSlots);
   device_->to_host(host.data(), slots, host.size() * sizeof(std::int64_t));
   GradientStats stats;

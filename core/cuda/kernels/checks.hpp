@@ -166,7 +166,7 @@ struct GradStatsPartials {
   }
 };
 
-// One block: *out = {norm, amax, loss_finite} (n 0: {0, 0, ...}).
+// One block: *out = {norm, amax, loss_finite, loss} (n 0: {0, 0, ...}).
 struct GradStatsFinish {
   const double* partial_squares = nullptr;
   const std::uint32_t* partial_amax_bits = nullptr;
@@ -197,7 +197,8 @@ struct GradStatsFinish {
     } else {
       stats.norm = stats.amax = static_cast<double>(pos_inf());
     }
-    stats.loss_finite = loss == nullptr || math::is_finite(*loss);
+    stats.loss = loss == nullptr ? 0.0F : *loss;
+    stats.loss_finite = math::is_finite(stats.loss);
     *out = stats;
   }
 };

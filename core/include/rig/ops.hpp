@@ -234,6 +234,12 @@ void novograd_update(Tensor& values, const Tensor& grads, Tensor& momentum, Tens
 // whether `loss` (an f32 scalar on the same device, optional) is finite: one
 // trip to the device per training step for the overflow check and clipping.
 GradientStats gradient_stats(const Tensor& grads, const Tensor& loss = {});
+// The same statistics queued into record `slot` of `records` (i64 [slots *
+// kGradientStatsWords], contiguous, on grads' device) without reading the
+// device; read_gradient_stats brings back records [0, count) in one read.
+void gradient_stats_into(const Tensor& grads, const Tensor& loss, Tensor& records,
+                         std::int64_t slot);
+std::vector<GradientStats> read_gradient_stats(const Tensor& records, std::int64_t count);
 // t *= factor for a contiguous f32 tensor (gradient clipping).
 void scale_(Tensor& t, float factor);
 // LARC's per-parameter trust ratios applied to grads (rig/op_types.hpp), each

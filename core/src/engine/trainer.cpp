@@ -12,6 +12,7 @@
 #include "engine/gradient_norm.hpp"
 #include "engine/ps/protocol.hpp"
 #include "engine/ps/staleness_report.hpp"
+#include "engine/queued_gradient_stats.hpp"
 #include "engine/stop_signals.hpp"
 #include "launch/progress_beacon.hpp"
 #include "launch/test_faults.hpp"
@@ -103,7 +104,9 @@ class TrainingLoop {
         state_(options.start),
         device_(parts.params.values().device()),
         print_loss_(device_),
-        summary_loss_(device_) {}
+        summary_loss_(device_),
+        queued_stats_(device_),
+        queues_stats_(!p_.loss_scaler.automatic() && !s_.max_grad_norm && p_.ps == nullptr) {}
 
   TrainResult run();
 
@@ -114,11 +117,17 @@ class TrainingLoop {
   // Nothing when the epoch ended before micro-batch `micro` > 0 (next_batch).
   std::optional<Tensor> forward_backward(std::int64_t micro, PhaseTimes& times);
   // Reduction, unscaling and (several ranks) the agreement: the statistics of
-  // the finished gradients, with step_loss turned into the mean over ranks.
-  GradientStats finish_gradients(Tensor& step_loss, PhaseTimes& times);
+  // the finished gradients, with step_loss turned into the mean over ranks;
+  // nothing when the step queued them (queues_stats_).
+  std::optional<GradientStats> finish_gradients(Tensor& step_loss, PhaseTimes& times);
   // The overflow branch: no update; stops when loss scaling cannot help.
-  void skip_update(const GradientStats& grads, const Tensor& step_loss, double loss_scale);
-  void update(const GradientStats& grads, PhaseTimes& times);
+  void skip_update(const GradientStats& grads, double loss_scale);
+  // Without automatic loss scaling a non-finite loss or gradient ends training.
+  [[noreturn]] void diverged(const GradientStats& grads, std::int64_t step) const;
+  void update(const std::optional<GradientStats>& grads, PhaseTimes& times);
+  // Reads the queued steps' statistics: their norms join the intervals, and
+  // a step that diverged ends training, named. Returns the seconds it waited.
+  double read_queued_stats();
   // Several ranks: the stop signal anyone received, and the mean loss over
   // ranks (non-finite when any rank's is), in one collective.
   Tensor agree(const Tensor& step_loss);
@@ -143,7 +152,7 @@ class TrainingLoop {
   // drops its last incomplete batch of processes x batch_size), so that any N
   // x k with the same product sees the same samples in the same steps.
   std::optional<Batch> next_batch(std::int64_t micro);
-  void after_step(const PhaseTimes& times);
+  void after_step(PhaseTimes times);
   void print_sample(const Batch& batch);
   void write_summaries();
   // The fields a checkpoint needs beyond the step (and, under a parameter
@@ -166,6 +175,10 @@ class TrainingLoop {
   Device device_;  // the parameters', the batches' and the loss's
   LossSum print_loss_;
   LossSum summary_loss_;
+  QueuedGradientStats queued_stats_;
+  // No host decision of a step needs its gradient statistics (no automatic
+  // loss scaling, clipping or parameter server): they are queued, not read.
+  bool queues_stats_;
   Tensor last_loss_;  // the last step's, for the progress bar (read only when drawn)
   TrainResult result_;
   PhaseTimes print_interval_;
@@ -269,9 +282,9 @@ bool TrainingLoop::step(PhaseTimes& times) {
   }
   if (s_.iter_size > 1)
     step_loss = ops::mul_scalar(step_loss, 1.0F / static_cast<float>(s_.iter_size));
-  const GradientStats grads = finish_gradients(step_loss, times);
-  if (!grads.loss_finite || !std::isfinite(grads.norm)) {
-    skip_update(grads, step_loss, loss_scale);
+  const std::optional<GradientStats> grads = finish_gradients(step_loss, times);
+  if (grads && (!grads->loss_finite || !std::isfinite(grads->norm))) {
+    skip_update(*grads, loss_scale);
     return false;
   }
   consecutive_overflows_ = 0;
@@ -332,7 +345,7 @@ std::optional<Tensor> TrainingLoop::forward_backward(std::int64_t micro, PhaseTi
   return loss.dtype() == DType::f32 ? loss : loss.to(DType::f32);
 }
 
-GradientStats TrainingLoop::finish_gradients(Tensor& step_loss, PhaseTimes& times) {
+std::optional<GradientStats> TrainingLoop::finish_gradients(Tensor& step_loss, PhaseTimes& times) {
   const auto c0 = Clock::now();
   const double loss_scale = p_.loss_scaler.scale();
   GradientReducer* const reducer = p_.reducer;
@@ -348,9 +361,16 @@ GradientStats TrainingLoop::finish_gradients(Tensor& step_loss, PhaseTimes& time
   // Every rank must take the same branch after this: skip on anyone's
   // overflow, stop when anyone got a signal. The loss printed is the global mean.
   if (agrees()) step_loss = agree(step_loss);
-  // One trip to the device after the reduction, so every rank agrees on the
-  // norm, the largest gradient (LogMax's statistic) and an overflow any rank saw.
-  const GradientStats grads = ops::gradient_stats(p_.params.grads(), step_loss);
+  // After the reduction, so every rank agrees on the norm, the largest
+  // gradient (LogMax's statistic) and an overflow any rank saw: one trip to
+  // the device when a decision needs them, otherwise queued for the logging.
+  std::optional<GradientStats> grads;
+  if (queues_stats_) {
+    if (queued_stats_.full()) read_queued_stats();
+    queued_stats_.push(state_.step, p_.params.grads(), step_loss);
+  } else {
+    grads = ops::gradient_stats(p_.params.grads(), step_loss);
+  }
   const auto c1 = Clock::now();
   times.communication += seconds_between(c0, c1);
   times.comm_busy += reduction.busy_seconds;
@@ -359,21 +379,33 @@ GradientStats TrainingLoop::finish_gradients(Tensor& step_loss, PhaseTimes& time
   return grads;
 }
 
-void TrainingLoop::skip_update(const GradientStats& grads, const Tensor& step_loss,
-                               double loss_scale) {
-  const std::int64_t step = state_.step;
-  if (!p_.loss_scaler.automatic()) {
-    if (!grads.loss_finite) {
-      throw UserError(fmt::format(
-          "train loss is {} at step {}: training diverged. Lower the learning rate, set "
-          "max_grad_norm, check the data, or (float16 / mixed) use loss_scaling: Backoff",
-          step_loss.item(), step));
-    }
-    throw UserError(fmt::format(
-        "gradients are not finite (inf or NaN) at step {} and loss_scaling is {}: lower "
-        "the learning rate or loss_scaling, or use loss_scaling: Backoff or LogMax",
-        step, p_.loss_scaler.describe()));
+void TrainingLoop::diverged(const GradientStats& grads, std::int64_t step) const {
+  if (!grads.loss_finite) {
+    throw UserError(
+        fmt::format("train loss is {} at step {}: training diverged. Lower the learning rate, set "
+                    "max_grad_norm, check the data, or (float16 / mixed) use loss_scaling: Backoff",
+                    grads.loss, step));
   }
+  throw UserError(
+      fmt::format("gradients are not finite (inf or NaN) at step {} and loss_scaling is {}: lower "
+                  "the learning rate or loss_scaling, or use loss_scaling: Backoff or LogMax",
+                  step, p_.loss_scaler.describe()));
+}
+
+double TrainingLoop::read_queued_stats() {
+  if (queued_stats_.empty()) return 0.0;
+  const auto t0 = Clock::now();
+  for (const QueuedGradientStats::Record& r : queued_stats_.take()) {
+    if (!r.stats.loss_finite || !std::isfinite(r.stats.norm)) diverged(r.stats, r.step);
+    print_interval_.gradient_norm += r.stats.norm;
+    summary_interval_.gradient_norm += r.stats.norm;
+  }
+  return seconds_between(t0, Clock::now());
+}
+
+void TrainingLoop::skip_update(const GradientStats& grads, double loss_scale) {
+  const std::int64_t step = state_.step;
+  if (!p_.loss_scaler.automatic()) diverged(grads, step);
   p_.loss_scaler.update(true, grads.amax);
   console_.print("*** Overflow at step {}: loss scale {} -> {}, update skipped", step, loss_scale,
                  p_.loss_scaler.scale());
@@ -387,7 +419,7 @@ void TrainingLoop::skip_update(const GradientStats& grads, const Tensor& step_lo
   sample_batch_.reset();
 }
 
-void TrainingLoop::update(const GradientStats& grads, PhaseTimes& times) {
+void TrainingLoop::update(const std::optional<GradientStats>& grads, PhaseTimes& times) {
   const auto c1 = Clock::now();
   if (p_.ps != nullptr) {
     // The servers ran the optimizer on the pushed gradients: fetch its result.
@@ -410,21 +442,23 @@ void TrainingLoop::update(const GradientStats& grads, PhaseTimes& times) {
     times.global_step = pulled.global_step;
     times.comm_bytes += static_cast<double>(p_.ps->bytes_moved() - ps_bytes_before_);
     ps_bytes_before_ = p_.ps->bytes_moved();
-    times.gradient_norm += grads.norm;
+    times.gradient_norm += grads.value().norm;  // a parameter server reads them
     return;
   }
-  if (s_.max_grad_norm) clip_gradients(p_.params, grads.norm, *s_.max_grad_norm);
+  // Clipping reads them (queues_stats_ is false).
+  if (s_.max_grad_norm) clip_gradients(p_.params, grads.value().norm, *s_.max_grad_norm);
   last_learning_rate_ = p_.lr_policy.learning_rate(state_.step);
   if (o_.larc) apply_larc(p_.params, *o_.larc, last_learning_rate_);
   p_.optimizer.step(last_learning_rate_);
   // Pure float16 / bfloat16 keeps its weights representable in that type.
   if (s_.round_masters) p_.params.round_values_to(s_.compute_dtype);
   p_.params.publish_values();
-  p_.loss_scaler.update(false, grads.amax);
+  // Only an automatic scaler reacts, and it reads the statistics every step.
+  if (grads) p_.loss_scaler.update(false, grads->amax);
   const auto c2 = Clock::now();
   times.optimizer += seconds_between(c1, c2);
   p_.timeline.phase("optimizer", state_.step, c1, c2);
-  times.gradient_norm += grads.norm;
+  if (grads) times.gradient_norm += grads->norm;  // else added when read
 }
 
 StepCosts costs_per_step(const PhaseTimes& t, int world_size) {
@@ -570,13 +604,24 @@ void TrainingLoop::evaluate_now() {
                  (o_.logdir / "best_models" / fmt::format("ckpt-{}", state_.step)).string());
 }
 
-void TrainingLoop::after_step(const PhaseTimes& times) {
+void TrainingLoop::after_step(PhaseTimes times) {
+  const bool print_due = due(s_.print_loss_steps) || last_step();
+  const bool summary_due =
+      !o_.benchmark && (due(s_.save_summaries_steps) || (last_step() && s_.save_summaries_steps));
+  const bool time_due = agrees() ? agreed_checkpoint_due_ : checkpoint_time_due();
+  const bool save_due = (due(s_.save_checkpoint_steps) || time_due) && !last_step();
+  const bool eval_due = due(s_.eval_steps) && !last_step();
+  // What is logged, saved or evaluated comes from finite steps. The wait is
+  // the device's time for the steps queued ahead of it: it belongs to them.
+  if (print_due || summary_due || save_due || eval_due || sample_batch_.has_value()) {
+    times.step += read_queued_stats();
+  }
   print_interval_.add(times);
   summary_interval_.add(times);
   // The first step warms caches and allocators; it is not timed (unless it is the only one).
   if (state_.step > first_step_ + 1 || o_.max_steps - first_step_ == 1) timed_.add(times);
 
-  if (due(s_.print_loss_steps) || last_step()) {
+  if (print_due) {
     const PhaseTimes& t = print_interval_;
     state_.train_loss = print_loss_.mean(t.steps);
     print_loss_.reset();
@@ -605,14 +650,13 @@ void TrainingLoop::after_step(const PhaseTimes& times) {
     print_sample(*sample_batch_);
     sample_batch_.reset();
   }
-  if (!o_.benchmark && (due(s_.save_summaries_steps) || (last_step() && s_.save_summaries_steps))) {
+  if (summary_due) {
     write_summaries();
     summary_interval_ = {};
     summary_loss_.reset();
   }
-  const bool time_due = agrees() ? agreed_checkpoint_due_ : checkpoint_time_due();
-  if ((due(s_.save_checkpoint_steps) || time_due) && !last_step()) save();
-  if (due(s_.eval_steps) && !last_step()) evaluate_now();
+  if (save_due) save();
+  if (eval_due) evaluate_now();
 }
 
 void TrainingLoop::record_result() {
@@ -670,6 +714,7 @@ TrainResult TrainingLoop::run() {
     }
   }
   console_.clear_bar();
+  read_queued_stats();  // a stop signal may end training between logging steps
 
   record_result();
   finish_pushing();

@@ -92,6 +92,47 @@ GradientStats gradient_stats(const Tensor& grads, const Tensor& loss) {
                                                   loss.defined() ? loss.data<float>() : nullptr);
 }
 
+namespace {
+
+void require_records(std::string_view op, const Tensor& records, std::int64_t slots_needed) {
+  detail::require_dtype(op, records, "records", {DType::i64});
+  if (records.dim() != 1 || !records.is_contiguous() ||
+      records.numel() < slots_needed * kGradientStatsWords) {
+    throw std::invalid_argument(
+        fmt::format("{}: records must be one contiguous axis of at least {} x {} elements, got {}",
+                    op, slots_needed, kGradientStatsWords, detail::shape_str(records)));
+  }
+}
+
+}  // namespace
+
+void gradient_stats_into(const Tensor& grads, const Tensor& loss, Tensor& records,
+                         std::int64_t slot) {
+  constexpr std::string_view kOp = "gradient_stats_into";
+  detail::require_defined(kOp, grads, "grads");
+  detail::require_defined(kOp, records, "records");
+  require_flat_f32(kOp, grads, "grads", grads.numel());
+  if (loss.defined()) require_flat_f32(kOp, loss, "loss", 1);
+  if (slot < 0) throw std::invalid_argument(fmt::format("{}: slot {} < 0", kOp, slot));
+  require_records(kOp, records, slot + 1);
+  detail::require_same_device(kOp, {&grads, &loss, &records});
+  auto* out =
+      reinterpret_cast<GradientStats*>(records.data<std::int64_t>() + slot * kGradientStatsWords);
+  detail::backend_of(grads).gradient_stats_to(grads.data<float>(), grads.numel(),
+                                              loss.defined() ? loss.data<float>() : nullptr, out);
+}
+
+std::vector<GradientStats> read_gradient_stats(const Tensor& records, std::int64_t count) {
+  constexpr std::string_view kOp = "read_gradient_stats";
+  detail::require_defined(kOp, records, "records");
+  require_records(kOp, records, count);
+  std::vector<GradientStats> stats(static_cast<std::size_t>(count));
+  if (count == 0) return stats;
+  detail::backend_of(records).read_gradient_stats(
+      reinterpret_cast<const GradientStats*>(records.data<std::int64_t>()), count, stats.data());
+  return stats;
+}
+
 void scale_(Tensor& t, float factor) {
   constexpr std::string_view kOp = "scale_";
   detail::require_defined(kOp, t, "t");

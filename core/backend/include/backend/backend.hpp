@@ -449,6 +449,17 @@ class Backend {
   // Reads the device: the statistics come back to the host, with whether the
   // one f32 at `loss` (a device scalar; may be null) is finite.
   virtual GradientStats gradient_stats(const float* grads, std::int64_t n, const float* loss) = 0;
+  // The same statistics written to *out, this back end's memory, without
+  // reading the device: a step whose host decisions do not need them queues
+  // them, and the host reads several steps' at once, when it logs.
+  virtual void gradient_stats_to(const float* grads, std::int64_t n, const float* loss,
+                                 GradientStats* out) = 0;
+  // Reads `count` records that gradient_stats_to wrote (this back end's
+  // memory) into `host`: the only read of a step that queued them.
+  virtual void read_gradient_stats(const GradientStats* records, std::int64_t count,
+                                   GradientStats* host) {
+    to_host(host, records, static_cast<std::size_t>(count) * sizeof(GradientStats));
+  }
   // LARC over `count` parameter slices of the flat buffers (slices: host
   // memory), grads scaled in place.
   virtual void larc(const float* values, float* grads, const FlatSlice* slices, std::int64_t count,

@@ -51,13 +51,17 @@ struct NovogradUpdate {
 
 // The global L2 norm and the largest |g| of a flat f32 gradient buffer (+inf
 // for both when any gradient is inf or NaN), summed in f64 in fixed chunks:
-// the same bits whatever the thread timing. loss_finite: whether the step's
-// loss, read in the same trip to the device, is finite (true when none was given).
+// the same bits whatever the thread timing. loss: the step's loss, read in the
+// same trip to the device (0 when none was given), and whether it is finite.
 struct GradientStats {
   double norm = 0.0;
   double amax = 0.0;
   bool loss_finite = true;
+  float loss = 0.0F;
 };
+// A device holds GradientStats records in i64 words (ops::gradient_stats_into).
+inline constexpr std::int64_t kGradientStatsWords = 3;
+static_assert(sizeof(GradientStats) == kGradientStatsWords * sizeof(std::int64_t));
 
 // One parameter's elements [offset, offset + size) of the flat buffers.
 struct FlatSlice {
