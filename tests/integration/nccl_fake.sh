@@ -4,6 +4,7 @@
 # - 2 ranks on --communicator=nccl write the checkpoints of the same job on
 #   --communicator=mpi, byte for byte (both on the emulated cuda device), and
 #   report bus bandwidth;
+# - their step reads nothing from the device at once (each rank's census);
 # - a rank that never joins a collective: the job ends (exit 3) within
 #   about timeout_s, one line naming the rank;
 # - the fake without RIG_CUDA_EMULATOR, a RIG_NCCL_LIBRARY that is not there,
@@ -51,6 +52,25 @@ for f in model optimizer; do
 done
 grep -q "Data-parallel over 2 processes" nccl.log || fail "no data-parallel line"
 grep -q "bus bandwidth" nccl.log || fail "no bus bandwidth in the bottleneck report"
+
+echo "== a data-parallel step reads nothing from the device at once (RIG_CUDA_CENSUS per rank)"
+# The ranks' agreement is collected a step late and the gradient statistics
+# with the logged loss: 1 and 2 steps make the same synchronous reads, and
+# one more read collected later.
+for steps in 1 2; do
+  check "${mpi[@]}" -n 2 bash -c "RIG_CUDA_CENSUS=census-$steps-\$OMPI_COMM_WORLD_RANK.tsv \
+    '$rig' run '$exp' --logdir census-$steps --device=cuda --communicator=nccl --benchmark \
+    --bench_steps=$steps" > "census-$steps.log"
+done
+# reads STEPS RANK WHAT: the launches of WHAT in that run's census
+reads() { awk -F'\t' -v what="$3" '$5 == what { print $1 }' "census-$1-$2.tsv"; }
+for rank in 0 1; do
+  now1="$(reads 1 $rank "copy to host")" now2="$(reads 2 $rank "copy to host")"
+  [ "$now1" = "$now2" ] || fail "rank $rank: a step reads the device ($now1 -> $now2 reads)"
+  later1="$(reads 1 $rank "copy to host, collected later")"
+  [ "$(reads 2 $rank "copy to host, collected later")" = "$((later1 + 1))" ] ||
+    fail "rank $rank: not one agreement collected later a step"
+done
 
 echo "== rank 1 never joins collective #3: the job ends within timeout_s, naming it"
 set +e

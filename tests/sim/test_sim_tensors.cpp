@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -256,6 +257,22 @@ std::vector<std::vector<float>> run_updates(Device device) {
   EXPECT_TRUE(queued[0].loss_finite);
   EXPECT_EQ(queued[0].loss, 0.5F);
   return out;
+}
+
+// ops::read_later: the values as of the call, on the CPU and the sim device
+// (both read at once); f32 and contiguous only; collected once.
+TEST(SimTensors, ReadLaterGivesTheValuesAsOfTheCall) {
+  for (const Device device : {Device::cpu(), Device::sim()}) {
+    Tensor t = Tensor::from_vector(std::vector<float>{1.0F, -2.0F, 3.5F, 4.0F}, {2, 2}, device);
+    ops::LaterRead read = ops::read_later(t.slice(0, 1, 2));
+    EXPECT_TRUE(read.pending());
+    t.fill_(0.0F);
+    EXPECT_EQ(read.values(), (std::vector<float>{3.5F, 4.0F}));
+    EXPECT_FALSE(read.pending());
+    EXPECT_THROW(read.values(), std::logic_error);
+    EXPECT_THROW(ops::read_later(t.transpose(0, 1)), std::invalid_argument);
+    EXPECT_THROW(ops::read_later(Tensor::zeros({2}, DType::i64, device)), std::invalid_argument);
+  }
 }
 
 TEST(SimTensors, SelectionsComparisonsAndUpdatesGiveTheCpusBits) {

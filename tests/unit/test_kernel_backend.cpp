@@ -2265,6 +2265,29 @@ TEST(KernelBackendChecks, CheckIndexIsRaisedAtTheNextRead) {
   EXPECT_NO_THROW(emu().synchronize());  // nothing left queued
 }
 
+// to_host_later: the bytes as of the copy queued then, whatever is queued
+// after it; its staging buffer is kept from later copies until collected (on
+// a GPU: 40 copies through the 32-buffer staging ring before it is), and a
+// read dropped uncollected gives its buffer back.
+TEST(KernelBackendChecks, ReadLaterGivesTheBytesAsOfItsCopy) {
+  const Dev<float> a(std::vector<float>{1.0F, 2.0F, 3.0F});
+  std::unique_ptr<backend::PendingRead> dropped = emu().to_host_later(a.get(), sizeof(float));
+  std::unique_ptr<backend::PendingRead> later = emu().to_host_later(a.get(), 3 * sizeof(float));
+  dropped.reset();
+  const Dev<float> other(4096);
+  for (int i = 0; i < 40; ++i) {
+    const std::vector<float> filler(4096, static_cast<float>(i));
+    emu().from_host(other.get(), filler.data(), filler.size() * sizeof(float));
+  }
+  const std::vector<float> overwrite = {7.0F, 8.0F, 9.0F};
+  emu().from_host(a.get(), overwrite.data(), 3 * sizeof(float));
+  std::vector<float> got(3, kNaN);
+  later->wait_into(got.data());
+  EXPECT_EQ(got, (std::vector<float>{1.0F, 2.0F, 3.0F}));
+  EXPECT_EQ(a.host(), overwrite);
+  EXPECT_EQ(other.host(), std::vector<float>(4096, 39.0F));
+}
+
 // gradient_stats_to queues the statistics into device records without a read;
 // read_gradient_stats brings several back in one copy, raising the queued
 // index checks as any read does.

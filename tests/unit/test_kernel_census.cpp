@@ -107,6 +107,14 @@ TEST_F(KernelCensus, CountsKernelsByOperandTypesAndWritesAtEachWait) {
   EXPECT_EQ(lines["convolution forward bf16"], "1 0 0 1728");
   EXPECT_EQ(lines["CopyStrided f32 -> bf16"], "3 3000 18000 0") << "counted once";
   EXPECT_EQ(lines["copy to host"], "1 0 96 0");
+  // A read collected later is a line of its own: it does not wait for the device.
+  std::vector<float> later(4);
+  b->to_host_later(x.data, 4 * sizeof(float))->wait_into(later.data());
+  EXPECT_EQ(later, std::vector<float>(4, 1.5F));
+  b->synchronize();
+  lines = read_census(file);
+  EXPECT_EQ(lines["copy to host, collected later"], "1 0 16 0");
+  EXPECT_EQ(lines["copy to host"], "1 0 96 0");
   for (const backend::Block& block : {x, y, wx, ww, wy}) pool.deallocate(block);
 }
 

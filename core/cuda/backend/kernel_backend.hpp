@@ -50,6 +50,9 @@ class KernelBackend final : public backend::Backend {
   backend::MemoryPool& memory(Device device) override;
   std::optional<double> device_utilisation(Device) override { return device_->utilisation(); }
   void to_host(void* host, const void* src, std::size_t bytes) override;
+  // The device's own (on a GPU, not waiting for later work); raises no
+  // queued index check: it is not a read of everything queued.
+  std::unique_ptr<backend::PendingRead> to_host_later(const void* src, std::size_t bytes) override;
   void from_host(void* dst, const void* host, std::size_t bytes) override;
   void synchronize() override;
 

@@ -74,6 +74,11 @@ void KernelBackend::to_host(void* host, const void* src, std::size_t bytes) {
   raise_index_errors();
 }
 
+std::unique_ptr<backend::PendingRead> KernelBackend::to_host_later(const void* src,
+                                                                   std::size_t bytes) {
+  return device_->to_host_later(src, bytes);
+}
+
 void KernelBackend::from_host(void* dst, const void* host, std::size_t bytes) {
   if (bytes != 0) device_->from_host(dst, host, bytes);
 }

@@ -368,6 +368,10 @@ class CensusDevice final : public KernelDevice {
     device_->to_host(host, src, bytes);
     census_.write();
   }
+  std::unique_ptr<backend::PendingRead> to_host_later(const void* src, std::size_t bytes) override {
+    census_.add("copy to host, collected later", bytes_work(bytes));
+    return device_->to_host_later(src, bytes);
+  }
   void from_host(void* dst, const void* host, std::size_t bytes) override {
     census_.add("copy from host", bytes_work(bytes));
     device_->from_host(dst, host, bytes);

@@ -14,10 +14,12 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <optional>
 
 #include "backend/kernel_args.hpp"
 #include "backend/memory.hpp"
+#include "backend/pending_read.hpp"
 #include "cuda/gemm/gemm_plan.hpp"
 #include "cuda/kernels/kernel_list.hpp"
 
@@ -84,6 +86,11 @@ class KernelDevice {
   // Copies in the device's stream order. to_host waits for everything queued
   // before it; from_host returns once `host` may be reused.
   virtual void to_host(void* host, const void* src, std::size_t bytes) = 0;
+  // A copy to the host queued now, in stream order, collected later without
+  // waiting for what is queued after it. Default: to_host at once.
+  virtual std::unique_ptr<backend::PendingRead> to_host_later(const void* src, std::size_t bytes) {
+    return backend::read_at_once(bytes, [&](void* host, std::size_t n) { to_host(host, src, n); });
+  }
   virtual void from_host(void* dst, const void* host, std::size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;  // device to device
   virtual void zero(void* dst, std::size_t bytes) = 0;

@@ -15,6 +15,7 @@
 #include <new>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -206,6 +207,19 @@ class GpuDevice final : public KernelDevice {
     staging.done.synchronize();
     std::memcpy(host, staging.buffer.data(), bytes);
   }
+  // The copy into a staging buffer held for the read (no other copy takes it
+  // until the read is collected or dropped) and an event after it: collecting
+  // waits for that event only. The device outlives its reads (the engine's
+  // last read ends with its training loop; the back end lives until exit).
+  std::unique_ptr<backend::PendingRead> to_host_later(const void* src, std::size_t bytes) override {
+    const DeviceGuard guard(device_);
+    const std::lock_guard lock(staging_mutex_);
+    Staging& staging = staging_for(bytes);
+    copy_to_host_async(staging.buffer, static_cast<const std::byte*>(src), bytes, stream_);
+    staging.done.record(stream_);
+    staging.held = true;
+    return std::make_unique<StagedRead>(*this, staging, bytes);
+  }
   // Returns once the bytes are staged: the copy runs in stream order while
   // the host goes on (a batch's tensors do not wait for the step before).
   void from_host(void* dst, const void* host, std::size_t bytes) override {
@@ -244,23 +258,50 @@ class GpuDevice final : public KernelDevice {
   // copy (callers hold staging_mutex_).
   struct Staging {
     PinnedBuffer buffer;
-    Event done;  // recorded after the last copy out of or into `buffer`
+    Event done;         // recorded after the last copy out of or into `buffer`
+    bool held = false;  // a pending read's bytes, not yet collected
   };
   static constexpr std::size_t kStagingRing = 32;
   Staging& staging_for(std::size_t bytes) {
     for (auto& s : staging_) {
-      if (s->buffer.size() >= bytes && s->done.completed()) return *s;
+      if (!s->held && s->buffer.size() >= bytes && s->done.completed()) return *s;
     }
     if (staging_.size() < kStagingRing) {
       staging_.push_back(std::make_unique<Staging>(
-          Staging{PinnedBuffer(std::max<std::size_t>(bytes, 4096)), Event()}));
+          Staging{PinnedBuffer(std::max<std::size_t>(bytes, 4096)), Event(), false}));
       return *staging_.back();
     }
-    Staging& oldest = *staging_[next_reuse_++ % staging_.size()];
-    oldest.done.synchronize();
-    if (oldest.buffer.size() < bytes) oldest.buffer = PinnedBuffer(bytes);
-    return oldest;
+    for (std::size_t tries = 0; tries < staging_.size(); ++tries) {
+      Staging& oldest = *staging_[next_reuse_++ % staging_.size()];
+      if (oldest.held) continue;
+      oldest.done.synchronize();
+      if (oldest.buffer.size() < bytes) oldest.buffer = PinnedBuffer(bytes);
+      return oldest;
+    }
+    throw std::logic_error("every staging buffer holds a pending read: collect them");
   }
+
+  // to_host_later's read: the staged bytes once the copy's event completes.
+  class StagedRead final : public backend::PendingRead {
+   public:
+    StagedRead(GpuDevice& device, Staging& staging, std::size_t bytes)
+        : device_(device), staging_(staging), bytes_(bytes) {}
+    StagedRead(const StagedRead&) = delete;
+    StagedRead& operator=(const StagedRead&) = delete;
+    ~StagedRead() override {
+      const std::lock_guard lock(device_.staging_mutex_);
+      staging_.held = false;
+    }
+    void wait_into(void* host) override {
+      staging_.done.synchronize();
+      std::memcpy(host, staging_.buffer.data(), bytes_);
+    }
+
+   private:
+    GpuDevice& device_;
+    Staging& staging_;
+    std::size_t bytes_;
+  };
 
   // The bias is KernelBackend's own kernel, not the graph's.
   static backend::Conv2dShape without_bias(backend::Conv2dShape s) {

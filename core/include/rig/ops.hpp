@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -14,6 +15,10 @@
 #include "rig/op_types.hpp"
 #include "rig/random.hpp"
 #include "rig/tensor.hpp"
+
+namespace rig::backend {
+class PendingRead;
+}  // namespace rig::backend
 
 namespace rig::ops {
 
@@ -240,6 +245,27 @@ GradientStats gradient_stats(const Tensor& grads, const Tensor& loss = {});
 void gradient_stats_into(const Tensor& grads, const Tensor& loss, Tensor& records,
                          std::int64_t slot);
 std::vector<GradientStats> read_gradient_stats(const Tensor& records, std::int64_t count);
+
+// A read of `t` (f32, contiguous) queued now, behind the work queued so far,
+// and collected later: values() waits for this copy alone, not for work
+// queued after read_later (on the CPU and the sim device it is read at once).
+// The training loop reads its ranks' per-step agreement this way, a step late.
+class LaterRead {
+ public:
+  LaterRead();
+  ~LaterRead();
+  LaterRead(LaterRead&& other) noexcept;
+  LaterRead& operator=(LaterRead&& other) noexcept;
+  bool pending() const { return read_ != nullptr; }
+  // The values; the read is then no longer pending.
+  std::vector<float> values();
+
+ private:
+  friend LaterRead read_later(const Tensor& t);
+  std::unique_ptr<backend::PendingRead> read_;
+  std::int64_t numel_ = 0;
+};
+LaterRead read_later(const Tensor& t);
 // t *= factor for a contiguous f32 tensor (gradient clipping).
 void scale_(Tensor& t, float factor);
 // LARC's per-parameter trust ratios applied to grads (rig/op_types.hpp), each

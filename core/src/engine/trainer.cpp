@@ -129,8 +129,12 @@ class TrainingLoop {
   // a step that diverged ends training, named. Returns the seconds it waited.
   double read_queued_stats();
   // Several ranks: the stop signal anyone received, and the mean loss over
-  // ranks (non-finite when any rank's is), in one collective.
+  // ranks (non-finite when any rank's is), in one collective. The signals
+  // and rank 0's checkpoint clock are read a step late (agreement_): every
+  // rank acts on them after the same step, and no step waits for the device.
   Tensor agree(const Tensor& step_loss);
+  // Acts on the pending agreement of an earlier step, if any.
+  void collect_agreement();
   int stop_signal() const { return agrees() ? agreed_stop_signal_ : StopSignals::received(); }
   // Several ranks agree on the loss and on stopping at every step, except the
   // workers of an asynchronous parameter server, which never wait for each other.
@@ -191,6 +195,9 @@ class TrainingLoop {
   std::optional<Batch> sample_batch_;   // kept when samples are due this step
   int agreed_stop_signal_ = 0;          // several ranks stop together, at the same step
   bool agreed_checkpoint_due_ = false;  // several ranks: rank 0's clock asked for a checkpoint
+  ops::LaterRead agreement_;            // the last agree()'s flags, not read yet
+  int signal_sent_ = 0;                 // this rank's signal in agreement_
+  bool clock_sent_ = false;             // rank 0: its clock's request is on its way
   Clock::time_point last_save_ = Clock::now();
   bool checkpoint_time_due() const {
     return s_.checkpoint_every_s > 0.0 &&
@@ -217,8 +224,10 @@ class TrainingLoop {
 
 Tensor TrainingLoop::agree(const Tensor& step_loss) {
   const int signal = StopSignals::received();
-  // Rank 0's clock says when a time-based checkpoint is due, for everyone.
-  const bool save_due = p_.comm.rank() == 0 && checkpoint_time_due();
+  // Rank 0's clock says when a time-based checkpoint is due, for everyone
+  // (once: not again while its request is on its way).
+  const bool save_due = p_.comm.rank() == 0 && !clock_sent_ && checkpoint_time_due();
+  clock_sent_ = clock_sent_ || save_due;
   // The ranks signalled, the sum of their signal numbers (so that every rank
   // names the signal the others got), and the checkpoint flag.
   const Tensor flags =
@@ -227,18 +236,28 @@ Tensor TrainingLoop::agree(const Tensor& step_loss) {
                           {3}, device_);
   Tensor sums = ops::concat({flags, step_loss.reshape({1})}, 0);
   p_.comm.allreduce(sums, ReduceOp::sum)->wait();
-  const std::vector<float> agreed = sums.slice(0, 0, 3).to_vector();
+  // The step before's flags: their copy arrived while this step ran.
+  collect_agreement();
+  agreement_ = ops::read_later(sums.slice(0, 0, 3));
+  signal_sent_ = signal;
+  return ops::mul_scalar(sums.slice(0, 3, 4).reshape({}),
+                         1.0F / static_cast<float>(p_.comm.size()));
+}
+
+void TrainingLoop::collect_agreement() {
+  agreed_checkpoint_due_ = false;
+  if (!agreement_.pending()) return;
+  const std::vector<float> agreed = agreement_.values();
   if (agreed[0] > 0.0F) {
     const float mean = agreed[1] / agreed[0];
     // Different signals on different ranks: call it SIGTERM.
     agreed_stop_signal_ =
-        mean == std::floor(mean) && (signal == 0 || static_cast<int>(mean) == signal)
+        mean == std::floor(mean) && (signal_sent_ == 0 || static_cast<int>(mean) == signal_sent_)
             ? static_cast<int>(mean)
             : SIGTERM;
   }
   agreed_checkpoint_due_ = agreed[2] > 0.0F;
-  return ops::mul_scalar(sums.slice(0, 3, 4).reshape({}),
-                         1.0F / static_cast<float>(p_.comm.size()));
+  if (agreed_checkpoint_due_) clock_sent_ = false;
 }
 
 std::optional<Batch> TrainingLoop::next_batch(std::int64_t micro) {
@@ -715,6 +734,11 @@ TrainResult TrainingLoop::run() {
   }
   console_.clear_bar();
   read_queued_stats();  // a stop signal may end training between logging steps
+  if (agrees()) {
+    // The last step's agreement: a signal during it stops the run as before.
+    collect_agreement();
+    if (result_.stop_signal == 0) result_.stop_signal = agreed_stop_signal_;
+  }
 
   record_result();
   finish_pushing();

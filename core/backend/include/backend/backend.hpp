@@ -12,7 +12,7 @@
 //   bytes, unless a name says bytes.
 // - Kernels run in order on the calling thread's stream of the device; the
 //   CPU and sim backends run them before returning. Only to_host() and
-//   synchronize() wait for the device.
+//   synchronize() wait for the device (and a PendingRead, for its copy).
 // - f32 compute unless a dtype is given; f16/bf16 tensors are converted by
 //   the ops (copy_strided) before and after.
 // - Outputs are written whole unless the entry point says "accumulates".
@@ -21,12 +21,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 
 #include "backend/kernel_args.hpp"
 #include "backend/memory.hpp"
+#include "backend/pending_read.hpp"
 #include "backend/strided_plan.hpp"
 #include "rig/device.hpp"
 #include "rig/dtype.hpp"
@@ -50,6 +52,11 @@ class Backend {
   virtual void to_host(void* host, const void* src, std::size_t bytes) = 0;
   virtual void from_host(void* dst, const void* host, std::size_t bytes) = 0;
   virtual void synchronize() = 0;
+  // A copy to the host queued behind the work so far, collected later
+  // (backend/pending_read.hpp); where the device computes at once, a to_host.
+  virtual std::unique_ptr<PendingRead> to_host_later(const void* src, std::size_t bytes) {
+    return read_at_once(bytes, [&](void* host, std::size_t n) { to_host(host, src, n); });
+  }
 
   // ---- Strided copy, cast, fill, accumulate over n-d operands --------------------
   // dst = src converted to dst's dtype (floats to integers: truncated toward
