@@ -390,6 +390,14 @@ void CpuBackend::gradient_stats_to(const float* grads, std::int64_t n, const flo
   *out = CpuBackend::gradient_stats(grads, n, loss);  // not the sim's: its pointers are translated
 }
 
+void CpuBackend::clip_by_norm(float* grads, std::int64_t n, const GradientStats* stats,
+                              double max_norm) {
+  if (!(stats->norm > max_norm)) return;
+  // Not the sim's unary: its pointers are translated.
+  CpuBackend::unary(backend::Unary::mul_scalar, grads, grads, n,
+                    static_cast<float>(max_norm / (stats->norm + 1e-6)));
+}
+
 void CpuBackend::larc(const float* values, float* grads, const FlatSlice* slices,
                       std::int64_t count, const LarcOptions& options) {
   cpu::larc(values, grads, slices, count, options);

@@ -156,6 +156,8 @@ class CpuBackend : public backend::Backend {
   GradientStats gradient_stats(const float* grads, std::int64_t n, const float* loss) override;
   void gradient_stats_to(const float* grads, std::int64_t n, const float* loss,
                          GradientStats* out) override;
+  void clip_by_norm(float* grads, std::int64_t n, const GradientStats* stats,
+                    double max_norm) override;
   void larc(const float* values, float* grads, const FlatSlice* slices, std::int64_t count,
             const LarcOptions& options) override;
   void adam_update(std::int64_t n, float* p, const float* grad, float* m, float* v, float* vmax,

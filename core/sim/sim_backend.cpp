@@ -426,6 +426,11 @@ void SimBackend::gradient_stats_to(const float* grads, std::int64_t n, const flo
   CpuBackend::gradient_stats_to(rw(grads), n, loss != nullptr ? rw(loss) : nullptr, rw(out));
 }
 
+void SimBackend::clip_by_norm(float* grads, std::int64_t n, const GradientStats* stats,
+                              double max_norm) {
+  CpuBackend::clip_by_norm(rw(grads), n, rw(stats), max_norm);
+}
+
 void SimBackend::larc(const float* values, float* grads, const FlatSlice* slices,
                       std::int64_t count, const LarcOptions& options) {
   CpuBackend::larc(rw(values), rw(grads), slices, count, options);

@@ -115,6 +115,26 @@ TEST(GradientNorm, QueuedStatsAreTheReadOnes) {
   EXPECT_THROW(ops::read_gradient_stats(records, 4), std::invalid_argument);
 }
 
+// Clipping by the queued norm gives clip_gradients' bits, without a read.
+TEST(GradientNorm, ClipByTheRecordedNormIsTheHostsClip) {
+  for (const double max_norm : {1.0, 10.0}) {
+    ParameterStore host = store_with_grads({3.0F, -4.0F, 0.5F});
+    ParameterStore device = store_with_grads({3.0F, -4.0F, 0.5F});
+    clip_gradients(host, ops::gradient_stats(host.grads()).norm, max_norm);
+    QueuedGradientStats queue(Device::cpu());
+    Tensor g = device.grads();
+    EXPECT_THROW(queue.clip_by_last_norm(g, max_norm), std::logic_error);
+    queue.push(0, g, Tensor{});
+    queue.clip_by_last_norm(g, max_norm);
+    EXPECT_EQ(g.to_vector(), host.grads().to_vector()) << max_norm;
+  }
+  ParameterStore params = store_with_grads({3.0F, 4.0F});
+  Tensor records = Tensor::zeros({kGradientStatsWords}, DType::i64);
+  Tensor g = params.grads();
+  EXPECT_THROW(ops::clip_by_recorded_norm_(g, records, 1, 1.0), std::invalid_argument);
+  EXPECT_THROW(ops::clip_by_recorded_norm_(g, records, -1, 1.0), std::invalid_argument);
+}
+
 TEST(QueuedGradientStats, TakesEveryQueuedStepInOrderAndEmpties) {
   ParameterStore a = store_with_grads({3.0F, -4.0F});
   QueuedGradientStats queue(Device::cpu());

@@ -2265,6 +2265,42 @@ TEST(KernelBackendChecks, CheckIndexIsRaisedAtTheNextRead) {
   EXPECT_NO_THROW(emu().synchronize());  // nothing left queued
 }
 
+// clip_by_norm: the CPU's bits, from a norm recorded on the device (above,
+// below and at the limit).
+TEST(KernelBackendChecks, ClipByRecordedNorm) {
+  const std::vector<float> grads = uniform(5000, 181, -2.0F, 2.0F);
+  GradientStats cpu_stats = cpu().gradient_stats(grads.data(), 5000, nullptr);
+  const Dev<std::int64_t> record(std::vector<std::int64_t>(kGradientStatsWords, 0));
+  auto* on_device = reinterpret_cast<GradientStats*>(record.get());
+  for (const double max_norm : {1.0, cpu_stats.norm, 1e9}) {
+    SCOPED_TRACE(::testing::Message() << "max_norm " << max_norm);
+    std::vector<float> want = grads;
+    cpu().clip_by_norm(want.data(), 5000, &cpu_stats, max_norm);
+    const Dev<float> g(grads);
+    emu().gradient_stats_to(g.get(), 5000, nullptr, on_device);
+    emu().clip_by_norm(g.get(), 5000, on_device, max_norm);
+    const std::vector<float> got = g.host();
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)));
+    EXPECT_EQ(want == grads, max_norm >= cpu_stats.norm);
+  }
+  // A non-finite gradient records an infinite norm: the factor is 0 there too
+  // (the step is then skipped or reported as diverged; NaN bits may differ).
+  std::vector<float> overflowed = grads;
+  overflowed[17] = kInf;
+  std::vector<float> want = overflowed;
+  cpu_stats = cpu().gradient_stats(want.data(), 5000, nullptr);
+  cpu().clip_by_norm(want.data(), 5000, &cpu_stats, 1.0);
+  const Dev<float> g(overflowed);
+  emu().gradient_stats_to(g.get(), 5000, nullptr, on_device);
+  emu().clip_by_norm(g.get(), 5000, on_device, 1.0);
+  const std::vector<float> got = g.host();
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    EXPECT_TRUE(std::isnan(want[i]) ? std::isnan(got[i]) : got[i] == want[i]) << i;
+  }
+  EXPECT_TRUE(std::isnan(got[17]));
+  EXPECT_EQ(got[0], 0.0F);
+}
+
 // to_host_later: the bytes as of the copy queued then, whatever is queued
 // after it; its staging buffer is kept from later copies until collected (on
 // a GPU: 40 copies through the 32-buffer staging ring before it is), and a

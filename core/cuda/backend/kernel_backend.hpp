@@ -283,6 +283,8 @@ class KernelBackend final : public backend::Backend {
   GradientStats gradient_stats(const float* grads, std::int64_t n, const float* loss) override;
   void gradient_stats_to(const float* grads, std::int64_t n, const float* loss,
                          GradientStats* out) override;
+  void clip_by_norm(float* grads, std::int64_t n, const GradientStats* stats,
+                    double max_norm) override;
   void read_gradient_stats(const GradientStats* records, std::int64_t count,
                            GradientStats* host) override;
   void larc(const float* values, float* grads, const FlatSlice* slices, std::int64_t count,

@@ -81,6 +81,11 @@ void KernelBackend::gradient_stats_to(const float* grads, std::int64_t n, const 
   device_->run(kernels::GradStatsFinish{squares, amax_bits, chunks, loss, out});
 }
 
+void KernelBackend::clip_by_norm(float* grads, std::int64_t n, const GradientStats* stats,
+                                 double max_norm) {
+  run(kernels::ClipByNorm{grads, n, stats, max_norm});
+}
+
 void KernelBackend::read_gradient_stats(const GradientStats* records, std::int64_t count,
                                         GradientStats* host) {
   to_host(host, records, static_cast<std::size_t>(count) * sizeof(GradientStats));

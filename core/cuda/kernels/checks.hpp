@@ -203,4 +203,29 @@ struct GradStatsFinish {
   }
 };
 
+// Clipping by a recorded norm, without reading it: grads *= f32(max_norm /
+// (norm + 1e-6)) where GradStatsFinish's norm > max_norm, else nothing
+// (torch.nn.utils.clip_grad_norm_; the factor in f64 and the product in f32,
+// as the CPU's clip).
+struct ClipByNorm {
+  float* grads = nullptr;
+  std::int64_t n = 0;
+  const GradientStats* stats = nullptr;  // one of the device
+  double max_norm = 0.0;
+
+  simt::LaunchShape plan(const simt::DeviceProperties& device) const {
+    return plan_grid_stride(device, n, kUnroll);
+  }
+
+  template <class Ctx>
+  RIG_HD void operator()(Ctx& ctx) const {
+    const double norm = stats->norm;
+    if (!(norm > max_norm)) return;
+    const float factor = static_cast<float>(max_norm / (norm + 1e-6));
+    unrolled_grid_stride(
+        ctx, n, [&](std::int64_t i) { return grads[i]; },
+        [&](std::int64_t i, float g) { grads[i] = g * factor; });
+  }
+};
+
 }  // namespace rig::kernels

@@ -48,6 +48,7 @@
   X(CausalMask) X(CompareKernel) X(AddStrided) \
   X(PaddedLossPartials) X(PaddedLossFinish) X(PaddedLossBackward) \
   X(IndexCheckPartials) X(IndexCheckFinish) X(IndexValueAt) X(GradStatsPartials) X(GradStatsFinish) \
+  X(ClipByNorm) \
   X(DropoutMask) X(LarcPartials) X(LarcRatios) X(LarcScale) \
   X(MaxPool2dForward) X(MaxPool2dBackward) X(AvgPool2dForward) X(AvgPool2dBackward) \
   X(GlobalAvgPoolForward) X(GlobalAvgPoolBackward) \

@@ -48,6 +48,7 @@ template void run<kernels::IndexCheckFinish>(const kernels::IndexCheckFinish&, c
 template void run<kernels::IndexValueAt>(const kernels::IndexValueAt&, cudaStream_t);
 template void run<kernels::GradStatsPartials>(const kernels::GradStatsPartials&, cudaStream_t);
 template void run<kernels::GradStatsFinish>(const kernels::GradStatsFinish&, cudaStream_t);
+template void run<kernels::ClipByNorm>(const kernels::ClipByNorm&, cudaStream_t);
 template void run<kernels::DropoutMask>(const kernels::DropoutMask&, cudaStream_t);
 template void run<kernels::LarcPartials>(const kernels::LarcPartials&, cudaStream_t);
 template void run<kernels::LarcRatios>(const kernels::LarcRatios&, cudaStream_t);

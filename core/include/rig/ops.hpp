@@ -245,6 +245,11 @@ GradientStats gradient_stats(const Tensor& grads, const Tensor& loss = {});
 void gradient_stats_into(const Tensor& grads, const Tensor& loss, Tensor& records,
                          std::int64_t slot);
 std::vector<GradientStats> read_gradient_stats(const Tensor& records, std::int64_t count);
+// grads (flat f32) *= max_norm / (norm + 1e-6) when the norm of record `slot`
+// of `records` > max_norm: clipping by the global norm on the device, without
+// reading it (the same bits as scale_ by the factor the host would compute).
+void clip_by_recorded_norm_(Tensor& grads, const Tensor& records, std::int64_t slot,
+                            double max_norm);
 
 // A read of `t` (f32, contiguous) queued now, behind the work queued so far,
 // and collected later: values() waits for this copy alone, not for work

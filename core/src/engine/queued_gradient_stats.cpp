@@ -15,6 +15,12 @@ void QueuedGradientStats::push(std::int64_t step, const Tensor& grads, const Ten
   steps_.push_back(step);
 }
 
+void QueuedGradientStats::clip_by_last_norm(Tensor& grads, double max_norm) const {
+  if (steps_.empty()) throw std::logic_error("QueuedGradientStats::clip_by_last_norm: none queued");
+  ops::clip_by_recorded_norm_(grads, records_, static_cast<std::int64_t>(steps_.size()) - 1,
+                              max_norm);
+}
+
 std::vector<QueuedGradientStats::Record> QueuedGradientStats::take() {
   std::vector<Record> records;
   if (steps_.empty()) return records;

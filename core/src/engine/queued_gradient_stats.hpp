@@ -1,7 +1,8 @@
 // The gradient statistics of steps whose host decisions do not need them (no
-// automatic loss scaling, no clipping, no parameter server): each step queues
-// its statistics on the device, and the trainer reads them all at once when
-// it logs, saves, evaluates or ends, so such a step never waits for the device.
+// automatic loss scaling, no parameter server; clipping reads the norm on the
+// device): each step queues its statistics on the device, and the trainer
+// reads them all at once when it logs, saves, evaluates or ends, so such a
+// step never waits for the device.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +31,9 @@ class QueuedGradientStats {
   bool empty() const { return steps_.empty(); }
   // Every queued record, oldest first, in one read of the device; empties the queue.
   std::vector<Record> take();
+  // Clips grads by the global norm of the last step pushed, on the device
+  // (ops::clip_by_recorded_norm_). Throws when nothing is queued.
+  void clip_by_last_norm(Tensor& grads, double max_norm) const;
 
  private:
   Device device_;

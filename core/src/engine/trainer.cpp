@@ -106,7 +106,7 @@ class TrainingLoop {
         print_loss_(device_),
         summary_loss_(device_),
         queued_stats_(device_),
-        queues_stats_(!p_.loss_scaler.automatic() && !s_.max_grad_norm && p_.ps == nullptr) {}
+        queues_stats_(!p_.loss_scaler.automatic() && p_.ps == nullptr) {}
 
   TrainResult run();
 
@@ -181,7 +181,7 @@ class TrainingLoop {
   LossSum summary_loss_;
   QueuedGradientStats queued_stats_;
   // No host decision of a step needs its gradient statistics (no automatic
-  // loss scaling, clipping or parameter server): they are queued, not read.
+  // loss scaling or parameter server): they are queued, not read.
   bool queues_stats_;
   Tensor last_loss_;  // the last step's, for the progress bar (read only when drawn)
   TrainResult result_;
@@ -464,8 +464,14 @@ void TrainingLoop::update(const std::optional<GradientStats>& grads, PhaseTimes&
     times.gradient_norm += grads.value().norm;  // a parameter server reads them
     return;
   }
-  // Clipping reads them (queues_stats_ is false).
-  if (s_.max_grad_norm) clip_gradients(p_.params, grads.value().norm, *s_.max_grad_norm);
+  if (s_.max_grad_norm) {
+    if (grads) {
+      clip_gradients(p_.params, grads->norm, *s_.max_grad_norm);
+    } else {
+      Tensor g = p_.params.grads();
+      queued_stats_.clip_by_last_norm(g, *s_.max_grad_norm);  // by the queued norm
+    }
+  }
   last_learning_rate_ = p_.lr_policy.learning_rate(state_.step);
   if (o_.larc) apply_larc(p_.params, *o_.larc, last_learning_rate_);
   p_.optimizer.step(last_learning_rate_);

@@ -122,6 +122,20 @@ void gradient_stats_into(const Tensor& grads, const Tensor& loss, Tensor& record
                                               loss.defined() ? loss.data<float>() : nullptr, out);
 }
 
+void clip_by_recorded_norm_(Tensor& grads, const Tensor& records, std::int64_t slot,
+                            double max_norm) {
+  constexpr std::string_view kOp = "clip_by_recorded_norm_";
+  detail::require_defined(kOp, grads, "grads");
+  detail::require_defined(kOp, records, "records");
+  require_flat_f32(kOp, grads, "grads", grads.numel());
+  if (slot < 0) throw std::invalid_argument(fmt::format("{}: slot {} < 0", kOp, slot));
+  require_records(kOp, records, slot + 1);
+  detail::require_same_device(kOp, {&grads, &records});
+  const auto* stats = reinterpret_cast<const GradientStats*>(records.data<std::int64_t>() +
+                                                             slot * kGradientStatsWords);
+  detail::backend_of(grads).clip_by_norm(grads.data<float>(), grads.numel(), stats, max_norm);
+}
+
 std::vector<GradientStats> read_gradient_stats(const Tensor& records, std::int64_t count) {
   constexpr std::string_view kOp = "read_gradient_stats";
   detail::require_defined(kOp, records, "records");

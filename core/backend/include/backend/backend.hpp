@@ -461,6 +461,11 @@ class Backend {
   // them, and the host reads several steps' at once, when it logs.
   virtual void gradient_stats_to(const float* grads, std::int64_t n, const float* loss,
                                  GradientStats* out) = 0;
+  // grads (n f32) *= f32(max_norm / (norm + 1e-6)) when the norm of *stats
+  // (this back end's memory, as gradient_stats_to wrote it) > max_norm:
+  // clipping by the global norm without reading it.
+  virtual void clip_by_norm(float* grads, std::int64_t n, const GradientStats* stats,
+                            double max_norm) = 0;
   // Reads `count` records that gradient_stats_to wrote (this back end's
   // memory) into `host`: the only read of a step that queued them.
   virtual void read_gradient_stats(const GradientStats* records, std::int64_t count,
