@@ -6,7 +6,8 @@
 # reads on the host without copying it first faults there, so these runs
 # prove the host/device discipline a CUDA run needs:
 # - an mlp: train, eval, infer, interactive_infer, iter_size 2, a bit-exact
-#   resume on sim from a CPU checkpoint and the reverse;
+#   resume on sim from a CPU checkpoint and the reverse; clipped by
+#   max_grad_norm (the norm queued on the device, never read);
 # - the smoke experiment (sgd, novograd's and LARC's paths via overrides);
 # - a transformer on synthetic_text, train_eval with beam-search BLEU, in
 #   float32 and in mixed precision (loss scaling: the unscale kernel);
@@ -54,6 +55,13 @@ train_both mlp "$tiny"
 grep -q "Global step 40:" mlp-sim.log || fail "the sim run did not train"
 same_results mlp-cpu.log mlp-sim.log
 same_checkpoints mlp-cpu mlp-sim 40
+
+echo "== clipped by the norm queued on the device (no read): the CPU's checkpoints"
+train_both clip "$tiny" --max_grad_norm=0.01
+same_results clip-cpu.log clip-sim.log
+same_checkpoints clip-cpu clip-sim 40
+if cmp -s mlp-sim/checkpoints/ckpt-40/model.safetensors clip-sim/checkpoints/ckpt-40/model.safetensors
+then fail "max_grad_norm=0.01 clipped nothing"; fi
 
 echo "== a bad RIG_SIM_MEMORY_GB is the user's to fix: exit 2, one line"
 RIG_SIM_MEMORY_GB=abc expect_error "^rig: error: RIG_SIM_MEMORY_GB='abc': expected a whole number of GiB" \
