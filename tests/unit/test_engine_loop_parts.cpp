@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "engine/console.hpp"
+#include "engine/device_data.hpp"
 #include "engine/gradient_norm.hpp"
 #include "engine/interactive.hpp"
 #include "engine/queued_gradient_stats.hpp"
@@ -213,6 +214,69 @@ class OneNumberData final : public NoInteractiveData {
     return batch;
   }
 };
+
+// Batch k holds k; its position is the next k; `fetched` counts batches made.
+class CountingData final : public NoInteractiveData {
+ public:
+  explicit CountingData(std::int64_t per_epoch) : per_epoch_(per_epoch) {}
+  void start_epoch(std::int64_t) override { next_ = 0; }
+  std::optional<Batch> next_batch() override {
+    if (next_ == per_epoch_) return std::nullopt;
+    Batch batch;
+    batch.tensors["k"] = Tensor::from_vector(std::vector<float>{static_cast<float>(next_)}, {1});
+    batch.indices = {next_++};
+    ++fetched;
+    return batch;
+  }
+  YAML::Node position() const override {
+    YAML::Node p;
+    p["next"] = next_;
+    return p;
+  }
+  void seek(const YAML::Node& p) override { next_ = p["next"].as<std::int64_t>(); }
+  std::int64_t fetched = 0;
+
+ private:
+  std::int64_t per_epoch_ = 0;
+  std::int64_t next_ = 0;
+};
+
+std::int64_t next_position(const DataLayer& data) {
+  return data.position()["next"].as<std::int64_t>();
+}
+
+float only_value(const std::optional<Batch>& batch) {
+  return batch.value().at("k").to_host().to_vector().at(0);
+}
+
+// On a device the engine fetches (and starts copying) one batch ahead; the
+// position is the one before that batch, so checkpoints do not see it.
+TEST(DeviceData, FetchesOneBatchAheadAndReportsThePositionBeforeIt) {
+  const auto counting = std::make_shared<CountingData>(3);
+  EXPECT_EQ(on_device(counting, Device::cpu()), counting) << "the CPU's batches stay as they are";
+  const std::shared_ptr<DataLayer> data = on_device(counting, Device::sim());
+  data->start_epoch(0);
+  const std::optional<Batch> first = data->next_batch();
+  EXPECT_EQ(first.value().at("k").device(), Device::sim());
+  EXPECT_EQ(only_value(first), 0.0F);
+  EXPECT_EQ(counting->fetched, 2) << "the next batch is fetched ahead";
+  EXPECT_EQ(next_position(*data), 1);
+  EXPECT_EQ(only_value(data->next_batch()), 1.0F);
+  EXPECT_EQ(next_position(*data), 2);
+  EXPECT_EQ(only_value(data->next_batch()), 2.0F);
+  EXPECT_EQ(next_position(*data), 3);
+  EXPECT_FALSE(data->next_batch()) << "the epoch's end";
+  data->start_epoch(1);
+  EXPECT_EQ(only_value(data->next_batch()), 0.0F);
+  EXPECT_EQ(next_position(*data), 1);
+  // seek drops the batch fetched ahead.
+  YAML::Node at_two;
+  at_two["next"] = 2;
+  data->seek(at_two);
+  EXPECT_EQ(next_position(*data), 2);
+  EXPECT_EQ(only_value(data->next_batch()), 2.0F);
+  EXPECT_FALSE(data->next_batch());
+}
 
 TEST(InteractiveInfer, AnswersEachLineSkipsBlanksAndReportsBadOnes) {
   DoublingModel model;

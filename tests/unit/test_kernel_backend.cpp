@@ -2301,6 +2301,25 @@ TEST(KernelBackendChecks, ClipByRecordedNorm) {
   EXPECT_EQ(got[0], 0.0F);
 }
 
+// Uploads: copies made between begin_uploads and end_uploads (on a GPU, on
+// the copy stream, their destinations allocated there) are what the work
+// after use_uploads reads; a used or unknown ticket is nothing to wait for.
+TEST(KernelBackendChecks, UploadsAreReadAfterUse) {
+  const std::vector<float> values = uniform(1 << 20, 191, -1.0F, 1.0F);
+  const Dev<float> busy(values);  // compute-stream work queued before the scope
+  emu().unary(backend::Unary::mul_scalar, busy.get(), busy.get(), 1 << 20, 2.0F);
+  emu().begin_uploads();
+  const Dev<float> up(values);
+  const std::uint64_t ticket = emu().end_uploads();
+  emu().use_uploads(ticket);
+  const Dev<float> twice(1 << 20);
+  emu().unary(backend::Unary::mul_scalar, up.get(), twice.get(), 1 << 20, 2.0F);
+  EXPECT_EQ(up.host(), values);
+  EXPECT_EQ(twice.host(), busy.host());
+  emu().use_uploads(ticket);
+  emu().use_uploads(ticket + 1000);
+}
+
 // to_host_later: the bytes as of the copy queued then, whatever is queued
 // after it; its staging buffer is kept from later copies until collected (on
 // a GPU: 40 copies through the 32-buffer staging ring before it is), and a

@@ -53,6 +53,9 @@ class KernelBackend final : public backend::Backend {
   // The device's own (on a GPU, not waiting for later work); raises no
   // queued index check: it is not a read of everything queued.
   std::unique_ptr<backend::PendingRead> to_host_later(const void* src, std::size_t bytes) override;
+  void begin_uploads() override { device_->begin_uploads(); }
+  std::uint64_t end_uploads() override { return device_->end_uploads(); }
+  void use_uploads(std::uint64_t ticket) override { device_->use_uploads(ticket); }
   void from_host(void* dst, const void* host, std::size_t bytes) override;
   void synchronize() override;
 

@@ -368,6 +368,15 @@ class CensusDevice final : public KernelDevice {
     device_->to_host(host, src, bytes);
     census_.write();
   }
+  void begin_uploads() override {
+    device_->begin_uploads();
+  }
+  std::uint64_t end_uploads() override {
+    return device_->end_uploads();
+  }
+  void use_uploads(std::uint64_t ticket) override {
+    device_->use_uploads(ticket);
+  }
   std::unique_ptr<backend::PendingRead> to_host_later(const void* src, std::size_t bytes) override {
     census_.add("copy to host, collected later", bytes_work(bytes));
     return device_->to_host_later(src, bytes);

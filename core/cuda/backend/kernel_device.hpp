@@ -92,6 +92,13 @@ class KernelDevice {
     return backend::read_at_once(bytes, [&](void* host, std::size_t n) { to_host(host, src, n); });
   }
   virtual void from_host(void* dst, const void* host, std::size_t bytes) = 0;
+  // Backend::begin_uploads and the rest: a GPU's copy stream; nothing to do
+  // where work runs in one queue.
+  virtual void begin_uploads() {}
+  virtual std::uint64_t end_uploads() {
+    return 0;
+  }
+  virtual void use_uploads(std::uint64_t /*ticket*/) {}
   virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;  // device to device
   virtual void zero(void* dst, std::size_t bytes) = 0;
   virtual void synchronize() = 0;

@@ -221,14 +221,45 @@ class GpuDevice final : public KernelDevice {
     return std::make_unique<StagedRead>(*this, staging, bytes);
   }
   // Returns once the bytes are staged: the copy runs in stream order while
-  // the host goes on (a batch's tensors do not wait for the step before).
+  // the host goes on (a batch's tensors do not wait for the step before);
+  // inside begin_uploads / end_uploads, on the copy stream.
   void from_host(void* dst, const void* host, std::size_t bytes) override {
     const DeviceGuard guard(device_);
     const std::lock_guard lock(staging_mutex_);
+    const Stream& stream = uploading_ ? *copy_stream_ : stream_;
     Staging& staging = staging_for(bytes);
     std::memcpy(staging.buffer.data(), host, bytes);
-    copy_to_device_async(static_cast<std::byte*>(dst), staging.buffer, bytes, stream_);
-    staging.done.record(stream_);
+    copy_to_device_async(static_cast<std::byte*>(dst), staging.buffer, bytes, stream);
+    staging.done.record(stream);
+  }
+  // The copy stream starts after the compute stream's work so far (the
+  // destinations' memory may have been another tensor's until then); the
+  // compute stream waits for the copies only at use_uploads.
+  void begin_uploads() override {
+    const DeviceGuard guard(device_);
+    const std::lock_guard lock(staging_mutex_);
+    if (!copy_stream_) copy_stream_ = std::make_unique<Stream>(make_stream(device_));
+    Event before;
+    before.record(stream_);
+    copy_stream_->wait(before);
+    uploading_ = true;
+  }
+  std::uint64_t end_uploads() override {
+    const DeviceGuard guard(device_);
+    const std::lock_guard lock(staging_mutex_);
+    uploading_ = false;
+    Event copied;
+    copied.record(*copy_stream_);
+    uploads_.emplace(++last_upload_, std::move(copied));
+    return last_upload_;
+  }
+  void use_uploads(std::uint64_t ticket) override {
+    const DeviceGuard guard(device_);
+    const std::lock_guard lock(staging_mutex_);
+    const auto found = uploads_.find(ticket);
+    if (found == uploads_.end()) return;
+    stream_.wait(found->second);
+    uploads_.erase(found);
   }
   void copy(void* dst, const void* src, std::size_t bytes) override {
     const DeviceGuard guard(device_);
@@ -441,8 +472,12 @@ class GpuDevice final : public KernelDevice {
   std::map<std::string, bool> fused_supported_;   // by forward graph key
   std::map<std::string, bool> conv16_supported_;  // by forward graph key
   std::map<std::string, bool> conv16_adds_dx_;    // by accumulating dgrad graph key
-  std::mutex staging_mutex_;
+  std::mutex staging_mutex_;                      // also the uploads' state below
   std::vector<std::unique_ptr<Staging>> staging_;
+  std::unique_ptr<Stream> copy_stream_;  // made by the first begin_uploads
+  bool uploading_ = false;
+  std::map<std::uint64_t, Event> uploads_;  // end_uploads' events, until used
+  std::uint64_t last_upload_ = 0;
   std::size_t next_reuse_ = 0;
   std::mutex nvml_mutex_;
   std::unique_ptr<NvmlUtilisation> nvml_;  // made at the first utilisation()

@@ -271,6 +271,15 @@ class LaterRead {
   std::int64_t numel_ = 0;
 };
 LaterRead read_later(const Tensor& t);
+
+// Copies to `device` made between begin_uploads and end_uploads (tensors
+// made there with Tensor::to) may overlap the kernels queued after
+// begin_uploads: a GPU's copy stream. use_uploads(device, ticket) makes the
+// work queued after it wait for them; call it before those tensors are read
+// or freed. Plain copies where the device has one queue.
+void begin_uploads(Device device);
+std::uint64_t end_uploads(Device device);
+void use_uploads(Device device, std::uint64_t ticket);
 // t *= factor for a contiguous f32 tensor (gradient clipping).
 void scale_(Tensor& t, float factor);
 // LARC's per-parameter trust ratios applied to grads (rig/op_types.hpp), each

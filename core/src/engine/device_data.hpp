@@ -2,7 +2,9 @@
 // that every batch (training, evaluation, infer, interactive lines) reaches
 // the model with its tensors on the device. Data layers always produce, and
 // decode, host batches: decode() and decode_targets() bring the batch and the
-// predictions back to the host first.
+// predictions back to the host first. Each batch is fetched and its copy
+// started one batch ahead, so that on a GPU it overlaps the step before
+// (Backend::begin_uploads); positions are reported from before that batch.
 #pragma once
 
 #include <memory>

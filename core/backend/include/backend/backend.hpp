@@ -52,6 +52,16 @@ class Backend {
   virtual void to_host(void* host, const void* src, std::size_t bytes) = 0;
   virtual void from_host(void* dst, const void* host, std::size_t bytes) = 0;
   virtual void synchronize() = 0;
+  // Copies from the host that overlap the kernels: from_host calls between
+  // begin_uploads() and end_uploads() may run on a copy stream, after the
+  // work queued before begin_uploads() and alongside the work queued after
+  // it (their destinations must be allocated inside the scope).
+  // use_uploads(ticket) makes the work queued after it wait for them: call it
+  // before anything reads or frees those destinations. Where the device has
+  // one queue (the CPU, the sim device, the emulator) they are plain copies.
+  virtual void begin_uploads() {}
+  virtual std::uint64_t end_uploads() { return 0; }
+  virtual void use_uploads(std::uint64_t /*ticket*/) {}
   // A copy to the host queued behind the work so far, collected later
   // (backend/pending_read.hpp); where the device computes at once, a to_host.
   virtual std::unique_ptr<PendingRead> to_host_later(const void* src, std::size_t bytes) {
