@@ -74,7 +74,13 @@ class DeviceDataLayer final : public DataLayer {
     Ahead ahead;
     if (host) {
       ops::begin_uploads(device_);
-      ahead.batch = host->to(device_);
+      try {
+        ahead.batch = host->to(device_);
+      } catch (...) {
+        // Out of memory, say: the device leaves the upload scope all the same.
+        ops::use_uploads(device_, ops::end_uploads(device_));
+        throw;
+      }
       ahead.ticket = ops::end_uploads(device_);
     }
     return ahead;
