@@ -104,20 +104,24 @@ void require_records(std::string_view op, const Tensor& records, std::int64_t sl
   }
 }
 
+// Record `slot` of `records`, checked (gradient_stats_into and clipping share it).
+GradientStats* record_at(std::string_view op, const Tensor& records, std::int64_t slot) {
+  detail::require_defined(op, records, "records");
+  if (slot < 0) throw std::invalid_argument(fmt::format("{}: slot {} < 0", op, slot));
+  require_records(op, records, slot + 1);
+  return reinterpret_cast<GradientStats*>(const_cast<std::byte*>(records.raw_data())) + slot;
+}
+
 }  // namespace
 
 void gradient_stats_into(const Tensor& grads, const Tensor& loss, Tensor& records,
                          std::int64_t slot) {
   constexpr std::string_view kOp = "gradient_stats_into";
   detail::require_defined(kOp, grads, "grads");
-  detail::require_defined(kOp, records, "records");
   require_flat_f32(kOp, grads, "grads", grads.numel());
   if (loss.defined()) require_flat_f32(kOp, loss, "loss", 1);
-  if (slot < 0) throw std::invalid_argument(fmt::format("{}: slot {} < 0", kOp, slot));
-  require_records(kOp, records, slot + 1);
+  GradientStats* out = record_at(kOp, records, slot);
   detail::require_same_device(kOp, {&grads, &loss, &records});
-  auto* out =
-      reinterpret_cast<GradientStats*>(records.data<std::int64_t>() + slot * kGradientStatsWords);
   detail::backend_of(grads).gradient_stats_to(grads.data<float>(), grads.numel(),
                                               loss.defined() ? loss.data<float>() : nullptr, out);
 }
@@ -126,13 +130,9 @@ void clip_by_recorded_norm_(Tensor& grads, const Tensor& records, std::int64_t s
                             double max_norm) {
   constexpr std::string_view kOp = "clip_by_recorded_norm_";
   detail::require_defined(kOp, grads, "grads");
-  detail::require_defined(kOp, records, "records");
   require_flat_f32(kOp, grads, "grads", grads.numel());
-  if (slot < 0) throw std::invalid_argument(fmt::format("{}: slot {} < 0", kOp, slot));
-  require_records(kOp, records, slot + 1);
+  const GradientStats* stats = record_at(kOp, records, slot);
   detail::require_same_device(kOp, {&grads, &records});
-  const auto* stats = reinterpret_cast<const GradientStats*>(records.data<std::int64_t>() +
-                                                             slot * kGradientStatsWords);
   detail::backend_of(grads).clip_by_norm(grads.data<float>(), grads.numel(), stats, max_norm);
 }
 
