@@ -260,6 +260,12 @@ add_test(NAME cli.bundle
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/bundle.sh ${PROJECT_SOURCE_DIR}/tools/pack ${CMAKE_BINARY_DIR}
           ${WORK}/bundle)
 set_tests_properties(cli.bundle PROPERTIES LABELS "integration;no_sanitize" TIMEOUT 300)
+# The build's optional parts: AUTO, ON (required) or OFF (optional_parts.sh).
+add_test(NAME build.optional_parts
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/optional_parts.sh ${PROJECT_SOURCE_DIR}
+          ${WORK}/optional_parts)
+set_tests_properties(build.optional_parts PROPERTIES LABELS "integration;no_sanitize" TIMEOUT 300)
+
 # tools/gpu-check on a machine without a GPU: pack, run, exit 3 with the reason (gpu_check.sh).
 add_test(NAME cli.gpu_check
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpu_check.sh ${PROJECT_SOURCE_DIR}/tools/gpu-check

@@ -9,7 +9,7 @@ gpu_check="$(realpath "$1")"; build="$(realpath "$2")"; work="$3"
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/testlib.sh"
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
 
-if ! grep -q '^RIG_WITH_CUDA:BOOL=ON' "$build/CMakeCache.txt"; then
+if ! "$build/bin/rig" --version | grep -q 'CUDA on'; then
   echo "== a build without CUDA cannot be packed for a GPU: exit 2"
   expect_code 2 "$gpu_check" pack bundle --build "$build"
   grep -q "is not a CUDA build" err.txt || fail "pack does not say the build lacks CUDA"
