@@ -191,6 +191,13 @@ std::vector<Case> cases() {
       out.push_back({"conv_dgrad_accumulating_" + base,
                      dnn::conv2d_backward_data_graph(shape, dnn::ConvType::bf16, true)});
     }
+    // The filter gradient added into the weight's .grad (beta 1), as every
+    // 1 x 1 convolution's runs (a larger kernel's NHWC weight is a permuted
+    // copy, whose gradient is added afterwards).
+    if (c.shape.kernel_h == 1) {
+      out.push_back({"conv_wgrad_accumulating_" + base,
+                     dnn::conv2d_backward_filter_graph(shape, dnn::ConvType::bf16, true)});
+    }
   }
   // ResNet-20's, channels last in f16 (the T4 AMP users' setting) and bf16.
   for (const dnn::ConvType type : {dnn::ConvType::f16, dnn::ConvType::bf16}) {
@@ -200,6 +207,20 @@ std::vector<Case> cases() {
       shape.channels_last = true;
       out.push_back({std::string("conv_dgrad_accumulating_") + type_name(type) + "_nhwc_" + c.name,
                      dnn::conv2d_backward_data_graph(shape, type, true)});
+    }
+  }
+  // Their filter gradients added into the weights' .grad: every one in NCHW
+  // (the weight is the parameter itself), the 1 x 1 ones in NHWC.
+  for (const dnn::ConvType type : {dnn::ConvType::f16, dnn::ConvType::bf16}) {
+    for (const bool channels_last : {false, true}) {
+      for (const Conv& c : convs) {
+        if (channels_last && c.shape.kernel_h != 1) continue;
+        rig::backend::Conv2dShape shape = c.shape;
+        shape.channels_last = channels_last;
+        out.push_back({std::string("conv_wgrad_accumulating_") + type_name(type) +
+                           (channels_last ? "_nhwc_" : "_") + c.name,
+                       dnn::conv2d_backward_filter_graph(shape, type, true)});
+      }
     }
   }
   // What the deterministic filter costs wgrad: the same graphs allowing

@@ -89,6 +89,13 @@ RIG_CUDA_EMULATOR_HOST_ONLY=1 check "$tool" "$rig" r50.txt -- "$resnet" --batch_
 grep -Eq "^ +16 .* convolution data gradient bf16 nhwc, added into dx$" r50.txt ||
   fail "not 16 convolutions adding their dx"
 grep -Eq "^ +36 .* convolution data gradient bf16 nhwc$" r50.txt || fail "not 36 other dx"
+# the parameters' gradients added into their .grad where they are made: the
+# 1 x 1 convolutions' dW by cuDNN (beta 1), the batch norms' dgamma and dbeta
+# by their kernels; only the 17 larger kernels' dW (of a permuted copy of the
+# weight, channels last) are added in a pass of their own
+grep -Eq "^ +36 .* convolution filter gradient bf16 nhwc, added into dw$" r50.txt ||
+  fail "not 36 convolutions adding their dW"
+grep -Eq "^ +17 .* AddStrided bf16 \+= bf16$" r50.txt || fail "not 17 adds of parameter gradients"
 
 echo "== host-only (RIG_CUDA_EMULATOR_HOST_ONLY=1): the same step queued, nothing run"
 RIG_CUDA_EMULATOR_FUSED_ATTENTION=1 RIG_CUDA_EMULATOR_HOST_ONLY=1 check "$tool" "$rig" \

@@ -451,6 +451,86 @@ TEST(Emulated16BitOps, Conv2dAddsItsDxIntoTheGradientAlreadyThereRoundingOnce) {
   }
 }
 
+TEST(Emulated16BitOps, ParameterGradientsAreAddedIntoDotGradRoundingOnce) {
+  // A 16-bit model's parameters whose .grad already holds s (the flat
+  // gradient buffer of a step with several uses, or gradient accumulation):
+  // a convolution's dW and batch norm's dgamma and dbeta are added in f32 to
+  // what is there and rounded once, r(s + p), by the op itself (no
+  // separate add, which gives r(s + r(p))). p is the f32 gradient: exact
+  // for the convolution on grid values; for batch norm that of f32
+  // parameters through the same kernels.
+  const rig::Device dev = emulated_cuda();
+  const auto grid = [](const rig::Shape& shape, std::uint32_t seed) {
+    return Tensor::from_vector(on_grid(static_cast<std::size_t>(rig::shape_numel(shape)), seed),
+                               shape);
+  };
+  const auto host = [](const Tensor& t) { return t.to_host().to(DType::f32).to_vector(); };
+  const auto added = [](DType type, const std::vector<float>& s, const std::vector<float>& p,
+                        bool round_p) {
+    std::vector<float> v(s.size());
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      v[i] = round_to(type, s[i] + (round_p ? round_to(type, p[i]) : p[i]));
+    }
+    return v;
+  };
+  for (const DType type : {DType::bf16, DType::f16}) {
+    // Convolutions: a 3 x 3 in NCHW and a 1 x 1 in NHWC (channels last
+    // keeps a larger kernel's weight in a permuted copy, added as before).
+    for (const bool channels_last : {false, true}) {
+      SCOPED_TRACE(::testing::Message()
+                   << rig::dtype_name(type) << " conv, channels last " << channels_last);
+      rig::ops::Conv2dOptions options;
+      options.channels_last = channels_last;
+      const std::int64_t k = channels_last ? 1 : 3;
+      options.pad_h = options.pad_w = channels_last ? 0 : 1;
+      const Tensor x = channels_last ? grid({2, 9, 9, 4}, 81) : grid({2, 4, 9, 9}, 81);
+      const Tensor w = grid({6, 4, k, k}, 82), sw = grid({6, 4, k, k}, 83);
+      const Tensor u = grid(rig::ops::conv2d(x, w, Tensor(), options).shape(), 84);
+      Tensor w32 = w.clone().set_requires_grad(true);
+      rig::ops::sum(rig::ops::mul(rig::ops::conv2d(x, w32, Tensor(), options), u)).backward();
+      const std::vector<float> p = w32.grad().to_vector(), sv = sw.to_vector();
+      const std::vector<float> want = added(type, sv, p, false);
+      ASSERT_NE(want, added(type, sv, p, true))
+          << "the data must tell rounding once from rounding twice";
+      Tensor w16 = leaf(w, type, dev);
+      Tensor grad = sw.to(dev).to(type);
+      w16.set_grad(grad);
+      const Tensor y = rig::ops::conv2d(x.to(dev).to(type), w16, Tensor(), options);
+      rig::ops::sum(rig::ops::mul(y, u.to(dev).to(type))).backward();
+      EXPECT_EQ(host(grad), want);
+    }
+    // Batch norm, with and without its fused relu.
+    for (const bool relu : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << rig::dtype_name(type) << " batch norm, relu " << relu);
+      const std::int64_t c = 16;
+      const Tensor x = grid({4, c, 7, 7}, 91), gamma = grid({c}, 92), beta = grid({c}, 93);
+      const Tensor u = grid({4, c, 7, 7}, 94), sg = grid({c}, 95), sb = grid({c}, 96);
+      const auto run = [&](const Tensor& g, const Tensor& b) {
+        const Tensor x16 = x.to(dev).to(type);
+        const Tensor y = relu ? rig::ops::batch_norm_relu(x16, g, b, Tensor(), Tensor(), true,
+                                                          0.1F, 1e-5F)
+                              : rig::ops::batch_norm(x16, g, b, Tensor(), Tensor(), true, 0.1F,
+                                                     1e-5F);
+        rig::ops::sum(rig::ops::mul(y, u.to(dev).to(type))).backward();
+      };
+      Tensor g32 = leaf(gamma, DType::f32, dev), b32 = leaf(beta, DType::f32, dev);
+      run(g32, b32);
+      const std::vector<float> pg = host(g32.grad()), pb = host(b32.grad());
+      const std::vector<float> want_g = added(type, sg.to_vector(), pg, false);
+      const std::vector<float> want_b = added(type, sb.to_vector(), pb, false);
+      ASSERT_NE(want_g, added(type, sg.to_vector(), pg, true))
+          << "the data must tell rounding once from rounding twice";
+      Tensor g16 = leaf(gamma, type, dev), b16 = leaf(beta, type, dev);
+      Tensor g_grad = sg.to(dev).to(type), b_grad = sb.to(dev).to(type);
+      g16.set_grad(g_grad);
+      b16.set_grad(b_grad);
+      run(g16, b16);
+      EXPECT_EQ(host(g_grad), want_g) << "gamma's .grad";
+      EXPECT_EQ(host(b_grad), want_b) << "beta's .grad";
+    }
+  }
+}
+
 TEST(Emulated16BitOps, Conv2dHasTheBitsOfItsFloat32Copy) {
   // The emulated device's 16-bit convolutions widen to f32 inside the device
   // and round once, so the bits are those of the f32 path.

@@ -991,7 +991,7 @@ TEST(KernelBackend16Bit, BatchNormIsTheF32PathRounded) {
     emu().batch_norm_backward(s, x32.get(), g32.get(), mean32.get(), invstd.get(), gamma.get(),
                               true, dx32.get(), dg32.get(), db32.get());
     emu().batch_norm_backward_16(s, type, x16.get(), g16.get(), mean16.get(), invstd.get(),
-                                 DType::f32, gamma.get(), true, dx16.get(), dg16.get(), db16.get());
+                                 DType::f32, gamma.get(), true, dx16.get(), dg16.get(), db16.get(), {});
     EXPECT_EQ(dx16.host(), bits_of(dx32.host(), type));
     EXPECT_EQ(dg16.host(), dg32.host());
     EXPECT_EQ(db16.host(), db32.host());
@@ -1001,12 +1001,43 @@ TEST(KernelBackend16Bit, BatchNormIsTheF32PathRounded) {
     const Dev<float> gamma_values(values_of(gamma_bits, type)), dgv(c), dbv(c);
     emu().batch_norm_backward_16(s, type, x16.get(), g16.get(), mean16.get(), invstd.get(),
                                  DType::f32, gamma_values.get(), true, dxv.get(), dgv.get(),
-                                 dbv.get());
+                                 dbv.get(), {});
     emu().batch_norm_backward_16(s, type, x16.get(), g16.get(), mean16.get(), invstd.get(), type,
-                                 gamma16.get(), true, dxp.get(), dgp.get(), dbp.get());
+                                 gamma16.get(), true, dxp.get(), dgp.get(), dbp.get(), {});
     EXPECT_EQ(dxp.host(), dxv.host());
     EXPECT_EQ(dgp.host(), bits_of(dgv.host(), type));
     EXPECT_EQ(dbp.host(), bits_of(dbv.host(), type));
+    // Again, dgamma and dbeta added into those (the sum in f32, rounded
+    // once), with and without the fused relu's entry point.
+    for (const bool fused : {false, true}) {
+      SCOPED_TRACE(fused ? "batch_norm_backward_relu" : "batch_norm_backward_16");
+      std::vector<float> dg_want = values_of(dgp.host(), type);
+      std::vector<float> db_want = values_of(dbp.host(), type);
+      const std::vector<float> dg_f32 = dgv.host(), db_f32 = dbv.host();
+      for (std::size_t i = 0; i < c; ++i) {
+        dg_want[i] += dg_f32[i];
+        db_want[i] += db_f32[i];
+      }
+      const backend::NormGradAccumulation params{false, true, true};
+      if (fused) {  // a mask that passes everything: the plain backward's sums
+        const Dev<float> pass_scale(std::vector<float>(c, 0.0F)),
+            pass_shift(std::vector<float>(c, 1.0F));
+        emu().batch_norm_backward_relu(s, type, x16.get(), {nullptr, pass_scale.get(),
+                                                            pass_shift.get()},
+                                       g16.get(), mean16.get(), invstd.get(), type, gamma16.get(),
+                                       true, nullptr, dgp.get(), dbp.get(), nullptr, params);
+      } else {
+        emu().batch_norm_backward_16(s, type, x16.get(), g16.get(), mean16.get(), invstd.get(),
+                                     type, gamma16.get(), true, nullptr, dgp.get(), dbp.get(),
+                                     params);
+      }
+      EXPECT_EQ(dgp.host(), bits_of(dg_want, type)) << "dgamma accumulated";
+      EXPECT_EQ(dbp.host(), bits_of(db_want, type)) << "dbeta accumulated";
+    }
+    EXPECT_THROW(emu().batch_norm_backward_16(s, type, x16.get(), g16.get(), mean16.get(),
+                                              invstd.get(), type, gamma16.get(), true, dxp.get(),
+                                              dgp.get(), dbp.get(), {true, false, false}),
+                 std::invalid_argument);
   }
 }
 
@@ -1086,21 +1117,29 @@ TEST(KernelBackend16Bit, Conv2dMatchesTheF32Path) {
         conv->conv2d_forward_16(s, type, x16.get(), w16.get(), y16.get());
         emu().conv2d_backward(s, x32.get(), w32.get(), g32.get(), dx32.get(), dw32.get(), nullptr);
         conv->conv2d_backward_16(s, type, x16.get(), w16.get(), g16.get(), dx16.get(), dw16.get(),
-                                 false);
+                                 {});
         const auto rounded = [&](const std::vector<float>& v) {
           return values_of(bits_of(v, type), type);
         };
         EXPECT_TRUE(close(values_of(y16.host(), type), rounded(y32.host()), tol, tol)) << "y";
         EXPECT_TRUE(close(values_of(dx16.host(), type), rounded(dx32.host()), tol, tol)) << "dx";
         EXPECT_TRUE(close(values_of(dw16.host(), type), rounded(dw32.host()), tol, tol)) << "dW";
-        // Again, dx added into that one (in f32, rounded once; beta 1 on a GPU).
+        // Again, dx and then dW added into those (in f32, rounded once; beta 1
+        // on a GPU).
         std::vector<float> twice = values_of(dx16.host(), type);
         const std::vector<float> dx_f32 = dx32.host();
         for (std::size_t i = 0; i < twice.size(); ++i) twice[i] += dx_f32[i];
         conv->conv2d_backward_16(s, type, x16.get(), w16.get(), g16.get(), dx16.get(), nullptr,
-                                 true);
+                                 {true, false});
         EXPECT_TRUE(close(values_of(dx16.host(), type), rounded(twice), tol, tol))
             << "dx accumulated";
+        std::vector<float> dw_twice = values_of(dw16.host(), type);
+        const std::vector<float> dw_f32 = dw32.host();
+        for (std::size_t i = 0; i < dw_twice.size(); ++i) dw_twice[i] += dw_f32[i];
+        conv->conv2d_backward_16(s, type, x16.get(), w16.get(), g16.get(), nullptr, dw16.get(),
+                                 {false, true});
+        EXPECT_TRUE(close(values_of(dw16.host(), type), rounded(dw_twice), tol, tol))
+            << "dW accumulated";
       }
 }
 
@@ -1171,11 +1210,11 @@ TEST(KernelBackend16Bit, BatchNormReluIsBatchNormThenRelu) {
         emu().unary_backward_16(backend::Unary::relu, type, g.get(), nullptr, y_relu.get(),
                                 g_relu.get(), static_cast<std::int64_t>(n), 0.0F);
         emu().batch_norm_backward_16(s, type, x.get(), g_relu.get(), mean.get(), invstd.get(),
-                                     DType::f32, gamma.get(), true, dx.get(), dg.get(), db.get());
+                                     DType::f32, gamma.get(), true, dx.get(), dg.get(), db.get(), {});
       }
       emu().batch_norm_backward_relu(s, type, x.get(), {y_fused.get()}, g.get(), mean.get(),
                                      invstd.get(), DType::f32, gamma.get(), true, dx_fused.get(),
-                                     dg_fused.get(), db_fused.get(), nullptr);
+                                     dg_fused.get(), db_fused.get(), nullptr, {});
       EXPECT_EQ(dx_fused.host(), dx.host()) << "dx";
       EXPECT_EQ(dg_fused.host(), dg.host()) << "dgamma";
       EXPECT_EQ(db_fused.host(), db.host()) << "dbeta";
@@ -1184,7 +1223,7 @@ TEST(KernelBackend16Bit, BatchNormReluIsBatchNormThenRelu) {
       const Dev<float> dg_masked(c), db_masked(c);
       emu().batch_norm_backward_relu(s, type, x.get(), {y_fused.get()}, g.get(), mean.get(),
                                      invstd.get(), DType::f32, gamma.get(), true, dx_masked.get(),
-                                     dg_masked.get(), db_masked.get(), masked.get());
+                                     dg_masked.get(), db_masked.get(), masked.get(), {});
       EXPECT_EQ(masked.host(), g_relu.host()) << "masked dy";
       EXPECT_EQ(dx_masked.host(), dx.host()) << "dx, masked dy stored";
       EXPECT_EQ(dg_masked.host(), dg.host()) << "dgamma, masked dy stored";
@@ -1194,10 +1233,10 @@ TEST(KernelBackend16Bit, BatchNormReluIsBatchNormThenRelu) {
           dx_unfused(n * bytes / 2);
       emu().batch_norm_backward_relu(s, type, x.get(), {y_fused.get()}, g.get(), mean.get(),
                                      invstd.get(), DType::f32, gamma.get(), false, dx_alone.get(),
-                                     nullptr, nullptr, masked_alone.get());
+                                     nullptr, nullptr, masked_alone.get(), {});
       emu().batch_norm_backward_16(s, type, x.get(), g_relu.get(), mean.get(), invstd.get(),
                                    DType::f32, gamma.get(), false, dx_unfused.get(), nullptr,
-                                   nullptr);
+                                   nullptr, {});
       EXPECT_EQ(masked_alone.host(), g_relu.host()) << "masked dy without the sums";
       EXPECT_EQ(dx_alone.host(), dx_unfused.host()) << "dx without the sums";
 
@@ -1208,13 +1247,13 @@ TEST(KernelBackend16Bit, BatchNormReluIsBatchNormThenRelu) {
       const Dev<float> dg_from_x(c), db_from_x(c);
       emu().batch_norm_backward_relu(s, type, x.get(), from_x, g.get(), mean.get(), invstd.get(),
                                      DType::f32, gamma.get(), true, dx_from_x.get(),
-                                     dg_from_x.get(), db_from_x.get(), nullptr);
+                                     dg_from_x.get(), db_from_x.get(), nullptr, {});
       EXPECT_EQ(dx_from_x.host(), dx.host()) << "dx, mask from x";
       EXPECT_EQ(dg_from_x.host(), dg.host()) << "dgamma, mask from x";
       EXPECT_EQ(db_from_x.host(), db.host()) << "dbeta, mask from x";
       emu().batch_norm_backward_relu(s, type, x.get(), from_x, g.get(), mean.get(), invstd.get(),
                                      DType::f32, gamma.get(), false, dx_from_x_alone.get(), nullptr,
-                                     nullptr, nullptr);
+                                     nullptr, nullptr, {});
       EXPECT_EQ(dx_from_x_alone.host(), dx_unfused.host()) << "dx without the sums, mask from x";
     }
 }

@@ -66,7 +66,7 @@ void Backend::global_avg_pool_backward_16(std::int64_t, std::int64_t, std::int64
 
 void Backend::batch_norm_backward_16(const BatchNormShape&, DType, const void*, const void*,
                                      const float*, const float*, DType, const void*, bool, void*,
-                                     void*, void*) {
+                                     void*, void*, const NormGradAccumulation&) {
   f32_only("batch_norm_backward_16");
 }
 
@@ -80,7 +80,7 @@ void Backend::conv2d_forward_16(const Conv2dShape&, DType, const void*, const vo
 }
 
 void Backend::conv2d_backward_16(const Conv2dShape&, DType, const void*, const void*, const void*,
-                                 void*, void*, bool) {
+                                 void*, void*, const ConvGradAccumulation&) {
   f32_only("conv2d_backward_16");
 }
 
@@ -117,7 +117,7 @@ void Backend::batch_norm_apply_add_relu(const BatchNormShape&, DType, const void
 void Backend::batch_norm_backward_relu(const BatchNormShape&, DType, const void*,
                                        const BatchNormReluMask&, const void*, const float*,
                                        const float*, DType, const void*, bool, void*, void*, void*,
-                                       void*) {
+                                       void*, const NormGradAccumulation&) {
   not_fused("batch_norm_backward_relu");
 }
 

@@ -143,7 +143,8 @@ class KernelBackend final : public backend::Backend {
   void batch_norm_backward_16(const backend::BatchNormShape& s, DType type, const void* x,
                               const void* dy, const float* mean, const float* invstd,
                               DType param_type, const void* gamma, bool batch_stats, void* dx,
-                              void* dgamma, void* dbeta) override;
+                              void* dgamma, void* dbeta,
+                              const backend::NormGradAccumulation& accumulate) override;
   bool fuses_relu() const override { return true; }
   bool fuses_dropout_add() const override { return true; }
   void dropout_add_forward(const RandomKey& key, float p, float scale, DType dtype, const void* src,
@@ -160,7 +161,8 @@ class KernelBackend final : public backend::Backend {
                                 const backend::BatchNormReluMask& relu, const void* dy,
                                 const float* mean, const float* invstd, DType param_type,
                                 const void* gamma, bool batch_stats, void* dx, void* dgamma,
-                                void* dbeta, void* masked_dy) override;
+                                void* dbeta, void* masked_dy,
+                                const backend::NormGradAccumulation& accumulate) override;
 
   void conv2d_forward(const backend::Conv2dShape& s, const float* x, const float* w, const float* b,
                       float* y) override;
@@ -169,7 +171,8 @@ class KernelBackend final : public backend::Backend {
   void conv2d_forward_16(const backend::Conv2dShape& s, DType type, const void* x, const void* w,
                          void* y) override;
   void conv2d_backward_16(const backend::Conv2dShape& s, DType type, const void* x, const void* w,
-                          const void* dy, void* dx, void* dw, bool accumulate_dx) override;
+                          const void* dy, void* dx, void* dw,
+                          const backend::ConvGradAccumulation& accumulate) override;
   void max_pool2d_forward(const backend::Pool2dShape& s, const float* x, float* y,
                           std::int32_t* index) override;
   void max_pool2d_backward(const backend::Pool2dShape& s, const std::int32_t* index,
@@ -343,7 +346,8 @@ class KernelBackend final : public backend::Backend {
                                    const backend::BatchNormReluMask& relu, const void* dy,
                                    const float* mean, const float* invstd, DType param_type,
                                    const void* gamma, bool batch_stats, void* dx, void* dgamma,
-                                   void* dbeta, void* masked_dy);
+                                   void* dbeta, void* masked_dy,
+                                   const backend::NormGradAccumulation& accumulate);
   // Dropout of the attention weights: see kernel_backend_attention.cpp.
   void attention_weights(const backend::AttentionShape& s, const float* x, float* out);
 

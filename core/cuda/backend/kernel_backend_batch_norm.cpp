@@ -75,24 +75,26 @@ void KernelBackend::batch_norm_backward(const backend::BatchNormShape& s, const 
                                         const float* gamma, bool batch_stats, float* dx,
                                         float* dgamma, float* dbeta) {
   batch_norm_backward_16(s, DType::f32, x, dy, mean, invstd, DType::f32, gamma, batch_stats, dx,
-                         dgamma, dbeta);
+                         dgamma, dbeta, {});
 }
 
 void KernelBackend::batch_norm_backward_16(const backend::BatchNormShape& s, DType type,
                                            const void* x, const void* dy, const float* mean,
                                            const float* invstd, DType param_type, const void* gamma,
-                                           bool batch_stats, void* dx, void* dgamma, void* dbeta) {
+                                           bool batch_stats, void* dx, void* dgamma, void* dbeta,
+                                           const backend::NormGradAccumulation& accumulate) {
   batch_norm_backward_kernels(s, type, x, {}, dy, mean, invstd, param_type, gamma, batch_stats, dx,
-                              dgamma, dbeta, nullptr);
+                              dgamma, dbeta, nullptr, accumulate);
 }
 
 void KernelBackend::batch_norm_backward_relu(const backend::BatchNormShape& s, DType type,
                                              const void* x, const backend::BatchNormReluMask& relu,
                                              const void* dy, const float* mean, const float* invstd,
                                              DType param_type, const void* gamma, bool batch_stats,
-                                             void* dx, void* dgamma, void* dbeta, void* masked_dy) {
+                                             void* dx, void* dgamma, void* dbeta, void* masked_dy,
+                                             const backend::NormGradAccumulation& accumulate) {
   batch_norm_backward_kernels(s, type, x, relu, dy, mean, invstd, param_type, gamma, batch_stats,
-                              dx, dgamma, dbeta, masked_dy);
+                              dx, dgamma, dbeta, masked_dy, accumulate);
 }
 
 void KernelBackend::batch_norm_backward_kernels(const backend::BatchNormShape& s, DType type,
@@ -101,7 +103,8 @@ void KernelBackend::batch_norm_backward_kernels(const backend::BatchNormShape& s
                                                 const void* dy, const float* mean,
                                                 const float* invstd, DType param_type,
                                                 const void* gamma, bool batch_stats, void* dx,
-                                                void* dgamma, void* dbeta, void* masked_dy) {
+                                                void* dgamma, void* dbeta, void* masked_dy,
+                                                const backend::NormGradAccumulation& accumulate) {
   const kernels::ElementType t = element_type(type, "batch_norm_backward");
   const auto* xf = static_cast<const float*>(x);
   const auto* dyf = static_cast<const float*>(dy);
@@ -113,6 +116,9 @@ void KernelBackend::batch_norm_backward_kernels(const backend::BatchNormShape& s
   }
   if (masked_dy != nullptr && mask.y == nullptr) {
     throw std::invalid_argument("batch_norm_backward_relu: masked_dy needs the relu's output");
+  }
+  if (accumulate.dx) {
+    throw std::invalid_argument("batch_norm_backward: dx cannot be added into (accumulate.dx)");
   }
   const std::int64_t chunks = kernels::batch_norm_chunks(s.n, s.inner);
   DeviceScratch buffer =
@@ -138,10 +144,24 @@ void KernelBackend::batch_norm_backward_kernels(const backend::BatchNormShape& s
     dyf = mdf;
     mask = {};
   }
-  run(kernels::BatchNormGradFinish{part, part + s.c * chunks, sums, s.n, s.c, s.inner, mean, invstd,
-                                   static_cast<const float*>(gamma), batch_stats, dx != nullptr,
-                                   static_cast<float*>(dgamma), static_cast<float*>(dbeta), coef,
-                                   element_type(param_type, "batch_norm_backward")});
+  kernels::BatchNormGradFinish finish{part,
+                                     part + s.c * chunks,
+                                     sums,
+                                     s.n,
+                                     s.c,
+                                     s.inner,
+                                     mean,
+                                     invstd,
+                                     static_cast<const float*>(gamma),
+                                     batch_stats,
+                                     dx != nullptr,
+                                     static_cast<float*>(dgamma),
+                                     static_cast<float*>(dbeta),
+                                     coef,
+                                     element_type(param_type, "batch_norm_backward")};
+  finish.add_dgamma = accumulate.dgamma;
+  finish.add_dbeta = accumulate.dbeta;
+  run(finish);
   if (dx != nullptr) {
     kernels::BatchNormBackwardDx k{xf, dyf, coef, static_cast<float*>(dx), s.n, s.c, s.inner};
     k.type = t;

@@ -62,7 +62,7 @@ void KernelDevice::conv2d_backward_data_16(const backend::Conv2dShape&, DType, c
 }
 
 void KernelDevice::conv2d_backward_filter_16(const backend::Conv2dShape&, DType, const void*,
-                                             const void*, void*) {
+                                             const void*, void*, bool) {
   throw std::logic_error("16-bit convolution asked of a cuda device without it");
 }
 
@@ -90,17 +90,24 @@ void KernelBackend::conv2d_forward_16(const backend::Conv2dShape& s, DType type,
 
 void KernelBackend::conv2d_backward_16(const backend::Conv2dShape& s, DType type, const void* x,
                                        const void* w, const void* dy, void* dx, void* dw,
-                                       bool accumulate_dx) {
+                                       const backend::ConvGradAccumulation& accumulate) {
   if (device_->conv2d_16(s, type)) {
-    if (dx != nullptr && accumulate_dx && !device_->conv2d_16_adds_dx(s, type)) {
-      // The device's data gradient into scratch, then added (rounded twice).
+    // A gradient to add where the device cannot: into scratch, then added
+    // (rounded twice).
+    if (dx != nullptr && accumulate.dx && !device_->conv2d_16_adds_dx(s, type)) {
       DeviceScratch dx16 = scratch(static_cast<std::size_t>(s.x_elements()) * 2);
       device_->conv2d_backward_data_16(s, type, w, dy, dx16.as<void>(), false);
       add_strided({s.x_elements()}, dx, {1}, type, dx16.as<void>(), {1}, type);
     } else if (dx != nullptr) {
-      device_->conv2d_backward_data_16(s, type, w, dy, dx, accumulate_dx);
+      device_->conv2d_backward_data_16(s, type, w, dy, dx, accumulate.dx);
     }
-    if (dw != nullptr) device_->conv2d_backward_filter_16(s, type, x, dy, dw);
+    if (dw != nullptr && accumulate.dw && !device_->conv2d_16_adds_dw(s, type)) {
+      DeviceScratch dw16 = scratch(static_cast<std::size_t>(s.w_elements()) * 2);
+      device_->conv2d_backward_filter_16(s, type, x, dy, dw16.as<void>(), false);
+      add_strided({s.w_elements()}, dw, {1}, type, dw16.as<void>(), {1}, type);
+    } else if (dw != nullptr) {
+      device_->conv2d_backward_filter_16(s, type, x, dy, dw, accumulate.dw);
+    }
     return;
   }
   const DeviceScratch dyf = f32_copy(type, dy, s.y_elements());
@@ -108,7 +115,7 @@ void KernelBackend::conv2d_backward_16(const backend::Conv2dShape& s, DType type
     const DeviceScratch wf = f32_copy(type, w, s.w_elements());
     DeviceScratch dxf = scratch(static_cast<std::size_t>(s.x_elements()) * sizeof(float));
     device_->conv2d_backward_data(s, wf.as<float>(), dyf.as<float>(), dxf.as<float>());
-    if (accumulate_dx) {
+    if (accumulate.dx) {
       add_strided({s.x_elements()}, dx, {1}, type, dxf.as<float>(), {1}, DType::f32);
     } else {
       copy_strided({s.x_elements()}, dx, {1}, type, dxf.as<float>(), {1}, DType::f32);
@@ -118,7 +125,11 @@ void KernelBackend::conv2d_backward_16(const backend::Conv2dShape& s, DType type
     const DeviceScratch xf = f32_copy(type, x, s.x_elements());
     DeviceScratch dwf = scratch(static_cast<std::size_t>(s.w_elements()) * sizeof(float));
     device_->conv2d_backward_filter(s, xf.as<float>(), dyf.as<float>(), dwf.as<float>());
-    copy_strided({s.w_elements()}, dw, {1}, type, dwf.as<float>(), {1}, DType::f32);
+    if (accumulate.dw) {
+      add_strided({s.w_elements()}, dw, {1}, type, dwf.as<float>(), {1}, DType::f32);
+    } else {
+      copy_strided({s.w_elements()}, dw, {1}, type, dwf.as<float>(), {1}, DType::f32);
+    }
   }
 }
 

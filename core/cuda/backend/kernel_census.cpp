@@ -342,10 +342,14 @@ class CensusDevice final : public KernelDevice {
     return device_->conv2d_16_adds_dx(s, type);
   }
   void conv2d_backward_filter_16(const backend::Conv2dShape& s, DType type, const void* x,
-                                 const void* dy, void* dw) override {
+                                 const void* dy, void* dw, bool accumulate) override {
     census_.add("convolution filter gradient",
-                {conv_label(dtype_name(type), s), 0, 0, conv_flops(s)});
-    device_->conv2d_backward_filter_16(s, type, x, dy, dw);
+                {conv_label(dtype_name(type), s) + (accumulate ? ", added into dw" : ""), 0, 0,
+                 conv_flops(s)});
+    device_->conv2d_backward_filter_16(s, type, x, dy, dw, accumulate);
+  }
+  bool conv2d_16_adds_dw(const backend::Conv2dShape& s, DType type) override {
+    return device_->conv2d_16_adds_dw(s, type);
   }
   bool fused_attention_supported(const backend::FusedAttention& a) override {
     return device_->fused_attention_supported(a);

@@ -67,15 +67,19 @@ class KernelDevice {
   }
   virtual void conv2d_forward_16(const backend::Conv2dShape& s, DType type, const void* x,
                                  const void* w, void* y);
-  // With `accumulate` the data gradient is added to what dx holds (in f32,
-  // rounded once), where conv2d_16_adds_dx says the device can.
+  // With `accumulate` the data (filter) gradient is added to what dx (dw)
+  // holds (in f32, rounded once), where conv2d_16_adds_dx (_dw) says the
+  // device can.
   virtual void conv2d_backward_data_16(const backend::Conv2dShape& s, DType type, const void* w,
                                        const void* dy, void* dx, bool accumulate);
   virtual bool conv2d_16_adds_dx(const backend::Conv2dShape&, DType) {
     return false;
   }
   virtual void conv2d_backward_filter_16(const backend::Conv2dShape& s, DType type, const void* x,
-                                         const void* dy, void* dw);
+                                         const void* dy, void* dw, bool accumulate);
+  virtual bool conv2d_16_adds_dw(const backend::Conv2dShape&, DType) {
+    return false;
+  }
   // Fused attention (backend::FusedAttention): cuDNN's on the GPU, where it
   // plans the shape; none on the emulator (its attention is composed).
   virtual bool fused_attention_supported(const backend::FusedAttention&) {

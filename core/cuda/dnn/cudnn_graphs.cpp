@@ -277,7 +277,8 @@ void build_node(BuiltGraph& built, const Graph& graph, const Node& node) {
         op.set_descriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, tensor(Slot::dw), "dw");
         op.set_descriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, conv, "conv desc");
         op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_FLOAT, one, "alpha");
-        op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, zero, "beta");
+        op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, node.beta,
+               "beta");
         op.finalize("finalizing the convolution backward filter");
         built.operations.push_back(std::move(op));
       }

@@ -295,18 +295,19 @@ Graph conv2d_backward_data_graph(const backend::Conv2dShape& s, ConvType type, b
   return g.take();
 }
 
-Graph conv2d_backward_filter_graph(const backend::Conv2dShape& s, ConvType type) {
+Graph conv2d_backward_filter_graph(const backend::Conv2dShape& s, ConvType type, bool accumulate) {
   check_conv(s);
   const DnnType io = dnn_type(type);
-  Builder g("conv2d_backward_filter");
+  Builder g(accumulate ? "conv2d_backward_filter_accumulating" : "conv2d_backward_filter");
   g.tensor(uid::x, io, x_dims(s), conv_strides(s, x_dims(s)));
   g.tensor(uid::dy, io, y_dims(s), conv_strides(s, y_dims(s)));
   g.tensor(uid::dw, io, w_dims(s), conv_strides(s, w_dims(s)));
-  set_conv(g.node(OpKind::conv_backward_filter,
-                  {{Slot::x, uid::x}, {Slot::dy, uid::dy}, {Slot::dw, uid::dw}}),
-           s);
+  Node& wgrad = g.node(OpKind::conv_backward_filter,
+                       {{Slot::x, uid::x}, {Slot::dy, uid::dy}, {Slot::dw, uid::dw}});
+  set_conv(wgrad, s);
+  wgrad.beta = accumulate ? 1.0F : 0.0F;
   g.graph().allow_tf32 = s.allow_tf32;
-  g.graph().rerunnable = true;
+  g.graph().rerunnable = !accumulate;
   return g.take();
 }
 

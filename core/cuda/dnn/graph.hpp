@@ -198,8 +198,10 @@ Graph conv2d_forward_graph(const backend::Conv2dShape& s, ConvType type = ConvTy
 // what dx holds (beta 1; such a graph reads its output, so is not rerunnable).
 Graph conv2d_backward_data_graph(const backend::Conv2dShape& s, ConvType type = ConvType::f32,
                                  bool accumulate = false);
-// dw from x and dy (the filter gradient, "wgrad").
-Graph conv2d_backward_filter_graph(const backend::Conv2dShape& s, ConvType type = ConvType::f32);
+// dw from x and dy (the filter gradient, "wgrad"); with `accumulate`, added
+// to what dw holds (beta 1, not rerunnable, as the data gradient's).
+Graph conv2d_backward_filter_graph(const backend::Conv2dShape& s, ConvType type = ConvType::f32,
+                                   bool accumulate = false);
 // The bias gradient (the sum of dy over n, out_h, out_w) has no graph: cuDNN
 // 9.19 has no engine for a lone reduction (its heuristics return none for an
 // H200), so it stays with rig's own reduction kernel.

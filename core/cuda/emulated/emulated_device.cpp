@@ -103,12 +103,19 @@ class EmulatedDevice final : public KernelDevice {
     return conv2d_16(s, type);
   }
   void conv2d_backward_filter_16(const backend::Conv2dShape& s, DType type, const void* x,
-                                 const void* dy, void* dw) override {
+                                 const void* dy, void* dw, bool accumulate) override {
     const std::vector<float> xf = widened(type, x, s.x_elements());
     const std::vector<float> dyf = widened(type, dy, s.y_elements());
     std::vector<float> dwf(static_cast<std::size_t>(s.w_elements()));
     conv2d_backward_filter(s, xf.data(), dyf.data(), dwf.data());
+    if (accumulate) {  // beta 1: the sum in f32, rounded once
+      const std::vector<float> before = widened(type, dw, s.w_elements());
+      for (std::size_t i = 0; i < dwf.size(); ++i) dwf[i] += before[i];
+    }
     converted(s.w_elements(), dw, type, dwf.data(), DType::f32);
+  }
+  bool conv2d_16_adds_dw(const backend::Conv2dShape& s, DType type) override {
+    return conv2d_16(s, type);
   }
 
   bool fused_attention_supported(const backend::FusedAttention& a) override {
@@ -187,7 +194,10 @@ class HostOnlyDevice final : public KernelDevice {
     return device_->conv2d_16_adds_dx(s, type);
   }
   void conv2d_backward_filter_16(const backend::Conv2dShape&, DType, const void*, const void*,
-                                 void*) override {}
+                                 void*, bool) override {}
+  bool conv2d_16_adds_dw(const backend::Conv2dShape& s, DType type) override {
+    return device_->conv2d_16_adds_dw(s, type);
+  }
   bool fused_attention_supported(const backend::FusedAttention& a) override {
     return device_->fused_attention_supported(a);
   }

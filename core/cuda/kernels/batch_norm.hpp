@@ -62,7 +62,8 @@
 //     2. BatchNormGradFinish{part, part + c * chunks, sums, n, c, inner, mean,
 //        invstd, gamma, batch_stats, dx != null, dgamma, dbeta, coef}: thread
 //        per channel: the chunk sums added in order in f64, rounded to f32;
-//        dgamma = sum_gx invstd, dbeta = sum_g (each when not null); for dx
+//        dgamma = sum_gx invstd, dbeta = sum_g (each when not null; with
+//        add_dgamma / add_dbeta added to what they hold); for dx
 //        the CPU's coefficients a, b, k from them in its f32 order.
 //     3. only when dx: BatchNormBackwardDx{x, dy, coef, dx, n, c, inner}:
 //        elementwise dx = fmaf(dy, a[c], fmaf(x, b[c], k[c])); without batch
@@ -724,6 +725,8 @@ struct BatchNormGradFinish {
   // gamma, dgamma and dbeta: f32, or a 16-bit model's parameters and their
   // gradients (rounded once, at the store).
   ElementType param_type = ElementType::f32;
+  // Add dgamma / dbeta to what those hold (the sum in f32, rounded once).
+  bool add_dgamma = false, add_dbeta = false;
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_grid_stride(device, c);
@@ -745,8 +748,14 @@ struct BatchNormGradFinish {
         sum_gx = static_cast<float>(b);
       }
       const float is = invstd[ch];
-      if (dgamma != nullptr) store_element(dgamma, param_type, ch, sum_gx * is);
-      if (dbeta != nullptr) store_element(dbeta, param_type, ch, sum_g);
+      if (dgamma != nullptr) {
+        const float held = add_dgamma ? load_element(dgamma, param_type, ch) : 0.0F;
+        store_element(dgamma, param_type, ch, add_dgamma ? held + sum_gx * is : sum_gx * is);
+      }
+      if (dbeta != nullptr) {
+        const float held = add_dbeta ? load_element(dbeta, param_type, ch) : 0.0F;
+        store_element(dbeta, param_type, ch, add_dbeta ? held + sum_g : sum_g);
+      }
       if (!dx) continue;
       const float a = (gamma != nullptr ? load_element(gamma, param_type, ch) : 1.0F) * is;
       float b = 0.0F, k = 0.0F;

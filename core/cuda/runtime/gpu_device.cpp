@@ -154,10 +154,16 @@ class GpuDevice final : public KernelDevice {
                       [] { return std::vector<dnn::Graph>{}; });
   }
   void conv2d_backward_filter_16(const backend::Conv2dShape& s, DType type, const void* x,
-                                 const void* dy, void* dw) override {
+                                 const void* dy, void* dw, bool accumulate) override {
     const backend::Conv2dShape plain = without_bias(s);
-    execute(dnn::conv2d_backward_filter_graph(plain, conv_type(type)),
+    execute(dnn::conv2d_backward_filter_graph(plain, conv_type(type), accumulate),
             {{dnn::uid::x, x}, {dnn::uid::dy, dy}, {dnn::uid::dw, dw}});
+  }
+  // Where cuDNN plans the filter gradient with beta 1 (once per shape and type).
+  bool conv2d_16_adds_dw(const backend::Conv2dShape& s, DType type) override {
+    return plans_once(conv16_adds_dw_,
+                      dnn::conv2d_backward_filter_graph(without_bias(s), conv_type(type), true),
+                      [] { return std::vector<dnn::Graph>{}; });
   }
 
   // cuDNN's fused attention where cuDNN plans the shape (its forward and,
@@ -472,6 +478,7 @@ class GpuDevice final : public KernelDevice {
   std::map<std::string, bool> fused_supported_;   // by forward graph key
   std::map<std::string, bool> conv16_supported_;  // by forward graph key
   std::map<std::string, bool> conv16_adds_dx_;    // by accumulating dgrad graph key
+  std::map<std::string, bool> conv16_adds_dw_;    // by accumulating wgrad graph key
   std::mutex staging_mutex_;                      // also the uploads' state below
   std::vector<std::unique_ptr<Staging>> staging_;
   std::unique_ptr<Stream> copy_stream_;  // made by the first begin_uploads

@@ -177,8 +177,19 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
         // its first pass over grad.
         Tensor dz = add_residual ? detail::empty_on(gc, gc.shape(), type) : Tensor();
         Tensor dx = need_x ? detail::empty_on(gc, xc.shape(), type) : Tensor();
-        Tensor dg = need_g ? detail::empty_on(gc, {s.c}, param_type) : Tensor();
-        Tensor db = need_b ? detail::empty_on(gc, {s.c}, param_type) : Tensor();
+        // The 16-bit kernels add a 16-bit model's dgamma and dbeta into the
+        // gradients gamma and beta already have (their .grad in the flat
+        // gradient buffer): no add of their own per parameter.
+        const auto target = [&](bool needed, std::size_t input) {
+          return needed && type != DType::f32 && param_type != DType::f32
+                     ? autograd::accumulation_target(input)
+                     : Tensor();
+        };
+        const Tensor dg_into = target(need_g, 1), db_into = target(need_b, 2);
+        const backend::NormGradAccumulation accumulate{false, dg_into.defined(),
+                                                       db_into.defined()};
+        Tensor dg = detail::gradient_buffer(need_g, dg_into, gc, {s.c}, param_type);
+        Tensor db = detail::gradient_buffer(need_b, db_into, gc, {s.c}, param_type);
         const void* gamma_data = g.defined() ? g.raw_data() : nullptr;
         void* dg_data = need_g ? dg.raw_data() : nullptr;
         void* db_data = need_b ? db.raw_data() : nullptr;
@@ -193,7 +204,7 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
           detail::backend_of(gc).batch_norm_backward_relu(
               s, type, xc.raw_data(), mask, gc.raw_data(), mean.data<float>(), invstd.data<float>(),
               param_type, gamma_data, training, need_x ? dx.raw_data() : nullptr, dg_data, db_data,
-              add_residual ? dz.raw_data() : nullptr);
+              add_residual ? dz.raw_data() : nullptr, accumulate);
         } else if (type == DType::f32) {
           detail::backend_of(gc).batch_norm_backward(
               s, xc.data<float>(), gc.data<float>(), mean.data<float>(), invstd.data<float>(),
@@ -202,7 +213,8 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
         } else {
           detail::backend_of(gc).batch_norm_backward_16(
               s, type, xc.raw_data(), gc.raw_data(), mean.data<float>(), invstd.data<float>(),
-              param_type, gamma_data, training, need_x ? dx.raw_data() : nullptr, dg_data, db_data);
+              param_type, gamma_data, training, need_x ? dx.raw_data() : nullptr, dg_data, db_data,
+              accumulate);
         }
         // Gradients in the parameters' own dtypes.
         if (need_g && gamma_dtype != DType::f32) dg = dg.to(gamma_dtype);

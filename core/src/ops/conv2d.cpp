@@ -109,14 +109,16 @@ Tensor conv2d_16bit(const Tensor& x, const Tensor& weight, const backend::Conv2d
        need_w = weight.requires_grad()](const Tensor& g) {
         // g comes in the output's dtype (autograd converts it).
         const Tensor gc = g.contiguous();
-        // dx added into a gradient x already has (a
-        // residual block's input: its shortcut's).
+        // dx added into a gradient x already has (a residual block's input:
+        // its shortcut's), dW into the weight's .grad (a parameter's, in the
+        // flat gradient buffer; not a channels-last weight's permuted copy).
         const Tensor dx_into = need_x ? autograd::accumulation_target(0) : Tensor();
+        const Tensor dw_into = need_w ? autograd::accumulation_target(1) : Tensor();
         Tensor dx = detail::gradient_buffer(need_x, dx_into, gc, xc.shape(), type);
-        Tensor dw = need_w ? detail::empty_on(gc, wc.shape(), type) : Tensor();
+        Tensor dw = detail::gradient_buffer(need_w, dw_into, gc, wc.shape(), type);
         detail::backend_of(gc).conv2d_backward_16(
             s, type, xc.raw_data(), wc.raw_data(), gc.raw_data(), need_x ? dx.raw_data() : nullptr,
-            need_w ? dw.raw_data() : nullptr, dx_into.defined());
+            need_w ? dw.raw_data() : nullptr, {dx_into.defined(), dw_into.defined()});
         return autograd::TensorList{dx, dw};
       });
 }

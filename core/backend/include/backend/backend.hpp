@@ -205,7 +205,9 @@ class Backend {
                                    bool batch_stats, float* dx, float* dgamma, float* dbeta) = 0;
   // stats, apply and backward with x, y, dy and dx of the 16-bit `type`
   // (reads_16bit_storage()); the statistics f32; gamma, dgamma and dbeta of
-  // param_type (f32, or a 16-bit model's own parameters and gradients).
+  // param_type (f32, or a 16-bit model's own parameters and gradients);
+  // dgamma and dbeta added to what they hold where `accumulate` says (in
+  // f32, rounded once; accumulate.dx is not offered: must be false).
   virtual void batch_norm_stats_16(const BatchNormShape& s, DType type, const void* x, float* mean,
                                    float* var);
   virtual void batch_norm_apply_16(const BatchNormShape& s, DType type, const void* x,
@@ -213,7 +215,8 @@ class Backend {
   virtual void batch_norm_backward_16(const BatchNormShape& s, DType type, const void* x,
                                       const void* dy, const float* mean, const float* invstd,
                                       DType param_type, const void* gamma, bool batch_stats,
-                                      void* dx, void* dgamma, void* dbeta);
+                                      void* dx, void* dgamma, void* dbeta,
+                                      const NormGradAccumulation& accumulate);
   // A relu fused into the op before it, where fuses_relu(), on f32 or (where
   // reads_16bit_storage()) 16-bit storage, with the bits of the two ops; the
   // ops compose them elsewhere. Batch norm: apply writes relu(y) with the
@@ -242,7 +245,8 @@ class Backend {
                                         const BatchNormReluMask& relu, const void* dy,
                                         const float* mean, const float* invstd, DType param_type,
                                         const void* gamma, bool batch_stats, void* dx, void* dgamma,
-                                        void* dbeta, void* masked_dy);
+                                        void* dbeta, void* masked_dy,
+                                        const NormGradAccumulation& accumulate);
 
   // ---- Convolution and pooling (NCHW f32, contiguous) --------------------------------
   virtual void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* b,
@@ -250,12 +254,14 @@ class Backend {
   virtual void conv2d_backward(const Conv2dShape& s, const float* x, const float* w,
                                const float* dy, float* dx, float* dw, float* db) = 0;
   // Convolutions without bias on x, w, y, dy, dx and dw of the 16-bit `type`
-  // (reads_16bit_storage()), accumulated in f32; dx, dw may be null; with
-  // accumulate_dx, dx is added to what it holds (accumulates).
+  // (reads_16bit_storage()), accumulated in f32; dx, dw may be null; those
+  // `accumulate` names are added to what they hold (in f32, rounded once
+  // where the device can).
   virtual void conv2d_forward_16(const Conv2dShape& s, DType type, const void* x, const void* w,
                                  void* y);
   virtual void conv2d_backward_16(const Conv2dShape& s, DType type, const void* x, const void* w,
-                                  const void* dy, void* dx, void* dw, bool accumulate_dx);
+                                  const void* dy, void* dx, void* dw,
+                                  const ConvGradAccumulation& accumulate);
   // Pooling on NCHW planes, or NHWC where s.channels_last (kernel_args.hpp);
   // both give the same bits per plane. Max pooling's index (as y) holds each
   // maximum's offset in its plane (row * w + col).

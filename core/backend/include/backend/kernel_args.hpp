@@ -119,6 +119,10 @@ struct MatrixOperand {
 struct NormGradAccumulation {
   bool dx = false, dgamma = false, dbeta = false;
 };
+// The same for a convolution's data and filter gradients.
+struct ConvGradAccumulation {
+  bool dx = false, dw = false;
+};
 
 struct BatchNormShape {
   std::int64_t n = 0, c = 0, inner = 1;  // contiguous f32 viewed as [n, c, inner]
