@@ -507,10 +507,9 @@ TEST(Emulated16BitOps, ParameterGradientsAreAddedIntoDotGradRoundingOnce) {
       const Tensor u = grid({4, c, 7, 7}, 94), sg = grid({c}, 95), sb = grid({c}, 96);
       const auto run = [&](const Tensor& g, const Tensor& b) {
         const Tensor x16 = x.to(dev).to(type);
-        const Tensor y = relu ? rig::ops::batch_norm_relu(x16, g, b, Tensor(), Tensor(), true,
-                                                          0.1F, 1e-5F)
-                              : rig::ops::batch_norm(x16, g, b, Tensor(), Tensor(), true, 0.1F,
-                                                     1e-5F);
+        const Tensor y =
+            relu ? rig::ops::batch_norm_relu(x16, g, b, Tensor(), Tensor(), true, 0.1F, 1e-5F)
+                 : rig::ops::batch_norm(x16, g, b, Tensor(), Tensor(), true, 0.1F, 1e-5F);
         rig::ops::sum(rig::ops::mul(y, u.to(dev).to(type))).backward();
       };
       Tensor g32 = leaf(gamma, DType::f32, dev), b32 = leaf(beta, DType::f32, dev);

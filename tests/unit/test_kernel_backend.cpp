@@ -991,7 +991,8 @@ TEST(KernelBackend16Bit, BatchNormIsTheF32PathRounded) {
     emu().batch_norm_backward(s, x32.get(), g32.get(), mean32.get(), invstd.get(), gamma.get(),
                               true, dx32.get(), dg32.get(), db32.get());
     emu().batch_norm_backward_16(s, type, x16.get(), g16.get(), mean16.get(), invstd.get(),
-                                 DType::f32, gamma.get(), true, dx16.get(), dg16.get(), db16.get(), {});
+                                 DType::f32, gamma.get(), true, dx16.get(), dg16.get(), db16.get(),
+                                 {});
     EXPECT_EQ(dx16.host(), bits_of(dx32.host(), type));
     EXPECT_EQ(dg16.host(), dg32.host());
     EXPECT_EQ(db16.host(), db32.host());
@@ -1022,10 +1023,10 @@ TEST(KernelBackend16Bit, BatchNormIsTheF32PathRounded) {
       if (fused) {  // a mask that passes everything: the plain backward's sums
         const Dev<float> pass_scale(std::vector<float>(c, 0.0F)),
             pass_shift(std::vector<float>(c, 1.0F));
-        emu().batch_norm_backward_relu(s, type, x16.get(), {nullptr, pass_scale.get(),
-                                                            pass_shift.get()},
-                                       g16.get(), mean16.get(), invstd.get(), type, gamma16.get(),
-                                       true, nullptr, dgp.get(), dbp.get(), nullptr, params);
+        emu().batch_norm_backward_relu(s, type, x16.get(),
+                                       {nullptr, pass_scale.get(), pass_shift.get()}, g16.get(),
+                                       mean16.get(), invstd.get(), type, gamma16.get(), true,
+                                       nullptr, dgp.get(), dbp.get(), nullptr, params);
       } else {
         emu().batch_norm_backward_16(s, type, x16.get(), g16.get(), mean16.get(), invstd.get(),
                                      type, gamma16.get(), true, nullptr, dgp.get(), dbp.get(),
@@ -1210,7 +1211,8 @@ TEST(KernelBackend16Bit, BatchNormReluIsBatchNormThenRelu) {
         emu().unary_backward_16(backend::Unary::relu, type, g.get(), nullptr, y_relu.get(),
                                 g_relu.get(), static_cast<std::int64_t>(n), 0.0F);
         emu().batch_norm_backward_16(s, type, x.get(), g_relu.get(), mean.get(), invstd.get(),
-                                     DType::f32, gamma.get(), true, dx.get(), dg.get(), db.get(), {});
+                                     DType::f32, gamma.get(), true, dx.get(), dg.get(), db.get(),
+                                     {});
       }
       emu().batch_norm_backward_relu(s, type, x.get(), {y_fused.get()}, g.get(), mean.get(),
                                      invstd.get(), DType::f32, gamma.get(), true, dx_fused.get(),

@@ -97,14 +97,11 @@ void KernelBackend::batch_norm_backward_relu(const backend::BatchNormShape& s, D
                               dx, dgamma, dbeta, masked_dy, accumulate);
 }
 
-void KernelBackend::batch_norm_backward_kernels(const backend::BatchNormShape& s, DType type,
-                                                const void* x,
-                                                const backend::BatchNormReluMask& relu,
-                                                const void* dy, const float* mean,
-                                                const float* invstd, DType param_type,
-                                                const void* gamma, bool batch_stats, void* dx,
-                                                void* dgamma, void* dbeta, void* masked_dy,
-                                                const backend::NormGradAccumulation& accumulate) {
+void KernelBackend::batch_norm_backward_kernels(
+    const backend::BatchNormShape& s, DType type, const void* x,
+    const backend::BatchNormReluMask& relu, const void* dy, const float* mean, const float* invstd,
+    DType param_type, const void* gamma, bool batch_stats, void* dx, void* dgamma, void* dbeta,
+    void* masked_dy, const backend::NormGradAccumulation& accumulate) {
   const kernels::ElementType t = element_type(type, "batch_norm_backward");
   const auto* xf = static_cast<const float*>(x);
   const auto* dyf = static_cast<const float*>(dy);
@@ -144,24 +141,11 @@ void KernelBackend::batch_norm_backward_kernels(const backend::BatchNormShape& s
     dyf = mdf;
     mask = {};
   }
-  kernels::BatchNormGradFinish finish{part,
-                                     part + s.c * chunks,
-                                     sums,
-                                     s.n,
-                                     s.c,
-                                     s.inner,
-                                     mean,
-                                     invstd,
-                                     static_cast<const float*>(gamma),
-                                     batch_stats,
-                                     dx != nullptr,
-                                     static_cast<float*>(dgamma),
-                                     static_cast<float*>(dbeta),
-                                     coef,
-                                     element_type(param_type, "batch_norm_backward")};
-  finish.add_dgamma = accumulate.dgamma;
-  finish.add_dbeta = accumulate.dbeta;
-  run(finish);
+  run(kernels::BatchNormGradFinish{part, part + s.c * chunks, sums, s.n, s.c, s.inner, mean, invstd,
+                                   static_cast<const float*>(gamma), batch_stats, dx != nullptr,
+                                   static_cast<float*>(dgamma), static_cast<float*>(dbeta), coef,
+                                   element_type(param_type, "batch_norm_backward"),
+                                   accumulate.dgamma, accumulate.dbeta});
   if (dx != nullptr) {
     kernels::BatchNormBackwardDx k{xf, dyf, coef, static_cast<float*>(dx), s.n, s.c, s.inner};
     k.type = t;

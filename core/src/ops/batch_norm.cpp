@@ -186,8 +186,7 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                      : Tensor();
         };
         const Tensor dg_into = target(need_g, 1), db_into = target(need_b, 2);
-        const backend::NormGradAccumulation accumulate{false, dg_into.defined(),
-                                                       db_into.defined()};
+        const backend::NormGradAccumulation accumulate{false, dg_into.defined(), db_into.defined()};
         Tensor dg = detail::gradient_buffer(need_g, dg_into, gc, {s.c}, param_type);
         Tensor db = detail::gradient_buffer(need_b, db_into, gc, {s.c}, param_type);
         const void* gamma_data = g.defined() ? g.raw_data() : nullptr;
