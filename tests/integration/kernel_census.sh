@@ -96,6 +96,10 @@ grep -Eq "^ +36 .* convolution data gradient bf16 nhwc$" r50.txt || fail "not 36
 grep -Eq "^ +36 .* convolution filter gradient bf16 nhwc, added into dw$" r50.txt ||
   fail "not 36 convolutions adding their dW"
 grep -Eq "^ +17 .* AddStrided bf16 \+= bf16$" r50.txt || fail "not 17 adds of parameter gradients"
+# a training batch norm's coefficients come from the kernel that finishes its
+# statistics (batch_norm_stats_prepare), not from a launch of their own
+grep -Eq "^ +53 .* BatchNormStatsFinish$" r50.txt || fail "not 53 batch norms' statistics"
+if grep -q "BatchNormPrepareChannels" r50.txt; then fail "a training step prepares in a launch of its own"; fi
 
 echo "== host-only (RIG_CUDA_EMULATOR_HOST_ONLY=1): the same step queued, nothing run"
 RIG_CUDA_EMULATOR_FUSED_ATTENTION=1 RIG_CUDA_EMULATOR_HOST_ONLY=1 check "$tool" "$rig" \

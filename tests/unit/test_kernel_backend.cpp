@@ -1042,6 +1042,62 @@ TEST(KernelBackend16Bit, BatchNormIsTheF32PathRounded) {
   }
 }
 
+// A training step's statistics and coefficients in one call (the CUDA back
+// end prepares in the kernel that finishes the statistics): the bits of
+// batch_norm_stats(_16) then batch_norm_prepare, running statistics too; on
+// [n, c, inner] and channels-last rows, f32 and 16-bit x and parameters.
+TEST(KernelBackendChecks, BatchNormStatsPrepareIsStatsThenPrepare) {
+  for (const backend::BatchNormShape& s :
+       {backend::BatchNormShape{5, 3, 700}, backend::BatchNormShape{900, 37, 1}}) {
+    const auto n = static_cast<std::size_t>(s.n * s.c * s.inner);
+    const auto c = static_cast<std::size_t>(s.c);
+    for (const DType type : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(type) << " inner " << s.inner);
+      const std::vector<float> x = uniform(n, 461, -2.0F, 4.0F);
+      const std::vector<std::uint16_t> x_bits = bits_of(x, DType::bf16);
+      const Dev<float> x32(x);
+      const Dev<std::uint16_t> x16(x_bits);
+      const void* xd = type == DType::f32 ? static_cast<const void*>(x32.get()) : x16.get();
+      const std::vector<std::uint16_t> gamma_bits = bits_of(uniform(c, 462, 0.5F, 1.5F), type);
+      const Dev<std::uint16_t> gamma16(gamma_bits), beta16(bits_of(uniform(c, 463), type));
+      const Dev<float> gamma32(uniform(c, 462, 0.5F, 1.5F)), beta32(uniform(c, 463));
+      std::vector<std::vector<float>> results;
+      for (const bool fused : {false, true}) {
+        const Dev<float> mean(c), var(c), invstd(c), scale(c), shift(c);
+        const Dev<float> rm(uniform(c, 464)), rv(uniform(c, 465, 0.5F, 2.0F));
+        backend::BatchNormPrepare args;
+        args.c = s.c;
+        args.momentum = 0.1F;
+        args.unbias = 1.5F;
+        args.mean = mean.get();
+        args.running_mean = rm.get();
+        args.running_var = rv.get();
+        args.gamma = type == DType::f32 ? static_cast<const void*>(gamma32.get()) : gamma16.get();
+        args.beta = type == DType::f32 ? static_cast<const void*>(beta32.get()) : beta16.get();
+        args.param_type = type;
+        args.invstd = invstd.get();
+        args.scale = scale.get();
+        args.shift = shift.get();
+        if (fused) {
+          emu().batch_norm_stats_prepare(s, type, xd, var.get(), args);
+        } else {
+          if (type == DType::f32) {
+            emu().batch_norm_stats(s, x32.get(), mean.get(), var.get());
+          } else {
+            emu().batch_norm_stats_16(s, type, xd, mean.get(), var.get());
+          }
+          args.var = var.get();
+          emu().batch_norm_prepare(args);
+        }
+        for (const Dev<float>* out : {&mean, &var, &invstd, &scale, &shift, &rm, &rv}) {
+          results.push_back(out->host());
+        }
+      }
+      for (std::size_t i = 0; i < 7; ++i) EXPECT_EQ(results[i + 7], results[i]) << "output " << i;
+    }
+  }
+}
+
 TEST(KernelBackend16Bit, BatchNormPrepareReads16BitGammaAndBeta) {
   const std::size_t c = 37;
   const std::vector<float> mean = uniform(c, 451), var = uniform(c, 452, 0.5F, 2.0F);

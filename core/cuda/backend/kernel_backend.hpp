@@ -138,6 +138,8 @@ class KernelBackend final : public backend::Backend {
                            bool batch_stats, float* dx, float* dgamma, float* dbeta) override;
   void batch_norm_stats_16(const backend::BatchNormShape& s, DType type, const void* x, float* mean,
                            float* var) override;
+  void batch_norm_stats_prepare(const backend::BatchNormShape& s, DType type, const void* x,
+                                float* var, const backend::BatchNormPrepare& args) override;
   void batch_norm_apply_16(const backend::BatchNormShape& s, DType type, const void* x,
                            const float* scale, const float* shift, void* y) override;
   void batch_norm_backward_16(const backend::BatchNormShape& s, DType type, const void* x,
@@ -342,6 +344,8 @@ class KernelBackend final : public backend::Backend {
   void batch_norm_apply_kernel(const backend::BatchNormShape& s, DType type, const void* x,
                                const float* scale, const float* shift, void* y, bool relu,
                                const void* residual = nullptr);
+  void batch_norm_stats_kernels(const backend::BatchNormShape& s, DType type, const void* x,
+                                float* mean, float* var, const backend::BatchNormPrepare* prepare);
   void batch_norm_backward_kernels(const backend::BatchNormShape& s, DType type, const void* x,
                                    const backend::BatchNormReluMask& relu, const void* dy,
                                    const float* mean, const float* invstd, DType param_type,

@@ -10,6 +10,30 @@
 
 namespace rig::cuda {
 
+namespace {
+
+// BatchNormPrepare as the kernel's plain arguments. 16-bit gamma and beta
+// travel as float* holding 16-bit values (the kernels' convention).
+kernels::BatchNormPrepareChannels prepare_channels(const backend::BatchNormPrepare& a) {
+  return kernels::BatchNormPrepareChannels{a.c,
+                                           a.training,
+                                           a.momentum,
+                                           a.eps,
+                                           a.unbias,
+                                           a.mean,
+                                           a.var,
+                                           a.running_mean,
+                                           a.running_var,
+                                           static_cast<const float*>(a.gamma),
+                                           static_cast<const float*>(a.beta),
+                                           a.invstd,
+                                           a.scale,
+                                           a.shift,
+                                           element_type(a.param_type, "batch_norm_prepare")};
+}
+
+}  // namespace
+
 void KernelBackend::batch_norm_stats(const backend::BatchNormShape& s, const float* x, float* mean,
                                      float* var) {
   batch_norm_stats_16(s, DType::f32, x, mean, var);
@@ -17,6 +41,22 @@ void KernelBackend::batch_norm_stats(const backend::BatchNormShape& s, const flo
 
 void KernelBackend::batch_norm_stats_16(const backend::BatchNormShape& s, DType type, const void* x,
                                         float* mean, float* var) {
+  batch_norm_stats_kernels(s, type, x, mean, var, nullptr);
+}
+
+void KernelBackend::batch_norm_stats_prepare(const backend::BatchNormShape& s, DType type,
+                                             const void* x, float* var,
+                                             const backend::BatchNormPrepare& args) {
+  backend::BatchNormPrepare with_var = args;
+  with_var.var = var;
+  batch_norm_stats_kernels(s, type, x, args.mean, var, &with_var);
+}
+
+// The statistics' partial sums and their finish, which with `prepare` also
+// runs batch_norm_prepare's per-channel work.
+void KernelBackend::batch_norm_stats_kernels(const backend::BatchNormShape& s, DType type,
+                                             const void* x, float* mean, float* var,
+                                             const backend::BatchNormPrepare* prepare) {
   const std::int64_t chunks = kernels::batch_norm_chunks(s.n, s.inner);
   DeviceScratch buffer =
       scratch(static_cast<std::size_t>(kernels::batch_norm_stats_scratch(s.n, s.c, s.inner)) *
@@ -26,15 +66,13 @@ void KernelBackend::batch_norm_stats_16(const backend::BatchNormShape& s, DType 
                                    part + s.c * chunks};
   k.type = element_type(type, "batch_norm_stats");
   run(k);
-  run(kernels::BatchNormStatsFinish{part, part + s.c * chunks, s.n, s.c, s.inner, mean, var});
+  run(kernels::BatchNormStatsFinish{
+      part, part + s.c * chunks, s.n, s.c, s.inner, mean, var, prepare != nullptr,
+      prepare != nullptr ? prepare_channels(*prepare) : kernels::BatchNormPrepareChannels{}});
 }
 
 void KernelBackend::batch_norm_prepare(const backend::BatchNormPrepare& a) {
-  // 16-bit gamma and beta travel as float* holding 16-bit values (the kernels' convention).
-  run(kernels::BatchNormPrepareChannels{
-      a.c, a.training, a.momentum, a.eps, a.unbias, a.mean, a.var, a.running_mean, a.running_var,
-      static_cast<const float*>(a.gamma), static_cast<const float*>(a.beta), a.invstd, a.scale,
-      a.shift, element_type(a.param_type, "batch_norm_prepare")});
+  run(prepare_channels(a));
 }
 
 void KernelBackend::batch_norm_apply(const backend::BatchNormShape& s, const float* x,

@@ -32,6 +32,9 @@
 //   batch_norm_prepare(args), no scratch:
 //     1. BatchNormPrepareChannels{...args' fields}: thread per channel, the
 //        CPU's f32 arithmetic in its order (the same bits).
+//   batch_norm_stats_prepare(s, type, x, var, args): the statistics' two
+//     kernels, BatchNormStatsFinish with `and_prepare` running
+//     BatchNormPrepareChannels' channel() after each channel's mean and var.
 //   batch_norm_apply(s, x, scale, shift, y), no scratch:
 //     1. BatchNormApply{x, scale, shift, y, n, c, inner}: elementwise
 //        y = fmaf(x, scale[c], shift[c]): fused, as the CPU's AVX2 / AVX-512
@@ -464,43 +467,6 @@ struct BatchNormStatsPartial {
   }
 };
 
-struct BatchNormStatsFinish {
-  const float* part_mean = nullptr;  // [c, chunks]
-  const float* part_m2 = nullptr;    // [c, chunks]
-  std::int64_t n = 0, c = 0, inner = 1;
-  float* mean = nullptr;  // [c]
-  float* var = nullptr;   // [c]
-
-  simt::LaunchShape plan(const simt::DeviceProperties& device) const {
-    return plan_grid_stride(device, c);
-  }
-
-  template <class Ctx>
-  RIG_HD void operator()(Ctx& ctx) const {
-    const std::int64_t m = n * inner;
-    const std::int64_t chunks = batch_norm_chunks(n, inner);
-    for (std::int64_t ch = global_thread(ctx); ch < c; ch += grid_threads(ctx)) {
-      if (m == 0) {
-        mean[ch] = math::bits_float(0x7FC00000U);
-        var[ch] = math::bits_float(0x7FC00000U);
-        continue;
-      }
-      double mu = 0.0, m2 = 0.0, count = 0.0;
-      for (std::int64_t j = 0; j < chunks; ++j) {
-        const std::int64_t left = m - j * kBatchNormChunk;
-        const auto nb = static_cast<double>(left < kBatchNormChunk ? left : kBatchNormChunk);
-        const double total = count + nb;
-        const double delta = static_cast<double>(part_mean[ch * chunks + j]) - mu;
-        mu += delta * (nb / total);
-        m2 += static_cast<double>(part_m2[ch * chunks + j]) + delta * delta * (count * nb / total);
-        count = total;
-      }
-      mean[ch] = static_cast<float>(mu);
-      var[ch] = static_cast<float>(m2 / count);
-    }
-  }
-};
-
 // BatchNormPrepare's fields (backend/kernel_args.hpp) as plain arguments.
 struct BatchNormPrepareChannels {
   std::int64_t c = 0;
@@ -523,26 +489,74 @@ struct BatchNormPrepareChannels {
 
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
+    for (std::int64_t ch = global_thread(ctx); ch < c; ch += grid_threads(ctx)) channel(ch);
+  }
+
+  // One channel's coefficients (and running statistics); BatchNormStatsFinish
+  // calls it too, after writing the channel's mean and var.
+  RIG_HD void channel(std::int64_t ch) const {
     using M = math::DeviceMath;
-    for (std::int64_t ch = global_thread(ctx); ch < c; ch += grid_threads(ctx)) {
-      float v = 0.0F;
-      if (training) {
-        v = var[ch];
-        if (running_mean != nullptr) {
-          running_mean[ch] = (1.0F - momentum) * running_mean[ch] + momentum * mean[ch];
-        }
-        if (running_var != nullptr) {
-          running_var[ch] = (1.0F - momentum) * running_var[ch] + momentum * v * unbias;
-        }
-      } else {
-        mean[ch] = running_mean[ch];
-        v = running_var[ch];
+    float v = 0.0F;
+    if (training) {
+      v = var[ch];
+      if (running_mean != nullptr) {
+        running_mean[ch] = (1.0F - momentum) * running_mean[ch] + momentum * mean[ch];
       }
-      const float is = 1.0F / M::sqrt(v + eps);
-      invstd[ch] = is;
-      const float k = (gamma != nullptr ? load_element(gamma, param_type, ch) : 1.0F) * is;
-      scale[ch] = k;
-      shift[ch] = (beta != nullptr ? load_element(beta, param_type, ch) : 0.0F) - mean[ch] * k;
+      if (running_var != nullptr) {
+        running_var[ch] = (1.0F - momentum) * running_var[ch] + momentum * v * unbias;
+      }
+    } else {
+      mean[ch] = running_mean[ch];
+      v = running_var[ch];
+    }
+    const float is = 1.0F / M::sqrt(v + eps);
+    invstd[ch] = is;
+    const float k = (gamma != nullptr ? load_element(gamma, param_type, ch) : 1.0F) * is;
+    scale[ch] = k;
+    shift[ch] = (beta != nullptr ? load_element(beta, param_type, ch) : 0.0F) - mean[ch] * k;
+  }
+};
+
+struct BatchNormStatsFinish {
+  const float* part_mean = nullptr;  // [c, chunks]
+  const float* part_m2 = nullptr;    // [c, chunks]
+  std::int64_t n = 0, c = 0, inner = 1;
+  float* mean = nullptr;  // [c]
+  float* var = nullptr;   // [c]
+  // With `and_prepare`, each thread then runs prepare's channel on the mean
+  // and var it wrote (prepare.mean and .var are these; training): the bits
+  // of BatchNormPrepareChannels after this kernel, one launch fewer.
+  bool and_prepare = false;
+  BatchNormPrepareChannels prepare{};
+
+  simt::LaunchShape plan(const simt::DeviceProperties& device) const {
+    return plan_grid_stride(device, c);
+  }
+
+  template <class Ctx>
+  RIG_HD void operator()(Ctx& ctx) const {
+    const std::int64_t m = n * inner;
+    const std::int64_t chunks = batch_norm_chunks(n, inner);
+    for (std::int64_t ch = global_thread(ctx); ch < c; ch += grid_threads(ctx)) {
+      if (m == 0) {
+        mean[ch] = math::bits_float(0x7FC00000U);
+        var[ch] = math::bits_float(0x7FC00000U);
+        if (and_prepare) prepare.channel(ch);
+        continue;
+      }
+      double mu = 0.0, m2 = 0.0, count = 0.0;
+      for (std::int64_t j = 0; j < chunks; ++j) {
+        const std::int64_t left = m - j * kBatchNormChunk;
+        const auto nb = static_cast<double>(left < kBatchNormChunk ? left : kBatchNormChunk);
+        const double total = count + nb;
+        const double delta = static_cast<double>(part_mean[ch * chunks + j]) - mu;
+        mu += delta * (nb / total);
+        m2 += static_cast<double>(part_m2[ch * chunks + j]) + delta * delta * (count * nb / total);
+        count = total;
+      }
+      mean[ch] = static_cast<float>(mu);
+      var[ch] = static_cast<float>(m2 / count);
+      if (and_prepare) prepare.channel(ch);
     }
   }
 };

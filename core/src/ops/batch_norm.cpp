@@ -109,11 +109,6 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   Tensor mean = detail::empty_on(xc, {s.c});
   Tensor invstd = detail::empty_on(xc, {s.c});
   Tensor var = training ? detail::empty_on(xc, {s.c}) : Tensor();
-  if (training && type == DType::f32) {
-    be.batch_norm_stats(s, xc.data<float>(), mean.data<float>(), var.data<float>());
-  } else if (training) {
-    be.batch_norm_stats_16(s, type, xc.raw_data(), mean.data<float>(), var.data<float>());
-  }
   // Handles share the buffers: the running statistics update in place, outside autograd.
   Tensor running_mean_handle = running_mean;
   Tensor running_var_handle = running_var;
@@ -127,7 +122,6 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   prepare.eps = eps;
   prepare.unbias = static_cast<float>(count) / static_cast<float>(count - 1);
   prepare.mean = mean.data<float>();
-  prepare.var = training ? var.data<float>() : nullptr;
   prepare.running_mean = running_mean.defined() ? running_mean_handle.data<float>() : nullptr;
   prepare.running_var = running_var.defined() ? running_var_handle.data<float>() : nullptr;
   prepare.gamma = g.defined() ? g.raw_data() : nullptr;
@@ -136,7 +130,11 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   prepare.invstd = invstd.data<float>();
   prepare.scale = scale.data<float>();
   prepare.shift = shift.data<float>();
-  be.batch_norm_prepare(prepare);
+  if (training) {  // the batch's statistics, then the coefficients from them
+    be.batch_norm_stats_prepare(s, type, xc.raw_data(), var.data<float>(), prepare);
+  } else {
+    be.batch_norm_prepare(prepare);
+  }
   Tensor out = detail::empty_on(xc, x.shape(), type);
   const bool add_residual = residual.defined();
   if (add_residual) {

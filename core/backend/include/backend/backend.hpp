@@ -197,6 +197,13 @@ class Backend {
   virtual void batch_norm_stats(const BatchNormShape& s, const float* x, float* mean,
                                 float* var) = 0;
   virtual void batch_norm_prepare(const BatchNormPrepare& args) = 0;
+  // A training step's statistics of x (of `type`: f32, or 16-bit where
+  // reads_16bit_storage()) into args.mean and var, then batch_norm_prepare
+  // with them (args.training; args.var is var): the two calls' bits. The
+  // default makes the two calls; the CUDA back end prepares in the kernel
+  // that finishes the statistics (a launch fewer per batch norm).
+  virtual void batch_norm_stats_prepare(const BatchNormShape& s, DType type, const void* x,
+                                        float* var, const BatchNormPrepare& args);
   // y = x * scale[c] + shift[c].
   virtual void batch_norm_apply(const BatchNormShape& s, const float* x, const float* scale,
                                 const float* shift, float* y) = 0;
