@@ -101,6 +101,26 @@ TEST(DnnGraph, KeysTellShapesTypesAndOptionsApart) {
             dnn::conv2d_forward_graph(conv(16, 16, 3, 1, 32)).key());
 }
 
+TEST(DnnGraph, AccumulatingGradientsNameTheOutputTheyAddTo) {
+  // beta 1: rerun, such a graph would add twice, so it is not rerunnable;
+  // it names the output it adds to, which autotuning binds to a copy.
+  const rig::backend::Conv2dShape s = conv(16, 16, 3, 1, 32);
+  for (const bool accumulate : {false, true}) {
+    const dnn::Graph dgrad = dnn::conv2d_backward_data_graph(s, dnn::ConvType::bf16, accumulate);
+    const dnn::Graph wgrad = dnn::conv2d_backward_filter_graph(s, dnn::ConvType::bf16, accumulate);
+    EXPECT_EQ(dgrad.rerunnable, !accumulate);
+    EXPECT_EQ(wgrad.rerunnable, !accumulate);
+    EXPECT_EQ(dgrad.nodes[0].beta, accumulate ? 1.0F : 0.0F);
+    EXPECT_EQ(wgrad.nodes[0].beta, accumulate ? 1.0F : 0.0F);
+    EXPECT_EQ(dgrad.accumulated,
+              accumulate ? std::vector<std::int64_t>{dnn::uid::dx} : std::vector<std::int64_t>{});
+    EXPECT_EQ(wgrad.accumulated,
+              accumulate ? std::vector<std::int64_t>{dnn::uid::dw} : std::vector<std::int64_t>{});
+  }
+  EXPECT_NE(dnn::conv2d_backward_filter_graph(s, dnn::ConvType::bf16, true).key(),
+            dnn::conv2d_backward_filter_graph(s, dnn::ConvType::bf16, false).key());
+}
+
 TEST(DnnGraph, BatchNormViewsInnerAsHeight) {
   const dnn::Graph g = dnn::batch_norm_forward_training_graph({8, 16, 64}, true);
   EXPECT_EQ(g.tensor(dnn::uid::x)->dims, (std::vector<std::int64_t>{8, 16, 64, 1}));

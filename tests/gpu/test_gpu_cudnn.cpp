@@ -185,6 +185,44 @@ TEST_F(CudnnGraphTest, AutotunedConvolutionsKeepAWorkingEngineAndMatchCpu) {
               graphs_->engine(wgrad).c_str());
 }
 
+TEST_F(CudnnGraphTest, AutotunedAccumulatingConvolutionsAddOnce) {
+  // A gradient added to the one already there (beta 1) is autotuned too: its
+  // candidates run on copies of the output in the workspace, so each call
+  // adds its gradient exactly once, the first (timed) call included.
+  rig_gpu_test::EventTimer timer;
+  graphs_->autotune_with([&timer](const std::function<void()>& work) {
+    return timer.median_ms(0, 1, [&work](int) { work(); });
+  });
+  const rig::backend::Conv2dShape s = test_conv();
+  const dnn::Graph wgrad = dnn::conv2d_backward_filter_graph(s, dnn::ConvType::f32, true);
+  const dnn::Graph dgrad = dnn::conv2d_backward_data_graph(s, dnn::ConvType::f32, true);
+  const auto x = random_values(count(wgrad.tensor(dnn::uid::x)->dims), 11);
+  const auto w = random_values(count(wgrad.tensor(dnn::uid::dw)->dims), 12);
+  const auto gy = random_values(count(wgrad.tensor(dnn::uid::dy)->dims), 13);
+  const auto held_w = random_values(w.size(), 14), held_x = random_values(x.size(), 15);
+  std::vector<float> want_dx(x.size()), want_dw(w.size()),
+      want_db(static_cast<std::size_t>(s.c_out));
+  rig::backend::cpu_backend().conv2d_backward(s, x.data(), w.data(), gy.data(), want_dx.data(),
+                                              want_dw.data(), want_db.data());
+  DeviceArray<float> d_x(x), d_w(w), d_gy(gy), d_dw(held_w), d_dx(held_x);
+  const std::size_t timing_workspace = graphs_->workspace_bytes(wgrad);
+  for (int call = 1; call <= 2; ++call) {
+    run_on(timer.stream(), wgrad,
+           {{dnn::uid::x, d_x.data()}, {dnn::uid::dy, d_gy.data()}, {dnn::uid::dw, d_dw.data()}});
+    run_on(timer.stream(), dgrad,
+           {{dnn::uid::dy, d_gy.data()}, {dnn::uid::w, d_w.data()}, {dnn::uid::dx, d_dx.data()}});
+    std::vector<float> sum_w(w.size()), sum_x(x.size());
+    for (std::size_t i = 0; i < w.size(); ++i) sum_w[i] = held_w[i] + call * want_dw[i];
+    for (std::size_t i = 0; i < x.size(); ++i) sum_x[i] = held_x[i] + call * want_dx[i];
+    expect_close(d_dw.to_host(), sum_w, 1e-4F, 1e-3F, "dw added");
+    expect_close(d_dx.to_host(), sum_x, 1e-4F, 1e-4F, "dx added");
+    EXPECT_EQ(graphs_->plans_autotuned(), 2U) << "call " << call;
+  }
+  EXPECT_NE(graphs_->engine(wgrad).find("autotuned"), std::string::npos) << graphs_->engine(wgrad);
+  // The copies are needed only while timing.
+  EXPECT_LT(graphs_->workspace_bytes(wgrad), timing_workspace);
+}
+
 TEST_F(CudnnGraphTest, BatchNormTrainingMatchesCpu) {
   const rig::backend::BatchNormShape s{16, 8, 49};
   const std::size_t n = static_cast<std::size_t>(s.n * s.c * s.inner);

@@ -764,6 +764,11 @@ struct CudnnGraphs::Plan {
   std::vector<PlanChoice> candidates;
   std::vector<std::pair<std::int64_t, std::int64_t>> scratch;  // (uid, workspace offset)
   std::vector<std::pair<std::int64_t, float>> constants;       // (uid, value); never resized
+  // Autotuning a graph that adds to its outputs (Graph::accumulated): the
+  // candidates run with those bound to copies after the rest of the
+  // workspace, which is tuning_workspace bytes until they have run.
+  std::vector<std::pair<std::int64_t, std::int64_t>> tuning_copies;  // (uid, workspace offset)
+  std::int64_t tuning_workspace = 0;
 };
 
 namespace {
@@ -801,18 +806,30 @@ std::int64_t aligned(std::int64_t bytes) {
 
 // Places the graph's scratch tensors after cuDNN's workspace and collects
 // its constants.
+// The bytes a tensor's strides span.
+std::int64_t extent_bytes(const TensorDesc& t) {
+  std::int64_t extent = 1;
+  for (std::size_t i = 0; i < t.dims.size(); ++i) extent += (t.dims[i] - 1) * t.strides[i];
+  return extent * element_bytes(t.type);
+}
+
+// The graph's scratch tensors after cuDNN's workspace, and where its
+// candidates are to be timed, copies of the outputs it adds to after those.
 void lay_out(const Graph& graph, CudnnGraphs::Plan& plan) {
   std::int64_t offset = aligned(plan.workspace);
   for (const TensorDesc& t : graph.tensors) {
     if (t.by_value && t.value) plan.constants.emplace_back(t.uid, *t.value);
     if (!t.scratch) continue;
-    // The extent of the tensor's strides, in elements.
-    std::int64_t extent = 1;
-    for (std::size_t i = 0; i < t.dims.size(); ++i) extent += (t.dims[i] - 1) * t.strides[i];
     plan.scratch.emplace_back(t.uid, offset);
-    offset += aligned(extent * element_bytes(t.type));
+    offset += aligned(extent_bytes(t));
   }
   if (!plan.scratch.empty()) plan.workspace = offset;
+  if (plan.candidates.empty()) return;
+  for (const std::int64_t uid : graph.accumulated) {
+    plan.tuning_copies.emplace_back(uid, offset);
+    offset += aligned(extent_bytes(*graph.tensor(uid)));
+  }
+  plan.tuning_workspace = offset;
 }
 
 }  // namespace
@@ -850,7 +867,8 @@ CudnnGraphs::Plan& CudnnGraphs::plan(const Graph& graph) {
   } catch (const CudnnError& e) {
     throw CudnnError(e.status(), std::string(e.what()) + " for " + key);
   }
-  const bool tune = timer_ && graph.rerunnable;
+  // A graph that adds to its outputs is timed on copies of them (lay_out).
+  const bool tune = timer_ && (graph.rerunnable || !graph.accumulated.empty());
   PlanResult result =
       make_plan(graph, *plan->graph, static_cast<cudnnBackendDescriptor_t>(device_->descriptor()),
                 tune ? autotune_candidates_ : 1, tune);
@@ -874,7 +892,9 @@ CudnnGraphs::Plan& CudnnGraphs::plan(const Graph& graph) {
 }
 
 std::size_t CudnnGraphs::workspace_bytes(const Graph& graph) {
-  return static_cast<std::size_t>(plan(graph).workspace);
+  const Plan& p = plan(graph);
+  const bool timing_on_copies = !p.candidates.empty() && !p.tuning_copies.empty();
+  return static_cast<std::size_t>(timing_on_copies ? p.tuning_workspace : p.workspace);
 }
 
 std::string CudnnGraphs::engine(const Graph& graph) {
@@ -918,17 +938,42 @@ void CudnnGraphs::execute(const Graph& graph, std::span<const Binding> bindings,
     ids.push_back(t.uid);
     pointers.push_back(const_cast<void*>(bound->data));
   }
-  Descriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-  pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, ids.data(),
-           static_cast<std::int64_t>(ids.size()), "variant pack ids");
-  pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, pointers.data(),
-           static_cast<std::int64_t>(pointers.size()), "variant pack pointers");
-  pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, workspace,
-           "variant pack workspace");
-  pack.finalize("finalizing the variant pack");
+  const auto make_pack = [&](std::vector<void*>& data) {
+    Descriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+    pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, ids.data(),
+             static_cast<std::int64_t>(ids.size()), "variant pack ids");
+    pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, data.data(),
+             static_cast<std::int64_t>(data.size()), "variant pack pointers");
+    pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, workspace,
+             "variant pack workspace");
+    pack.finalize("finalizing the variant pack");
+    return pack;
+  };
+  Descriptor pack = make_pack(pointers);
   const auto handle = static_cast<cudnnHandle_t>(handle_);
   check(cudnn().set_stream(handle, stream), "cudnnSetStream");
-  if (!p.candidates.empty()) tune(p, pack.get());
+  if (!p.candidates.empty() && p.tuning_copies.empty()) tune(p, pack.get());
+  if (!p.candidates.empty() && !p.tuning_copies.empty()) {
+    // Timed with the outputs it adds to bound to copies in the workspace,
+    // so only the run below adds to them.
+    if (workspace_size < static_cast<std::size_t>(p.tuning_workspace)) {
+      throw CudnnError(CUDNN_STATUS_BAD_PARAM,
+                       graph.name + " needs a workspace of " + std::to_string(p.tuning_workspace) +
+                           " bytes while autotuning, given " + std::to_string(workspace_size));
+    }
+    std::vector<void*> on_copies = pointers;
+    for (const auto& [uid, offset] : p.tuning_copies) {
+      const auto at = std::find(ids.begin(), ids.end(), uid);
+      if (at == ids.end()) {
+        throw CudnnError(CUDNN_STATUS_BAD_PARAM, graph.name + ": the output it adds to, tensor " +
+                                                     std::to_string(uid) + ", is not bound");
+      }
+      on_copies[static_cast<std::size_t>(at - ids.begin())] =
+          static_cast<std::byte*>(workspace) + offset;
+    }
+    Descriptor tuning_pack = make_pack(on_copies);
+    tune(p, tuning_pack.get());
+  }
   check(cudnn().execute(handle, p.plan.get(), pack.get()), "cudnnBackendExecute of " + graph.name);
 }
 
@@ -940,7 +985,8 @@ void CudnnGraphs::autotune_with(Timer timer, int candidates) {
 
 // Each plan runs twice on the call's own bindings (the first run loads and
 // warms it), the second timed; an engine that fails to run is passed over.
-// The graph is rerunnable, so the runs only rewrite its outputs.
+// The graph is rerunnable, so the runs only rewrite its outputs, or the
+// outputs it adds to are copies (execute).
 void CudnnGraphs::tune(Plan& p, void* variant_pack) {
   const auto handle = static_cast<cudnnHandle_t>(handle_);
   const auto pack = static_cast<cudnnBackendDescriptor_t>(variant_pack);

@@ -292,6 +292,7 @@ Graph conv2d_backward_data_graph(const backend::Conv2dShape& s, ConvType type, b
   dgrad.beta = accumulate ? 1.0F : 0.0F;
   g.graph().allow_tf32 = s.allow_tf32;
   g.graph().rerunnable = !accumulate;
+  if (accumulate) g.graph().accumulated = {uid::dx};
   return g.take();
 }
 
@@ -308,6 +309,7 @@ Graph conv2d_backward_filter_graph(const backend::Conv2dShape& s, ConvType type,
   wgrad.beta = accumulate ? 1.0F : 0.0F;
   g.graph().allow_tf32 = s.allow_tf32;
   g.graph().rerunnable = !accumulate;
+  if (accumulate) g.graph().accumulated = {uid::dw};
   return g.take();
 }
 

@@ -143,6 +143,10 @@ struct Graph {
   // which updates running statistics in place). Only such a graph may be
   // timed with several engines on the caller's data (CudnnGraphs::autotune_with).
   bool rerunnable = false;
+  // Outputs the graph adds to (a convolution's beta 1), which make it not
+  // rerunnable for that reason alone: it is timed with them bound to copies
+  // in its workspace instead (CudnnGraphs::autotune_with).
+  std::vector<std::int64_t> accumulated;
   std::vector<TensorDesc> tensors;
   std::vector<Node> nodes;
 
