@@ -804,8 +804,6 @@ std::int64_t aligned(std::int64_t bytes) {
   return (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
 }
 
-// Places the graph's scratch tensors after cuDNN's workspace and collects
-// its constants.
 // The bytes a tensor's strides span.
 std::int64_t extent_bytes(const TensorDesc& t) {
   std::int64_t extent = 1;
@@ -813,8 +811,9 @@ std::int64_t extent_bytes(const TensorDesc& t) {
   return extent * element_bytes(t.type);
 }
 
-// The graph's scratch tensors after cuDNN's workspace, and where its
-// candidates are to be timed, copies of the outputs it adds to after those.
+// Places the graph's scratch tensors after cuDNN's workspace (and, where its
+// candidates are to be timed, copies of the outputs it adds to after those)
+// and collects its constants.
 void lay_out(const Graph& graph, CudnnGraphs::Plan& plan) {
   std::int64_t offset = aligned(plan.workspace);
   for (const TensorDesc& t : graph.tensors) {
