@@ -101,6 +101,14 @@ grep -Eq "^ +17 .* AddStrided bf16 \+= bf16$" r50.txt || fail "not 17 adds of pa
 grep -Eq "^ +53 .* BatchNormStatsFinish$" r50.txt || fail "not 53 batch norms' statistics"
 if grep -q "BatchNormPrepareChannels" r50.txt; then fail "a training step prepares in a launch of its own"; fi
 
+echo "== a float32 ResNet-50, channels first, host-only (at 32 x 32, batch 2)"
+RIG_CUDA_EMULATOR_HOST_ONLY=1 check "$tool" "$rig" r50-f32.txt -- "$resnet" --batch_size_per_gpu=2 \
+  --data_layer_params.image_size=32 --dtype=float32 --model_params.data_format=channels_first
+# batch norm adds f32 dgamma and dbeta into .grad too (106 adds fewer); f32
+# convolutions do not add theirs: 53 dW, 16 residual blocks' dx, the
+# classifier's W and b are added in passes of their own
+grep -Eq "^ +71 .* AddStrided f32 \+= f32$" r50-f32.txt || fail "not 71 adds in a float32 step"
+
 echo "== host-only (RIG_CUDA_EMULATOR_HOST_ONLY=1): the same step queued, nothing run"
 RIG_CUDA_EMULATOR_FUSED_ATTENTION=1 RIG_CUDA_EMULATOR_HOST_ONLY=1 check "$tool" "$rig" \
   nmt-host.txt -- "$transformer" --dtype=mixed --mixed_dtype=bfloat16 \

@@ -528,6 +528,28 @@ TEST(Emulated16BitOps, ParameterGradientsAreAddedIntoDotGradRoundingOnce) {
       EXPECT_EQ(host(b_grad), want_b) << "beta's .grad";
     }
   }
+  // An f32 model's batch norm adds its f32 dgamma and dbeta the same way
+  // (one f32 add: an add's bits).
+  {
+    const std::int64_t c = 16;
+    const Tensor x = grid({4, c, 7, 7}, 97), gamma = grid({c}, 98), beta = grid({c}, 99);
+    const Tensor u = grid({4, c, 7, 7}, 100), sg = grid({c}, 101);
+    const auto run = [&](const Tensor& g, const Tensor& b) {
+      const Tensor y = rig::ops::batch_norm(x.to(dev), g, b, Tensor(), Tensor(), true, 0.1F, 1e-5F);
+      rig::ops::sum(rig::ops::mul(y, u.to(dev))).backward();
+    };
+    Tensor g1 = leaf(gamma, DType::f32, dev), b1 = leaf(beta, DType::f32, dev);
+    run(g1, b1);
+    const std::vector<float> p = host(g1.grad()), s_g = sg.to_vector();
+    std::vector<float> want(p.size());
+    for (std::size_t i = 0; i < want.size(); ++i) want[i] = s_g[i] + p[i];
+    Tensor g2 = leaf(gamma, DType::f32, dev), b2 = leaf(beta, DType::f32, dev);
+    Tensor g_grad = sg.to(dev);
+    g2.set_grad(g_grad);
+    run(g2, b2);
+    EXPECT_EQ(host(g_grad), want) << "an f32 gamma's .grad";
+    EXPECT_EQ(host(b2.grad()), host(b1.grad())) << "an f32 beta's first gradient";
+  }
 }
 
 TEST(Emulated16BitOps, Conv2dHasTheBitsOfItsFloat32Copy) {

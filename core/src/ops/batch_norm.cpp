@@ -175,15 +175,18 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
         // its first pass over grad.
         Tensor dz = add_residual ? detail::empty_on(gc, gc.shape(), type) : Tensor();
         Tensor dx = need_x ? detail::empty_on(gc, xc.shape(), type) : Tensor();
-        // The 16-bit kernels add a 16-bit model's dgamma and dbeta into the
-        // gradients gamma and beta already have (their .grad in the flat
-        // gradient buffer): no add of their own per parameter.
-        const auto target = [&](bool needed, std::size_t input) {
-          return needed && type != DType::f32 && param_type != DType::f32
+        // The CUDA back end's kernels (a back end that reads 16-bit storage)
+        // add dgamma and dbeta into the gradients gamma and beta already
+        // have (their .grad in the flat gradient buffer), in any dtype: no
+        // add of their own per parameter.
+        backend::Backend& be = detail::backend_of(gc);
+        const auto target = [&](bool needed, DType dtype, std::size_t input) {
+          return needed && be.reads_16bit_storage() && dtype == param_type
                      ? autograd::accumulation_target(input)
                      : Tensor();
         };
-        const Tensor dg_into = target(need_g, 1), db_into = target(need_b, 2);
+        const Tensor dg_into = target(need_g, gamma_dtype, 1),
+                     db_into = target(need_b, beta_dtype, 2);
         const backend::NormGradAccumulation accumulate{false, dg_into.defined(), db_into.defined()};
         Tensor dg = detail::gradient_buffer(need_g, dg_into, gc, {s.c}, param_type);
         Tensor db = detail::gradient_buffer(need_b, db_into, gc, {s.c}, param_type);
@@ -198,20 +201,19 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
             mask.scale = relu_scale.data<float>();
             mask.shift = relu_shift.data<float>();
           }
-          detail::backend_of(gc).batch_norm_backward_relu(
+          be.batch_norm_backward_relu(
               s, type, xc.raw_data(), mask, gc.raw_data(), mean.data<float>(), invstd.data<float>(),
               param_type, gamma_data, training, need_x ? dx.raw_data() : nullptr, dg_data, db_data,
               add_residual ? dz.raw_data() : nullptr, accumulate);
-        } else if (type == DType::f32) {
-          detail::backend_of(gc).batch_norm_backward(
-              s, xc.data<float>(), gc.data<float>(), mean.data<float>(), invstd.data<float>(),
-              static_cast<const float*>(gamma_data), training, need_x ? dx.data<float>() : nullptr,
-              static_cast<float*>(dg_data), static_cast<float*>(db_data));
-        } else {
-          detail::backend_of(gc).batch_norm_backward_16(
-              s, type, xc.raw_data(), gc.raw_data(), mean.data<float>(), invstd.data<float>(),
-              param_type, gamma_data, training, need_x ? dx.raw_data() : nullptr, dg_data, db_data,
-              accumulate);
+        } else if (type == DType::f32 && !accumulate.dgamma && !accumulate.dbeta) {
+          be.batch_norm_backward(s, xc.data<float>(), gc.data<float>(), mean.data<float>(),
+                                 invstd.data<float>(), static_cast<const float*>(gamma_data),
+                                 training, need_x ? dx.data<float>() : nullptr,
+                                 static_cast<float*>(dg_data), static_cast<float*>(db_data));
+        } else {  // 16-bit x, or f32 x with gradients to add into (the CUDA back end)
+          be.batch_norm_backward_16(s, type, xc.raw_data(), gc.raw_data(), mean.data<float>(),
+                                    invstd.data<float>(), param_type, gamma_data, training,
+                                    need_x ? dx.raw_data() : nullptr, dg_data, db_data, accumulate);
         }
         // Gradients in the parameters' own dtypes.
         if (need_g && gamma_dtype != DType::f32) dg = dg.to(gamma_dtype);

@@ -214,7 +214,9 @@ class Backend {
   // (reads_16bit_storage()); the statistics f32; gamma, dgamma and dbeta of
   // param_type (f32, or a 16-bit model's own parameters and gradients);
   // dgamma and dbeta added to what they hold where `accumulate` says (in
-  // f32, rounded once; accumulate.dx is not offered: must be false).
+  // f32, rounded once; accumulate.dx is not offered: must be false). A back
+  // end that reads 16-bit storage takes f32 `type` too (the f32 entry
+  // points' bits; the ops use it to add f32 dgamma and dbeta).
   virtual void batch_norm_stats_16(const BatchNormShape& s, DType type, const void* x, float* mean,
                                    float* var);
   virtual void batch_norm_apply_16(const BatchNormShape& s, DType type, const void* x,
