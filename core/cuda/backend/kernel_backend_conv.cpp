@@ -92,44 +92,48 @@ void KernelBackend::conv2d_backward_16(const backend::Conv2dShape& s, DType type
                                        const void* w, const void* dy, void* dx, void* dw,
                                        const backend::ConvGradAccumulation& accumulate) {
   if (device_->conv2d_16(s, type)) {
-    // A gradient to add where the device cannot: into scratch, then added
-    // (rounded twice).
-    if (dx != nullptr && accumulate.dx && !device_->conv2d_16_adds_dx(s, type)) {
-      DeviceScratch dx16 = scratch(static_cast<std::size_t>(s.x_elements()) * 2);
-      device_->conv2d_backward_data_16(s, type, w, dy, dx16.as<void>(), false);
-      add_strided({s.x_elements()}, dx, {1}, type, dx16.as<void>(), {1}, type);
-    } else if (dx != nullptr) {
-      device_->conv2d_backward_data_16(s, type, w, dy, dx, accumulate.dx);
-    }
-    if (dw != nullptr && accumulate.dw && !device_->conv2d_16_adds_dw(s, type)) {
-      DeviceScratch dw16 = scratch(static_cast<std::size_t>(s.w_elements()) * 2);
-      device_->conv2d_backward_filter_16(s, type, x, dy, dw16.as<void>(), false);
-      add_strided({s.w_elements()}, dw, {1}, type, dw16.as<void>(), {1}, type);
-    } else if (dw != nullptr) {
-      device_->conv2d_backward_filter_16(s, type, x, dy, dw, accumulate.dw);
-    }
+    // make(out, add) writes a gradient of n elements into `into`, or adds
+    // it where the device can (adds_in_place(), asked only then); else it
+    // is made in scratch and added (rounded twice).
+    const auto gradient = [&](std::int64_t n, void* into, bool add, const auto& adds_in_place,
+                              const auto& make) {
+      if (into == nullptr) return;
+      if (!add || adds_in_place()) {
+        make(into, add);
+        return;
+      }
+      DeviceScratch made = scratch(static_cast<std::size_t>(n) * 2);
+      make(made.as<void>(), false);
+      add_strided({n}, into, {1}, type, made.as<void>(), {1}, type);
+    };
+    gradient(
+        s.x_elements(), dx, accumulate.dx, [&] { return device_->conv2d_16_adds_dx(s, type); },
+        [&](void* out, bool add) { device_->conv2d_backward_data_16(s, type, w, dy, out, add); });
+    gradient(
+        s.w_elements(), dw, accumulate.dw, [&] { return device_->conv2d_16_adds_dw(s, type); },
+        [&](void* out, bool add) { device_->conv2d_backward_filter_16(s, type, x, dy, out, add); });
     return;
   }
+  // The f32 result rounded into `into`, or added to what it holds.
+  const auto store = [&](std::int64_t n, void* into, bool add, const DeviceScratch& made) {
+    if (add) {
+      add_strided({n}, into, {1}, type, made.as<float>(), {1}, DType::f32);
+    } else {
+      copy_strided({n}, into, {1}, type, made.as<float>(), {1}, DType::f32);
+    }
+  };
   const DeviceScratch dyf = f32_copy(type, dy, s.y_elements());
   if (dx != nullptr) {
     const DeviceScratch wf = f32_copy(type, w, s.w_elements());
     DeviceScratch dxf = scratch(static_cast<std::size_t>(s.x_elements()) * sizeof(float));
     device_->conv2d_backward_data(s, wf.as<float>(), dyf.as<float>(), dxf.as<float>());
-    if (accumulate.dx) {
-      add_strided({s.x_elements()}, dx, {1}, type, dxf.as<float>(), {1}, DType::f32);
-    } else {
-      copy_strided({s.x_elements()}, dx, {1}, type, dxf.as<float>(), {1}, DType::f32);
-    }
+    store(s.x_elements(), dx, accumulate.dx, dxf);
   }
   if (dw != nullptr) {
     const DeviceScratch xf = f32_copy(type, x, s.x_elements());
     DeviceScratch dwf = scratch(static_cast<std::size_t>(s.w_elements()) * sizeof(float));
     device_->conv2d_backward_filter(s, xf.as<float>(), dyf.as<float>(), dwf.as<float>());
-    if (accumulate.dw) {
-      add_strided({s.w_elements()}, dw, {1}, type, dwf.as<float>(), {1}, DType::f32);
-    } else {
-      copy_strided({s.w_elements()}, dw, {1}, type, dwf.as<float>(), {1}, DType::f32);
-    }
+    store(s.w_elements(), dw, accumulate.dw, dwf);
   }
 }
 

@@ -766,7 +766,8 @@ struct CudnnGraphs::Plan {
   std::vector<std::pair<std::int64_t, float>> constants;       // (uid, value); never resized
   // Autotuning a graph that adds to its outputs (Graph::accumulated): the
   // candidates run with those bound to copies after the rest of the
-  // workspace, which is tuning_workspace bytes until they have run.
+  // workspace. tuning_workspace: the workspace until they have run (then
+  // `workspace`), the copies included.
   std::vector<std::pair<std::int64_t, std::int64_t>> tuning_copies;  // (uid, workspace offset)
   std::int64_t tuning_workspace = 0;
 };
@@ -823,7 +824,8 @@ void lay_out(const Graph& graph, CudnnGraphs::Plan& plan) {
     offset += aligned(extent_bytes(t));
   }
   if (!plan.scratch.empty()) plan.workspace = offset;
-  if (plan.candidates.empty()) return;
+  plan.tuning_workspace = plan.workspace;
+  if (plan.candidates.empty() || graph.accumulated.empty()) return;
   for (const std::int64_t uid : graph.accumulated) {
     plan.tuning_copies.emplace_back(uid, offset);
     offset += aligned(extent_bytes(*graph.tensor(uid)));
@@ -892,8 +894,7 @@ CudnnGraphs::Plan& CudnnGraphs::plan(const Graph& graph) {
 
 std::size_t CudnnGraphs::workspace_bytes(const Graph& graph) {
   const Plan& p = plan(graph);
-  const bool timing_on_copies = !p.candidates.empty() && !p.tuning_copies.empty();
-  return static_cast<std::size_t>(timing_on_copies ? p.tuning_workspace : p.workspace);
+  return static_cast<std::size_t>(p.candidates.empty() ? p.workspace : p.tuning_workspace);
 }
 
 std::string CudnnGraphs::engine(const Graph& graph) {
@@ -951,8 +952,9 @@ void CudnnGraphs::execute(const Graph& graph, std::span<const Binding> bindings,
   Descriptor pack = make_pack(pointers);
   const auto handle = static_cast<cudnnHandle_t>(handle_);
   check(cudnn().set_stream(handle, stream), "cudnnSetStream");
-  if (!p.candidates.empty() && p.tuning_copies.empty()) tune(p, pack.get());
-  if (!p.candidates.empty() && !p.tuning_copies.empty()) {
+  if (!p.candidates.empty() && p.tuning_copies.empty()) {
+    tune(p, pack.get());
+  } else if (!p.candidates.empty()) {
     // Timed with the outputs it adds to bound to copies in the workspace,
     // so only the run below adds to them.
     if (workspace_size < static_cast<std::size_t>(p.tuning_workspace)) {

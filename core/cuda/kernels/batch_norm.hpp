@@ -763,12 +763,14 @@ struct BatchNormGradFinish {
       }
       const float is = invstd[ch];
       if (dgamma != nullptr) {
-        const float held = add_dgamma ? load_element(dgamma, param_type, ch) : 0.0F;
-        store_element(dgamma, param_type, ch, add_dgamma ? held + sum_gx * is : sum_gx * is);
+        float v = sum_gx * is;
+        if (add_dgamma) v += load_element(dgamma, param_type, ch);
+        store_element(dgamma, param_type, ch, v);
       }
       if (dbeta != nullptr) {
-        const float held = add_dbeta ? load_element(dbeta, param_type, ch) : 0.0F;
-        store_element(dbeta, param_type, ch, add_dbeta ? held + sum_g : sum_g);
+        float v = sum_g;
+        if (add_dbeta) v += load_element(dbeta, param_type, ch);
+        store_element(dbeta, param_type, ch, v);
       }
       if (!dx) continue;
       const float a = (gamma != nullptr ? load_element(gamma, param_type, ch) : 1.0F) * is;

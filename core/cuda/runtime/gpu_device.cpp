@@ -149,7 +149,7 @@ class GpuDevice final : public KernelDevice {
   }
   // Where cuDNN plans the data gradient with beta 1 (once per shape and type).
   bool conv2d_16_adds_dx(const backend::Conv2dShape& s, DType type) override {
-    return plans_once(conv16_adds_dx_,
+    return plans_once(conv16_adds_,
                       dnn::conv2d_backward_data_graph(without_bias(s), conv_type(type), true),
                       [] { return std::vector<dnn::Graph>{}; });
   }
@@ -161,7 +161,7 @@ class GpuDevice final : public KernelDevice {
   }
   // Where cuDNN plans the filter gradient with beta 1 (once per shape and type).
   bool conv2d_16_adds_dw(const backend::Conv2dShape& s, DType type) override {
-    return plans_once(conv16_adds_dw_,
+    return plans_once(conv16_adds_,
                       dnn::conv2d_backward_filter_graph(without_bias(s), conv_type(type), true),
                       [] { return std::vector<dnn::Graph>{}; });
   }
@@ -477,8 +477,7 @@ class GpuDevice final : public KernelDevice {
   std::mutex plans_mutex_;
   std::map<std::string, bool> fused_supported_;   // by forward graph key
   std::map<std::string, bool> conv16_supported_;  // by forward graph key
-  std::map<std::string, bool> conv16_adds_dx_;    // by accumulating dgrad graph key
-  std::map<std::string, bool> conv16_adds_dw_;    // by accumulating wgrad graph key
+  std::map<std::string, bool> conv16_adds_;       // by accumulating dgrad / wgrad graph key
   std::mutex staging_mutex_;                      // also the uploads' state below
   std::vector<std::unique_ptr<Staging>> staging_;
   std::unique_ptr<Stream> copy_stream_;  // made by the first begin_uploads

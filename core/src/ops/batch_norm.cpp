@@ -205,12 +205,12 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
               s, type, xc.raw_data(), mask, gc.raw_data(), mean.data<float>(), invstd.data<float>(),
               param_type, gamma_data, training, need_x ? dx.raw_data() : nullptr, dg_data, db_data,
               add_residual ? dz.raw_data() : nullptr, accumulate);
-        } else if (type == DType::f32 && !accumulate.dgamma && !accumulate.dbeta) {
+        } else if (!be.reads_16bit_storage()) {  // f32 on the CPU and sim
           be.batch_norm_backward(s, xc.data<float>(), gc.data<float>(), mean.data<float>(),
                                  invstd.data<float>(), static_cast<const float*>(gamma_data),
                                  training, need_x ? dx.data<float>() : nullptr,
                                  static_cast<float*>(dg_data), static_cast<float*>(db_data));
-        } else {  // 16-bit x, or f32 x with gradients to add into (the CUDA back end)
+        } else {  // the CUDA back end: f32 or 16-bit x, adding where asked
           be.batch_norm_backward_16(s, type, xc.raw_data(), gc.raw_data(), mean.data<float>(),
                                     invstd.data<float>(), param_type, gamma_data, training,
                                     need_x ? dx.raw_data() : nullptr, dg_data, db_data, accumulate);
