@@ -216,7 +216,7 @@ class Backend {
   // dgamma and dbeta added to what they hold where `accumulate` says (in
   // f32, rounded once; accumulate.dx is not offered: must be false). A back
   // end that reads 16-bit storage takes f32 `type` too (the f32 entry
-  // points' bits; the ops use it to add f32 dgamma and dbeta).
+  // points' bits; the ops call it for f32 there, to add dgamma and dbeta).
   virtual void batch_norm_stats_16(const BatchNormShape& s, DType type, const void* x, float* mean,
                                    float* var);
   virtual void batch_norm_apply_16(const BatchNormShape& s, DType type, const void* x,
