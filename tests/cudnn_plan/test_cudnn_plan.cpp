@@ -199,8 +199,9 @@ std::vector<Case> cases() {
                      dnn::conv2d_backward_filter_graph(shape, dnn::ConvType::bf16, true)});
     }
   }
-  // ResNet-20's, channels last in f16 (the T4 AMP users' setting) and bf16.
-  for (const dnn::ConvType type : {dnn::ConvType::f16, dnn::ConvType::bf16}) {
+  // ResNet-20's, channels last in f16 (the T4 AMP users' setting), bf16 and
+  // f32 (whose convolutions add their gradients too).
+  for (const dnn::ConvType type : {dnn::ConvType::f16, dnn::ConvType::bf16, dnn::ConvType::f32}) {
     for (const Conv& c : convs) {
       if (c.shape.c_in == 3) continue;
       rig::backend::Conv2dShape shape = c.shape;
@@ -209,9 +210,15 @@ std::vector<Case> cases() {
                      dnn::conv2d_backward_data_graph(shape, type, true)});
     }
   }
+  // An f32 ResNet's data gradients added in NCHW (its default layout).
+  for (const Conv& c : convs) {
+    if (c.shape.c_in == 3) continue;
+    out.push_back({std::string("conv_dgrad_accumulating_f32_") + c.name,
+                   dnn::conv2d_backward_data_graph(c.shape, dnn::ConvType::f32, true)});
+  }
   // Their filter gradients added into the weights' .grad: every one in NCHW
   // (the weight is the parameter itself), the 1 x 1 ones in NHWC.
-  for (const dnn::ConvType type : {dnn::ConvType::f16, dnn::ConvType::bf16}) {
+  for (const dnn::ConvType type : {dnn::ConvType::f16, dnn::ConvType::bf16, dnn::ConvType::f32}) {
     for (const bool channels_last : {false, true}) {
       for (const Conv& c : convs) {
         if (channels_last && c.shape.kernel_h != 1) continue;

@@ -12,8 +12,13 @@ rm -rf "$work"; mkdir -p "$work"; cd "$work"
 echo "== float32: the mlp's two linear layers forward and backward, sgd, no casts"
 check "$tool" "$rig" f32.txt -- "$tiny"
 grep -q "^One training step" f32.txt || fail "no heading"
-# forward 2 products, backward 3 (the first layer's input needs no gradient)
-grep -Eq "^ +5 .* cuBLASLt matmul f32 x f32 -> f32$" f32.txt || fail "not 5 f32 products a step"
+# forward 2 products, backward 3 (the first layer's input needs no gradient),
+# the backward's dW added into the weights' .grad by the products (beta 1);
+# the biases' gradients are added in passes of their own
+grep -Eq "^ +3 .* cuBLASLt matmul f32 x f32 -> f32$" f32.txt || fail "not 3 f32 products a step"
+grep -Eq "^ +2 .* cuBLASLt matmul f32 x f32 \+= f32$" f32.txt ||
+  fail "not 2 f32 products adding into .grad"
+grep -Eq "^ +2 .* AddStrided f32 \+= f32$" f32.txt || fail "not 2 adds of the biases' gradients"
 grep -Eq "^ +1 .* SgdUpdateKernel f32$" f32.txt || fail "not one sgd update a step"
 grep -q "^casts between dtypes .*: 0.0 kB, 0.0%" f32.txt || fail "a float32 step casts"
 grep -Eq "^ +[0-9]+ .* in all" f32.txt || fail "no total"
@@ -104,10 +109,15 @@ if grep -q "BatchNormPrepareChannels" r50.txt; then fail "a training step prepar
 echo "== a float32 ResNet-50, channels first, host-only (at 32 x 32, batch 2)"
 RIG_CUDA_EMULATOR_HOST_ONLY=1 check "$tool" "$rig" r50-f32.txt -- "$resnet" --batch_size_per_gpu=2 \
   --data_layer_params.image_size=32 --dtype=float32 --model_params.data_format=channels_first
-# batch norm adds f32 dgamma and dbeta into .grad too (106 adds fewer); f32
-# convolutions do not add theirs: 53 dW, 16 residual blocks' dx, the
-# classifier's W and b are added in passes of their own
-grep -Eq "^ +71 .* AddStrided f32 \+= f32$" r50-f32.txt || fail "not 71 adds in a float32 step"
+# batch norm adds f32 dgamma and dbeta into .grad too, and the f32
+# convolutions their dW (cuDNN's beta 1; NCHW: every weight is the
+# parameter) and the residual blocks' dx, the classifier's product its dW:
+# only the classifier's bias gradient is added in a pass of its own
+grep -Eq "^ +53 .* convolution filter gradient f32, added into dw$" r50-f32.txt ||
+  fail "not 53 f32 convolutions adding their dW"
+grep -Eq "^ +16 .* convolution data gradient f32, added into dx$" r50-f32.txt ||
+  fail "not 16 f32 convolutions adding their dx"
+grep -Eq "^ +1 .* AddStrided f32 \+= f32$" r50-f32.txt || fail "not 1 add in a float32 step"
 
 echo "== host-only (RIG_CUDA_EMULATOR_HOST_ONLY=1): the same step queued, nothing run"
 RIG_CUDA_EMULATOR_FUSED_ATTENTION=1 RIG_CUDA_EMULATOR_HOST_ONLY=1 check "$tool" "$rig" \

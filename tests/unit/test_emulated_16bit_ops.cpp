@@ -550,6 +550,51 @@ TEST(Emulated16BitOps, ParameterGradientsAreAddedIntoDotGradRoundingOnce) {
     EXPECT_EQ(host(g_grad), want) << "an f32 gamma's .grad";
     EXPECT_EQ(host(b2.grad()), host(b1.grad())) << "an f32 beta's first gradient";
   }
+  // And an f32 convolution its dW (NCHW: the weight is the parameter) and
+  // its dx (into the gradient a residual block's input already has).
+  {
+    rig::ops::Conv2dOptions options;
+    options.pad_h = options.pad_w = 1;
+    const Tensor x = grid({2, 4, 9, 9}, 102), w = grid({6, 4, 3, 3}, 103);
+    const Tensor u = grid({2, 6, 9, 9}, 104), sw = grid({6, 4, 3, 3}, 105);
+    const Tensor sx = grid({2, 4, 9, 9}, 106);
+    const auto run = [&](Tensor& xl, Tensor& wl) {
+      rig::ops::sum(rig::ops::mul(rig::ops::conv2d(xl, wl, Tensor(), options), u.to(dev)))
+          .backward();
+    };
+    Tensor x1 = leaf(x, DType::f32, dev), w1 = leaf(w, DType::f32, dev);
+    run(x1, w1);
+    const auto sum = [&](const Tensor& s, const Tensor& p) {
+      std::vector<float> v = s.to_vector();
+      const std::vector<float> pv = host(p);
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] += pv[i];
+      return v;
+    };
+    Tensor x2 = leaf(x, DType::f32, dev), w2 = leaf(w, DType::f32, dev);
+    Tensor x_grad = sx.to(dev), w_grad = sw.to(dev);
+    x2.set_grad(x_grad);
+    w2.set_grad(w_grad);
+    run(x2, w2);
+    EXPECT_EQ(host(w_grad), sum(sw, w1.grad())) << "an f32 weight's .grad";
+    EXPECT_EQ(host(x_grad), sum(sx, x1.grad())) << "an f32 input's .grad";
+    // A linear layer's products add theirs (beta 1).
+    const Tensor lx = grid({5, 8}, 107), lw = grid({6, 8}, 108), lu = grid({5, 6}, 109);
+    const Tensor slw = grid({6, 8}, 110), slx = grid({5, 8}, 111);
+    const auto run_linear = [&](Tensor& xl, Tensor& wl) {
+      rig::ops::sum(
+          rig::ops::mul(rig::ops::linear(xl, wl, Tensor(), rig::ops::Activation::none), lu.to(dev)))
+          .backward();
+    };
+    Tensor lx1 = leaf(lx, DType::f32, dev), lw1 = leaf(lw, DType::f32, dev);
+    run_linear(lx1, lw1);
+    Tensor lx2 = leaf(lx, DType::f32, dev), lw2 = leaf(lw, DType::f32, dev);
+    Tensor lx_grad = slx.to(dev), lw_grad = slw.to(dev);
+    lx2.set_grad(lx_grad);
+    lw2.set_grad(lw_grad);
+    run_linear(lx2, lw2);
+    EXPECT_EQ(host(lw_grad), sum(slw, lw1.grad())) << "an f32 linear weight's .grad";
+    EXPECT_EQ(host(lx_grad), sum(slx, lx1.grad())) << "an f32 linear input's .grad";
+  }
 }
 
 TEST(Emulated16BitOps, Conv2dHasTheBitsOfItsFloat32Copy) {

@@ -314,6 +314,20 @@ TEST(KernelBackendMatmul, NonContiguousOperandIsCopied) {
                {3, 2, 5});
 }
 
+TEST(KernelBackendMatmul, BatchAxesThatDoNotMerge) {
+  // Heads split from a [B, T, H, D] tensor, viewed as [B, H, T, D]: B and H
+  // do not merge into one batch stride. One batched product over the longer
+  // axis, a loop over the other: B (3) batched, H (2) looped, then H (3)
+  // batched, B (2) looped; the output's batch strides follow.
+  check_matmul(view_mat(120, {3, 2, 4, 5}, {40, 5, 10, 1}, 37), dense_mat({3, 2, 5, 6}, 38),
+               {3, 2, 4, 6});
+  check_matmul(view_mat(120, {2, 3, 4, 5}, {60, 5, 15, 1}, 39), dense_mat({2, 3, 5, 6}, 40),
+               {2, 3, 4, 6});
+  // Both operands so, b transposed ([B, T, H, D] keys read as K^T).
+  check_matmul(view_mat(120, {3, 2, 4, 5}, {40, 5, 10, 1}, 41),
+               view_mat(120, {3, 2, 4, 5}, {40, 5, 10, 1}, 42, true), {3, 2, 4, 4});
+}
+
 TEST(KernelBackendMatmul, FoldedBatchWithSharedB) {
   // [B, T, K] x [K, N]: one product of B*T rows.
   check_matmul(dense_mat({2, 3, 4}, 17), dense_mat({4, 5}, 18), {2, 3, 5});
@@ -587,6 +601,14 @@ TEST(KernelBackendAttention, PackedHeadsWithBroadcastMask) {
   c.packed = true;
   c.mask = true;
   check_attention(c);
+  // More batch elements than heads (the heads' products looped, each
+  // batched over the batch elements), and more heads than batch elements.
+  c.b = 3;
+  check_attention(c);
+  c.b = 2;
+  c.h = 3;
+  check_attention(c);
+  c.h = 2;
   c.probs = false;
   check_attention(c);
   c.probs = true;
@@ -1136,11 +1158,8 @@ TEST(KernelBackend16Bit, BatchNormPrepareReads16BitGammaAndBeta) {
   EXPECT_THROW(cpu().batch_norm_prepare(bad), std::logic_error);
 }
 
-TEST(KernelBackend16Bit, Conv2dMatchesTheF32Path) {
-  // The emulated device converts to f32 (the same bits), inside its 16-bit
-  // convolutions or, without them, in the back end's copies; a GPU runs cuDNN's
-  // bf16 / f16 convolutions, which accumulate in f32 in their own order. A
-  // second backward adds its dx into the first's.
+// A 3 x 3 convolution of 8 into 16 channels on 2 images of 10 x 10, padded 1.
+backend::Conv2dShape padded_3x3_conv() {
   backend::Conv2dShape s;
   s.n = 2;
   s.c_in = 8;
@@ -1149,9 +1168,18 @@ TEST(KernelBackend16Bit, Conv2dMatchesTheF32Path) {
   s.kernel_h = s.kernel_w = 3;
   s.pad_h = s.pad_w = 1;
   s.out_h = s.out_w = 10;
-  const auto nx = static_cast<std::size_t>(s.n * s.c_in * s.h * s.w);
-  const auto nw = static_cast<std::size_t>(s.c_out * s.c_in * 9);
-  const auto ny = static_cast<std::size_t>(s.n * s.c_out * s.out_h * s.out_w);
+  return s;
+}
+
+TEST(KernelBackend16Bit, Conv2dMatchesTheF32Path) {
+  // The emulated device converts to f32 (the same bits), inside its 16-bit
+  // convolutions or, without them, in the back end's copies; a GPU runs cuDNN's
+  // bf16 / f16 convolutions, which accumulate in f32 in their own order. A
+  // second backward adds its dx into the first's.
+  backend::Conv2dShape s = padded_3x3_conv();
+  const auto nx = static_cast<std::size_t>(s.x_elements());
+  const auto nw = static_cast<std::size_t>(s.w_elements());
+  const auto ny = static_cast<std::size_t>(s.y_elements());
 #ifdef RIG_KERNEL_BACKEND_ON_GPU
   const float tol = 1e-2F;
 #else
@@ -1198,6 +1226,48 @@ TEST(KernelBackend16Bit, Conv2dMatchesTheF32Path) {
         EXPECT_TRUE(close(values_of(dw16.host(), type), rounded(dw_twice), tol, tol))
             << "dW accumulated";
       }
+}
+
+TEST(KernelBackend16Bit, Conv2dOnF32StorageAddsItsGradients) {
+  // The ops send f32 convolutions without bias through the same entry
+  // points (type f32): y, dx and dW as the f32 path's, and dx / dW added
+  // into what their buffers hold (beta 1 on a GPU: one f32 add, an add's
+  // bits on the emulated device), with or without the device's own.
+  backend::Conv2dShape s = padded_3x3_conv();
+  const auto nx = static_cast<std::size_t>(s.x_elements());
+  const auto nw = static_cast<std::size_t>(s.w_elements());
+  const auto ny = static_cast<std::size_t>(s.y_elements());
+#ifdef RIG_KERNEL_BACKEND_ON_GPU
+  const float tol = 1e-4F;
+#else
+  const float tol = 0.0F;
+#endif
+  for (const bool channels_last : {false, true})
+    for (Backend* conv : conv16_backends()) {
+      s.channels_last = channels_last;
+      SCOPED_TRACE(std::string(conv == &emu() ? "" : "f32 convolutions") +
+                   (channels_last ? ", channels last" : ""));
+      const std::vector<float> xv = uniform(nx, 461), wv = uniform(nw, 462), gv = uniform(ny, 463);
+      const std::vector<float> held_x = uniform(nx, 464), held_w = uniform(nw, 465);
+      const Dev<float> x(xv), w(wv), g(gv), y(ny), dx(nx), dw(nw);
+      const Dev<float> y_want(ny), dx_want(nx), dw_want(nw);
+      emu().conv2d_forward(s, x.get(), w.get(), nullptr, y_want.get());
+      emu().conv2d_backward(s, x.get(), w.get(), g.get(), dx_want.get(), dw_want.get(), nullptr);
+      conv->conv2d_forward_16(s, DType::f32, x.get(), w.get(), y.get());
+      conv->conv2d_backward_16(s, DType::f32, x.get(), w.get(), g.get(), dx.get(), dw.get(), {});
+      EXPECT_TRUE(close(y.host(), y_want.host(), tol, tol)) << "y";
+      EXPECT_TRUE(close(dx.host(), dx_want.host(), tol, tol)) << "dx";
+      EXPECT_TRUE(close(dw.host(), dw_want.host(), tol, tol)) << "dW";
+      const Dev<float> dx_held(held_x), dw_held(held_w);
+      conv->conv2d_backward_16(s, DType::f32, x.get(), w.get(), g.get(), dx_held.get(),
+                               dw_held.get(), {true, true});
+      std::vector<float> sum_x = held_x, sum_w = held_w;
+      const std::vector<float> px = dx_want.host(), pw = dw_want.host();
+      for (std::size_t i = 0; i < nx; ++i) sum_x[i] += px[i];
+      for (std::size_t i = 0; i < nw; ++i) sum_w[i] += pw[i];
+      EXPECT_TRUE(close(dx_held.host(), sum_x, tol, tol)) << "dx added";
+      EXPECT_TRUE(close(dw_held.host(), sum_w, tol, tol)) << "dW added";
+    }
 }
 
 TEST(KernelBackend16Bit, BatchNormReluIsBatchNormThenRelu) {

@@ -63,9 +63,24 @@ void KernelBackend::gemm_heads(std::int64_t batches, std::int64_t heads,
     gemm_batched(first, count, *sa, *sb, *sc, precision);
     return;
   }
-  // One batch of heads per batch element where the heads' strides allow it.
+  // One batched product per batch element (over its heads) or per head
+  // (over the batch elements), where the strides allow it: the loop over
+  // the shorter axis (a [B, T, H, D] tensor's heads do not combine with its
+  // batch: B products of H heads, or H of B).
   const bool by_heads = heads > 1 && a.head >= 0 && b.head >= 0 && c.head >= 0 &&
                         strided_batches_apart(first.m, first.n, first.ldc, heads, c.head);
+  const bool by_batches = batches > 1 && a.batch >= 0 && b.batch >= 0 && c.batch >= 0 &&
+                          strided_batches_apart(first.m, first.n, first.ldc, batches, c.batch);
+  if (by_batches && (!by_heads || batches > heads)) {
+    for (std::int64_t h = 0; h < heads; ++h) {
+      backend::GemmProduct p = first;
+      p.a.data += h * a.head;
+      p.b.data += h * b.head;
+      p.c += h * c.head;
+      gemm_batched(p, batches, a.batch, b.batch, c.batch, precision);
+    }
+    return;
+  }
   for (std::int64_t i = 0; i < batches; ++i) {
     backend::GemmProduct p = first;
     p.a.data += i * a.batch;

@@ -81,6 +81,11 @@ void KernelBackend::conv2d_forward_16(const backend::Conv2dShape& s, DType type,
     device_->conv2d_forward_16(s, type, x, w, y);
     return;
   }
+  if (type == DType::f32) {
+    device_->conv2d_forward(s, static_cast<const float*>(x), static_cast<const float*>(w),
+                            static_cast<float*>(y));
+    return;
+  }
   const DeviceScratch xf = f32_copy(type, x, s.x_elements()),
                       wf = f32_copy(type, w, s.w_elements());
   DeviceScratch yf = scratch(static_cast<std::size_t>(s.y_elements()) * sizeof(float));
@@ -94,7 +99,7 @@ void KernelBackend::conv2d_backward_16(const backend::Conv2dShape& s, DType type
   if (device_->conv2d_16(s, type)) {
     // make(out, add) writes a gradient of n elements into `into`, or adds
     // it where the device can (adds_in_place(), asked only then); else it
-    // is made in scratch and added (rounded twice).
+    // is made in scratch and added (16-bit: rounded twice).
     const auto gradient = [&](std::int64_t n, void* into, bool add, const auto& adds_in_place,
                               const auto& make) {
       if (into == nullptr) return;
@@ -102,7 +107,7 @@ void KernelBackend::conv2d_backward_16(const backend::Conv2dShape& s, DType type
         make(into, add);
         return;
       }
-      DeviceScratch made = scratch(static_cast<std::size_t>(n) * 2);
+      DeviceScratch made = scratch(static_cast<std::size_t>(n) * dtype_size(type));
       make(made.as<void>(), false);
       add_strided({n}, into, {1}, type, made.as<void>(), {1}, type);
     };
@@ -114,26 +119,39 @@ void KernelBackend::conv2d_backward_16(const backend::Conv2dShape& s, DType type
         [&](void* out, bool add) { device_->conv2d_backward_filter_16(s, type, x, dy, out, add); });
     return;
   }
-  // The f32 result rounded into `into`, or added to what it holds.
-  const auto store = [&](std::int64_t n, void* into, bool add, const DeviceScratch& made) {
+  // The device's f32 convolutions: on the operands themselves (f32) or on
+  // f32 copies (16-bit), each gradient made in place where it is f32 and
+  // not added, else in scratch and then stored (rounded) or added.
+  DeviceScratch copies[3];
+  const auto f32_operand = [&](const void* p, std::int64_t n, DeviceScratch& copy) -> const float* {
+    if (type == DType::f32) return static_cast<const float*>(p);
+    copy = f32_copy(type, p, n);
+    return copy.as<float>();
+  };
+  const auto gradient = [&](std::int64_t n, void* into, bool add, const auto& make) {
+    if (type == DType::f32 && !add) {
+      make(static_cast<float*>(into));
+      return;
+    }
+    DeviceScratch made = scratch(static_cast<std::size_t>(n) * sizeof(float));
+    make(made.as<float>());
     if (add) {
       add_strided({n}, into, {1}, type, made.as<float>(), {1}, DType::f32);
     } else {
       copy_strided({n}, into, {1}, type, made.as<float>(), {1}, DType::f32);
     }
   };
-  const DeviceScratch dyf = f32_copy(type, dy, s.y_elements());
+  const float* dyf = f32_operand(dy, s.y_elements(), copies[0]);
   if (dx != nullptr) {
-    const DeviceScratch wf = f32_copy(type, w, s.w_elements());
-    DeviceScratch dxf = scratch(static_cast<std::size_t>(s.x_elements()) * sizeof(float));
-    device_->conv2d_backward_data(s, wf.as<float>(), dyf.as<float>(), dxf.as<float>());
-    store(s.x_elements(), dx, accumulate.dx, dxf);
+    const float* wf = f32_operand(w, s.w_elements(), copies[1]);
+    gradient(s.x_elements(), dx, accumulate.dx,
+             [&](float* out) { device_->conv2d_backward_data(s, wf, dyf, out); });
+    copies[1] = {};
   }
   if (dw != nullptr) {
-    const DeviceScratch xf = f32_copy(type, x, s.x_elements());
-    DeviceScratch dwf = scratch(static_cast<std::size_t>(s.w_elements()) * sizeof(float));
-    device_->conv2d_backward_filter(s, xf.as<float>(), dyf.as<float>(), dwf.as<float>());
-    store(s.w_elements(), dw, accumulate.dw, dwf);
+    const float* xf = f32_operand(x, s.x_elements(), copies[2]);
+    gradient(s.w_elements(), dw, accumulate.dw,
+             [&](float* out) { device_->conv2d_backward_filter(s, xf, dyf, out); });
   }
 }
 

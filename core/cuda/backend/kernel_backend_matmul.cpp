@@ -280,24 +280,40 @@ void KernelBackend::matmul(const backend::MatrixOperand& a, const backend::Matri
 
   const View va = view_of(a);
   const View vb = view_of(b);
-  // The innermost merged batch axis as one strided batched product, the
-  // outer ones (rare: batch axes that do not merge) as a loop.
+  // The longest merged batch axis as one strided batched product, a loop
+  // over the others: batch axes that do not merge (a [B, T, H, D] tensor's
+  // heads: B x H matrices, H apart within a row of T, B apart by rows) cost
+  // launches, so the loop goes over the shorter axes.
   const std::vector<backend::BatchAxis> axes =
       backend::merged_batch_axes(batch, va.batch_strides, vb.batch_strides);
-  const backend::BatchAxis inner = axes.empty() ? backend::BatchAxis{} : axes.back();
-  const std::int64_t outer_count = batch_count / inner.size;
-  std::vector<std::int64_t> at(axes.empty() ? 0 : axes.size() - 1, 0);
+  // The output's batch strides (it is contiguous), per merged axis.
+  std::vector<std::int64_t> stride_out(axes.size());
+  for (std::int64_t d = std::ssize(axes) - 1, step = m * n; d >= 0; --d) {
+    stride_out[static_cast<std::size_t>(d)] = step;
+    step *= axes[static_cast<std::size_t>(d)].size;
+  }
+  std::size_t inner = axes.empty() ? 0 : axes.size() - 1;
+  for (std::size_t d = 0; d < axes.size(); ++d) {
+    if (axes[d].size > axes[inner].size) inner = d;
+  }
+  const backend::BatchAxis batched = axes.empty() ? backend::BatchAxis{} : axes[inner];
+  const std::int64_t batched_stride_out = axes.empty() ? m * n : stride_out[inner];
+  const std::int64_t outer_count = batch_count / batched.size;
+  std::vector<std::int64_t> at(axes.size(), 0);
   for (std::int64_t o = 0; o < outer_count; ++o) {
-    std::int64_t off_a = 0, off_b = 0;
+    std::int64_t off_a = 0, off_b = 0, off_out = 0;
     for (std::size_t d = 0; d < at.size(); ++d) {
       off_a += at[d] * axes[d].stride_a;
       off_b += at[d] * axes[d].stride_b;
+      off_out += at[d] * stride_out[d];
     }
-    backend::GemmProduct p{m, n, k, 1.0F, va.gemm, vb.gemm, 0.0F, out + o * inner.size * m * n, n};
+    backend::GemmProduct p{m, n, k, 1.0F, va.gemm, vb.gemm, 0.0F, out + off_out, n};
     p.a.data += off_a;
     p.b.data += off_b;
-    gemm_batched(p, inner.size, inner.stride_a, inner.stride_b, m * n, precision);
+    gemm_batched(p, batched.size, batched.stride_a, batched.stride_b, batched_stride_out,
+                 precision);
     for (std::size_t d = at.size(); d-- > 0;) {
+      if (d == inner) continue;
       if (++at[d] < axes[d].size) break;
       at[d] = 0;
     }

@@ -58,10 +58,11 @@ class KernelDevice {
   virtual void conv2d_backward_filter(const backend::Conv2dShape& s, const float* x,
                                       const float* dy, float* dw) = 0;
 
-  // The same three convolutions on f16 / bf16 storage (accumulated in f32),
-  // where conv2d_16 says the device runs all three for `s` and `type`
+  // The same three convolutions on storage of `type`: f16 / bf16
+  // (accumulated in f32), or f32 (then only the accumulating gradients are
+  // new), where conv2d_16 says the device runs all three for `s` and `type`
   // (cuDNN on the GPU, where it plans them); otherwise KernelBackend runs
-  // the f32 ones on f32 copies. The defaults: none.
+  // the f32 ones (on f32 copies of 16-bit storage). The defaults: none.
   virtual bool conv2d_16(const backend::Conv2dShape&, DType) {
     return false;
   }

@@ -124,10 +124,11 @@ class GpuDevice final : public KernelDevice {
             {{dnn::uid::x, x}, {dnn::uid::dy, dy}, {dnn::uid::dw, dw}});
   }
 
-  // cuDNN's 16-bit convolutions where cuDNN plans all three graphs of the
-  // shape (once per shape and type).
+  // cuDNN's convolutions on storage of `type` (f16, bf16, or f32, whose
+  // gradients can then be added in place) where cuDNN plans all three graphs
+  // of the shape (once per shape and type).
   bool conv2d_16(const backend::Conv2dShape& s, DType type) override {
-    if (type != DType::bf16 && type != DType::f16) return false;
+    if (type != DType::bf16 && type != DType::f16 && type != DType::f32) return false;
     const dnn::ConvType t = conv_type(type);
     const backend::Conv2dShape plain = without_bias(s);
     return plans_once(conv16_supported_, dnn::conv2d_forward_graph(plain, t), [&] {
@@ -346,7 +347,8 @@ class GpuDevice final : public KernelDevice {
     return s;
   }
   static dnn::ConvType conv_type(DType type) {
-    return type == DType::bf16 ? dnn::ConvType::bf16 : dnn::ConvType::f16;
+    if (type == DType::bf16) return dnn::ConvType::bf16;
+    return type == DType::f16 ? dnn::ConvType::f16 : dnn::ConvType::f32;
   }
   static bool fused_attention_enabled() {
     static const bool enabled = [] {

@@ -96,7 +96,8 @@ Tensor backend_weight(const Tensor& weight, const backend::Conv2dShape& s) {
   return weight.permute({0, 2, 3, 1}).contiguous();
 }
 
-Tensor conv2d_16bit(const Tensor& x, const Tensor& weight, const backend::Conv2dShape& s) {
+Tensor conv2d_in_storage_type(const Tensor& x, const Tensor& weight,
+                              const backend::Conv2dShape& s) {
   const DType type = x.dtype();
   const Tensor xc = x.detach().contiguous();
   const Tensor wc = weight.detach().contiguous();
@@ -126,11 +127,12 @@ Tensor conv2d_16bit(const Tensor& x, const Tensor& weight, const backend::Conv2d
 // conv2d after its checks: weight is the back end's (backend_weight).
 Tensor conv2d_checked(const Tensor& x, const Tensor& weight, const Tensor& bias,
                       const backend::Conv2dShape& s) {
-  // x and weight of one 16-bit dtype and no bias, on a back end that reads
-  // 16-bit storage: y, dx and dW in that dtype, no f32 copies.
-  if (x.dtype() != DType::f32 && x.dtype() == weight.dtype() && !bias.defined() &&
+  // x and weight of one dtype and no bias, on a back end that reads 16-bit
+  // storage: y, dx and dW in that dtype (16-bit: no f32 copies), dx and dW
+  // added into the gradients autograd offers.
+  if (x.dtype() == weight.dtype() && !bias.defined() &&
       detail::backend_of(x).reads_16bit_storage()) {
-    return conv2d_16bit(x, weight, s);
+    return conv2d_in_storage_type(x, weight, s);
   }
   if (x.dtype() != DType::f32 || weight.dtype() != DType::f32 ||
       (bias.defined() && bias.dtype() != DType::f32)) {

@@ -16,7 +16,9 @@
 // (linear_f16.cpp). A 16-bit gradient that x or W already has
 // (autograd::accumulation_target: a residual stream's, W's .grad) takes dx
 // or dW added in f32 and rounded once, by the product (beta 1) where it
-// writes 16 bits, else in the pass that would have cast the f32 result.
+// writes 16 bits, else in the pass that would have cast the f32 result; on
+// a back end that reads 16-bit storage an f32 one takes them added by the
+// product (beta 1).
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -227,13 +229,17 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
         // .grad) takes the product's result added in f32 and rounded once:
         // by the product itself (beta 1) where it writes bf16, else from the
         // f32 result in one pass, which is also the cast it saves.
+        // f32 gradients too, on a back end that reads 16-bit storage (the
+        // GPU's: beta 1 in the product's epilogue, one f32 add, the bits of
+        // the add it replaces; the CPU's BLAS would add per block of k).
+        const bool f32_adds = !bf16_operands && be.reads_16bit_storage();
         const Tensor dx_into =
-            need_x && bf16_operands ? autograd::accumulation_target(0) : Tensor();
+            need_x && (bf16_operands || f32_adds) ? autograd::accumulation_target(0) : Tensor();
         const Tensor dw_into =
-            need_w && bf16_operands ? autograd::accumulation_target(1) : Tensor();
+            need_w && (bf16_operands || f32_adds) ? autograd::accumulation_target(1) : Tensor();
         // The targets the products themselves add into (beta 1).
-        const Tensor dx_added = dx_bf16 ? dx_into : Tensor();
-        const Tensor dw_added = dw_bf16 ? dw_into : Tensor();
+        const Tensor dx_added = dx_bf16 || f32_adds ? dx_into : Tensor();
+        const Tensor dw_added = dw_bf16 || f32_adds ? dw_into : Tensor();
         Tensor dx = detail::gradient_buffer(need_x, dx_added, gc, x_shape,
                                             dx_bf16 ? DType::bf16 : DType::f32);
         Tensor dw = detail::gradient_buffer(need_w, dw_added, gc, {out_features, in},

@@ -265,7 +265,9 @@ class Backend {
   // Convolutions without bias on x, w, y, dy, dx and dw of the 16-bit `type`
   // (reads_16bit_storage()), accumulated in f32; dx, dw may be null; those
   // `accumulate` names are added to what they hold (in f32, rounded once
-  // where the device can).
+  // where the device can). The ops send f32 convolutions without bias here
+  // too on a back end that reads 16-bit storage, so that their gradients
+  // are added in place as well.
   virtual void conv2d_forward_16(const Conv2dShape& s, DType type, const void* x, const void* w,
                                  void* y);
   virtual void conv2d_backward_16(const Conv2dShape& s, DType type, const void* x, const void* w,
