@@ -278,6 +278,37 @@ TEST(DeviceData, FetchesOneBatchAheadAndReportsThePositionBeforeIt) {
   EXPECT_FALSE(data->next_batch());
 }
 
+// The trainer fetches ahead itself (once a step's forward is queued): then
+// next_batch fetches nothing more, fetch_ahead fetches one batch (once), and
+// a next_batch without it uploads its batch there and then.
+TEST(DeviceData, FetchesAheadWhenTheTrainerSays) {
+  const auto counting = std::make_shared<CountingData>(3);
+  const std::shared_ptr<DataLayer> data = on_device(counting, Device::sim());
+  fetch_ahead_explicitly(*data);
+  data->start_epoch(0);
+  EXPECT_EQ(only_value(data->next_batch()), 0.0F);
+  EXPECT_EQ(counting->fetched, 1) << "nothing fetched ahead by next_batch";
+  EXPECT_EQ(next_position(*data), 1);
+  fetch_ahead(*data);
+  fetch_ahead(*data);
+  EXPECT_EQ(counting->fetched, 2) << "one batch fetched ahead, once";
+  EXPECT_EQ(next_position(*data), 1) << "the position before the batch fetched ahead";
+  const std::optional<Batch> second = data->next_batch();
+  EXPECT_EQ(second.value().at("k").device(), Device::sim());
+  EXPECT_EQ(only_value(second), 1.0F);
+  EXPECT_EQ(only_value(data->next_batch()), 2.0F) << "not fetched ahead: uploaded when taken";
+  fetch_ahead(*data);
+  EXPECT_FALSE(data->next_batch()) << "the epoch's end, fetched ahead";
+  data->start_epoch(1);
+  EXPECT_EQ(only_value(data->next_batch()), 0.0F);
+  // The CPU's layers have nothing to fetch ahead.
+  const auto on_cpu = std::make_shared<CountingData>(3);
+  fetch_ahead_explicitly(*on_cpu);
+  on_cpu->start_epoch(0);
+  fetch_ahead(*on_cpu);
+  EXPECT_EQ(on_cpu->fetched, 0);
+}
+
 TEST(InteractiveInfer, AnswersEachLineSkipsBlanksAndReportsBadOnes) {
   DoublingModel model;
   OneNumberData data;

@@ -41,8 +41,13 @@ class DeviceDataLayer final : public DataLayer {
       batch = std::move(now.batch);
     }
     // The epoch's end stays ahead until start_epoch or seek.
-    if (batch) fetch_ahead();
+    if (batch && !explicit_fetch_) fetch_ahead();
     return batch;
+  }
+  void fetch_explicitly() { explicit_fetch_ = true; }
+  // The next batch fetched and its upload started, unless it already is.
+  void fetch_ahead_now() {
+    if (!ahead_) fetch_ahead();
   }
   YAML::Node position() const override {
     return ahead_ ? YAML::Clone(ahead_->position_before) : data_->position();
@@ -99,6 +104,7 @@ class DeviceDataLayer final : public DataLayer {
   std::shared_ptr<DataLayer> data_;
   Device device_;
   std::optional<Ahead> ahead_;
+  bool explicit_fetch_ = false;  // fetch_ahead_explicitly
 };
 
 }  // namespace
@@ -106,6 +112,14 @@ class DeviceDataLayer final : public DataLayer {
 std::shared_ptr<DataLayer> on_device(std::shared_ptr<DataLayer> data, Device device) {
   if (device.is_cpu()) return data;
   return std::make_shared<DeviceDataLayer>(std::move(data), device);
+}
+
+void fetch_ahead_explicitly(DataLayer& data) {
+  if (auto* on_device = dynamic_cast<DeviceDataLayer*>(&data)) on_device->fetch_explicitly();
+}
+
+void fetch_ahead(DataLayer& data) {
+  if (auto* on_device = dynamic_cast<DeviceDataLayer*>(&data)) on_device->fetch_ahead_now();
 }
 
 }  // namespace rig::engine

@@ -16,4 +16,15 @@ namespace rig::engine {
 // `data` itself on the CPU, else a data layer whose batches are moved to `device`.
 std::shared_ptr<DataLayer> on_device(std::shared_ptr<DataLayer> data, Device device);
 
+// The trainer fetches ahead itself: next_batch() of on_device's layer then
+// fetches nothing (it uploads the batch there and then when none was
+// fetched), and fetch_ahead() fetches and starts uploading the next batch.
+// The trainer calls it once a step's forward is queued: the host's part of
+// the next batch (the data layer's, the copy into pinned staging) then runs
+// while the device computes, even after a step that waited for the device
+// (automatic loss scaling reads its statistics), and the copy on the copy
+// stream runs alongside the step's backward. No-ops for the CPU's layers.
+void fetch_ahead_explicitly(DataLayer& data);
+void fetch_ahead(DataLayer& data);
+
 }  // namespace rig::engine

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "engine/bottleneck.hpp"
+#include "engine/device_data.hpp"
 #include "engine/evaluator.hpp"
 #include "engine/gradient_norm.hpp"
 #include "engine/ps/protocol.hpp"
@@ -106,7 +107,9 @@ class TrainingLoop {
         print_loss_(device_),
         summary_loss_(device_),
         queued_stats_(device_),
-        queues_stats_(!p_.loss_scaler.automatic() && p_.ps == nullptr) {}
+        queues_stats_(!p_.loss_scaler.automatic() && p_.ps == nullptr) {
+    fetch_ahead_explicitly(p_.data);  // in forward_backward, once the forward is queued
+  }
 
   TrainResult run();
 
@@ -331,6 +334,10 @@ std::optional<Tensor> TrainingLoop::forward_backward(std::int64_t micro, PhaseTi
                         static_cast<std::uint32_t>(micro) * world + rank};
   const auto t1 = Clock::now();
   ModelOutput out = p_.model.forward(batch, Mode::train);
+  const auto forward_end = Clock::now();
+  // The next batch's host work while the device runs this forward, its copy
+  // alongside this backward (device_data.hpp).
+  fetch_ahead(p_.data);
   const auto t2 = Clock::now();
   // The loss is scaled for float16 gradients and averaged over micro-batches,
   // like one batch iter_size times larger. A non-finite loss is found with the
@@ -351,11 +358,12 @@ std::optional<Tensor> TrainingLoop::forward_backward(std::int64_t micro, PhaseTi
   }
   const auto t3 = Clock::now();
   times.objects += static_cast<double>(batch.num_objects) * world;
-  times.data += seconds_between(t0, t1);
-  times.forward += seconds_between(t1, t2);
+  times.data += seconds_between(t0, t1) + seconds_between(forward_end, t2);
+  times.forward += seconds_between(t1, forward_end);
   times.backward += seconds_between(t2, t3);
   p_.timeline.phase("data", step, t0, t1);
-  p_.timeline.phase("forward", step, t1, t2);
+  p_.timeline.phase("forward", step, t1, forward_end);
+  p_.timeline.phase("data", step, forward_end, t2);
   p_.timeline.phase("backward", step, t2, t3);
   const bool samples_due =
       s_.print_samples_steps && console_.enabled() && (step + 1) % *s_.print_samples_steps == 0;
