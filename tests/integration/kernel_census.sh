@@ -12,10 +12,14 @@ rm -rf "$work"; mkdir -p "$work"; cd "$work"
 echo "== float32: the mlp's two linear layers forward and backward, sgd, no casts"
 check "$tool" "$rig" f32.txt -- "$tiny"
 grep -q "^One training step" f32.txt || fail "no heading"
-# forward 2 products, backward 3 (the first layer's input needs no gradient),
-# the backward's dW added into the weights' .grad by the products (beta 1);
-# the biases' gradients are added in passes of their own
-grep -Eq "^ +3 .* cuBLASLt matmul f32 x f32 -> f32$" f32.txt || fail "not 3 f32 products a step"
+# forward 2 products (the logits' adds its bias in its epilogue; the hidden
+# layer's tanh is a pass of its own), backward 3 (the first layer's input
+# needs no gradient), the backward's dW added into the weights' .grad by the
+# products (beta 1); the biases' gradients are added in passes of their own
+grep -Eq "^ +2 .* cuBLASLt matmul f32 x f32 -> f32$" f32.txt || fail "not 2 f32 products a step"
+grep -Eq "^ +1 .* cuBLASLt matmul f32 x f32 -> f32, BIAS$" f32.txt ||
+  fail "not 1 f32 product adding its bias"
+grep -Eq "^ +1 .* BiasActivation f32$" f32.txt || fail "not 1 bias + activation pass"
 grep -Eq "^ +2 .* cuBLASLt matmul f32 x f32 \+= f32$" f32.txt ||
   fail "not 2 f32 products adding into .grad"
 grep -Eq "^ +2 .* AddStrided f32 \+= f32$" f32.txt || fail "not 2 adds of the biases' gradients"
@@ -53,8 +57,12 @@ if grep -q "SoftmaxForward" nmt.txt; then fail "attention composed from softmax 
 # the logits reach the loss in bf16, and their gradient leaves it in bf16
 grep -Eq "^ +1 .* CrossEntropyForward bf16$" nmt.txt || fail "the loss does not read bf16 logits"
 grep -Eq "^ +1 .* CrossEntropyBackward bf16$" nmt.txt || fail "the loss's gradient is not bf16"
-# each feed-forward layer: bias, relu, dropout and rounding in one pass (2 layers x 2 linears)
-grep -Eq "^ +4 .* BiasReluDropoutStore f32 -> bf16$" nmt.txt || fail "not 4 fused bias passes"
+# each feed-forward layer's first linear: bias, relu, dropout and rounding in
+# one pass (2 layers); its second adds the bias in the product's epilogue,
+# which writes bf16 (no dropout there to apply before the rounding)
+grep -Eq "^ +2 .* BiasReluDropoutStore f32 -> bf16$" nmt.txt || fail "not 2 fused bias passes"
+grep -Eq "^ +2 .* cuBLASLt matmul bf16 x bf16 -> bf16, BIAS$" nmt.txt ||
+  fail "not 2 products adding their bias"
 if grep -Eq "BiasActivation|DropoutForward f32" nmt.txt; then fail "an f32 bias or dropout pass"; fi
 # the shared embedding's two lookups add their rows straight into its bf16 gradient
 grep -Eq "^ +2 .* IndexAddSegments bf16 -> bf16$" nmt.txt || fail "not 2 row adds into bf16"

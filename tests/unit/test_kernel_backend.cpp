@@ -769,6 +769,75 @@ std::vector<float> values_of(const std::vector<std::uint16_t>& x, DType type) {
   return out;
 }
 
+TEST(KernelBackendGemm, BiasAndReluInTheEpilogue) {
+  // GemmProduct::bias and relu (gemm_adds_bias): y = relu(x W^T + b) from the
+  // product's epilogue, into an f32 C or (bf16 operands) a bf16 C with a bf16
+  // bias: on the emulator the bits of the product, bias_activation and (bf16)
+  // the rounding; on a GPU within the products' own accumulation order.
+  ASSERT_TRUE(emu().gemm_adds_bias());
+  const std::int64_t m = 6, n = 10, k = 12;
+#ifdef RIG_KERNEL_BACKEND_ON_GPU
+  const float tol16 = 1e-2F, tol32 = kGemmAbs;
+#else
+  const float tol16 = 0.0F, tol32 = 0.0F;
+#endif
+  const std::vector<float> xv = uniform(static_cast<std::size_t>(m * k), 471);
+  const std::vector<float> wv = uniform(static_cast<std::size_t>(n * k), 472);
+  const std::vector<float> bv = uniform(static_cast<std::size_t>(n), 473);
+  const auto mn = static_cast<std::size_t>(m * n);
+  for (const bool relu : {false, true}) {
+    for (const bool with_bias : {true, false}) {
+      if (!relu && !with_bias) continue;
+      SCOPED_TRACE(::testing::Message() << "relu " << relu << " bias " << with_bias);
+      const Activation act = relu ? Activation::relu : Activation::none;
+      {  // f32
+        const Dev<float> x(xv), w(wv), b(bv), y(mn), want(mn);
+        emu().gemm({m, n, k, 1.0F, {x.get(), k, false}, {w.get(), k, true}, 0.0F, want.get(), n},
+                   MatmulPrecision::f32);
+        emu().bias_activation(want.get(), nullptr, with_bias ? b.get() : nullptr, m, n, act);
+        backend::GemmProduct p{m,    n,       k, 1.0F, {x.get(), k, false}, {w.get(), k, true},
+                               0.0F, y.get(), n};
+        p.bias = with_bias ? b.get() : nullptr;
+        p.relu = relu;
+        emu().gemm(p, MatmulPrecision::f32);
+        EXPECT_TRUE(close(y.host(), want.host(), tol32, tol32)) << "f32";
+      }
+      {  // bf16 operands, bias and C
+        const std::vector<std::uint16_t> xb = bits_of(xv, DType::bf16),
+                                         wb = bits_of(wv, DType::bf16),
+                                         bb = bits_of(bv, DType::bf16);
+        const Dev<std::uint16_t> x(xb), w(wb), b(bb), y(mn);
+        const Dev<float> b32(values_of(bb, DType::bf16)), want(mn);
+        emu().gemm({m,
+                    n,
+                    k,
+                    1.0F,
+                    {nullptr, k, false, x.get()},
+                    {nullptr, k, true, w.get()},
+                    0.0F,
+                    want.get(),
+                    n},
+                   MatmulPrecision::bf16);
+        emu().bias_activation(want.get(), nullptr, with_bias ? b32.get() : nullptr, m, n, act);
+        backend::GemmProduct p{
+            m,    n,       k, 1.0F,   {nullptr, k, false, x.get()}, {nullptr, k, true, w.get()},
+            0.0F, nullptr, n, y.get()};
+        p.bias = with_bias ? b.get() : nullptr;
+        p.relu = relu;
+        emu().gemm(p, MatmulPrecision::bf16);
+        const std::vector<float> rounded =
+            values_of(bits_of(want.host(), DType::bf16), DType::bf16);
+        EXPECT_TRUE(close(values_of(y.host(), DType::bf16), rounded, tol16, tol16)) << "bf16";
+      }
+    }
+  }
+  // Not with beta 1 (the epilogue's C would be added after the bias).
+  const Dev<float> x(xv), w(wv), b(bv), y(mn);
+  backend::GemmProduct p{m, n, k, 1.0F, {x.get(), k, false}, {w.get(), k, true}, 1.0F, y.get(), n};
+  p.bias = b.get();
+  EXPECT_THROW(emu().gemm(p, MatmulPrecision::f32), std::invalid_argument);
+}
+
 TEST(KernelBackendGemm, F16OperandsAsTheyAre) {
   // f16 values (exact in f32) multiplied on the f16 path, C in f32 and in
   // f16: on the emulator, the bits of its own f32 product of the same values

@@ -276,6 +276,7 @@ class KernelBackend final : public backend::Backend {
 
   bool rounds_bf16_operands() const override { return true; }
   bool gemm_writes_bf16() const override { return true; }
+  bool gemm_adds_bias() const override { return true; }
   bool fast_bf16_products() const override { return true; }
   bool f16_products() const override { return true; }
   void round_bf16(const backend::GemmOperand& x, std::int64_t rows, std::int64_t cols,

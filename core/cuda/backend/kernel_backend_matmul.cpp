@@ -79,24 +79,38 @@ GemmRequest request_of(const backend::GemmProduct& p) {
 }
 
 // Plans `request` and runs it on rig's operands a and b, C written to c, or
-// to c16 in c16_type where that is set.
+// to c16 in c16_type where that is set; a bias (C's type) and relu in the
+// epilogue where asked.
 void run_product(KernelDevice& device, GemmRequest request, const void* a, const void* b, float* c,
-                 std::uint16_t* c16, GemmType c16_type) {
+                 std::uint16_t* c16, GemmType c16_type, const void* bias = nullptr,
+                 bool relu = false) {
   void* d = c;
   if (c16 != nullptr) {
     request.c_type = c16_type;
     d = c16;
   }
+  if (bias != nullptr || relu) {
+    request.epilogue.kind = EpilogueKind::forward;
+    request.epilogue.activation = relu ? GemmActivation::relu : GemmActivation::none;
+    request.epilogue.bias = bias != nullptr;
+  }
   const LtPlan plan = plan_gemm(request);
   const void* lt_a = plan.a_is == RigOperand::a ? a : b;
   const void* lt_b = plan.b_is == RigOperand::a ? a : b;
-  device.gemm(plan, lt_a, lt_b, d, d, nullptr, nullptr);
+  // cuBLASLt reads the bias through a non-const pointer (never writing it).
+  device.gemm(plan, lt_a, lt_b, d, d, const_cast<void*>(bias), nullptr);
 }
 
 }  // namespace
 
 void KernelBackend::gemm(const backend::GemmProduct& p, MatmulPrecision precision) {
   if (p.m == 0 || p.n == 0) return;
+  if ((p.bias != nullptr || p.relu) &&
+      (p.k == 0 || p.beta != 0.0F || p.a.f16 != nullptr || p.c_f16 != nullptr)) {
+    throw std::invalid_argument(
+        "KernelBackend::gemm: a bias or relu epilogue needs an f32 or bf16 product, k > 0 and "
+        "beta 0");
+  }
   if (p.a.f16 != nullptr || p.b.f16 != nullptr || p.c_f16 != nullptr) {
     gemm_f16(p);
     return;
@@ -138,7 +152,7 @@ void KernelBackend::gemm(const backend::GemmProduct& p, MatmulPrecision precisio
     request.lda = sa.cols;
     request.ldb = sb.cols;
   }
-  run_product(device(), request, a, b, p.c, p.c_bf16, GemmType::bf16);
+  run_product(device(), request, a, b, p.c, p.c_bf16, GemmType::bf16, p.bias, p.relu);
 }
 
 // f16 operands as they are (exact values at any precision), accumulated in
@@ -169,10 +183,11 @@ void KernelBackend::gemm_batched(const backend::GemmProduct& first, std::int64_t
                                  std::int64_t stride_a, std::int64_t stride_b,
                                  std::int64_t stride_c, MatmulPrecision precision) {
   if (first.a.bf16 != nullptr || first.b.bf16 != nullptr || first.c_bf16 != nullptr ||
-      first.a.f16 != nullptr || first.b.f16 != nullptr || first.c_f16 != nullptr) {
+      first.a.f16 != nullptr || first.b.f16 != nullptr || first.c_f16 != nullptr ||
+      first.bias != nullptr || first.relu) {
     throw std::invalid_argument(
-        "KernelBackend::gemm_batched: 16-bit operands or C given beforehand have no batch "
-        "stride");
+        "KernelBackend::gemm_batched: 16-bit operands or C given beforehand, a bias or relu have "
+        "no batch stride");
   }
   if (count <= 0 || first.m == 0 || first.n == 0) return;
   if (count == 1 || first.k == 0) {  // gemm() does beta C itself

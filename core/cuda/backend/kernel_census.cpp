@@ -299,11 +299,15 @@ class CensusDevice final : public KernelDevice {
             void* aux) override {
     const double products = static_cast<double>(plan.m * plan.n * plan.k) *
                             static_cast<double>(std::max<std::int64_t>(plan.batch_count(), 0));
-    // "+=": added into what D holds (beta 1, C being D: a gradient accumulated).
+    // "+=": added into what D holds (beta 1, C being D: a gradient accumulated);
+    // then the epilogue where there is one (a bias, relu: ", RELU_BIAS").
     census_.add("cuBLASLt matmul",
-                {fmt::format("{} x {} {} {}{}", name_of(plan.a.type), name_of(plan.b.type),
+                {fmt::format("{} x {} {} {}{}{}", name_of(plan.a.type), name_of(plan.b.type),
                              plan.beta != 0.0F ? "+=" : "->", name_of(plan.d.type),
-                             plan.compute == GemmCompute::tf32 ? " (tf32)" : ""),
+                             plan.compute == GemmCompute::tf32 ? " (tf32)" : "",
+                             plan.epilogue == LtEpilogue::default_
+                                 ? std::string()
+                                 : fmt::format(", {}", name_of(plan.epilogue))),
                  0, 0, 2.0 * products});
     device_->gemm(plan, a, b, c, d, bias, aux);
   }

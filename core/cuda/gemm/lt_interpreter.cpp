@@ -107,8 +107,10 @@ void interpret_one(const LtPlan& p, const void* a, const void* b, const void* c,
   require(!(adds_bias || bgrad || bgrada || bgradb) || bias != nullptr, "null bias pointer");
   require(!(writes_aux || drelu || dgelu) || aux != nullptr, "null aux pointer");
 
-  // The product first (C may be D).
-  std::vector<double> x(static_cast<std::size_t>(p.m * p.n));
+  // The product first (C may be D): compute type 32F's accumulator (the
+  // exact sum rounded to f32 stands for cuBLASLt's own order of additions),
+  // then alpha, beta C and the epilogue in f32 (the scale type).
+  std::vector<float> x(static_cast<std::size_t>(p.m * p.n));
   for (std::int64_t j = 0; j < p.n; ++j) {
     for (std::int64_t i = 0; i < p.m; ++i) {
       double sum = 0.0;
@@ -117,8 +119,8 @@ void interpret_one(const LtPlan& p, const void* a, const void* b, const void* c,
         const double bv = p.transb ? at(p.b, b, j, l) : at(p.b, b, l, j);
         sum += av * bv;
       }
-      double v = static_cast<double>(p.alpha) * sum;
-      if (p.beta != 0.0F) v += static_cast<double>(p.beta) * at(p.c, c, i, j);
+      float v = p.alpha * static_cast<float>(sum);
+      if (p.beta != 0.0F) v += p.beta * static_cast<float>(at(p.c, c, i, j));
       x[static_cast<std::size_t>(i + j * p.m)] = v;
     }
   }
@@ -126,19 +128,19 @@ void interpret_one(const LtPlan& p, const void* a, const void* b, const void* c,
   std::vector<double> row_sums(static_cast<std::size_t>(p.m), 0.0);
   for (std::int64_t j = 0; j < p.n; ++j) {
     for (std::int64_t i = 0; i < p.m; ++i) {
-      double v = x[static_cast<std::size_t>(i + j * p.m)];
+      float v = x[static_cast<std::size_t>(i + j * p.m)];
       const std::int64_t aux_index = i + j * p.aux_ld;
-      if (adds_bias) v += load_element(p.bias_type, bias, i);
+      if (adds_bias) v += static_cast<float>(load_element(p.bias_type, bias, i));
       if (relu) {
-        if (writes_aux) set_mask_bit(aux, aux_index, v > 0.0);
-        v = v > 0.0 ? v : 0.0;
+        if (writes_aux) set_mask_bit(aux, aux_index, v > 0.0F);
+        v = v > 0.0F ? v : 0.0F;
       } else if (gelu) {
         if (writes_aux) store_element(p.aux_type, aux, aux_index, v);
-        v = gelu_tanh(v);
+        v = static_cast<float>(gelu_tanh(v));
       } else if (drelu) {
-        v = mask_bit(aux, aux_index) ? v : 0.0;
+        v = mask_bit(aux, aux_index) ? v : 0.0F;
       } else if (dgelu) {
-        v *= gelu_tanh_grad(load_element(p.aux_type, aux, aux_index));
+        v *= static_cast<float>(gelu_tanh_grad(load_element(p.aux_type, aux, aux_index)));
       }
       row_sums[static_cast<std::size_t>(i)] += v;
       store_element(p.d.type, d, i + j * p.d.ld, v);

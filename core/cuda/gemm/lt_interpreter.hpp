@@ -7,8 +7,10 @@
 // Semantics (cuBLAS's cublasLtMatmul and cublasLtEpilogue_t documentation):
 //   X[r, c] of a stored matrix is data[r + c * ld];
 //   op(A)[i, l] = transa ? A[l, i] : A[i, l], op(B)[l, j] = transb ? B[j, l] : B[l, j];
-//   x = alpha sum_l op(A)[i, l] op(B)[l, j] + beta C[i, j]   (accumulated in
-//       double; C is not read when beta == 0; TF32 rounding is not modelled)
+//   x = alpha sum_l op(A)[i, l] op(B)[l, j] + beta C[i, j]   (the sum
+//       accumulated in double and rounded to f32, compute type 32F's
+//       accumulator; alpha, beta C and what follows in f32; C is not read
+//       when beta == 0; TF32 rounding is not modelled)
 //   BIAS*: x += bias[i] (bias per row of D, length m);
 //   RELU*: x = max(x, 0); *_AUX sets bit (i + j * aux_ld) of the aux mask
 //       (bit b % 8 of byte b / 8) to x > 0 before the ReLU, and clears it otherwise;

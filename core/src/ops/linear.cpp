@@ -94,18 +94,30 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
   Shape out_shape = x.shape();
   out_shape.back() = out_features;
   backend::Backend& be = detail::backend_of(xc);
-  // With nothing to add or apply after the product, a back end that can
-  // writes y in bf16 straight from the product (no f32 y at all).
-  const bool y_bf16 = bf16_operands && !bias.defined() && activation == Activation::none &&
-                      dropout.p == 0.0F && be.gemm_writes_bf16();
+  // A back end whose products add a bias and apply relu in their epilogue
+  // (gemm_adds_bias) gives y with them, computed in f32 and stored once: no
+  // pass over an f32 y. A bf16 layer's bias must be bf16 there (C's type),
+  // and its output dropout (applied before the rounding) keeps the pass below.
+  const bool epilogue_activation =
+      activation == Activation::relu || (activation == Activation::none && bias.defined());
+  const bool fused = epilogue_activation && in > 0 && be.gemm_adds_bias() &&
+                     (bf16_operands ? (!bias.defined() || bias.dtype() == DType::bf16) &&
+                                          dropout.p == 0.0F && be.gemm_writes_bf16()
+                                    : !bias.defined() || bias.dtype() == DType::f32);
+  // With nothing to add or apply after the product (or all of it in the
+  // epilogue), a back end that can writes y in bf16 straight from the
+  // product (no f32 y at all).
+  const bool y_bf16 =
+      bf16_operands && be.gemm_writes_bf16() &&
+      (fused || (!bias.defined() && activation == Activation::none && dropout.p == 0.0F));
   Tensor y = detail::empty_on(xc, out_shape, y_bf16 ? DType::bf16 : DType::f32);
   // Else, a back end that reads 16-bit storage adds the bias, applies relu
   // and the dropout and rounds y to bf16 in one pass over the f32 product;
   // relu's backward then reads the bf16 y (its sign is the f32 y's).
   const bool store_bf16 = bf16_operands && !y_bf16 && be.reads_16bit_storage() &&
                           (activation == Activation::none || activation == Activation::relu);
-  // That pass reads a bf16 bias as it is (its values are exact in f32).
-  const bool bias_bf16 = store_bf16 && bias.defined() && bias.dtype() == DType::bf16;
+  // That pass and the epilogue read a bf16 bias as it is (its values are exact in f32).
+  const bool bias_bf16 = (store_bf16 || y_bf16) && bias.defined() && bias.dtype() == DType::bf16;
   const Tensor b = !bias.defined() ? Tensor()
                    : bias_bf16     ? bias.detach().contiguous()
                                    : detail::as_f32(bias.detach()).contiguous();
@@ -133,10 +145,16 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
   const auto bits = [](const Tensor& t) { return t.defined() ? t.data<std::uint16_t>() : nullptr; };
   x_operand.bf16 = bits(x_bf16);
   w_operand.bf16 = bits(w_bf16);
-  be.gemm({n_rows, out_features, in, 1.0F, x_operand, w_operand, 0.0F,
-           y_bf16 ? nullptr : y.data<float>(), out_features,
-           y_bf16 ? y.data<std::uint16_t>() : nullptr},
-          precision);
+  GemmProduct product{n_rows,       out_features,
+                      in,           1.0F,
+                      x_operand,    w_operand,
+                      0.0F,         y_bf16 ? nullptr : y.data<float>(),
+                      out_features, y_bf16 ? y.data<std::uint16_t>() : nullptr};
+  if (fused) {
+    product.bias = b.defined() ? b.raw_data() : nullptr;
+    product.relu = activation == Activation::relu;
+  }
+  be.gemm(product, precision);
   if (store_bf16) {
     Tensor rounded = detail::empty_on(xc, out_shape, DType::bf16);
     be.bias_activation_16(DType::bf16, y.data<float>(), b.defined() ? b.dtype() : DType::f32,
@@ -144,7 +162,8 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
                           dropped ? &dropout.key : nullptr, dropout.p, keep_scale,
                           rounded.raw_data());
     y = std::move(rounded);
-  } else if (!y_bf16) {
+  } else if (!y_bf16 && !fused && (b.defined() || activation != Activation::none)) {
+    // (Else the product's epilogue did it, or there is nothing to do.)
     be.bias_activation(y.data<float>(), pre.defined() ? pre.data<float>() : nullptr,
                        b.defined() ? b.data<float>() : nullptr, n_rows, out_features, activation);
   }
