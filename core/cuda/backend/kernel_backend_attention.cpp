@@ -105,14 +105,8 @@ void KernelBackend::gemm_heads(std::int64_t batches, std::int64_t heads,
 void KernelBackend::attention_weights(const backend::AttentionShape& s, const float* x,
                                       float* out) {
   const auto n = static_cast<std::int64_t>(plane_elements(s));
-  DeviceScratch keep = scratch(static_cast<std::size_t>(n) * sizeof(float));
-  copy_strided({n}, keep.as<float>(), {1}, DType::f32, s.keep, {1}, DType::u8);
-  backend::StridedPlan<3> plan;
-  plan.ndim = 1;
-  plan.shape[0] = n;
-  plan.strides[0][0] = plan.strides[1][0] = plan.strides[2][0] = 1;
-  binary(backend::Binary::mul, plan, x, keep.as<float>(), out);
-  unary(backend::Unary::mul_scalar, out, out, n, s.keep_scale);
+  if (n == 0) return;
+  run(kernels::AttentionKeep{x, s.keep, s.keep_scale, out, n});
 }
 
 void KernelBackend::attention_forward(const backend::AttentionShape& s, const float* q,

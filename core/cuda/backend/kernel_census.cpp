@@ -88,6 +88,9 @@ Work work_of(const kernels::DropoutForward& k) {
 Work work_of(const kernels::DropoutBackward& k) {
   return {type_name(k.type), k.n, 2.0 * static_cast<double>(k.n) * type_bytes(k.type)};
 }
+Work work_of(const kernels::AttentionKeep& k) {  // x and out f32, keep u8
+  return {"f32", k.n, 9.0 * static_cast<double>(k.n)};
+}
 Work work_of(const kernels::BatchNormStatsPartial& k) {
   const std::int64_t n = k.n * k.c * k.inner;
   return {type_name(k.type), n, static_cast<double>(n) * type_bytes(k.type)};

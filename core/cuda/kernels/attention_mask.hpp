@@ -3,6 +3,11 @@
 // backend::AttentionShape applied in place to a contiguous u8 mask
 // [planes, tq, tk]: query i keeps key j only when j <= i + (tk - tq).
 //   CausalMask: grid-stride per element.
+// And the dropout of the attention weights (and of their gradient) by the
+// u8 keep-mask of backend::AttentionShape:
+//   AttentionKeep: out = (x * keep) * scale, an unrolled grid-stride loop:
+//     the bits of an f32 multiply by the mask's 0 / 1 and then by the scale
+//     (a dropped negative value is -0, as the CPU's product gives).
 #pragma once
 
 #include <cstdint>
@@ -27,6 +32,25 @@ struct CausalMask {
       const std::int64_t i = (e / tk) % tq;
       if (j > i + (tk - tq)) mask[e] = 0;
     }
+  }
+};
+
+struct AttentionKeep {
+  const float* x = nullptr;
+  const std::uint8_t* keep = nullptr;  // 0 / 1 per element
+  float scale = 1.0F;
+  float* out = nullptr;  // may be x
+  std::int64_t n = 0;
+
+  simt::LaunchShape plan(const simt::DeviceProperties& device) const {
+    return plan_grid_stride(device, n, kUnroll, 32);  // ptxas: 32
+  }
+
+  template <class Ctx>
+  RIG_HD void operator()(Ctx& ctx) const {
+    unrolled_grid_stride(
+        ctx, n, [&](std::int64_t i) { return x[i] * static_cast<float>(keep[i]); },
+        [&](std::int64_t i, float kept) { out[i] = kept * scale; });
   }
 };
 

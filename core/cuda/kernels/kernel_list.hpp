@@ -45,7 +45,7 @@
   X(IndexAddRank) X(IndexAddScatter) X(IndexAddSegments) \
   X(ConcatRows) X(ExtractRows) X(ZeroRows) \
   X(Argmax) X(TopK) \
-  X(CausalMask) X(CompareKernel) X(AddStrided) \
+  X(CausalMask) X(AttentionKeep) X(CompareKernel) X(AddStrided) \
   X(PaddedLossPartials) X(PaddedLossFinish) X(PaddedLossBackward) \
   X(IndexCheckPartials) X(IndexCheckFinish) X(IndexValueAt) X(GradStatsPartials) X(GradStatsFinish) \
   X(ClipByNorm) \
