@@ -594,6 +594,26 @@ TEST(Emulated16BitOps, ParameterGradientsAreAddedIntoDotGradRoundingOnce) {
     run_linear(lx2, lw2);
     EXPECT_EQ(host(lw_grad), sum(slw, lw1.grad())) << "an f32 linear weight's .grad";
     EXPECT_EQ(host(lx_grad), sum(slx, lx1.grad())) << "an f32 linear input's .grad";
+    // A layer norm's kernels add dx, dgamma and dbeta.
+    const Tensor nx = grid({5, 8}, 112), ng = grid({8}, 113), nb = grid({8}, 114),
+                 nu = grid({5, 8}, 115), snx = grid({5, 8}, 116), sng = grid({8}, 117),
+                 snb = grid({8}, 118);
+    const auto run_norm = [&](Tensor& xl, Tensor& gl, Tensor& bl) {
+      rig::ops::sum(rig::ops::mul(rig::ops::layer_norm(xl, gl, bl, 1e-5F), nu.to(dev))).backward();
+    };
+    Tensor nx1 = leaf(nx, DType::f32, dev), ng1 = leaf(ng, DType::f32, dev),
+           nb1 = leaf(nb, DType::f32, dev);
+    run_norm(nx1, ng1, nb1);
+    Tensor nx2 = leaf(nx, DType::f32, dev), ng2 = leaf(ng, DType::f32, dev),
+           nb2 = leaf(nb, DType::f32, dev);
+    Tensor nx_grad = snx.to(dev), ng_grad = sng.to(dev), nb_grad = snb.to(dev);
+    nx2.set_grad(nx_grad);
+    ng2.set_grad(ng_grad);
+    nb2.set_grad(nb_grad);
+    run_norm(nx2, ng2, nb2);
+    EXPECT_EQ(host(nx_grad), sum(snx, nx1.grad())) << "an f32 layer norm input's .grad";
+    EXPECT_EQ(host(ng_grad), sum(sng, ng1.grad())) << "an f32 gamma's .grad (layer norm)";
+    EXPECT_EQ(host(nb_grad), sum(snb, nb1.grad())) << "an f32 beta's .grad (layer norm)";
   }
 }
 

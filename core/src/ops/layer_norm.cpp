@@ -4,7 +4,8 @@
 // f32 and the result cast back to x's dtype, or (Backend::reads_16bit_storage)
 // read and written in their dtype by the kernels, which also add dx, dgamma
 // and dbeta into a gradient those already have (autograd::accumulation_target:
-// the residual stream's, the parameters' .grad) rounding once.
+// the residual stream's, the parameters' .grad) rounding once; such a back
+// end's f32 backward goes through them too.
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -85,9 +86,12 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
         // grad comes in y's dtype (autograd converts it to the output's).
         const Tensor gc = grad.contiguous();
         backend::Backend& be = detail::backend_of(gc);
-        // The 16-bit kernels add into the gradients already there.
+        // The 16-bit kernels add into the gradients already there; a back end
+        // that reads 16-bit storage takes f32 through them too (one f32 add:
+        // the bits of the add it saves), as batch norm does.
+        const bool adds = type != DType::f32 || be.reads_16bit_storage();
         const auto target = [&](bool needed, std::size_t input) {
-          return needed && type != DType::f32 ? autograd::accumulation_target(input) : Tensor();
+          return needed && adds ? autograd::accumulation_target(input) : Tensor();
         };
         const Tensor dx_into = target(need_x, 0), dgamma_into = target(need_g, 1),
                      dbeta_into = target(need_b, 2);
@@ -101,7 +105,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
           const void* gd = g.defined() ? g.raw_data() : nullptr;  // of param_type
           void* dgd = need_g ? dgamma.raw_data() : nullptr;
           void* dbd = need_b ? dbeta.raw_data() : nullptr;
-          if (type == DType::f32) {
+          if (!adds) {
             be.layer_norm_backward(xc.data<float>(), static_cast<const float*>(gd),
                                    mean.data<float>(), rstd.data<float>(), gc.data<float>(),
                                    need_x ? dx.data<float>() : nullptr, static_cast<float*>(dgd),

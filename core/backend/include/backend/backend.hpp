@@ -184,7 +184,8 @@ class Backend {
   // The same with x, y, g and dx of the 16-bit `type` (reads_16bit_storage());
   // gamma, beta, dgamma and dbeta f32 or `type` (param_type: a 16-bit model's
   // own parameters, read as they are, their gradients rounded once); mean and
-  // rstd f32. Backward adds into dx, dgamma and dbeta where `accumulate` says.
+  // rstd f32. Backward adds into dx, dgamma and dbeta where `accumulate` says
+  // (the ops send f32 backward passes here too on such a back end, for that).
   virtual void layer_norm_forward_16(DType type, const void* x, DType param_type, const void* gamma,
                                      const void* beta, void* y, float* mean, float* rstd,
                                      std::int64_t rows, std::int64_t d, float eps);
