@@ -774,7 +774,10 @@ TEST(KernelBackendGemm, BiasAndReluInTheEpilogue) {
   // product's epilogue, into an f32 C or (bf16 operands) a bf16 C with a bf16
   // bias: on the emulator the bits of the product, bias_activation and (bf16)
   // the rounding; on a GPU within the products' own accumulation order.
-  ASSERT_TRUE(emu().gemm_adds_bias());
+  ASSERT_TRUE(emu().gemm_adds_bias(nullptr));
+  alignas(16) static const float aligned[8] = {};
+  EXPECT_TRUE(emu().gemm_adds_bias(&aligned[4]));
+  EXPECT_FALSE(emu().gemm_adds_bias(&aligned[1])) << "cuBLASLt wants a 16-byte aligned bias";
   const std::int64_t m = 6, n = 10, k = 12;
 #ifdef RIG_KERNEL_BACKEND_ON_GPU
   const float tol16 = 1e-2F, tol32 = kGemmAbs;

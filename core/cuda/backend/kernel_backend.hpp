@@ -276,7 +276,11 @@ class KernelBackend final : public backend::Backend {
 
   bool rounds_bf16_operands() const override { return true; }
   bool gemm_writes_bf16() const override { return true; }
-  bool gemm_adds_bias() const override { return true; }
+  // cuBLASLt's bias epilogue needs a 16-byte aligned bias (Marian's and
+  // PyTorch's experience; parameters in the flat buffers usually are).
+  bool gemm_adds_bias(const void* bias) const override {
+    return reinterpret_cast<std::uintptr_t>(bias) % 16 == 0;
+  }
   bool fast_bf16_products() const override { return true; }
   bool f16_products() const override { return true; }
   void round_bf16(const backend::GemmOperand& x, std::int64_t rows, std::int64_t cols,

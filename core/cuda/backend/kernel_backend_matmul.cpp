@@ -105,11 +105,11 @@ void run_product(KernelDevice& device, GemmRequest request, const void* a, const
 
 void KernelBackend::gemm(const backend::GemmProduct& p, MatmulPrecision precision) {
   if (p.m == 0 || p.n == 0) return;
-  if ((p.bias != nullptr || p.relu) &&
-      (p.k == 0 || p.beta != 0.0F || p.a.f16 != nullptr || p.c_f16 != nullptr)) {
+  if ((p.bias != nullptr || p.relu) && (p.k == 0 || p.beta != 0.0F || p.a.f16 != nullptr ||
+                                        p.c_f16 != nullptr || !gemm_adds_bias(p.bias))) {
     throw std::invalid_argument(
-        "KernelBackend::gemm: a bias or relu epilogue needs an f32 or bf16 product, k > 0 and "
-        "beta 0");
+        "KernelBackend::gemm: a bias or relu epilogue needs an f32 or bf16 product, k > 0, beta "
+        "0 and a 16-byte aligned bias");
   }
   if (p.a.f16 != nullptr || p.b.f16 != nullptr || p.c_f16 != nullptr) {
     gemm_f16(p);

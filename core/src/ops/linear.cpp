@@ -100,7 +100,9 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
   // and its output dropout (applied before the rounding) keeps the pass below.
   const bool epilogue_activation =
       activation == Activation::relu || (activation == Activation::none && bias.defined());
-  const bool fused = epilogue_activation && in > 0 && be.gemm_adds_bias() &&
+  // (The bias it reads: this one, or a contiguous copy in fresh memory.)
+  const void* bias_at = bias.defined() && bias.is_contiguous() ? bias.raw_data() : nullptr;
+  const bool fused = epilogue_activation && in > 0 && be.gemm_adds_bias(bias_at) &&
                      (bf16_operands ? (!bias.defined() || bias.dtype() == DType::bf16) &&
                                           dropout.p == 0.0F && be.gemm_writes_bf16()
                                     : !bias.defined() || bias.dtype() == DType::f32);

@@ -461,9 +461,9 @@ class Backend {
   virtual void gemm(const GemmProduct& p, MatmulPrecision precision) = 0;
   // Whether gemm() honours GemmProduct::c_bf16 (the ops leave it null where not).
   virtual bool gemm_writes_bf16() const { return false; }
-  // Whether gemm() honours GemmProduct::bias and relu (the ops leave them
-  // unset where not).
-  virtual bool gemm_adds_bias() const { return false; }
+  // Whether gemm() honours GemmProduct::bias and relu for a bias at this
+  // address (null: relu alone); the ops leave them unset where not.
+  virtual bool gemm_adds_bias(const void* /*bias*/) const { return false; }
   // Whether gemm() takes f16 operands and C as they are (GemmOperand::f16,
   // GemmProduct::c_f16: tensor cores); the ops leave them null where not.
   virtual bool f16_products() const { return false; }
