@@ -130,6 +130,19 @@ names = {e["name"] for e in events}
 assert {"data", "forward", "backward", "communication", "optimizer", "eval"} <= names, names
 assert all(e["ph"] == "X" and e["dur"] >= 0 for e in events)
 EOF
+# On a device the trainer fetches the next batch once a step's forward is
+# queued: a "data" phase right after each step's forward (the CPU has none).
+check "$rig" run "$exp" --device=sim --logdir simtl --max_steps=6 --timeline simtl/timeline.json \
+  > simtl.log
+python3 - simtl/timeline.json <<'EOF'
+import json, sys
+events = json.load(open(sys.argv[1]))["traceEvents"]
+forward = {e["args"]["step"]: e for e in events if e["name"] == "forward"}
+after = {e["args"]["step"] for e in events if e["name"] == "data"
+         and e["args"]["step"] in forward
+         and e["ts"] >= forward[e["args"]["step"]]["ts"] + forward[e["args"]["step"]]["dur"] - 1}
+assert len(forward) >= 6 and after == set(forward), (sorted(after), sorted(forward))
+EOF
 check "$rig" report tb > report.log
 grep -q "<svg" tb/report.html
 test -d tb/best_models

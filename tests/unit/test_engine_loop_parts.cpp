@@ -289,8 +289,8 @@ TEST(DeviceData, FetchesAheadWhenTheTrainerSays) {
   EXPECT_EQ(only_value(data->next_batch()), 0.0F);
   EXPECT_EQ(counting->fetched, 1) << "nothing fetched ahead by next_batch";
   EXPECT_EQ(next_position(*data), 1);
-  fetch_ahead(*data);
-  fetch_ahead(*data);
+  EXPECT_TRUE(fetch_ahead(*data));
+  EXPECT_FALSE(fetch_ahead(*data)) << "already fetched";
   EXPECT_EQ(counting->fetched, 2) << "one batch fetched ahead, once";
   EXPECT_EQ(next_position(*data), 1) << "the position before the batch fetched ahead";
   const std::optional<Batch> second = data->next_batch();
@@ -305,7 +305,7 @@ TEST(DeviceData, FetchesAheadWhenTheTrainerSays) {
   const auto on_cpu = std::make_shared<CountingData>(3);
   fetch_ahead_explicitly(*on_cpu);
   on_cpu->start_epoch(0);
-  fetch_ahead(*on_cpu);
+  EXPECT_FALSE(fetch_ahead(*on_cpu));
   EXPECT_EQ(on_cpu->fetched, 0);
 }
 

@@ -46,8 +46,10 @@ class DeviceDataLayer final : public DataLayer {
   }
   void fetch_explicitly() { explicit_fetch_ = true; }
   // The next batch fetched and its upload started, unless it already is.
-  void fetch_ahead_now() {
-    if (!ahead_) fetch_ahead();
+  bool fetch_ahead_now() {
+    if (ahead_) return false;
+    fetch_ahead();
+    return true;
   }
   YAML::Node position() const override {
     return ahead_ ? YAML::Clone(ahead_->position_before) : data_->position();
@@ -118,8 +120,9 @@ void fetch_ahead_explicitly(DataLayer& data) {
   if (auto* on_device = dynamic_cast<DeviceDataLayer*>(&data)) on_device->fetch_explicitly();
 }
 
-void fetch_ahead(DataLayer& data) {
-  if (auto* on_device = dynamic_cast<DeviceDataLayer*>(&data)) on_device->fetch_ahead_now();
+bool fetch_ahead(DataLayer& data) {
+  auto* on_device = dynamic_cast<DeviceDataLayer*>(&data);
+  return on_device != nullptr && on_device->fetch_ahead_now();
 }
 
 }  // namespace rig::engine

@@ -24,7 +24,8 @@ std::shared_ptr<DataLayer> on_device(std::shared_ptr<DataLayer> data, Device dev
 // while the device computes, even after a step that waited for the device
 // (automatic loss scaling reads its statistics), and the copy on the copy
 // stream runs alongside the step's backward. No-ops for the CPU's layers.
+// fetch_ahead says whether it fetched (and started uploading) a batch.
 void fetch_ahead_explicitly(DataLayer& data);
-void fetch_ahead(DataLayer& data);
+bool fetch_ahead(DataLayer& data);
 
 }  // namespace rig::engine

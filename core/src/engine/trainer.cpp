@@ -337,7 +337,7 @@ std::optional<Tensor> TrainingLoop::forward_backward(std::int64_t micro, PhaseTi
   const auto forward_end = Clock::now();
   // The next batch's host work while the device runs this forward, its copy
   // alongside this backward (device_data.hpp).
-  fetch_ahead(p_.data);
+  const bool fetched = fetch_ahead(p_.data);
   const auto t2 = Clock::now();
   // The loss is scaled for float16 gradients and averaged over micro-batches,
   // like one batch iter_size times larger. A non-finite loss is found with the
@@ -363,7 +363,7 @@ std::optional<Tensor> TrainingLoop::forward_backward(std::int64_t micro, PhaseTi
   times.backward += seconds_between(t2, t3);
   p_.timeline.phase("data", step, t0, t1);
   p_.timeline.phase("forward", step, t1, forward_end);
-  p_.timeline.phase("data", step, forward_end, t2);
+  if (fetched) p_.timeline.phase("data", step, forward_end, t2);
   p_.timeline.phase("backward", step, t2, t3);
   const bool samples_due =
       s_.print_samples_steps && console_.enabled() && (step + 1) % *s_.print_samples_steps == 0;
