@@ -6,6 +6,7 @@
 // are equally spaced (gemm_heads).
 #include <optional>
 #include <stdexcept>
+#include <utility>
 
 #include "cuda/backend/kernel_backend.hpp"
 #include "cuda/gemm/gemm_plan.hpp"
@@ -66,37 +67,31 @@ void KernelBackend::gemm_heads(std::int64_t batches, std::int64_t heads,
   // One batched product per batch element (over its heads) or per head
   // (over the batch elements), where the strides allow it: the loop over
   // the shorter axis (a [B, T, H, D] tensor's heads do not combine with its
-  // batch: B products of H heads, or H of B).
-  const bool by_heads = heads > 1 && a.head >= 0 && b.head >= 0 && c.head >= 0 &&
-                        strided_batches_apart(first.m, first.n, first.ldc, heads, c.head);
-  const bool by_batches = batches > 1 && a.batch >= 0 && b.batch >= 0 && c.batch >= 0 &&
-                          strided_batches_apart(first.m, first.n, first.ldc, batches, c.batch);
-  if (by_batches && (!by_heads || batches > heads)) {
-    for (std::int64_t h = 0; h < heads; ++h) {
-      backend::GemmProduct p = first;
-      p.a.data += h * a.head;
-      p.b.data += h * b.head;
-      p.c += h * c.head;
-      gemm_batched(p, batches, a.batch, b.batch, c.batch, precision);
-    }
-    return;
-  }
-  for (std::int64_t i = 0; i < batches; ++i) {
-    backend::GemmProduct p = first;
-    p.a.data += i * a.batch;
-    p.b.data += i * b.batch;
-    p.c += i * c.batch;
-    if (by_heads) {
-      gemm_batched(p, heads, a.head, b.head, c.head, precision);
+  // batch: B products of H heads, or H of B); one product each where
+  // neither axis can be batched.
+  struct Axis {
+    std::int64_t size, a, b, c;
+  };
+  const auto batchable = [&](const Axis& x) {
+    return x.size > 1 && x.a >= 0 && x.b >= 0 && x.c >= 0 &&
+           strided_batches_apart(first.m, first.n, first.ldc, x.size, x.c);
+  };
+  Axis inner{heads, a.head, b.head, c.head}, outer{batches, a.batch, b.batch, c.batch};
+  if (batchable(outer) && (!batchable(inner) || batches > heads)) std::swap(inner, outer);
+  const bool batched = batchable(inner);
+  const auto at = [](backend::GemmProduct p, const Axis& x, std::int64_t i) {
+    p.a.data += i * x.a;
+    p.b.data += i * x.b;
+    p.c += i * x.c;
+    return p;
+  };
+  for (std::int64_t o = 0; o < outer.size; ++o) {
+    const backend::GemmProduct p = at(first, outer, o);
+    if (batched) {
+      gemm_batched(p, inner.size, inner.a, inner.b, inner.c, precision);
       continue;
     }
-    for (std::int64_t h = 0; h < heads; ++h) {
-      backend::GemmProduct q = p;
-      q.a.data += h * a.head;
-      q.b.data += h * b.head;
-      q.c += h * c.head;
-      gemm(q, precision);
-    }
+    for (std::int64_t i = 0; i < inner.size; ++i) gemm(at(p, inner, i), precision);
   }
 }
 
