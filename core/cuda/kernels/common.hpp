@@ -11,6 +11,15 @@
 #include "simt/context.hpp"
 #include "simt/launch_config.hpp"
 
+// Before a loop with a fixed trip count whose arrays must stay in
+// registers: nvcc leaves a long body rolled, and then indexes its arrays in
+// local memory. The host compiler decides for itself.
+#if defined(__CUDA_ARCH__)
+#define RIG_UNROLL _Pragma("unroll")
+#else
+#define RIG_UNROLL
+#endif
+
 namespace rig::kernels {
 
 // Block threads of the kernels: a multiple of the warp size.

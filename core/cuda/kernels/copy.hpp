@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "cuda/kernels/common.hpp"
+#include "cuda/kernels/packed.hpp"
 #include "rig/dtype.hpp"
 #include "rig/half.hpp"
 
@@ -224,11 +225,6 @@ struct FillStrided {
       store_float_as(dst, dst_type, off[0], value);
     }
   }
-};
-
-// 16 bytes moved by one load and one store.
-struct alignas(16) Bytes16 {
-  std::uint32_t w[4];
 };
 
 // The widest word (16, 8, 4, 2 or 1 bytes) both addresses are aligned to.

@@ -7,14 +7,18 @@
 //     4 elements, per lane); the 8 lanes of a mask word combine their bits
 //     with shuffles and the first writes the word. As on the CPU, the last
 //     word's bits past n are those of the stream's next elements.
-//   DropoutBackward: dx = bit ? grad * scale : 0, an unrolled grid-stride
-//     loop over the elements.
+//     Where the operands are aligned, a lane's 4 elements move as one pack
+//     (packed.hpp).
+//   DropoutBackward: dx = bit ? grad * scale : 0, in packs of kPack
+//     elements (a byte of the mask each) where grad and dx are aligned, else
+//     an unrolled grid-stride loop over the elements.
 #pragma once
 
 #include <cstdint>
 
 #include "cuda/kernels/common.hpp"
 #include "cuda/kernels/element_type.hpp"
+#include "cuda/kernels/packed.hpp"
 #include "rig/math/philox.hpp"
 
 namespace rig::kernels {
@@ -45,21 +49,38 @@ struct DropoutForward {
     const std::int64_t words = (n + 31) / 32;
     const unsigned lane = ctx.lane();
     const std::int64_t warps = grid_threads(ctx) / simt::kWarpSize;
+    // A lane's Philox block is a pack of 4 elements (packed.hpp) where every
+    // operand allows; the last, partial one goes element by element.
+    const bool packed =
+        pack_aligned<4>(src, type) && pack_aligned<4>(dst, type) && pack_aligned<4>(residual, type);
     // Warp-uniform loop: every lane of a warp runs the same iterations.
     for (std::int64_t c = global_thread(ctx) / simt::kWarpSize; c < chunks; c += warps) {
       const std::int64_t block = c * simt::kWarpSize + lane;
       const math::PhiloxBlock r = stream.block(static_cast<std::uint64_t>(block));
       std::uint32_t word = 0;
-      for (unsigned k = 0; k < 4; ++k) {
-        const bool keep = math::dropout_keeps(r.v[k], threshold);
-        const std::int64_t i = 4 * block + k;
-        if (i < n) {
-          const float v = keep ? load_element(src, type, i) * scale : 0.0F;
-          store_element(
-              dst, type, i,
-              residual == nullptr ? v : load_element(residual, type, i) + rounded_to(type, v));
+      if (packed && 4 * block + 4 <= n) {  // the block's 4 elements as one pack
+        const Pack<4> s = load_pack<4>(src, type, block);
+        const Pack<4> res = residual != nullptr ? load_pack<4>(residual, type, block) : Pack<4>{};
+        Pack<4> out;
+        for (unsigned k = 0; k < 4; ++k) {
+          const bool keep = math::dropout_keeps(r.v[k], threshold);
+          const float v = keep ? s.v[k] * scale : 0.0F;
+          out.v[k] = residual == nullptr ? v : res.v[k] + rounded_to(type, v);
+          word |= static_cast<std::uint32_t>(keep) << (4U * (lane % 8U) + k);
         }
-        word |= static_cast<std::uint32_t>(keep) << (4U * (lane % 8U) + k);
+        store_pack<4>(dst, type, block, out);
+      } else {
+        for (unsigned k = 0; k < 4; ++k) {
+          const bool keep = math::dropout_keeps(r.v[k], threshold);
+          const std::int64_t i = 4 * block + k;
+          if (i < n) {
+            const float v = keep ? load_element(src, type, i) * scale : 0.0F;
+            store_element(
+                dst, type, i,
+                residual == nullptr ? v : load_element(residual, type, i) + rounded_to(type, v));
+          }
+          word |= static_cast<std::uint32_t>(keep) << (4U * (lane % 8U) + k);
+        }
       }
       if (mask_bits == nullptr) continue;  // uniform over the launch
       for (unsigned mask = 1; mask < 8; mask *= 2) word |= ctx.shfl_xor(word, mask);
@@ -77,8 +98,14 @@ struct DropoutBackward {
   void* dx = nullptr;  // may be grad
   std::int64_t n = 0;
 
+  // In packs of kPack elements (packed.hpp, a byte of the mask each) where
+  // grad and dx allow.
+  RIG_HD bool packed() const {
+    return pack_aligned<kPack>(grad, type) && pack_aligned<kPack>(dx, type);
+  }
+
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
-    return plan_grid_stride(device, n, kUnroll, 37);  // ptxas: 37
+    return plan_grid_stride(device, n, packed() ? kPack : kUnroll, 39);  // ptxas: 39
   }
 
   template <class Ctx>
@@ -87,6 +114,26 @@ struct DropoutBackward {
       bool keep;
       float g;
     };
+    if (packed()) {  // uniform over the launch
+      static_assert(32 % kPack == 0, "a pack's mask bits lie in one word");
+      const auto element = [&](std::int64_t i) {
+        const bool keep = ((mask_bits[i / 32] >> (i % 32)) & 1U) != 0;
+        store_element(dx, type, i, keep ? load_element(grad, type, i) * scale : 0.0F);
+      };
+      packed_grid_stride(
+          ctx, n,
+          [&](std::int64_t k) {
+            const std::int64_t first = k * kPack;
+            const std::uint32_t bits = mask_bits[first / 32] >> (first % 32);
+            const Pack<kPack> g = load_pack<kPack>(grad, type, k);
+            Pack<kPack> d;
+            for (int e = 0; e < kPack; ++e)
+              d.v[e] = ((bits >> e) & 1U) != 0 ? g.v[e] * scale : 0.0F;
+            store_pack<kPack>(dx, type, k, d);
+          },
+          element);
+      return;
+    }
     unrolled_grid_stride(
         ctx, n,
         [&](std::int64_t i) {

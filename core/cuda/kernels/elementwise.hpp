@@ -31,6 +31,7 @@
 
 #include "cuda/kernels/common.hpp"
 #include "cuda/kernels/element_type.hpp"
+#include "cuda/kernels/packed.hpp"
 #include "rig/half.hpp"
 #include "rig/math/activations.hpp"
 #include "rig/math/device_math.hpp"
@@ -347,13 +348,34 @@ struct BiasReluDropoutStore {
     return plan_grid_stride(device, (rows * cols + 3) / 4, 1, 40);
   }
 
+  // A block's 4 elements as one pack (packed.hpp) of y, the bias and out
+  // where all allow (4 | cols: the pack's bias is a pack too).
+  RIG_HD bool packed() const {
+    return cols % 4 == 0 && pack_aligned<4>(y, ElementType::f32) &&
+           pack_aligned<4>(bias, bias_type) && pack_aligned<4>(out, type);
+  }
+
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
     const std::int64_t n = rows * cols;
     const std::int64_t blocks = (n + 3) / 4;
+    const bool pack = packed();
     for (std::int64_t b = global_thread(ctx); b < blocks; b += grid_threads(ctx)) {
       const math::PhiloxBlock r =
           dropped ? stream.block(static_cast<std::uint64_t>(b)) : math::PhiloxBlock{};
+      if (pack && 4 * b + 4 <= n) {
+        Pack<4> v = load_pack<4>(y, ElementType::f32, b);
+        const Pack<4> bv = bias != nullptr
+                               ? load_pack<4>(bias, bias_type, div_mod(b, cols / 4).remainder)
+                               : Pack<4>{};
+        for (int k = 0; k < 4; ++k) {
+          if (bias != nullptr) v.v[k] += bv.v[k];
+          if (relu) v.v[k] = v.v[k] < 0.0F ? 0.0F : v.v[k];
+          if (dropped) v.v[k] = math::dropout_keeps(r.v[k], threshold) ? v.v[k] * scale : 0.0F;
+        }
+        store_pack<4>(out, type, b, v);
+        continue;
+      }
       for (int k = 0; k < 4; ++k) {
         const std::int64_t i = 4 * b + k;
         if (i >= n) break;
@@ -395,12 +417,28 @@ struct ActivationBackward {
   const std::uint16_t* saved16 = nullptr;  // saved in `half` instead (saved null)
   ElementType half = ElementType::bf16;    // of dz16, g16 and saved16
 
+  // In packs of kPack columns (packed.hpp) where cols and every operand
+  // allow: a thread per (row block, kPack columns), its rows kUnroll at a
+  // time, all loads before the first store (stores of one row could alias
+  // the next one's loads, so the compiler would not reorder them).
+  RIG_HD bool packed() const {
+    return cols % kPack == 0 && pack_aligned<kPack>(g, ElementType::f32) &&
+           pack_aligned<kPack>(saved, ElementType::f32) &&
+           pack_aligned<kPack>(dz, ElementType::f32) && pack_aligned<kPack>(g16, half) &&
+           pack_aligned<kPack>(saved16, half) && pack_aligned<kPack>(dz16, half);
+  }
+
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
-    return plan_grid_stride(device, activation_row_blocks(rows) * cols, 1, 38);  // ptxas: 38
+    const std::int64_t items = activation_row_blocks(rows) * (packed() ? cols / kPack : cols);
+    return plan_grid_stride(device, items, 1, 96);  // ptxas: 96
   }
 
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
+    if (packed()) {  // uniform over the launch
+      packed_columns(ctx);
+      return;
+    }
     const std::int64_t items = activation_row_blocks(rows) * cols;
     for (std::int64_t t = global_thread(ctx); t < items; t += grid_threads(ctx)) {
       const auto [block, c] = div_mod(t, cols);
@@ -420,6 +458,47 @@ struct ActivationBackward {
         sum += d;
       }
       if (db_partial != nullptr) db_partial[block * cols + c] = sum;
+    }
+  }
+
+  // packed(): the same sums (each column's in row order from 0) and stores.
+  template <class Ctx>
+  RIG_HD void packed_columns(Ctx& ctx) const {
+    constexpr int kRows = kUnroll;
+    const std::int64_t packs = cols / kPack;
+    const std::int64_t items = activation_row_blocks(rows) * packs;
+    const void* gp = g16 != nullptr ? static_cast<const void*>(g16) : g;
+    const ElementType g_type = g16 != nullptr ? half : ElementType::f32;
+    const void* sp = saved16 != nullptr ? static_cast<const void*>(saved16) : saved;
+    const ElementType s_type = saved16 != nullptr ? half : ElementType::f32;
+    for (std::int64_t t = global_thread(ctx); t < items; t += grid_threads(ctx)) {
+      const auto [block, pc] = div_mod(t, packs);
+      const std::int64_t r0 = block * kActivationRowBlock;
+      const std::int64_t r1 = r0 + kActivationRowBlock < rows ? r0 + kActivationRowBlock : rows;
+      Pack<kPack> sum{};
+      for (std::int64_t r = r0; r < r1; r += kRows) {
+        Pack<kPack> gv[kRows]{}, sv[kRows]{};
+        RIG_UNROLL for (int u = 0; u < kRows; ++u) {
+          if (r + u >= r1) continue;
+          const std::int64_t k = (r + u) * packs + pc;  // the pack's index in [rows, cols]
+          gv[u] = load_pack<kPack>(gp, g_type, k);
+          sv[u] = sp != nullptr ? load_pack<kPack>(sp, s_type, k) : Pack<kPack>{};
+        }
+        RIG_UNROLL for (int u = 0; u < kRows; ++u) {
+          if (r + u >= r1) continue;
+          const std::int64_t k = (r + u) * packs + pc;
+          Pack<kPack> d;
+          for (int e = 0; e < kPack; ++e) {
+            d.v[e] = activation_grad(activation, gv[u].v[e], sv[u].v[e], relu_scale);
+            sum.v[e] += d.v[e];
+          }
+          if (dz != nullptr) store_pack<kPack>(dz, ElementType::f32, k, d);
+          if (dz16 != nullptr) store_pack<kPack>(dz16, half, k, d);
+        }
+      }
+      if (db_partial != nullptr) {
+        for (int e = 0; e < kPack; ++e) db_partial[block * cols + pc * kPack + e] = sum.v[e];
+      }
     }
   }
 };

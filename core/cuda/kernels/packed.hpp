@@ -1,0 +1,174 @@
+// Packed access: N consecutive elements of f32, f16 or bf16 moved by the
+// widest memory instructions their bytes allow (16 bytes each at most), not
+// one instruction per element. A bandwidth-bound kernel that loads 2 bytes a
+// thread spends more instructions on indexing than the memory needs, and has
+// too few bytes in flight per SM; a thread that moves 8 bf16 with one 16-byte
+// load has neither problem (PyTorch's vectorized element-wise loops and
+// llm.c's 128-bit packs do the same). The values are unpacked to f32 and
+// packed back with the conversions of element_type.hpp, so a kernel's packed
+// and per-element paths give the same bits.
+//
+// A pack k of a buffer is its elements [k N, k N + N): its address must be a
+// multiple of N times the element size, which pack_aligned checks of the
+// buffer's start. Kernels check their operands once (uniform over the
+// launch), take the packed path where all are aligned, and finish the
+// elements past the last whole pack one by one.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/kernels/common.hpp"
+#include "cuda/kernels/element_type.hpp"
+#include "rig/half.hpp"
+#include "rig/hd.hpp"
+#include "rig/math/bits.hpp"
+
+namespace rig::kernels {
+
+// Elements of the packs of the element-wise kernels: 16 bytes of a 16-bit
+// type, two 16-byte words of f32.
+inline constexpr int kPack = 8;
+
+// 16 bytes moved by one load and one store.
+struct alignas(16) Bytes16 {
+  std::uint32_t w[4];
+};
+
+template <int N>
+struct Pack {
+  float v[N];
+};
+
+RIG_HD_INLINE int element_bytes(ElementType type) {
+  return type == ElementType::f32 ? 4 : 2;
+}
+
+// Whether `data` (null: no operand) can be read and written in packs of N
+// elements of `type`.
+template <int N>
+RIG_HD_INLINE bool pack_aligned(const void* data, ElementType type) {
+  const auto bytes = static_cast<std::uintptr_t>(N * element_bytes(type));
+  return data == nullptr || reinterpret_cast<std::uintptr_t>(data) % bytes == 0;
+}
+
+namespace packed_detail {
+
+// Word w of `data` (a Word-aligned address): an aligned load on the GPU; on
+// the host (the emulator) a copy, which no aliasing rule forbids.
+template <class Word>
+RIG_HD_INLINE Word load_word(const void* data, std::int64_t w) {
+#if defined(__CUDA_ARCH__)
+  return static_cast<const Word*>(data)[w];
+#else
+  Word word;
+  __builtin_memcpy(&word, static_cast<const Word*>(data) + w, sizeof(Word));
+  return word;
+#endif
+}
+
+template <class Word>
+RIG_HD_INLINE void store_word(void* data, std::int64_t w, const Word& word) {
+#if defined(__CUDA_ARCH__)
+  static_cast<Word*>(data)[w] = word;
+#else
+  __builtin_memcpy(static_cast<Word*>(data) + w, &word, sizeof(Word));
+#endif
+}
+
+// The 32-bit halves of `words` 32-bit words, as words of the widest width
+// (16, 8 or 4 bytes) that fits them: `words` is 1, 2, 4 or a multiple of 4.
+template <int Words>
+struct Raw {
+  std::uint32_t u[Words];
+};
+
+template <int Words>
+RIG_HD_INLINE Raw<Words> load_raw(const void* data, std::int64_t pack) {
+  Raw<Words> r;
+  if constexpr (Words % 4 == 0) {
+    for (int k = 0; k < Words / 4; ++k) {
+      const Bytes16 b = load_word<Bytes16>(data, pack * (Words / 4) + k);
+      for (int j = 0; j < 4; ++j) r.u[4 * k + j] = b.w[j];
+    }
+  } else if constexpr (Words == 2) {
+    const std::uint64_t b = load_word<std::uint64_t>(data, pack);
+    r.u[0] = static_cast<std::uint32_t>(b);
+    r.u[1] = static_cast<std::uint32_t>(b >> 32);
+  } else {
+    static_assert(Words == 1, "packs of 4, 8 or a multiple of 16 bytes");
+    r.u[0] = load_word<std::uint32_t>(data, pack);
+  }
+  return r;
+}
+
+template <int Words>
+RIG_HD_INLINE void store_raw(void* data, std::int64_t pack, const Raw<Words>& r) {
+  if constexpr (Words % 4 == 0) {
+    for (int k = 0; k < Words / 4; ++k) {
+      Bytes16 b;
+      for (int j = 0; j < 4; ++j) b.w[j] = r.u[4 * k + j];
+      store_word<Bytes16>(data, pack * (Words / 4) + k, b);
+    }
+  } else if constexpr (Words == 2) {
+    store_word<std::uint64_t>(
+        data, pack,
+        static_cast<std::uint64_t>(r.u[0]) | (static_cast<std::uint64_t>(r.u[1]) << 32));
+  } else {
+    static_assert(Words == 1, "packs of 4, 8 or a multiple of 16 bytes");
+    store_word<std::uint32_t>(data, pack, r.u[0]);
+  }
+}
+
+}  // namespace packed_detail
+
+// Pack `pack` (elements [pack N, pack N + N)) of `data`, as f32.
+template <int N>
+RIG_HD_INLINE Pack<N> load_pack(const void* data, ElementType type, std::int64_t pack) {
+  static_assert(N % 2 == 0, "16-bit packs fill whole 32-bit words");
+  Pack<N> p;
+  if (type == ElementType::f32) {
+    const auto r = packed_detail::load_raw<N>(data, pack);
+    for (int k = 0; k < N; ++k) p.v[k] = math::bits_float(r.u[k]);
+    return p;
+  }
+  const auto r = packed_detail::load_raw<N / 2>(data, pack);
+  for (int k = 0; k < N; ++k) {
+    const auto bits = static_cast<std::uint16_t>(r.u[k / 2] >> (16 * (k % 2)));
+    p.v[k] = type == ElementType::f16 ? half_bits_to_float(bits) : bfloat16_bits_to_float(bits);
+  }
+  return p;
+}
+
+// Stores p as pack `pack` of `data`, each element rounded to `type` as
+// store_element rounds it.
+template <int N>
+RIG_HD_INLINE void store_pack(void* data, ElementType type, std::int64_t pack, const Pack<N>& p) {
+  if (type == ElementType::f32) {
+    packed_detail::Raw<N> r;
+    for (int k = 0; k < N; ++k) r.u[k] = math::float_bits(p.v[k]);
+    packed_detail::store_raw<N>(data, pack, r);
+    return;
+  }
+  packed_detail::Raw<N / 2> r{};
+  for (int k = 0; k < N; ++k) {
+    const std::uint16_t bits =
+        type == ElementType::f16 ? float_to_half_bits(p.v[k]) : float_to_bfloat16_bits(p.v[k]);
+    r.u[k / 2] |= static_cast<std::uint32_t>(bits) << (16 * (k % 2));
+  }
+  packed_detail::store_raw<N / 2>(data, pack, r);
+}
+
+// A grid-stride loop over the n / N whole packs of [0, n), one a thread and
+// step, pack(k) for each; then the last n % N elements, element(i) for each.
+// Plan it with plan_grid_stride(device, n, N, registers).
+template <int N = kPack, class Ctx, class PackFn, class ElementFn>
+RIG_HD_INLINE void packed_grid_stride(Ctx& ctx, std::int64_t n, PackFn&& pack,
+                                      ElementFn&& element) {
+  const std::int64_t packs = n / N;
+  const std::int64_t step = grid_threads(ctx);
+  const std::int64_t first = global_thread(ctx);
+  for (std::int64_t k = first; k < packs; k += step) pack(k);
+  for (std::int64_t i = packs * N + first; i < n; i += step) element(i);
+}
+
+}  // namespace rig::kernels

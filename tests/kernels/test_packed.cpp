@@ -1,0 +1,302 @@
+// Packed access (cuda/kernels/packed.hpp): the packs round-trip as the
+// per-element loads and stores do, and every kernel with a packed path gives
+// the bits of its per-element path. Each kernel runs twice on the same
+// values: once from 16-byte aligned buffers (the packed path), once from
+// buffers one element past that (the per-element path, which the CPU
+// comparisons of the kernels' own tests pin down).
+#include "cuda/kernels/packed.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "cuda/kernels/batch_norm.hpp"
+#include "cuda/kernels/dropout.hpp"
+#include "cuda/kernels/elementwise.hpp"
+#include "cuda/kernels/optimizer.hpp"
+#include "kernel_test_util.hpp"
+#include "rig/half.hpp"
+
+namespace rig::kernels::test {
+namespace {
+
+constexpr ElementType kTypes[] = {ElementType::f32, ElementType::f16, ElementType::bf16};
+
+const char* name(ElementType type) {
+  return type == ElementType::f32 ? "f32" : type == ElementType::f16 ? "f16" : "bf16";
+}
+
+// n elements of `type` holding `values` (rounded), 64-byte aligned or, when
+// `shifted`, one element past that.
+class Buffer {
+ public:
+  Buffer(const std::vector<float>& values, ElementType type, bool shifted)
+      : type_(type), n_(values.size()), bytes_(n_ * element_size() + 128) {
+    const auto base = reinterpret_cast<std::uintptr_t>(bytes_.data());
+    start_ = static_cast<std::size_t>((64 - base % 64) % 64) + (shifted ? element_size() : 0);
+    for (std::size_t i = 0; i < n_; ++i)
+      store_element(data(), type, static_cast<std::int64_t>(i), values[i]);
+  }
+  void* data() { return bytes_.data() + start_; }
+  float* floats() { return static_cast<float*>(data()); }  // the kernels' float* fields
+  std::vector<std::uint8_t> contents() const {
+    return {bytes_.begin() + static_cast<std::ptrdiff_t>(start_),
+            bytes_.begin() + static_cast<std::ptrdiff_t>(start_ + n_ * element_size())};
+  }
+
+ private:
+  std::size_t element_size() const { return type_ == ElementType::f32 ? 4 : 2; }
+  ElementType type_;
+  std::size_t n_;
+  std::vector<std::uint8_t> bytes_;
+  std::size_t start_ = 0;
+};
+
+template <int N>
+void expect_round_trip(ElementType type) {
+  SCOPED_TRACE(::testing::Message() << name(type) << " packs of " << N);
+  std::vector<float> values = uniform(3 * N, -3.0F, 3.0F, 5);
+  values[1] = -0.0F;
+  values[2] = 1.0F + 1.0F / 512.0F;  // a tie for bf16: rounded to even
+  Buffer in(values, type, false), out(std::vector<float>(3 * N, 0.0F), type, false);
+  for (std::int64_t k = 0; k < 3; ++k) {
+    const Pack<N> p = load_pack<N>(in.data(), type, k);
+    for (int e = 0; e < N; ++e) {
+      EXPECT_EQ(math::float_bits(p.v[e]),
+                math::float_bits(load_element(in.data(), type, k * N + e)));
+    }
+    Pack<N> q = p;
+    for (float& v : q.v) v *= 1.001F;  // not representable: rounded at the store
+    store_pack<N>(out.data(), type, k, q);
+    for (int e = 0; e < N; ++e) {
+      std::vector<std::uint8_t> one(4);
+      store_element(one.data(), type, 0, q.v[e]);
+      const std::vector<std::uint8_t> got = out.contents();
+      const std::size_t size = type == ElementType::f32 ? 4 : 2;
+      EXPECT_EQ(0, std::memcmp(got.data() + (k * N + e) * size, one.data(), size))
+          << "element " << k * N + e;
+    }
+  }
+}
+
+TEST(KernelPacked, PacksRoundTripAsElementsDo) {
+  for (const ElementType type : kTypes) {
+    expect_round_trip<4>(type);
+    expect_round_trip<8>(type);
+  }
+  // Alignment is of the pack's bytes: 8 bf16 need 16, 4 bf16 need 8.
+  alignas(16) std::uint16_t a[16] = {};
+  EXPECT_TRUE(pack_aligned<8>(a, ElementType::bf16));
+  EXPECT_FALSE(pack_aligned<8>(a + 4, ElementType::bf16));
+  EXPECT_TRUE(pack_aligned<4>(a + 4, ElementType::bf16));
+  EXPECT_FALSE(pack_aligned<4>(a + 1, ElementType::bf16));
+  EXPECT_TRUE(pack_aligned<8>(nullptr, ElementType::f32));
+}
+
+constexpr backend::BatchNormShape kPackedShapes[] = {{37, 24, 1}, {3, 5, 16}, {2, 64, 1}};
+
+TEST(KernelPacked, BatchNormApplyPacksAsItsElements) {
+  for (const backend::BatchNormShape& s : kPackedShapes) {
+    for (const ElementType type : kTypes) {
+      for (const bool residual_relu : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "[" << s.n << ", " << s.c << ", " << s.inner << "] "
+                                          << name(type) << " residual+relu " << residual_relu);
+        const std::int64_t n = s.n * s.c * s.inner;
+        const std::vector<float> x = uniform(n, -2.0F, 2.0F, 1);
+        const std::vector<float> r = uniform(n, -1.0F, 1.0F, 2);
+        const std::vector<float> scale = uniform(s.c, 0.5F, 2.0F, 3);
+        const std::vector<float> shift = uniform(s.c, -1.0F, 1.0F, 4);
+        std::vector<std::vector<std::uint8_t>> outputs;
+        for (const bool shifted : {false, true}) {
+          Buffer xb(x, type, shifted), rb(r, type, shifted);
+          Buffer yb(std::vector<float>(static_cast<std::size_t>(n), 7.0F), type, shifted);
+          BatchNormApply k{xb.floats(), scale.data(), shift.data(), yb.floats(),
+                           s.n,         s.c,          s.inner,      type};
+          if (residual_relu) {
+            k.relu = true;
+            k.residual = rb.floats();
+          }
+          EXPECT_EQ(k.packed(), !shifted);
+          run(k);
+          outputs.push_back(yb.contents());
+        }
+        EXPECT_TRUE(bit_equal(outputs[0], outputs[1]));
+      }
+    }
+  }
+}
+
+TEST(KernelPacked, BatchNormBackwardDxPacksAsItsElements) {
+  enum class Relu { none, from_y, from_x };
+  for (const backend::BatchNormShape& s : kPackedShapes) {
+    for (const ElementType type : kTypes) {
+      for (const Relu relu : {Relu::none, Relu::from_y, Relu::from_x}) {
+        SCOPED_TRACE(::testing::Message() << "[" << s.n << ", " << s.c << ", " << s.inner << "] "
+                                          << name(type) << " relu " << static_cast<int>(relu));
+        const std::int64_t n = s.n * s.c * s.inner;
+        const std::vector<float> x = uniform(n, -2.0F, 2.0F, 11);
+        const std::vector<float> dy = uniform(n, -1.0F, 1.0F, 12);
+        const std::vector<float> y = uniform(n, -1.0F, 1.0F, 13);
+        const std::vector<float> coef = uniform(3 * s.c, -1.0F, 1.0F, 14);
+        const std::vector<float> scale = uniform(s.c, 0.5F, 2.0F, 15);
+        const std::vector<float> shift = uniform(s.c, -1.0F, 1.0F, 16);
+        std::vector<std::vector<std::uint8_t>> outputs;
+        for (const bool shifted : {false, true}) {
+          Buffer xb(x, type, shifted), gb(dy, type, shifted), yb(y, type, shifted);
+          Buffer dxb(std::vector<float>(static_cast<std::size_t>(n), 7.0F), type, shifted);
+          BatchNormBackwardDx k{xb.floats(), gb.floats(), coef.data(), dxb.floats(),
+                                s.n,         s.c,         s.inner,     type};
+          if (relu == Relu::from_y) k.relu.y = yb.floats();
+          if (relu == Relu::from_x) k.relu = {nullptr, scale.data(), shift.data()};
+          EXPECT_EQ(k.packed(), !shifted);
+          run(k);
+          outputs.push_back(dxb.contents());
+        }
+        EXPECT_TRUE(bit_equal(outputs[0], outputs[1]));
+      }
+    }
+  }
+}
+
+TEST(KernelPacked, DropoutPacksAsItsElements) {
+  const math::PhiloxStream stream = math::PhiloxStream::of(0xABCDEFULL, 5, 1, 7);
+  const std::int64_t n = 1003;  // a partial last block and pack
+  for (const ElementType type : kTypes) {
+    for (const bool residual : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << name(type) << " residual " << residual);
+      const std::vector<float> x = uniform(n, -2.0F, 2.0F, 21);
+      const std::vector<float> r = uniform(n, -1.0F, 1.0F, 22);
+      std::vector<std::vector<std::uint8_t>> outputs, grads;
+      std::vector<std::vector<std::uint32_t>> masks;
+      for (const bool shifted : {false, true}) {
+        Buffer xb(x, type, shifted), rb(r, type, shifted);
+        Buffer yb(std::vector<float>(static_cast<std::size_t>(n), 7.0F), type, shifted);
+        std::vector<std::uint32_t> mask(static_cast<std::size_t>((n + 31) / 32), 0xABABABABU);
+        DropoutForward f{stream,      math::dropout_threshold(0.3F),
+                         1.0F / 0.7F, type,
+                         xb.data(),   yb.data(),
+                         mask.data(), n};
+        if (residual) f.residual = rb.data();
+        run(f);
+        outputs.push_back(yb.contents());
+        masks.push_back(mask);
+        Buffer dxb(std::vector<float>(static_cast<std::size_t>(n), 7.0F), type, shifted);
+        const DropoutBackward b{mask.data(), 1.0F / 0.7F, type, rb.data(), dxb.data(), n};
+        EXPECT_EQ(b.packed(), !shifted);
+        run(b);
+        grads.push_back(dxb.contents());
+      }
+      EXPECT_TRUE(bit_equal(outputs[0], outputs[1]));
+      EXPECT_TRUE(bit_equal(masks[0], masks[1]));
+      EXPECT_TRUE(bit_equal(grads[0], grads[1]));
+    }
+  }
+}
+
+TEST(KernelPacked, BiasReluDropoutStorePacksAsItsElements) {
+  const std::int64_t rows = 37, cols = 40;
+  const std::vector<float> y = uniform(rows * cols, -3.0F, 3.0F, 31);
+  const std::vector<float> bias = uniform(cols, -1.0F, 1.0F, 32);
+  for (const ElementType type : {ElementType::bf16, ElementType::f16}) {
+    for (const bool dropped : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << name(type) << " dropped " << dropped);
+      std::vector<std::vector<std::uint8_t>> outputs;
+      for (const bool shifted : {false, true}) {
+        Buffer yb(y, ElementType::f32, shifted), bb(bias, ElementType::bf16, shifted);
+        Buffer ob(std::vector<float>(y.size(), 7.0F), type, shifted);
+        BiasReluDropoutStore k;
+        k.y = yb.floats();
+        k.bias = bb.data();
+        k.bias_type = ElementType::bf16;
+        k.out = ob.data();
+        k.type = type;
+        k.rows = rows;
+        k.cols = cols;
+        k.relu = true;
+        k.dropped = dropped;
+        k.stream = math::PhiloxStream::of(3, 4, 0, 5);
+        k.threshold = math::dropout_threshold(0.25F);
+        k.scale = 1.0F / 0.75F;
+        EXPECT_EQ(k.packed(), !shifted);
+        run(k);
+        outputs.push_back(ob.contents());
+      }
+      EXPECT_TRUE(bit_equal(outputs[0], outputs[1]));
+    }
+  }
+}
+
+TEST(KernelPacked, ActivationBackwardPacksAsItsElements) {
+  for (const std::int64_t rows : {5, 150}) {  // one row block and three (the last partial)
+    const std::int64_t cols = 24;
+    const std::vector<float> g = uniform(rows * cols, -1.0F, 1.0F, 41);
+    std::vector<float> saved = uniform(rows * cols, -2.0F, 2.0F, 42);
+    for (float& v : saved) v = v < 0.0F ? 0.0F : v;  // relu's output
+    for (const bool sixteen : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << rows << " rows, 16-bit " << sixteen);
+      const ElementType type = sixteen ? ElementType::bf16 : ElementType::f32;
+      std::vector<std::vector<std::uint8_t>> dzs;
+      std::vector<std::vector<float>> sums;
+      for (const bool shifted : {false, true}) {
+        Buffer gb(g, type, shifted), sb(saved, type, shifted);
+        Buffer dzb(std::vector<float>(g.size(), 7.0F), type, shifted);
+        const std::int64_t blocks = activation_row_blocks(rows);
+        std::vector<float> partial(static_cast<std::size_t>(blocks * cols), -1.0F);
+        ActivationBackward k;
+        k.activation = Activation::relu;
+        k.rows = rows;
+        k.cols = cols;
+        k.relu_scale = 1.25F;
+        k.db_partial = partial.data();
+        if (sixteen) {
+          k.g16 = static_cast<const std::uint16_t*>(gb.data());
+          k.saved16 = static_cast<const std::uint16_t*>(sb.data());
+          k.dz16 = static_cast<std::uint16_t*>(dzb.data());
+        } else {
+          k.g = gb.floats();
+          k.saved = sb.floats();
+          k.dz = dzb.floats();
+        }
+        EXPECT_EQ(k.packed(), !shifted);
+        run(k);
+        dzs.push_back(dzb.contents());
+        sums.push_back(partial);
+      }
+      EXPECT_TRUE(bit_equal(dzs[0], dzs[1]));
+      EXPECT_TRUE(bit_equal(sums[0], sums[1]));
+    }
+  }
+}
+
+TEST(KernelPacked, AdamPacksAsItsElements) {
+  const std::int64_t n = 1003;
+  AdamUpdate a;
+  a.step_size = 1e-3F;
+  a.inv_bc2_sqrt = 1.0F / std::sqrt(1.0F - 0.999F * 0.999F);
+  a.coupled_decay = 0.01F;
+  for (const bool amsgrad : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "amsgrad " << amsgrad);
+    std::vector<std::vector<std::uint8_t>> results;
+    for (const bool shifted : {false, true}) {
+      Buffer p(uniform(n, -1.0F, 1.0F, 51), ElementType::f32, shifted);
+      Buffer g(uniform(n, -2.0F, 2.0F, 52), ElementType::f32, shifted);
+      Buffer m(uniform(n, -0.1F, 0.1F, 53), ElementType::f32, shifted);
+      Buffer v(uniform(n, 0.0F, 0.01F, 54), ElementType::f32, shifted);
+      Buffer vmax(uniform(n, 0.0F, 0.01F, 55), ElementType::f32, shifted);
+      const AdamUpdateKernel k{
+          n, p.floats(), g.floats(), m.floats(), v.floats(), amsgrad ? vmax.floats() : nullptr, a};
+      EXPECT_EQ(k.packed(), !shifted);
+      run(k);
+      std::vector<std::uint8_t> all = p.contents();
+      for (const Buffer* b : {&m, &v, &vmax}) {
+        const std::vector<std::uint8_t> c = b->contents();
+        all.insert(all.end(), c.begin(), c.end());
+      }
+      results.push_back(all);
+    }
+    EXPECT_TRUE(bit_equal(results[0], results[1]));
+  }
+}
+
+}  // namespace
+}  // namespace rig::kernels::test
