@@ -60,7 +60,7 @@ grep -Eq "^ +1 .* CrossEntropyBackward bf16$" nmt.txt || fail "the loss's gradie
 # each feed-forward layer's first linear: bias, relu, dropout and rounding in
 # one pass (2 layers); its second adds the bias in the product's epilogue,
 # which writes bf16 (no dropout there to apply before the rounding)
-grep -Eq "^ +2 .* BiasReluDropoutStore f32 -> bf16$" nmt.txt || fail "not 2 fused bias passes"
+grep -Eq "^ +2 .* BiasReluDropoutStore f32 -> bf16, packed$" nmt.txt || fail "not 2 fused bias passes"
 grep -Eq "^ +2 .* cuBLASLt matmul bf16 x bf16 -> bf16, BIAS$" nmt.txt ||
   fail "not 2 products adding their bias"
 if grep -Eq "BiasActivation|DropoutForward f32" nmt.txt; then fail "an f32 bias or dropout pass"; fi
@@ -81,8 +81,8 @@ grep -Eq "^ +5 .* LayerNormBackwardDx bf16, added into dx$" nmt.txt || fail "not
 grep -Eq "cuBLASLt matmul bf16 x bf16 \+= bf16$" nmt.txt || fail "no product adds into a gradient"
 # each residual connection's add and its branch's dropout in one pass (2 in the
 # encoder layer, 3 in the decoder layer); the embeddings' dropouts stand alone
-grep -Eq "^ +5 .* DropoutForward bf16, \+ residual$" nmt.txt || fail "not 5 dropout adds"
-grep -Eq "^ +2 .* DropoutForward bf16$" nmt.txt || fail "not 2 dropouts of their own"
+grep -Eq "^ +5 .* DropoutForward bf16, \+ residual, packed$" nmt.txt || fail "not 5 dropout adds"
+grep -Eq "^ +2 .* DropoutForward bf16, packed$" nmt.txt || fail "not 2 dropouts of their own"
 # no read of the device in mixed precision either (unscaling reads nothing;
 # the index checks' results and the statistics wait for the logged loss)
 if grep -q "copy to host$" nmt.txt; then fail "a bfloat16 step reads the device"; fi
@@ -113,6 +113,11 @@ grep -Eq "^ +17 .* AddStrided bf16 \+= bf16$" r50.txt || fail "not 17 adds of pa
 # statistics (batch_norm_stats_prepare), not from a launch of their own
 grep -Eq "^ +53 .* BatchNormStatsFinish$" r50.txt || fail "not 53 batch norms' statistics"
 if grep -q "BatchNormPrepareChannels" r50.txt; then fail "a training step prepares in a launch of its own"; fi
+# every batch norm's element-wise passes move packs of 8 (kernels/packed.hpp):
+# the tensors of a run are aligned for them
+if grep -E "BatchNorm(Apply|BackwardDx) " r50.txt | grep -vq ", packed$"; then
+  fail "a batch norm pass element by element"
+fi
 
 echo "== a float32 ResNet-50, channels first, host-only (at 32 x 32, batch 2)"
 RIG_CUDA_EMULATOR_HOST_ONLY=1 check "$tool" "$rig" r50-f32.txt -- "$resnet" --batch_size_per_gpu=2 \

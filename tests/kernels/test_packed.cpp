@@ -177,6 +177,7 @@ TEST(KernelPacked, DropoutPacksAsItsElements) {
                          xb.data(),   yb.data(),
                          mask.data(), n};
         if (residual) f.residual = rb.data();
+        EXPECT_EQ(f.packed(), !shifted);
         run(f);
         outputs.push_back(yb.contents());
         masks.push_back(mask);

@@ -216,6 +216,18 @@ Work work_of(const kernels::AdamUpdateKernel& k) {
   return {"f32", k.n, streams * 4.0 * static_cast<double>(k.n)};
 }
 
+// A kernel's work, its line marked ", packed" where it moves its elements in
+// packs (kernels/packed.hpp): whether the tensors of a run are aligned
+// for them is a property of the run, not of the kernel.
+template <class Kernel>
+Work counted(const Kernel& kernel) {
+  Work work = work_of(kernel);
+  if constexpr (requires { kernel.packed(); }) {
+    if (kernel.packed()) work.detail += work.detail.empty() ? "packed" : ", packed";
+  }
+  return work;
+}
+
 // A convolution's operand type, and " nhwc" for the channels-last layout.
 std::string conv_label(std::string_view type, const backend::Conv2dShape& s) {
   return s.channels_last ? fmt::format("{} nhwc", type) : std::string(type);
@@ -292,7 +304,7 @@ class CensusDevice final : public KernelDevice {
 // An empty grid queues nothing, so it is not counted.
 #define RIG_CENSUS_RUN(K)                                                                       \
   void run(const kernels::K& kernel) override {                                                 \
-    if (kernel.plan(device_->properties()).grid.count() != 0) census_.add(#K, work_of(kernel)); \
+    if (kernel.plan(device_->properties()).grid.count() != 0) census_.add(#K, counted(kernel)); \
     device_->run(kernel);                                                                       \
   }
   RIG_CUDA_KERNELS(RIG_CENSUS_RUN)

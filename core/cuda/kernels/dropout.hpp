@@ -38,6 +38,13 @@ struct DropoutForward {
   // the bits of dropout then an add; a residual connection in one pass).
   const void* residual = nullptr;
 
+  // A lane's Philox block is a pack of 4 elements (packed.hpp) where every
+  // operand allows; a last, partial one goes element by element.
+  RIG_HD bool packed() const {
+    return pack_aligned<4>(src, type) && pack_aligned<4>(dst, type) &&
+           pack_aligned<4>(residual, type);
+  }
+
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     const std::int64_t chunks = (n + kDropoutChunk - 1) / kDropoutChunk;
     return plan_grid_stride(device, chunks * simt::kWarpSize, 1, 48);
@@ -49,16 +56,13 @@ struct DropoutForward {
     const std::int64_t words = (n + 31) / 32;
     const unsigned lane = ctx.lane();
     const std::int64_t warps = grid_threads(ctx) / simt::kWarpSize;
-    // A lane's Philox block is a pack of 4 elements (packed.hpp) where every
-    // operand allows; the last, partial one goes element by element.
-    const bool packed =
-        pack_aligned<4>(src, type) && pack_aligned<4>(dst, type) && pack_aligned<4>(residual, type);
+    const bool pack = packed();
     // Warp-uniform loop: every lane of a warp runs the same iterations.
     for (std::int64_t c = global_thread(ctx) / simt::kWarpSize; c < chunks; c += warps) {
       const std::int64_t block = c * simt::kWarpSize + lane;
       const math::PhiloxBlock r = stream.block(static_cast<std::uint64_t>(block));
       std::uint32_t word = 0;
-      if (packed && 4 * block + 4 <= n) {  // the block's 4 elements as one pack
+      if (pack && 4 * block + 4 <= n) {  // the block's 4 elements as one pack
         const Pack<4> s = load_pack<4>(src, type, block);
         const Pack<4> res = residual != nullptr ? load_pack<4>(residual, type, block) : Pack<4>{};
         Pack<4> out;
