@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "cuda/kernels/batch_norm.hpp"
@@ -91,6 +93,10 @@ TEST(KernelPacked, PacksRoundTripAsElementsDo) {
   EXPECT_TRUE(pack_aligned<4>(a + 4, ElementType::bf16));
   EXPECT_FALSE(pack_aligned<4>(a + 1, ElementType::bf16));
   EXPECT_TRUE(pack_aligned<8>(nullptr, ElementType::f32));
+  // 8 f32 are two 16-byte words: 16-byte aligned is enough.
+  alignas(16) float f[12] = {};
+  EXPECT_TRUE(pack_aligned<8>(f + 4, ElementType::f32));
+  EXPECT_FALSE(pack_aligned<8>(f + 2, ElementType::f32));
 }
 
 constexpr backend::BatchNormShape kPackedShapes[] = {{37, 24, 1}, {3, 5, 16}, {2, 64, 1}};
@@ -154,6 +160,68 @@ TEST(KernelPacked, BatchNormBackwardDxPacksAsItsElements) {
         }
         EXPECT_TRUE(bit_equal(outputs[0], outputs[1]));
       }
+    }
+  }
+}
+
+// The channels-last partial reductions: packs of 8 channels a thread sum in
+// another order than one channel a thread (more row lanes), so the partial
+// sums agree within rounding; relu's masked dy, stored exactly, agrees bit
+// for bit. Shapes: c below a tile (32 channels), at it, above it and not a
+// multiple of it, with a partial last chunk of rows.
+TEST(KernelPacked, BatchNormPartialsPackChannels) {
+  constexpr backend::BatchNormShape kShapes[] = {
+      {300, 8, 1}, {4096 + 77, 32, 1}, {1000, 200, 1}, {50, 64, 1}};
+  for (const backend::BatchNormShape& s : kShapes) {
+    for (const ElementType type : {ElementType::f32, ElementType::bf16}) {
+      SCOPED_TRACE(::testing::Message() << "[" << s.n << ", " << s.c << ", 1] " << name(type));
+      const std::int64_t n = s.n * s.c;
+      const std::int64_t parts = s.c * batch_norm_chunks(s.n, 1);
+      const std::vector<float> x = uniform(n, 1.0F, 4.0F, 61);
+      const std::vector<float> dy = uniform(n, -1.0F, 1.0F, 62);
+      const std::vector<float> y = uniform(n, -1.0F, 1.0F, 63);
+      const std::vector<float> mean = uniform(s.c, 2.0F, 3.0F, 64);
+      std::vector<std::vector<float>> sums;
+      std::vector<std::vector<std::uint8_t>> masked;
+      for (const bool shifted : {false, true}) {
+        Buffer xb(x, type, shifted), gb(dy, type, shifted), yb(y, type, shifted);
+        Buffer mb(std::vector<float>(x.size(), 7.0F), type, shifted);
+        std::vector<float> out(static_cast<std::size_t>(4 * parts), -7.0F);
+        BatchNormStatsPartial st{xb.floats(), s.n, s.c, 1, out.data(), out.data() + parts, type};
+        BatchNormGradPartial gr{xb.floats(),
+                                gb.floats(),
+                                mean.data(),
+                                s.n,
+                                s.c,
+                                1,
+                                out.data() + 2 * parts,
+                                out.data() + 3 * parts,
+                                type};
+        gr.relu.y = yb.floats();
+        gr.masked_dy = mb.floats();
+        EXPECT_EQ(st.packed(), !shifted);
+        EXPECT_EQ(gr.packed(), !shifted);
+        launch_partial(st, [](const auto& k) { run(k); });
+        launch_partial(gr, [](const auto& k) { run(k); });
+        sums.push_back(out);
+        masked.push_back(mb.contents());
+      }
+      // Means within 1e-6 relative, m2s within 1e-5 relative; the sums of
+      // dy and dy (x - mean), terms of at most 2 in magnitude, within 4e-7
+      // per row of the chunk (both orders' rounding).
+      const std::int64_t chunks = batch_norm_chunks(s.n, 1);
+      for (std::int64_t i = 0; i < 4 * parts; ++i) {
+        const auto at = static_cast<std::size_t>(i);
+        const float a = sums[0][at], b = sums[1][at];
+        const std::int64_t chunk = i % parts % chunks;
+        const auto rows = static_cast<float>(
+            std::min<std::int64_t>(kBatchNormChunk, s.n - chunk * kBatchNormChunk));
+        const float tol = i < parts       ? 1e-6F * std::fabs(b)
+                          : i < 2 * parts ? 1e-5F * std::fabs(b)
+                                          : 4e-7F * rows;
+        EXPECT_NEAR(a, b, tol) << "partial " << i;
+      }
+      EXPECT_TRUE(bit_equal(masked[0], masked[1]));
     }
   }
 }

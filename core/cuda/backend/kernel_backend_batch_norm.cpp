@@ -65,7 +65,7 @@ void KernelBackend::batch_norm_stats_kernels(const backend::BatchNormShape& s, D
   kernels::BatchNormStatsPartial k{static_cast<const float*>(x), s.n, s.c, s.inner, part,
                                    part + s.c * chunks};
   k.type = element_type(type, "batch_norm_stats");
-  run(k);
+  kernels::launch_partial(k, [this](const auto& kernel) { run(kernel); });
   run(kernels::BatchNormStatsFinish{
       part, part + s.c * chunks, s.n, s.c, s.inner, mean, var, prepare != nullptr,
       prepare != nullptr ? prepare_channels(*prepare) : kernels::BatchNormPrepareChannels{}});
@@ -173,7 +173,7 @@ void KernelBackend::batch_norm_backward_kernels(
     k.type = t;
     k.relu = mask;
     k.masked_dy = mdf;
-    run(k);
+    kernels::launch_partial(k, [this](const auto& kernel) { run(kernel); });
   }
   if (mdf != nullptr) {  // dx reads the stored gradient: one operand fewer
     dyf = mdf;

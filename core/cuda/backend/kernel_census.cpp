@@ -116,6 +116,12 @@ Work work_of(const kernels::BatchNormGradPartial& k) {
                       masked ? ", masked dy stored" : ""),
           n, operands * static_cast<double>(n) * type_bytes(k.type)};
 }
+Work work_of(const kernels::BatchNormStatsPartialPacked& k) {
+  return work_of(static_cast<const kernels::BatchNormStatsPartial&>(k));
+}
+Work work_of(const kernels::BatchNormGradPartialPacked& k) {
+  return work_of(static_cast<const kernels::BatchNormGradPartial&>(k));
+}
 Work work_of(const kernels::BatchNormBackwardDx& k) {
   const std::int64_t n = k.n * k.c * k.inner;
   const double operands = k.relu.y != nullptr ? 4.0 : 3.0;
@@ -217,13 +223,16 @@ Work work_of(const kernels::AdamUpdateKernel& k) {
 }
 
 // A kernel's work, its line marked ", packed" where it moves its elements in
-// packs (kernels/packed.hpp): whether the tensors of a run are aligned
-// for them is a property of the run, not of the kernel.
+// packs (kernels/packed.hpp) and its name does not say so already: whether
+// the tensors of a run are aligned for them is a property of the run, not of
+// the kernel.
 template <class Kernel>
-Work counted(const Kernel& kernel) {
+Work counted(std::string_view name, const Kernel& kernel) {
   Work work = work_of(kernel);
   if constexpr (requires { kernel.packed(); }) {
-    if (kernel.packed()) work.detail += work.detail.empty() ? "packed" : ", packed";
+    if (kernel.packed() && !name.ends_with("Packed")) {
+      work.detail += work.detail.empty() ? "packed" : ", packed";
+    }
   }
   return work;
 }
@@ -302,10 +311,11 @@ class CensusDevice final : public KernelDevice {
   bool computes() const override { return device_->computes(); }
 
 // An empty grid queues nothing, so it is not counted.
-#define RIG_CENSUS_RUN(K)                                                                       \
-  void run(const kernels::K& kernel) override {                                                 \
-    if (kernel.plan(device_->properties()).grid.count() != 0) census_.add(#K, counted(kernel)); \
-    device_->run(kernel);                                                                       \
+#define RIG_CENSUS_RUN(K)                                     \
+  void run(const kernels::K& kernel) override {               \
+    if (kernel.plan(device_->properties()).grid.count() != 0) \
+      census_.add(#K, counted(#K, kernel));                   \
+    device_->run(kernel);                                     \
   }
   RIG_CUDA_KERNELS(RIG_CENSUS_RUN)
 #undef RIG_CENSUS_RUN

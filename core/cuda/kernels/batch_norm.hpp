@@ -92,18 +92,23 @@
 //
 // Channels last (inner == 1: [M, C] rows, as NHWC's N H W rows of C): the
 // partial reductions run a block of kBlockThreads threads per (chunk j of
-// kBatchNormChunk rows, tile of tc = min(c, 32) consecutive channels), the
-// same part[ch * chunks + j] as the [n, c, inner] path. A warp holds 32 / tc
-// row lanes of tc channel lanes (for c >= 32: 32 channels of one row; for c <
-// 32: 32 / tc consecutive rows), so each load covers consecutive elements;
-// row lane r of R = 8 (32 / tc) takes the chunk's rows lo + r, lo + r + R,
-// ... (kUnroll loads before their adds, in row order; short f32 sums of
-// kRowGroup rows each, added to the thread's totals, so the partial sums
-// stay small), and the row lanes' results are combined in row-lane order
-// through shared memory (two floats per thread) by row lane 0's threads.
-// Fixed order throughout, no atomics: the bits depend on (n, c) only. Reads
-// are coalesced when inner == 1 or inner >= 32; for 1 < inner < 32 the
-// per-channel reductions read runs of inner elements.
+// kBatchNormChunk rows, tile of up to 32 consecutive channels), the same
+// part[ch * chunks + j] as the [n, c, inner] path. A thread takes a unit of
+// W channels: W = 1, or where c % kPack == 0 and the operands are aligned
+// W = kPack (BatchNormStatsPartialPacked, BatchNormGradPartialPacked: one
+// 16-byte load per row and operand; launch_partial chooses), tc = min(c / W,
+// 32 / W) units a tile. A warp holds 32 / tc row lanes of tc unit lanes (for
+// c >= 32: 32 channels of one row; below: 32 / tc consecutive rows), so each
+// load covers consecutive elements; row lane r of R = 8 (32 / tc) takes the
+// chunk's rows lo + r, lo + r + R, ... (kRowUnroll<W> loads before their
+// adds, in row order; short f32 sums of kRowGroup rows each, added to the
+// thread's totals, so the partial sums stay small), and the row lanes'
+// results are combined in row-lane order through shared memory (two floats
+// per thread and channel) by a thread per channel of the tile. Fixed order
+// throughout, no atomics: the bits depend on (n, c) and W only (W on the
+// alignment of the operands too). Reads are coalesced when inner == 1 or
+// inner >= 32; for 1 < inner < 32 the per-channel reductions read runs of
+// inner elements.
 #pragma once
 
 #include <cmath>
@@ -224,37 +229,43 @@ inline unsigned partial_threads(std::int64_t n, std::int64_t inner) {
 }
 
 // The channels-last partial reductions (inner == 1: x is n rows of c
-// channels; "Channels last" above). Warp lane = slot tc + channel lane k for
-// slot < sub = 32 / tc (lanes from sub tc on idle); row lane r = warp sub +
-// slot of R = warps sub takes the rows lo + r, lo + r + R, ... < hi of the
-// chunk.
-RIG_HD_INLINE std::int64_t tile_channels(std::int64_t c) {
-  const auto warp = static_cast<std::int64_t>(simt::kWarpSize);
-  return c < 1 ? 1 : (c < warp ? c : warp);
+// channels; "Channels last" above). A thread takes a unit of `width`
+// consecutive channels: one, or a pack of kPack (packed.hpp) where c % kPack
+// == 0 and the operands are aligned. A tile is tc units, at most a warp's 32
+// channels. Warp lane = slot tc + unit lane k for slot < sub = 32 / tc
+// (lanes from sub tc on idle); row lane r = warp sub + slot of R = warps sub
+// takes the rows lo + r, lo + r + R, ... < hi of the chunk.
+RIG_HD_INLINE std::int64_t tile_units(std::int64_t c, int width) {
+  const std::int64_t units = c / width;
+  const std::int64_t most = static_cast<std::int64_t>(simt::kWarpSize) / width;
+  return units < 1 ? 1 : (units < most ? units : most);
 }
-RIG_HD_INLINE std::int64_t channel_tiles(std::int64_t c) {
-  const std::int64_t tc = tile_channels(c);
-  return (c + tc - 1) / tc;
+RIG_HD_INLINE std::int64_t channel_tiles(std::int64_t c, int width) {
+  const std::int64_t tc = tile_units(c, width);
+  return (c / width + tc - 1) / tc;
 }
 
-// Blocks, threads and shared memory (two floats per thread) of the
-// channels-last partial reductions.
+// Blocks, threads and shared memory (two floats per thread and channel of
+// its unit) of the channels-last partial reductions.
 inline simt::LaunchShape plan_row_tiles(const simt::DeviceProperties& device, std::int64_t n,
-                                        std::int64_t c, int registers) {
+                                        std::int64_t c, int width, int registers) {
   return simt::plan_rows(
-      device, batch_norm_chunks(n, 1) * channel_tiles(c),
-      simt::KernelResources{kBlockThreads, 2 * kBlockThreads * sizeof(float), registers});
+      device, batch_norm_chunks(n, 1) * channel_tiles(c, width),
+      simt::KernelResources{kBlockThreads,
+                            2 * static_cast<std::size_t>(width) * kBlockThreads * sizeof(float),
+                            registers});
 }
 
 // A thread's place in its block of the channels-last partial reductions.
 struct RowTile {
   std::int64_t j = 0;           // the chunk
-  std::int64_t ch = 0;          // the thread's channel (when active)
+  std::int64_t ch = 0;          // the first channel of the thread's unit (when active)
+  std::int64_t tile_ch = 0;     // the tile's first channel
   std::int64_t lo = 0, hi = 0;  // the chunk's rows
-  unsigned tc = 1, sub = 1;     // channel lanes and row lanes per warp
-  unsigned k = 0;               // the thread's channel lane
+  unsigned tc = 1, sub = 1;     // unit lanes and row lanes per warp
+  unsigned k = 0;               // the thread's unit lane
   unsigned row_lane = 0, row_lanes = 1;
-  bool active = false;  // a row lane's thread with a channel below c
+  bool active = false;  // a row lane's thread with channels below c
 
   // Rows of row lane r.
   RIG_HD_INLINE unsigned rows_of(unsigned r) const {
@@ -266,7 +277,7 @@ struct RowTile {
   RIG_HD_INLINE std::int64_t first_at(std::int64_t c) const { return (lo + row_lane) * c + ch; }
   RIG_HD_INLINE std::int64_t at_step(std::int64_t c) const { return row_lanes * c; }
   RIG_HD_INLINE unsigned rows() const { return rows_of(row_lane); }
-  // Thread rank of row lane r, channel lane k.
+  // Thread rank of row lane r, unit lane k.
   RIG_HD_INLINE unsigned thread_of(unsigned r, unsigned lane_k) const {
     return (r / sub) * simt::kWarpSize + (r % sub) * tc + lane_k;
   }
@@ -275,23 +286,43 @@ struct RowTile {
 // The block's (chunk, tile) and the thread's place; false (for the whole
 // block) past the last one.
 template <class Ctx>
-RIG_HD_INLINE bool row_tile(const Ctx& ctx, std::int64_t n, std::int64_t c, RowTile& t) {
-  const std::int64_t tiles = channel_tiles(c);
+RIG_HD_INLINE bool row_tile(const Ctx& ctx, std::int64_t n, std::int64_t c, int width, RowTile& t) {
+  const std::int64_t tiles = channel_tiles(c, width);
   const std::int64_t task = block_row(ctx);
   if (task >= batch_norm_chunks(n, 1) * tiles) return false;
   std::int64_t tile = 0;
   divmod(task, tiles, t.j, tile);
-  t.tc = static_cast<unsigned>(tile_channels(c));
+  t.tc = static_cast<unsigned>(tile_units(c, width));
   t.sub = simt::kWarpSize / t.tc;
   const unsigned slot = ctx.lane() / t.tc;
   t.k = ctx.lane() % t.tc;
   t.row_lane = ctx.warp() * t.sub + slot;
   t.row_lanes = ctx.block_threads() / simt::kWarpSize * t.sub;
-  t.ch = tile * t.tc + t.k;
+  const std::int64_t unit = tile * t.tc + t.k;
+  t.tile_ch = tile * t.tc * width;
+  t.ch = unit * width;
   t.lo = t.j * kBatchNormChunk;
   t.hi = t.lo + kBatchNormChunk < n ? t.lo + kBatchNormChunk : n;
-  t.active = slot < t.sub && t.ch < c;
+  t.active = slot < t.sub && unit < c / width;
   return true;
+}
+
+// The thread that combines the row lanes' results of one of the tile's
+// channels (thread rank q < tc width: channel tile_ch + q), its unit lane
+// and the channel's place in the unit; false for the others.
+struct TileChannel {
+  std::int64_t ch = 0;
+  unsigned k = 0, e = 0;
+};
+template <class Ctx>
+RIG_HD_INLINE bool combining_thread(const Ctx& ctx, const RowTile& t, std::int64_t c, int width,
+                                    TileChannel& out) {
+  const unsigned q = ctx.thread_rank();
+  if (q >= t.tc * static_cast<unsigned>(width)) return false;
+  out.ch = t.tile_ch + q;
+  out.k = q / static_cast<unsigned>(width);
+  out.e = q % static_cast<unsigned>(width);
+  return out.ch < c;
 }
 
 // Rows of a thread between the merges of its running sums (below): short
@@ -311,21 +342,25 @@ RIG_HD_INLINE void for_row_groups(std::int64_t at, std::int64_t at_step, unsigne
 }
 
 // load(offset in x) for `rows` rows at offsets at, at + at_step, ...,
-// kUnroll loads before their adds, then add(loaded) for each in row order.
-template <class Load, class Add>
+// Unroll loads before their adds, then add(loaded) for each in row order.
+template <unsigned Unroll, class Load, class Add>
 RIG_HD_INLINE void for_rows_unrolled(std::int64_t at, std::int64_t at_step, unsigned rows,
                                      Load&& load, Add&& add) {
-  constexpr auto unroll = static_cast<unsigned>(kUnroll);
-  for (unsigned i = 0; i < rows; i += unroll, at += unroll * at_step) {
-    decltype(load(at)) loaded[unroll]{};  // {}: GCC cannot tell the two ifs agree
-    for (unsigned u = 0; u < unroll; ++u) {
+  for (unsigned i = 0; i < rows; i += Unroll, at += Unroll * at_step) {
+    decltype(load(at)) loaded[Unroll]{};  // {}: GCC cannot tell the two ifs agree
+    RIG_UNROLL for (unsigned u = 0; u < Unroll; ++u) {
       if (i + u < rows) loaded[u] = load(at + u * at_step);
     }
-    for (unsigned u = 0; u < unroll; ++u) {
+    RIG_UNROLL for (unsigned u = 0; u < Unroll; ++u) {
       if (i + u < rows) add(loaded[u]);
     }
   }
 }
+
+// Rows loaded before their adds by a thread of W channels: as many 16-byte
+// packs as a lone channel's kUnroll 2-byte loads leave registers for.
+template <int W>
+inline constexpr unsigned kRowUnroll = W == 1 ? static_cast<unsigned>(kUnroll) : 2U;
 
 // Where a relu followed the batch norm, how its backward finds where dy
 // passes: from the relu's output (y > 0), or recomputed from x with the
@@ -385,6 +420,9 @@ RIG_HD_INLINE void for_channel_packs(Ctx& ctx, std::int64_t n, std::int64_t c, s
 
 }  // namespace batch_norm_detail
 
+struct BatchNormStatsPartialPacked;
+struct BatchNormGradPartialPacked;
+
 struct BatchNormStatsPartial {
   const float* x = nullptr;  // [n, c, inner]
   std::int64_t n = 0, c = 0, inner = 1;
@@ -392,9 +430,16 @@ struct BatchNormStatsPartial {
   float* part_m2 = nullptr;             // [c, chunks]
   ElementType type = ElementType::f32;  // of x
 
+  // Whether to launch BatchNormStatsPartialPacked instead (launch_partial):
+  // the channels-last path in packs of kPack channels (packed.hpp).
+  RIG_HD bool packed() const {
+    return inner == 1 && c % kPack == 0 && pack_aligned<kPack>(x, type);
+  }
+  using Packed = BatchNormStatsPartialPacked;
+
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
-    constexpr int registers = 54;  // ptxas: sm_80 53, sm_90 54 (both paths: one kernel)
-    if (inner == 1) return batch_norm_detail::plan_row_tiles(device, n, c, registers);
+    constexpr int registers = 52;  // ptxas: sm_80 49, sm_90 52 (both paths: one kernel)
+    if (inner == 1) return batch_norm_detail::plan_row_tiles(device, n, c, 1, registers);
     return simt::plan_rows(
         device, c * batch_norm_chunks(n, inner),
         simt::KernelResources{batch_norm_detail::partial_threads(n, inner), 0, registers});
@@ -403,7 +448,7 @@ struct BatchNormStatsPartial {
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
     if (inner == 1) {  // uniform over the launch
-      channels_last(ctx);
+      channels_last<1>(ctx);
       return;
     }
     const std::int64_t chunks = batch_norm_chunks(n, inner);
@@ -440,67 +485,77 @@ struct BatchNormStatsPartial {
     }
   }
 
-  // inner == 1 (batch_norm_detail::RowTile): one pass per thread over its
-  // rows, shifted by its first element x0: per group of kRowGroup rows
-  // (d = x - x0: s += d, q += d d) the group's mean - x0 = s / rows and m2
-  // q - s (s / rows) (at least 0), merged into the thread's running ones in
-  // f32 (Chan et al.); then the row lanes' means and m2s combined in order in
-  // f64 (as BatchNormStatsFinish does the chunks). A constant channel gives
-  // d = 0 throughout: its value and 0.
-  template <class Ctx>
+  // inner == 1 (batch_norm_detail::RowTile), W channels per thread: one
+  // pass per thread over its rows, each channel shifted by its first element
+  // x0: per group of kRowGroup rows (d = x - x0: s += d, q += d d) the
+  // group's mean - x0 = s / rows and m2 q - s (s / rows) (at least 0),
+  // merged into the thread's running ones in f32 (Chan et al.); then the
+  // row lanes' means and m2s combined in order in f64 (as
+  // BatchNormStatsFinish does the chunks). A constant channel gives d = 0
+  // throughout: its value and 0.
+  template <int W, class Ctx>
   RIG_HD void channels_last(Ctx& ctx) const {
     batch_norm_detail::RowTile t;
-    if (!batch_norm_detail::row_tile(ctx, n, c, t)) return;
+    if (!batch_norm_detail::row_tile(ctx, n, c, W, t)) return;
     const unsigned rows = t.rows();
-    float mean_t = 0.0F, m2_t = 0.0F;
+    float mean_t[W] = {}, m2_t[W] = {};
     if (t.active && rows != 0) {
       const float* xs = x;  // the lambdas capture locals, not the kernel's `this`
       const ElementType ty = type;
       const std::int64_t first = t.first_at(c), step = t.at_step(c);
-      const float shift = load_element(xs, ty, first);
+      const Pack<W> shift = load_elements<W>(xs, ty, first);
       // Count, mean - shift and m2 of the rows so far, merged group by group.
-      float count = 0.0F, dev = 0.0F, m2 = 0.0F;
+      float count = 0.0F, dev[W] = {}, m2[W] = {};
       batch_norm_detail::for_row_groups(first, step, rows, [&](std::int64_t at, unsigned group) {
-        float s = 0.0F, q = 0.0F;
-        batch_norm_detail::for_rows_unrolled(
-            at, step, group, [&](std::int64_t a) { return load_element(xs, ty, a); },
-            [&](float v) {
-              const float d = v - shift;
-              s += d;
-              q = ::fmaf(d, d, q);
+        float s[W] = {}, q[W] = {};
+        batch_norm_detail::for_rows_unrolled<batch_norm_detail::kRowUnroll<W>>(
+            at, step, group, [&](std::int64_t a) { return load_elements<W>(xs, ty, a); },
+            [&](const Pack<W>& v) {
+              for (int e = 0; e < W; ++e) {
+                const float d = v.v[e] - shift.v[e];
+                s[e] += d;
+                q[e] = ::fmaf(d, d, q[e]);
+              }
             });
         const auto nb = static_cast<float>(group);
-        const float dev_b = s / nb;
-        const float m2_b = ::fmaf(-s, dev_b, q);
         const float total = count + nb;
         const float w = nb / total;
-        const float delta = dev_b - dev;
-        dev = ::fmaf(delta, w, dev);
-        m2 += (m2_b > 0.0F ? m2_b : 0.0F) + delta * delta * (count * w);
+        for (int e = 0; e < W; ++e) {
+          const float dev_b = s[e] / nb;
+          const float m2_b = ::fmaf(-s[e], dev_b, q[e]);
+          const float delta = dev_b - dev[e];
+          dev[e] = ::fmaf(delta, w, dev[e]);
+          m2[e] += (m2_b > 0.0F ? m2_b : 0.0F) + delta * delta * (count * w);
+        }
         count = total;
       });
-      mean_t = shift + dev;
-      m2_t = m2;
+      for (int e = 0; e < W; ++e) {
+        mean_t[e] = shift.v[e] + dev[e];
+        m2_t[e] = m2[e];
+      }
     }
-    float* sh = ctx.template shared<float>();  // [2, block threads]: mean, m2
+    float* sh = ctx.template shared<float>();  // [2 W, block threads]: means, m2s
     const unsigned bt = ctx.block_threads();
-    sh[ctx.thread_rank()] = mean_t;
-    sh[bt + ctx.thread_rank()] = m2_t;
+    for (int e = 0; e < W; ++e) {
+      sh[static_cast<unsigned>(e) * bt + ctx.thread_rank()] = mean_t[e];
+      sh[static_cast<unsigned>(W + e) * bt + ctx.thread_rank()] = m2_t[e];
+    }
     ctx.sync();
-    if (t.row_lane != 0 || !t.active) return;
+    batch_norm_detail::TileChannel tch;
+    if (!batch_norm_detail::combining_thread(ctx, t, c, W, tch)) return;
     double mu = 0.0, m2 = 0.0, count = 0.0;
     for (unsigned r = 0; r < t.row_lanes; ++r) {
       const unsigned rows = t.rows_of(r);
       if (rows == 0) break;  // and none for the later row lanes
-      const unsigned at = t.thread_of(r, t.k);
+      const unsigned at = t.thread_of(r, tch.k);
       const auto nb = static_cast<double>(rows);
       const double total = count + nb;
-      const double delta = static_cast<double>(sh[at]) - mu;
+      const double delta = static_cast<double>(sh[tch.e * bt + at]) - mu;
       mu += delta * (nb / total);
-      m2 += static_cast<double>(sh[bt + at]) + delta * delta * (count * nb / total);
+      m2 += static_cast<double>(sh[(W + tch.e) * bt + at]) + delta * delta * (count * nb / total);
       count = total;
     }
-    const std::int64_t row = t.ch * batch_norm_chunks(n, 1) + t.j;
+    const std::int64_t row = tch.ch * batch_norm_chunks(n, 1) + t.j;
     part_mean[row] = static_cast<float>(mu);
     part_m2[row] = static_cast<float>(m2);
   }
@@ -685,9 +740,18 @@ struct BatchNormGradPartial {
   // BatchNormBackwardDx to read in place of dy and the mask. Or null.
   float* masked_dy = nullptr;
 
+  // Whether to launch BatchNormGradPartialPacked instead (launch_partial):
+  // the channels-last path in packs of kPack channels (packed.hpp).
+  RIG_HD bool packed() const {
+    return inner == 1 && c % kPack == 0 && pack_aligned<kPack>(x, type) &&
+           pack_aligned<kPack>(dy, type) && pack_aligned<kPack>(relu.y, type) &&
+           pack_aligned<kPack>(masked_dy, type);
+  }
+  using Packed = BatchNormGradPartialPacked;
+
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
-    constexpr int registers = 69;  // ptxas: sm_80 69, sm_90 58 (both paths: one kernel)
-    if (inner == 1) return batch_norm_detail::plan_row_tiles(device, n, c, registers);
+    constexpr int registers = 64;  // ptxas: sm_80 64, sm_90 56 (both paths: one kernel)
+    if (inner == 1) return batch_norm_detail::plan_row_tiles(device, n, c, 1, registers);
     return simt::plan_rows(
         device, c * batch_norm_chunks(n, inner),
         simt::KernelResources{batch_norm_detail::partial_threads(n, inner), 0, registers});
@@ -696,7 +760,7 @@ struct BatchNormGradPartial {
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
     if (inner == 1) {  // uniform over the launch
-      channels_last(ctx);
+      channels_last<1>(ctx);
       return;
     }
     const std::int64_t chunks = batch_norm_chunks(n, inner);
@@ -730,20 +794,19 @@ struct BatchNormGradPartial {
     }
   }
 
-  // inner == 1 (batch_norm_detail::RowTile): each thread's sums over its
-  // rows, group by group (kRowGroup rows) added to its totals, then the row
-  // lanes' totals added in order.
-  template <class Ctx>
+  // inner == 1 (batch_norm_detail::RowTile), W channels per thread: each
+  // thread's sums over its rows, group by group (kRowGroup rows) added to
+  // its totals, then the row lanes' totals added in order.
+  template <int W, class Ctx>
   RIG_HD void channels_last(Ctx& ctx) const {
     struct Loaded {
-      float g, x;
+      Pack<W> g, x;
       std::int64_t at;
     };
     batch_norm_detail::RowTile t;
-    if (!batch_norm_detail::row_tile(ctx, n, c, t)) return;
-    float sg = 0.0F, sgx = 0.0F;
+    if (!batch_norm_detail::row_tile(ctx, n, c, W, t)) return;
+    float sg[W] = {}, sgx[W] = {};
     if (t.active) {
-      const float mu = mean[t.ch];
       const float* xs = x;  // the lambdas capture locals, not the kernel's `this`
       const float* gs = dy;
       const batch_norm_detail::ReluMask rm = relu;
@@ -751,42 +814,95 @@ struct BatchNormGradPartial {
       const ElementType ty = type;
       const std::int64_t step = t.at_step(c);
       const std::int64_t ch = t.ch;
+      float mu[W];
+      for (int e = 0; e < W; ++e) mu[e] = mean[ch + e];
       batch_norm_detail::for_row_groups(
           t.first_at(c), step, t.rows(), [&](std::int64_t at, unsigned group) {
-            float g = 0.0F, gx = 0.0F;
-            batch_norm_detail::for_rows_unrolled(
+            float g[W] = {}, gx[W] = {};
+            batch_norm_detail::for_rows_unrolled<batch_norm_detail::kRowUnroll<W>>(
                 at, step, group,
                 [&](std::int64_t a) {
-                  const float xv = load_element(xs, ty, a);
-                  return Loaded{batch_norm_detail::grad_at(gs, rm, ty, a, xv, ch), xv, a};
+                  Loaded l;
+                  l.x = load_elements<W>(xs, ty, a);
+                  const Pack<W> y = rm.y != nullptr ? load_elements<W>(rm.y, ty, a) : Pack<W>{};
+                  const Pack<W> d = load_elements<W>(gs, ty, a);
+                  for (int e = 0; e < W; ++e) {
+                    l.g.v[e] = batch_norm_detail::relu_passes(rm, ty, y.v[e], l.x.v[e], ch + e)
+                                   ? d.v[e]
+                                   : 0.0F;
+                  }
+                  l.at = a;
+                  return l;
                 },
                 [&](const Loaded& v) {
                   // Stored after the group's loads are in flight, not between them.
-                  if (md != nullptr) store_element(md, ty, v.at, v.g);
-                  g += v.g;
-                  gx = ::fmaf(v.g, v.x - mu, gx);
+                  if (md != nullptr) store_elements<W>(md, ty, v.at, v.g);
+                  for (int e = 0; e < W; ++e) {
+                    g[e] += v.g.v[e];
+                    gx[e] = ::fmaf(v.g.v[e], v.x.v[e] - mu[e], gx[e]);
+                  }
                 });
-            sg += g;
-            sgx += gx;
+            for (int e = 0; e < W; ++e) {
+              sg[e] += g[e];
+              sgx[e] += gx[e];
+            }
           });
     }
-    float* sh = ctx.template shared<float>();  // [2, block threads]: sum(dy), sum(dy (x - mean))
+    float* sh = ctx.template shared<float>();  // [2 W, block threads]: sum(dy), sum(dy (x - mean))
     const unsigned bt = ctx.block_threads();
-    sh[ctx.thread_rank()] = sg;
-    sh[bt + ctx.thread_rank()] = sgx;
-    ctx.sync();
-    if (t.row_lane != 0 || !t.active) return;
-    float g = 0.0F, gx = 0.0F;
-    for (unsigned r = 0; r < t.row_lanes && t.rows_of(r) != 0; ++r) {
-      const unsigned at = t.thread_of(r, t.k);
-      g += sh[at];
-      gx += sh[bt + at];
+    for (int e = 0; e < W; ++e) {
+      sh[static_cast<unsigned>(e) * bt + ctx.thread_rank()] = sg[e];
+      sh[static_cast<unsigned>(W + e) * bt + ctx.thread_rank()] = sgx[e];
     }
-    const std::int64_t row = t.ch * batch_norm_chunks(n, 1) + t.j;
-    part_g[row] = g;
-    part_gx[row] = gx;
+    ctx.sync();
+    batch_norm_detail::TileChannel tch;
+    if (!batch_norm_detail::combining_thread(ctx, t, c, W, tch)) return;
+    float gt = 0.0F, gxt = 0.0F;
+    for (unsigned r = 0; r < t.row_lanes && t.rows_of(r) != 0; ++r) {
+      const unsigned at = t.thread_of(r, tch.k);
+      gt += sh[tch.e * bt + at];
+      gxt += sh[(W + tch.e) * bt + at];
+    }
+    const std::int64_t row = tch.ch * batch_norm_chunks(n, 1) + t.j;
+    part_g[row] = gt;
+    part_gx[row] = gxt;
   }
 };
+
+// The channels-last partial reductions in packs of kPack channels (W =
+// kPack), kernels of their own: their registers (ptxas sm_90: 80 and 122)
+// would halve the other paths' occupancy. Launch them through
+// launch_partial, where the kernel's packed() says.
+struct BatchNormStatsPartialPacked : BatchNormStatsPartial {
+  simt::LaunchShape plan(const simt::DeviceProperties& device) const {
+    return batch_norm_detail::plan_row_tiles(device, n, c, kPack, 80);  // ptxas: 80
+  }
+  template <class Ctx>
+  RIG_HD void operator()(Ctx& ctx) const {
+    channels_last<kPack>(ctx);
+  }
+};
+
+struct BatchNormGradPartialPacked : BatchNormGradPartial {
+  simt::LaunchShape plan(const simt::DeviceProperties& device) const {
+    return batch_norm_detail::plan_row_tiles(device, n, c, kPack, 122);  // ptxas: 122
+  }
+  template <class Ctx>
+  RIG_HD void operator()(Ctx& ctx) const {
+    channels_last<kPack>(ctx);
+  }
+};
+
+// launch(kernel) for a partial reduction: k, or its Packed kernel where
+// k.packed().
+template <class Partial, class Launch>
+void launch_partial(const Partial& k, Launch&& launch) {
+  if (k.packed()) {
+    launch(typename Partial::Packed{k});
+  } else {
+    launch(k);
+  }
+}
 
 struct BatchNormGradFinish {
   const float* part_g = nullptr;   // [c, chunks]; read only when sums

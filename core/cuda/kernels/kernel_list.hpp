@@ -53,5 +53,6 @@
   X(MaxPool2dForward) X(MaxPool2dBackward) X(AvgPool2dForward) X(AvgPool2dBackward) \
   X(GlobalAvgPoolForward) X(GlobalAvgPoolBackward) \
   X(BatchNormStatsPartial) X(BatchNormStatsFinish) X(BatchNormPrepareChannels) X(BatchNormApply) \
-  X(BatchNormGradPartial) X(BatchNormGradFinish) X(BatchNormBackwardDx)
+  X(BatchNormGradPartial) X(BatchNormGradFinish) X(BatchNormBackwardDx) \
+  X(BatchNormStatsPartialPacked) X(BatchNormGradPartialPacked)
 // clang-format on

@@ -9,8 +9,8 @@
 // and per-element paths give the same bits.
 //
 // A pack k of a buffer is its elements [k N, k N + N): its address must be a
-// multiple of N times the element size, which pack_aligned checks of the
-// buffer's start. Kernels check their operands once (uniform over the
+// multiple of its bytes (of 16 for packs of more), which pack_aligned checks
+// of the buffer's start. Kernels check their operands once (uniform over the
 // launch), take the packed path where all are aligned, and finish the
 // elements past the last whole pack one by one.
 #pragma once
@@ -44,10 +44,12 @@ RIG_HD_INLINE int element_bytes(ElementType type) {
 }
 
 // Whether `data` (null: no operand) can be read and written in packs of N
-// elements of `type`.
+// elements of `type`: aligned to the pack's bytes, or to 16 for larger packs
+// (moved as several 16-byte words).
 template <int N>
 RIG_HD_INLINE bool pack_aligned(const void* data, ElementType type) {
-  const auto bytes = static_cast<std::uintptr_t>(N * element_bytes(type));
+  const auto pack = static_cast<std::uintptr_t>(N * element_bytes(type));
+  const std::uintptr_t bytes = pack < 16 ? pack : 16;
   return data == nullptr || reinterpret_cast<std::uintptr_t>(data) % bytes == 0;
 }
 
@@ -156,6 +158,26 @@ RIG_HD_INLINE void store_pack(void* data, ElementType type, std::int64_t pack, c
     r.u[k / 2] |= static_cast<std::uint32_t>(bits) << (16 * (k % 2));
   }
   packed_detail::store_raw<N / 2>(data, pack, r);
+}
+
+// The N elements of `data` from element `first` (a multiple of N for N > 1):
+// a pack, or for N == 1 the element itself.
+template <int N>
+RIG_HD_INLINE Pack<N> load_elements(const void* data, ElementType type, std::int64_t first) {
+  if constexpr (N == 1) {
+    return Pack<1>{{load_element(data, type, first)}};
+  } else {
+    return load_pack<N>(data, type, first / N);
+  }
+}
+template <int N>
+RIG_HD_INLINE void store_elements(void* data, ElementType type, std::int64_t first,
+                                  const Pack<N>& p) {
+  if constexpr (N == 1) {
+    store_element(data, type, first, p.v[0]);
+  } else {
+    store_pack<N>(data, type, first / N, p);
+  }
 }
 
 // A grid-stride loop over the n / N whole packs of [0, n), one a thread and

@@ -73,5 +73,9 @@ template void run<kernels::BatchNormGradPartial>(const kernels::BatchNormGradPar
                                                  cudaStream_t);
 template void run<kernels::BatchNormGradFinish>(const kernels::BatchNormGradFinish&, cudaStream_t);
 template void run<kernels::BatchNormBackwardDx>(const kernels::BatchNormBackwardDx&, cudaStream_t);
+template void run<kernels::BatchNormStatsPartialPacked>(const kernels::BatchNormStatsPartialPacked&,
+                                                        cudaStream_t);
+template void run<kernels::BatchNormGradPartialPacked>(const kernels::BatchNormGradPartialPacked&,
+                                                       cudaStream_t);
 
 }  // namespace rig::cuda
