@@ -55,8 +55,8 @@ grep -Eq "^ +3 .* fused attention forward bf16$" nmt.txt || fail "not 3 fused at
 grep -Eq "^ +3 .* fused attention backward bf16$" nmt.txt || fail "not 3 fused attention backwards"
 if grep -q "SoftmaxForward" nmt.txt; then fail "attention composed from softmax kernels"; fi
 # the logits reach the loss in bf16, and their gradient leaves it in bf16
-grep -Eq "^ +1 .* CrossEntropyForward bf16$" nmt.txt || fail "the loss does not read bf16 logits"
-grep -Eq "^ +1 .* CrossEntropyBackward bf16$" nmt.txt || fail "the loss's gradient is not bf16"
+grep -Eq "^ +1 .* CrossEntropyForward bf16, packed$" nmt.txt || fail "the loss does not read bf16 logits"
+grep -Eq "^ +1 .* CrossEntropyBackward bf16, packed$" nmt.txt || fail "the loss's gradient is not bf16"
 # each feed-forward layer's first linear: bias, relu, dropout and rounding in
 # one pass (2 layers); its second adds the bias in the product's epilogue,
 # which writes bf16 (no dropout there to apply before the rounding)
@@ -77,7 +77,7 @@ grep -Eq "^ +3 .* CopyStrided f32 -> bf16$" nmt.txt || fail "not 3 casts to bf16
 # layers' dx and dW by their products (beta 1), the layer norms' dx (5 of 7
 # pass the residual stream's) and parameters and the biases by their kernels
 if grep -q "AddStrided" nmt.txt; then fail "a gradient added in a pass of its own"; fi
-grep -Eq "^ +5 .* LayerNormBackwardDx bf16, added into dx$" nmt.txt || fail "not 5 dx added into"
+grep -Eq "^ +5 .* LayerNormBackwardDx bf16, added into dx, packed$" nmt.txt || fail "not 5 dx added into"
 grep -Eq "cuBLASLt matmul bf16 x bf16 \+= bf16$" nmt.txt || fail "no product adds into a gradient"
 # each residual connection's add and its branch's dropout in one pass (2 in the
 # encoder layer, 3 in the decoder layer); the embeddings' dropouts stand alone

@@ -80,20 +80,25 @@ TEST(KernelLayerNorm, ForwardAndBackwardMatchCpu) {
   }
 }
 
-TEST(KernelLayerNorm, ParamGradsAreOneThreadPerRowBlockAndColumn) {
+TEST(KernelLayerNorm, ParamGradsAreOneThreadPerRowBlockAndColumns) {
   // 37 rows: one block, written straight into f32 dgamma / dbeta (the
   // scratch is for 16-bit ones, rounded by ColumnTotals).
   EXPECT_EQ(layer_norm_row_blocks(37), 1);
   EXPECT_EQ(layer_norm_params_scratch(37, 1000), 2 * 1000);
-  const LayerNormBackwardParams one{.rows = 37, .d = 1000};
+  // A thread per column where d % 8 != 0, per 8 columns (a pack) otherwise.
+  const LayerNormBackwardParams one{.rows = 37, .d = 1001};
+  EXPECT_FALSE(one.packed());
   EXPECT_EQ(one.plan(h100()).block.x, 256U);
   EXPECT_EQ(one.plan(h100()).grid.x, 4U);
-  // 8000 rows: 125 partial rows of each gradient, 64000 threads.
+  const LayerNormBackwardParams packs{.rows = 37, .d = 1000};
+  EXPECT_TRUE(packs.packed());
+  EXPECT_EQ(packs.plan(h100()).grid.x, 1U);  // 125 threads
+  // 8000 rows: 125 partial rows of each gradient, 8000 threads of 8 columns.
   EXPECT_EQ(layer_norm_row_blocks(8000), 125);
   EXPECT_EQ(layer_norm_params_scratch(8000, 512), 2 * 125 * 512);
   const LayerNormBackwardParams many{.rows = 8000, .d = 512};
   const simt::LaunchShape s = many.plan(h100());
-  EXPECT_GE(std::int64_t{s.grid.x} * s.block.x, std::int64_t{125 * 512} / 2);
+  EXPECT_GE(std::int64_t{s.grid.x} * s.block.x, std::int64_t{125 * 512 / 8});
 }
 
 }  // namespace

@@ -13,8 +13,10 @@
 #include <cstring>
 
 #include "cuda/kernels/batch_norm.hpp"
+#include "cuda/kernels/cross_entropy.hpp"
 #include "cuda/kernels/dropout.hpp"
 #include "cuda/kernels/elementwise.hpp"
+#include "cuda/kernels/layer_norm.hpp"
 #include "cuda/kernels/optimizer.hpp"
 #include "kernel_test_util.hpp"
 #include "rig/half.hpp"
@@ -223,6 +225,101 @@ TEST(KernelPacked, BatchNormPartialsPackChannels) {
       }
       EXPECT_TRUE(bit_equal(masked[0], masked[1]));
     }
+  }
+}
+
+// Layer norm's rows (a warp per row, lanes over chunks of 8) and parameter
+// gradients (a thread per row block and 8 columns): the same bits from packs.
+TEST(KernelPacked, LayerNormPacksAsItsElements) {
+  const std::int64_t rows = 70, d = 48;  // two row blocks of the gradients
+  const std::vector<float> x = uniform(rows * d, 2.0F, 6.0F, 71);
+  const std::vector<float> g = uniform(rows * d, -1.0F, 1.0F, 72);
+  const std::vector<float> gamma = uniform(d, 0.5F, 1.5F, 73);
+  const std::vector<float> beta = uniform(d, -0.5F, 0.5F, 74);
+  const std::vector<float> old = uniform(rows * d, -1.0F, 1.0F, 75);
+  for (const ElementType type : kTypes) {
+    SCOPED_TRACE(name(type));
+    std::vector<std::vector<std::uint8_t>> ys, dxs;
+    std::vector<std::vector<float>> stats;
+    for (const bool shifted : {false, true}) {
+      Buffer xb(x, type, shifted), gb(g, type, shifted), dxb(old, type, shifted);
+      Buffer wb(gamma, type, shifted), bb(beta, type, shifted);
+      Buffer yb(std::vector<float>(x.size(), 7.0F), type, shifted);
+      std::vector<float> mean(static_cast<std::size_t>(rows)), rstd(mean.size());
+      const LayerNormForward f{xb.floats(), wb.floats(), bb.floats(), yb.floats(),
+                               mean.data(), rstd.data(), rows,        d,
+                               1e-5F,       type,        type};
+      EXPECT_EQ(f.packed(), !shifted);
+      run(f);
+      LayerNormBackwardDx b{xb.floats(),  wb.floats(), mean.data(), rstd.data(), gb.floats(),
+                            dxb.floats(), rows,        d,           type,        type};
+      b.accumulate = true;
+      EXPECT_EQ(b.packed(), !shifted);
+      run(b);
+      Buffer partial(
+          std::vector<float>(static_cast<std::size_t>(2 * layer_norm_row_blocks(rows) * d), -1.0F),
+          ElementType::f32, shifted);
+      const LayerNormBackwardParams p{xb.floats(),
+                                      mean.data(),
+                                      rstd.data(),
+                                      gb.floats(),
+                                      partial.floats(),
+                                      partial.floats() + layer_norm_row_blocks(rows) * d,
+                                      rows,
+                                      d,
+                                      type};
+      EXPECT_EQ(p.packed(), !shifted);
+      run(p);
+      ys.push_back(yb.contents());
+      dxs.push_back(dxb.contents());
+      std::vector<float> both = mean;
+      both.insert(both.end(), rstd.begin(), rstd.end());
+      const std::vector<std::uint8_t> bytes = partial.contents();
+      std::vector<float> sums(bytes.size() / 4);
+      std::memcpy(sums.data(), bytes.data(), bytes.size());
+      both.insert(both.end(), sums.begin(), sums.end());
+      stats.push_back(both);
+    }
+    EXPECT_TRUE(bit_equal(ys[0], ys[1]));
+    EXPECT_TRUE(bit_equal(dxs[0], dxs[1]));
+    EXPECT_TRUE(bit_equal(stats[0], stats[1]));
+  }
+}
+
+TEST(KernelPacked, CrossEntropyPacksAsItsElements) {
+  const std::int64_t rows = 3, c = 1000;
+  const std::vector<float> x = uniform(rows * c, -4.0F, 4.0F, 81);
+  const std::vector<std::int64_t> labels = {5, 999, 0};
+  for (const ElementType type : kTypes) {
+    SCOPED_TRACE(name(type));
+    std::vector<std::vector<float>> losses;
+    std::vector<std::vector<std::uint8_t>> dxs;
+    for (const bool shifted : {false, true}) {
+      Buffer xb(x, type, shifted);
+      Buffer dxb(std::vector<float>(x.size(), 7.0F), type, shifted);
+      std::vector<float> loss(static_cast<std::size_t>(rows)), lse(loss.size());
+      const CrossEntropyForward f{xb.floats(), labels.data(),         loss.data(), lse.data(), rows,
+                                  c,           {0.9F, 0.1F / 999.0F}, type};
+      EXPECT_EQ(f.packed(), !shifted);
+      run(f);
+      CrossEntropyBackward b;
+      b.x = xb.floats();
+      b.labels = labels.data();
+      b.lse = lse.data();
+      b.scale = 0.25F;
+      b.dx = dxb.floats();
+      b.rows = rows;
+      b.c = c;
+      b.targets = {0.9F, 0.1F / 999.0F};
+      b.type = type;
+      EXPECT_EQ(b.packed(), !shifted);
+      run(b);
+      loss.insert(loss.end(), lse.begin(), lse.end());
+      losses.push_back(loss);
+      dxs.push_back(dxb.contents());
+    }
+    EXPECT_TRUE(bit_equal(losses[0], losses[1]));
+    EXPECT_TRUE(bit_equal(dxs[0], dxs[1]));
   }
 }
 

@@ -6,6 +6,9 @@
 //   backward, in place over the logits allowed (dx may be x): dx_j = (exp(x_j
 //     - lse) - off) s, minus (on - off) s at the label, with s = scale *
 //     (*scale_factor or 1) * (row_scale[r] or 1).
+// A row's threads take its chunks of kPack elements (for_row_chunks), as
+// packs where c % kPack == 0 and the operands are aligned, else element by
+// element: the same order and bits either way.
 // Storage type: `type` (f32, f16 or bf16) is the type of the logits x and
 // the gradient dx; loss, lse, row_scale and scale_factor stay f32. The
 // pointers keep their float* types, and for f16/bf16 x and dx hold 16-bit
@@ -17,6 +20,7 @@
 
 #include "cuda/kernels/common.hpp"
 #include "cuda/kernels/element_type.hpp"
+#include "cuda/kernels/packed.hpp"
 #include "rig/math/cross_entropy.hpp"
 #include "rig/math/device_math.hpp"
 #include "simt/collectives.hpp"
@@ -32,8 +36,11 @@ struct CrossEntropyForward {
   math::SmoothedTargets targets{};      // {on, off}
   ElementType type = ElementType::f32;  // of x
 
+  // The row in packs (packed.hpp) where c and x allow.
+  RIG_HD bool packed() const { return c % kPack == 0 && pack_aligned<kPack>(x, type); }
+
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
-    return plan_row_kernel(device, rows, c);
+    return plan_row_kernel(device, rows, c, 39);  // ptxas: 39
   }
 
   template <class Ctx>
@@ -41,20 +48,25 @@ struct CrossEntropyForward {
     using M = math::DeviceMath;
     const std::int64_t row = block_row(ctx);
     if (row >= rows) return;
-    const std::int64_t first = ctx.thread_rank();
-    const std::int64_t step = ctx.block_threads();
     const std::int64_t base = row * c;  // element offset of the row
+    const bool pack = packed();
     float m = neg_inf();
-    for (std::int64_t j = first; j < c; j += step) {
-      m = simt::Max{}(m, load_element(x, type, base + j));
-    }
+    for_row_chunks(ctx, c, [&](std::int64_t q, int valid) {
+      const Pack<kPack> v = load_row_chunk(x, type, base, q, valid, pack);
+      for (int e = 0; e < kPack; ++e) {
+        if (e < valid) m = simt::Max{}(m, v.v[e]);
+      }
+    });
     m = simt::block_max(ctx, m);
     float es = 0.0F, xs = 0.0F;
-    for (std::int64_t j = first; j < c; j += step) {
-      const float v = load_element(x, type, base + j);
-      es += M::exp(v - m);
-      xs += v;
-    }
+    for_row_chunks(ctx, c, [&](std::int64_t q, int valid) {
+      const Pack<kPack> v = load_row_chunk(x, type, base, q, valid, pack);
+      for (int e = 0; e < kPack; ++e) {
+        if (e >= valid) continue;
+        es += M::exp(v.v[e] - m);
+        xs += v.v[e];
+      }
+    });
     es = simt::block_sum(ctx, es);
     if (targets.off != 0.0F) xs = simt::block_sum(ctx, xs);  // uniform over the block
     if (ctx.thread_rank() == 0) {
@@ -82,8 +94,13 @@ struct CrossEntropyBackward {
   math::SmoothedTargets targets{};
   ElementType type = ElementType::f32;  // of x and dx
 
+  // The row in packs (packed.hpp) where c, x and dx allow.
+  RIG_HD bool packed() const {
+    return c % kPack == 0 && pack_aligned<kPack>(x, type) && pack_aligned<kPack>(dx, type);
+  }
+
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
-    return plan_row_kernel(device, rows, c);
+    return plan_row_kernel(device, rows, c, 39);  // ptxas: 39
   }
 
   template <class Ctx>
@@ -97,13 +114,17 @@ struct CrossEntropyBackward {
     const float shift = lse[row];
     const std::int64_t label = labels[row];
     const std::int64_t row0 = row * c;  // element offset of the row
+    const bool pack = packed();
     // Each element is read and written by one thread only: in place is safe.
-    for (std::int64_t j = ctx.thread_rank(); j < c; j += ctx.block_threads()) {
-      const float grad =
-          math::smoothed_grad(M::exp(load_element(x, type, row0 + j) - shift), targets.off, s);
-      store_element(dx, type, row0 + j,
-                    j == label ? grad - math::smoothed_label_correction(targets, s) : grad);
-    }
+    for_row_chunks(ctx, c, [&](std::int64_t q, int valid) {
+      const Pack<kPack> v = load_row_chunk(x, type, row0, q, valid, pack);
+      Pack<kPack> d;
+      for (int e = 0; e < kPack; ++e) {
+        const float grad = math::smoothed_grad(M::exp(v.v[e] - shift), targets.off, s);
+        d.v[e] = q * kPack + e == label ? grad - math::smoothed_label_correction(targets, s) : grad;
+      }
+      store_row_chunk(dx, type, row0, q, valid, pack, d);
+    });
   }
 };
 

@@ -180,6 +180,50 @@ RIG_HD_INLINE void store_elements(void* data, ElementType type, std::int64_t fir
   }
 }
 
+// A row of `cols` elements taken in chunks of kPack (the last may be
+// partial) by a group of threads: f(q, valid) for chunks q = first, first +
+// step, ... of the row, valid = its elements (kPack but for the last). The
+// order of a thread's elements depends on cols only, so a row loaded as
+// packs and one loaded element by element (load_row_chunk) sum alike. Loop
+// over a chunk's kPack elements with a guard (e < valid), not up to valid:
+// nvcc keeps a pack indexed by a fixed trip count in registers.
+template <class F>
+RIG_HD_INLINE void for_chunks(std::int64_t cols, std::int64_t first, std::int64_t step, F&& f) {
+  const std::int64_t chunks = (cols + kPack - 1) / kPack;
+  for (std::int64_t q = first; q < chunks; q += step) {
+    const std::int64_t left = cols - q * kPack;
+    f(q, left < kPack ? static_cast<int>(left) : kPack);
+  }
+}
+// ... by the threads of a block.
+template <class Ctx, class F>
+RIG_HD_INLINE void for_row_chunks(const Ctx& ctx, std::int64_t cols, F&& f) {
+  for_chunks(cols, ctx.thread_rank(), ctx.block_threads(), f);
+}
+
+// Chunk q of the row at element offset `base` of `data` (elements [q kPack,
+// q kPack + valid) of the row; the rest 0): a pack where `packed` (base and
+// the pack aligned), else element by element.
+RIG_HD_INLINE Pack<kPack> load_row_chunk(const void* data, ElementType type, std::int64_t base,
+                                         std::int64_t q, int valid, bool packed) {
+  if (packed) return load_pack<kPack>(data, type, (base + q * kPack) / kPack);
+  Pack<kPack> p{};
+  for (int e = 0; e < kPack; ++e) {
+    if (e < valid) p.v[e] = load_element(data, type, base + q * kPack + e);
+  }
+  return p;
+}
+RIG_HD_INLINE void store_row_chunk(void* data, ElementType type, std::int64_t base, std::int64_t q,
+                                   int valid, bool packed, const Pack<kPack>& p) {
+  if (packed) {
+    store_pack<kPack>(data, type, (base + q * kPack) / kPack, p);
+    return;
+  }
+  for (int e = 0; e < kPack; ++e) {
+    if (e < valid) store_element(data, type, base + q * kPack + e, p.v[e]);
+  }
+}
+
 // A grid-stride loop over the n / N whole packs of [0, n), one a thread and
 // step, pack(k) for each; then the last n % N elements, element(i) for each.
 // Plan it with plan_grid_stride(device, n, N, registers).
