@@ -86,6 +86,7 @@ TEST(KernelCopy, CopyStridedCastsBitEqualToCpu) {
       {{2, 1, 3, 2, 1, 2, 3, 2},
        {72, 72, 24, 12, 6, 6, 2, 1},  // 8 axes, src reversed
        {1, 0, 2, 6, 0, 12, 24, 72}},
+      {{1003}, {1}, {1}},  // contiguous: floating casts in packs, a partial last one
   };
   for (const Layout& l : layouts) {
     for (const DType st : kTypes) {
@@ -100,6 +101,8 @@ TEST(KernelCopy, CopyStridedCastsBitEqualToCpu) {
         CopyStrided k{.dst = got.data(), .dst_type = dt, .src = src.data(), .src_type = st};
         const Strides both[2] = {l.dst, l.src};
         set_dims(k, l.shape, both, 2);
+        EXPECT_EQ(k.packed(),
+                  l.shape.size() == 1 && st != dt && is_floating(st) && is_floating(dt));
         run(k);
         EXPECT_TRUE(bit_equal(got, want));
       }
@@ -108,18 +111,22 @@ TEST(KernelCopy, CopyStridedCastsBitEqualToCpu) {
 }
 
 TEST(KernelCopy, FillStridedBitEqualToCpu) {
-  const Shape shape{3, 4, 5};
-  const Strides strides{1, 6, 24};  // gaps and a transposed order
-  for (const DType dt : kTypes) {
-    for (const float value : {1.5F, -2.7F, NAN, 3e9F, -INFINITY, 65520.0F, 300.0F}) {
-      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " " << value);
-      const auto bytes = static_cast<std::size_t>(span(shape, strides)) * dtype_size(dt);
-      std::vector<std::uint8_t> want(bytes, 0x5A), got(bytes, 0x5A);
-      cpu().fill_strided(shape, want.data(), strides, dt, value);
-      FillStrided k{.dst = got.data(), .dst_type = dt, .value = value};
-      set_dims(k, shape, &strides, 1);
-      run(k);
-      EXPECT_TRUE(bit_equal(got, want));
+  for (const Layout& l : {Layout{{3, 4, 5}, {1, 6, 24}, {}},  // gaps and a transposed order
+                          Layout{{1003}, {1}, {}}}) {         // contiguous: packs if floating
+    const Shape& shape = l.shape;
+    const Strides& strides = l.dst;
+    for (const DType dt : kTypes) {
+      for (const float value : {1.5F, -2.7F, NAN, 3e9F, -INFINITY, 65520.0F, 300.0F}) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " " << value);
+        const auto bytes = static_cast<std::size_t>(span(shape, strides)) * dtype_size(dt);
+        std::vector<std::uint8_t> want(bytes, 0x5A), got(bytes, 0x5A);
+        cpu().fill_strided(shape, want.data(), strides, dt, value);
+        FillStrided k{.dst = got.data(), .dst_type = dt, .value = value};
+        set_dims(k, shape, &strides, 1);
+        EXPECT_EQ(k.packed(), shape.size() == 1 && is_floating(dt));
+        run(k);
+        EXPECT_TRUE(bit_equal(got, want));
+      }
     }
   }
 }

@@ -13,11 +13,13 @@
 #include <cstring>
 
 #include "cuda/kernels/batch_norm.hpp"
+#include "cuda/kernels/checks.hpp"
 #include "cuda/kernels/cross_entropy.hpp"
 #include "cuda/kernels/dropout.hpp"
 #include "cuda/kernels/elementwise.hpp"
 #include "cuda/kernels/layer_norm.hpp"
 #include "cuda/kernels/optimizer.hpp"
+#include "cuda/kernels/unscale.hpp"
 #include "kernel_test_util.hpp"
 #include "rig/half.hpp"
 
@@ -320,6 +322,44 @@ TEST(KernelPacked, CrossEntropyPacksAsItsElements) {
     }
     EXPECT_TRUE(bit_equal(losses[0], losses[1]));
     EXPECT_TRUE(bit_equal(dxs[0], dxs[1]));
+  }
+}
+
+// The unscale's and the gradient statistics' partial reductions take the same
+// chunks of 8 from packs and from elements: the same bits, n % 8 != 0 too.
+TEST(KernelPacked, GradientReductionsPackAsTheirElements) {
+  const std::int64_t n = 5003;
+  std::vector<float> values = uniform(n, -3.0F, 3.0F, 91);
+  values[4999] = 80.0F;  // the largest, in the partial last chunk
+  for (const ElementType type : kTypes) {
+    SCOPED_TRACE(name(type));
+    std::vector<std::vector<std::uint8_t>> masters;
+    std::vector<std::vector<double>> sums;
+    std::vector<std::vector<std::uint32_t>> maxima;
+    for (const bool shifted : {false, true}) {
+      Buffer src(values, type, shifted);
+      Buffer master(std::vector<float>(values.size(), 7.0F), ElementType::f32, shifted);
+      UnscalePartials u{n, type, src.data(), master.floats(), 0.5F};
+      EXPECT_EQ(u.packed(), !shifted);
+      const auto blocks = static_cast<std::size_t>(u.plan(h100()).grid.x);
+      std::vector<std::uint32_t> bits(blocks);
+      std::vector<double> squares(blocks);
+      u.partial_amax_bits = bits.data();
+      u.partial_sum_squares = squares.data();
+      run(u);
+      const auto chunks = static_cast<std::size_t>(check_chunks(n));
+      std::vector<double> grad_squares(chunks);
+      std::vector<std::uint32_t> grad_bits(chunks);
+      run(GradStatsPartials{master.floats(), n, grad_squares.data(), grad_bits.data()});
+      masters.push_back(master.contents());
+      squares.insert(squares.end(), grad_squares.begin(), grad_squares.end());
+      bits.insert(bits.end(), grad_bits.begin(), grad_bits.end());
+      sums.push_back(squares);
+      maxima.push_back(bits);
+    }
+    EXPECT_TRUE(bit_equal(masters[0], masters[1]));
+    EXPECT_TRUE(bit_equal(sums[0], sums[1]));
+    EXPECT_TRUE(bit_equal(maxima[0], maxima[1]));
   }
 }
 

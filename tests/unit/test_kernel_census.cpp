@@ -88,8 +88,8 @@ TEST_F(KernelCensus, CountsKernelsByOperandTypesAndWritesAtEachWait) {
   EXPECT_FALSE(std::filesystem::exists(file)) << "nothing has waited for the device yet";
   b->synchronize();
   std::map<std::string, std::string> lines = read_census(file);
-  // 3 launches of 1000 elements, 6 bytes each (4 read, 2 written).
-  EXPECT_EQ(lines["CopyStrided f32 -> bf16"], "3 3000 18000 0");
+  // 3 launches of 1000 elements, 6 bytes each (4 read, 2 written), in packs.
+  EXPECT_EQ(lines["CopyStrided f32 -> bf16, packed"], "3 3000 18000 0");
   EXPECT_EQ(lines["copy from host"], "1 0 4000 0");
 
   // A 16-bit convolution is counted with its floating-point operations.
@@ -105,7 +105,7 @@ TEST_F(KernelCensus, CountsKernelsByOperandTypesAndWritesAtEachWait) {
   lines = read_census(file);
   // 2 x 48 outputs x (2 channels x 9 taps) = 1728 operations.
   EXPECT_EQ(lines["convolution forward bf16"], "1 0 0 1728");
-  EXPECT_EQ(lines["CopyStrided f32 -> bf16"], "3 3000 18000 0") << "counted once";
+  EXPECT_EQ(lines["CopyStrided f32 -> bf16, packed"], "3 3000 18000 0") << "counted once";
   EXPECT_EQ(lines["copy to host"], "1 0 96 0");
   // A read collected later is a line of its own: it does not wait for the device.
   std::vector<float> later(4);
@@ -134,8 +134,8 @@ TEST_F(KernelCensus, ShowsTheCopiesAroundF32OnlyConvolutions) {
   EXPECT_EQ(lines["convolution forward f32"], "1 0 0 1728");
   EXPECT_EQ(lines.count("convolution forward bf16"), 0U);
   // x and W widened (32 + 54 elements, 6 bytes each), y narrowed (48).
-  EXPECT_EQ(lines["CopyStrided bf16 -> f32"], "2 86 516 0");
-  EXPECT_EQ(lines["CopyStrided f32 -> bf16"], "1 48 288 0");
+  EXPECT_EQ(lines["CopyStrided bf16 -> f32, packed"], "2 86 516 0");
+  EXPECT_EQ(lines["CopyStrided f32 -> bf16, packed"], "1 48 288 0");
   for (const backend::Block& block : {x, w, y}) pool.deallocate(block);
 }
 

@@ -41,6 +41,7 @@
 #include <cstdint>
 
 #include "cuda/kernels/common.hpp"
+#include "cuda/kernels/packed.hpp"
 #include "rig/dtype.hpp"
 #include "rig/math/bits.hpp"
 #include "rig/op_types.hpp"
@@ -150,13 +151,19 @@ struct GradStatsPartials {
     const std::int64_t end = begin + kCheckChunk < n ? begin + kCheckChunk : n;
     double squares = 0.0;
     std::uint32_t bits = 0;
-    for (std::int64_t i = begin + ctx.thread_rank(); i < end; i += ctx.block_threads()) {
-      const float g = grads[i];
-      const float square = g * g;  // f32, as the CPU's: overflows where it does
-      squares += static_cast<double>(square);
-      const std::uint32_t b = math::abs_bits(g);
-      bits = b > bits ? b : bits;
-    }
+    // The chunk's pieces of kPack elements, thread t taking t, t + threads,
+    // ...: packs (packed.hpp) where grads is aligned, the same order either way.
+    const bool pack = pack_aligned<kPack>(grads, ElementType::f32);
+    for_chunks(end - begin, ctx.thread_rank(), ctx.block_threads(), [&](std::int64_t q, int valid) {
+      const Pack<kPack> g = load_row_chunk(grads, ElementType::f32, begin, q, valid, pack);
+      for (int e = 0; e < kPack; ++e) {
+        if (e >= valid) continue;
+        const float square = g.v[e] * g.v[e];  // f32, as the CPU's: overflows where it does
+        squares += static_cast<double>(square);
+        const std::uint32_t b = math::abs_bits(g.v[e]);
+        bits = b > bits ? b : bits;
+      }
+    });
     squares = simt::block_sum(ctx, squares);
     bits = simt::block_max(ctx, bits);
     if (ctx.thread_rank() == 0) {

@@ -5,8 +5,10 @@
 //     i64, u8): floats to integers truncated toward zero, saturated, NaN -> 0;
 //     integers to integers wrapped; integers to floats through f32 (as the
 //     CPU: static_cast<float>, then narrowed); narrowing to f16/bf16 rounds to
-//     nearest even. The same dtype copies the bits. Grid-stride per element.
-//   FillStrided: dst = value converted to dst's dtype as above.
+//     nearest even. The same dtype copies the bits. Grid-stride per element,
+//     or in packs (packed.hpp) for a contiguous cast between floating dtypes.
+//   FillStrided: dst = value converted to dst's dtype as above (packed where
+//     dst is contiguous and floating).
 //   CopyContiguous: `bytes` bytes, in words of the widest of 16, 8, 4, 2, 1
 //     bytes that both pointers are aligned to (16-byte loads and stores when
 //     both are 16-byte aligned), the bytes past the last whole word one at a
@@ -170,6 +172,19 @@ RIG_HD_INLINE std::uint64_t load_stored(const void* src, DType t, std::int64_t i
   }
 }
 
+// A floating dtype as the element-wise kernels' ElementType (t floating).
+RIG_HD_INLINE ElementType element_type_of(DType t) {
+  return t == DType::f16    ? ElementType::f16
+         : t == DType::bf16 ? ElementType::bf16
+                            : ElementType::f32;
+}
+
+// Whether a contiguous operand of dtype t at `data` (stride `stride`) can
+// move in packs of kPack floats (packed.hpp).
+RIG_HD_INLINE bool float_packs(const void* data, DType t, std::int64_t stride) {
+  return stride == 1 && dtype_floating(t) && pack_aligned<kPack>(data, element_type_of(t));
+}
+
 struct CopyStrided {
   int ndim = 1;  // >= 1, <= kCopyMaxDims
   std::int64_t shape[kCopyMaxDims] = {};
@@ -179,8 +194,18 @@ struct CopyStrided {
   const void* src = nullptr;  // must not overlap dst
   DType src_type = DType::f32;
 
+  // A contiguous cast between two floating dtypes in packs (packed.hpp): the
+  // conversions of load_float and store_float_as, the same bits (a copy
+  // within one dtype keeps its bits, NaN payloads and all, element by
+  // element; the launcher sends contiguous ones to CopyContiguous).
+  RIG_HD bool packed() const {
+    return ndim == 1 && dst_type != src_type && float_packs(dst, dst_type, strides[0][0]) &&
+           float_packs(src, src_type, strides[1][0]);
+  }
+
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
-    return plan_grid_stride(device, shape_elements(ndim, shape), kUnroll, 64);  // ptxas: 64
+    return plan_grid_stride(device, shape_elements(ndim, shape), packed() ? kPack : kUnroll,
+                            64);  // ptxas: 64
   }
 
   template <class Ctx>
@@ -189,6 +214,14 @@ struct CopyStrided {
       std::int64_t dst;
       std::uint64_t stored;
     };
+    if (packed()) {  // uniform over the launch
+      const ElementType st = element_type_of(src_type), dt = element_type_of(dst_type);
+      packed_grid_stride(
+          ctx, shape[0],
+          [&](std::int64_t k) { store_pack<kPack>(dst, dt, k, load_pack<kPack>(src, st, k)); },
+          [&](std::int64_t i) { convert_element(dst, dst_type, i, src, src_type, i); });
+      return;
+    }
     unrolled_grid_stride(
         ctx, shape_elements(ndim, shape),
         [&](std::int64_t i) {
@@ -212,13 +245,25 @@ struct FillStrided {
   DType dst_type = DType::f32;
   float value = 0.0F;
 
+  // A contiguous floating fill in packs (packed.hpp).
+  RIG_HD bool packed() const { return ndim == 1 && float_packs(dst, dst_type, strides[0][0]); }
+
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
-    return plan_grid_stride(device, shape_elements(ndim, shape));
+    return plan_grid_stride(device, shape_elements(ndim, shape), packed() ? kPack : 1);
   }
 
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
     const std::int64_t n = shape_elements(ndim, shape);
+    if (packed()) {  // uniform over the launch
+      Pack<kPack> fill;
+      for (float& v : fill.v) v = value;
+      const ElementType dt = element_type_of(dst_type);
+      packed_grid_stride(
+          ctx, n, [&](std::int64_t k) { store_pack<kPack>(dst, dt, k, fill); },
+          [&](std::int64_t i) { store_float_as(dst, dst_type, i, value); });
+      return;
+    }
     for (std::int64_t i = global_thread(ctx); i < n; i += grid_threads(ctx)) {
       std::int64_t off[1];
       strided_offsets(i, ndim, shape, strides, off);

@@ -202,11 +202,11 @@ RIG_HD_INLINE void for_row_chunks(const Ctx& ctx, std::int64_t cols, F&& f) {
 }
 
 // Chunk q of the row at element offset `base` of `data` (elements [q kPack,
-// q kPack + valid) of the row; the rest 0): a pack where `packed` (base and
-// the pack aligned), else element by element.
+// q kPack + valid) of the row; the rest 0): a pack where `packed` (base
+// aligned) and the chunk whole, else element by element.
 RIG_HD_INLINE Pack<kPack> load_row_chunk(const void* data, ElementType type, std::int64_t base,
                                          std::int64_t q, int valid, bool packed) {
-  if (packed) return load_pack<kPack>(data, type, (base + q * kPack) / kPack);
+  if (packed && valid == kPack) return load_pack<kPack>(data, type, (base + q * kPack) / kPack);
   Pack<kPack> p{};
   for (int e = 0; e < kPack; ++e) {
     if (e < valid) p.v[e] = load_element(data, type, base + q * kPack + e);
@@ -215,7 +215,7 @@ RIG_HD_INLINE Pack<kPack> load_row_chunk(const void* data, ElementType type, std
 }
 RIG_HD_INLINE void store_row_chunk(void* data, ElementType type, std::int64_t base, std::int64_t q,
                                    int valid, bool packed, const Pack<kPack>& p) {
-  if (packed) {
+  if (packed && valid == kPack) {
     store_pack<kPack>(data, type, (base + q * kPack) / kPack, p);
     return;
   }

@@ -4,7 +4,9 @@
 // NaN (the maximum of math::abs_bits, an integer reduction), and the sum of
 // master[i]^2 in f64 for the gradient norm. Two stages with a fixed order, so
 // the results do not depend on scheduling:
-//   UnscalePartials: grid-stride, each block's maximum and sum into
+//   UnscalePartials: grid-stride over chunks of kPack elements (thread t
+//     takes chunks t, t + threads, ...: packs where aligned, the same order
+//     either way), each block's maximum and sum into
 //     partial_amax_bits[block] and partial_sum_squares[block] (grid.x slots);
 //   UnscaleFinish: one block over those partials, in order.
 #pragma once
@@ -13,6 +15,7 @@
 
 #include "cuda/kernels/common.hpp"
 #include "cuda/kernels/element_type.hpp"
+#include "cuda/kernels/packed.hpp"
 #include "rig/math/bits.hpp"
 #include "simt/collectives.hpp"
 
@@ -27,21 +30,32 @@ struct UnscalePartials {
   std::uint32_t* partial_amax_bits = nullptr;  // [grid.x of the plan]
   double* partial_sum_squares = nullptr;       // [grid.x of the plan] or null
 
+  // Chunks of kPack elements moved as packs (packed.hpp) where src and
+  // master allow; the same chunks element by element otherwise.
+  RIG_HD bool packed() const {
+    return pack_aligned<kPack>(src, src_type) && pack_aligned<kPack>(master, ElementType::f32);
+  }
+
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
-    return plan_grid_stride(device, n);
+    return plan_grid_stride(device, n, kPack, 46);  // ptxas: 46
   }
 
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
     std::uint32_t bits = 0;
     double squares = 0.0;
-    for (std::int64_t i = global_thread(ctx); i < n; i += grid_threads(ctx)) {
-      const float g = load_element(src, src_type, i) * scale;
-      if (master != nullptr) master[i] = g;
-      const std::uint32_t b = math::abs_bits(g);
-      bits = b > bits ? b : bits;
-      squares += static_cast<double>(g) * static_cast<double>(g);
-    }
+    const bool pack = packed();
+    for_chunks(n, global_thread(ctx), grid_threads(ctx), [&](std::int64_t q, int valid) {
+      Pack<kPack> g = load_row_chunk(src, src_type, 0, q, valid, pack);
+      for (int e = 0; e < kPack; ++e) {
+        if (e >= valid) continue;
+        g.v[e] *= scale;
+        const std::uint32_t b = math::abs_bits(g.v[e]);
+        bits = b > bits ? b : bits;
+        squares += static_cast<double>(g.v[e]) * static_cast<double>(g.v[e]);
+      }
+      if (master != nullptr) store_row_chunk(master, ElementType::f32, 0, q, valid, pack, g);
+    });
     bits = simt::block_max(ctx, bits);
     if (partial_sum_squares != nullptr) squares = simt::block_sum(ctx, squares);
     if (ctx.thread_rank() == 0) {
