@@ -1,10 +1,9 @@
 // The bandwidth of rig's element-wise kernels on 16-bit data, measured (label
 // gpu; skips without a GPU): 64 Mi elements each, against cudaMemcpyAsync's
-// device-to-device copy as the ceiling. These kernels run an unrolled
-// grid-stride loop (kernels/common.hpp's unrolled_grid_stride: four loads in
-// flight per thread); the ratio to the copy says how near the memory's
-// bandwidth they come. Each runs kWarmup times, then kRuns times timed one by
-// one with cudaEvents; the medians are printed in one line
+// device-to-device copy as the ceiling; the ratio to the copy says how near
+// the memory's bandwidth they come. PackedAgainstPerElement times the
+// kernels that move packs (kernels/packed.hpp) both ways. Each runs kWarmup times, then kRuns times
+// timed one by one with cudaEvents; the medians are printed in one line
 //   elementwise bandwidth (...): copy A GB/s; CopyStrided bf16 B GB/s (B/A); ...
 // counting the bytes each kernel must read and write. No speed makes the
 // test fail; the outputs are checked, so that a kernel that did nothing
@@ -16,6 +15,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cuda/runtime/kernel_runs.cuh"
@@ -151,5 +151,132 @@ TEST_F(ElementwiseBandwidth, SixteenBitKernelsAgainstTheCopy) {
   std::printf(
       "elementwise bandwidth (64 Mi elements, median of %d; in brackets: of the copy): "
       "cudaMemcpy device to device %.0f GB/s%s\n",
+      kRuns, copy, line.c_str());
+}
+
+// The kernels that move packs (kernels/packed.hpp) on the shapes of the
+// benchmarks, each twice: from aligned buffers (packs) and from the same
+// buffers one element on (element by element, the same bits): what the
+// packs are worth on this GPU.
+TEST_F(ElementwiseBandwidth, PackedAgainstPerElement) {
+  namespace k = rig::kernels;
+  const auto n = static_cast<std::size_t>(kElements);
+  const std::uint16_t one = rig::float_to_bfloat16(1.0F);
+  const DeviceArray<std::uint16_t> a(std::vector<std::uint16_t>(n, one));
+  const DeviceArray<std::uint16_t> b(std::vector<std::uint16_t>(n, one));
+  const DeviceArray<std::uint16_t> y(std::vector<std::uint16_t>(n, one));
+  DeviceArray<std::uint16_t> out(n);
+  const double copy = gb_per_s(4.0 * static_cast<double>(kElements), [&] {
+    RIG_CUDA_CHECK(cudaMemcpyAsync(out.data(), a.data(), n * 2, cudaMemcpyDeviceToDevice, stream_));
+  });
+  std::string line;
+  // A partial reduction through launch_partial (its Packed kernel where
+  // packed()), any other kernel as it is.
+  const auto launch = [&](const auto& kernel) {
+    if constexpr (requires { typename std::decay_t<decltype(kernel)>::Packed; }) {
+      k::launch_partial(kernel, [&](const auto& chosen) { rig::cuda::run(chosen, stream_); });
+    } else {
+      rig::cuda::run(kernel, stream_);
+    }
+  };
+  // kernel(offset) reads and writes from element `offset` of each buffer.
+  const auto both = [&](const char* name, double bytes, const auto& kernel) {
+    for (const std::int64_t offset : {0, 1}) {
+      const auto k0 = kernel(offset);
+      EXPECT_EQ(k0.packed(), offset == 0) << name;
+      const double rate = gb_per_s(bytes, [&] { launch(k0); });
+      char part[200];
+      std::snprintf(part, sizeof part, "; %s %s %.0f GB/s (%.2f)", name,
+                    offset == 0 ? "packed" : "per element", rate, rate / copy);
+      line += part;
+    }
+  };
+  const auto f = [](const std::uint16_t* p, std::int64_t offset) {
+    return reinterpret_cast<const float*>(p + offset);
+  };
+  const auto w = [](std::uint16_t* p, std::int64_t offset) {
+    return reinterpret_cast<float*>(p + offset);
+  };
+
+  // ResNet-50's channels-last batch norms: 256 channels.
+  const std::int64_t c = 256, rows = (kElements - 8) / c;
+  const auto bn = static_cast<double>(rows * c);
+  const DeviceArray<float> scale(std::vector<float>(c, 0.5F)), shift(std::vector<float>(c, 1.0F));
+  const DeviceArray<float> coef(std::vector<float>(3 * c, 0.25F)),
+      mean(std::vector<float>(c, 1.0F));
+  DeviceArray<float> part(static_cast<std::size_t>(k::batch_norm_backward_scratch(rows, c, 1)));
+  both("BatchNormApply+relu nhwc", 4.0 * bn, [&](std::int64_t o) {
+    k::BatchNormApply kernel{
+        f(a.data(), o),      scale.data(), shift.data(), w(out.data(), o), rows, c, 1,
+        k::ElementType::bf16};
+    kernel.relu = true;
+    return kernel;
+  });
+  both("BatchNormBackwardDx relu-from-x nhwc", 6.0 * bn, [&](std::int64_t o) {
+    k::BatchNormBackwardDx kernel{
+        f(a.data(), o),      f(b.data(), o), coef.data(), w(out.data(), o), rows, c, 1,
+        k::ElementType::bf16};
+    kernel.relu = {nullptr, scale.data(), shift.data()};
+    return kernel;
+  });
+  const std::int64_t parts = c * k::batch_norm_chunks(rows, 1);
+  both("BatchNormStatsPartial nhwc", 2.0 * bn, [&](std::int64_t o) {
+    return k::BatchNormStatsPartial{
+        f(a.data(), o), rows, c, 1, part.data(), part.data() + parts, k::ElementType::bf16};
+  });
+  both("BatchNormGradPartial relu masked-dy nhwc", 8.0 * bn, [&](std::int64_t o) {
+    k::BatchNormGradPartial kernel{
+        f(a.data(), o), f(b.data(), o),      mean.data(),         rows, c, 1,
+        part.data(),    part.data() + parts, k::ElementType::bf16};
+    kernel.relu.y = f(y.data(), o);
+    kernel.masked_dy = w(out.data(), o);
+    return kernel;
+  });
+
+  // transformer-base's layer norms: [rows, 512].
+  const std::int64_t d = 512, ln_rows = (kElements - 8) / d;
+  const auto ln = static_cast<double>(ln_rows * d);
+  const DeviceArray<std::uint16_t> gamma(std::vector<std::uint16_t>(d + 8, one));
+  DeviceArray<float> ln_mean(static_cast<std::size_t>(ln_rows)), ln_rstd(ln_mean.size());
+  both("LayerNormForward", 4.0 * ln, [&](std::int64_t o) {
+    return k::LayerNormForward{f(a.data(), o),
+                               f(gamma.data(), o),
+                               f(gamma.data(), o),
+                               w(out.data(), o),
+                               ln_mean.data(),
+                               ln_rstd.data(),
+                               ln_rows,
+                               d,
+                               1e-5F,
+                               k::ElementType::bf16,
+                               k::ElementType::bf16};
+  });
+  both("LayerNormBackwardDx accumulate", 8.0 * ln, [&](std::int64_t o) {
+    k::LayerNormBackwardDx kernel{
+        f(a.data(), o),       f(gamma.data(), o),  ln_mean.data(), ln_rstd.data(),
+        f(b.data(), o),       w(out.data(), o),    ln_rows,        d,
+        k::ElementType::bf16, k::ElementType::bf16};
+    kernel.accumulate = true;
+    return kernel;
+  });
+
+  // A residual connection's dropout.
+  const std::int64_t dn = kElements - 8;
+  DeviceArray<std::uint32_t> mask(static_cast<std::size_t>((dn + 31) / 32));
+  both("DropoutForward + residual", 6.0 * static_cast<double>(dn), [&](std::int64_t o) {
+    k::DropoutForward kernel{rig::math::PhiloxStream::of(1, 2, 0, 3),
+                             rig::math::dropout_threshold(0.1F),
+                             1.0F / 0.9F,
+                             k::ElementType::bf16,
+                             a.data() + o,
+                             out.data() + o,
+                             mask.data(),
+                             dn};
+    kernel.residual = b.data() + o;
+    return kernel;
+  });
+  std::printf(
+      "packed against per-element bandwidth (bf16, median of %d; in brackets: of the copy, "
+      "%.0f GB/s)%s\n",
       kRuns, copy, line.c_str());
 }

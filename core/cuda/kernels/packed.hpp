@@ -55,6 +55,14 @@ RIG_HD_INLINE bool pack_aligned(const void* data, ElementType type) {
 
 namespace packed_detail {
 
+// On the host (the emulator), a misaligned word stops the program as the
+// GPU's misaligned-address error stops the kernel, so that a kernel test
+// cannot pass with a pack the GPU would refuse.
+template <class Word>
+inline void check_word_aligned(const void* at) {
+  if (reinterpret_cast<std::uintptr_t>(at) % sizeof(Word) != 0) __builtin_trap();
+}
+
 // Word w of `data` (a Word-aligned address): an aligned load on the GPU; on
 // the host (the emulator) a copy, which no aliasing rule forbids.
 template <class Word>
@@ -62,6 +70,7 @@ RIG_HD_INLINE Word load_word(const void* data, std::int64_t w) {
 #if defined(__CUDA_ARCH__)
   return static_cast<const Word*>(data)[w];
 #else
+  check_word_aligned<Word>(static_cast<const Word*>(data) + w);
   Word word;
   __builtin_memcpy(&word, static_cast<const Word*>(data) + w, sizeof(Word));
   return word;
@@ -73,6 +82,7 @@ RIG_HD_INLINE void store_word(void* data, std::int64_t w, const Word& word) {
 #if defined(__CUDA_ARCH__)
   static_cast<Word*>(data)[w] = word;
 #else
+  check_word_aligned<Word>(static_cast<Word*>(data) + w);
   __builtin_memcpy(static_cast<Word*>(data) + w, &word, sizeof(Word));
 #endif
 }
