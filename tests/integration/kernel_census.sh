@@ -23,7 +23,7 @@ grep -Eq "^ +1 .* BiasActivation f32$" f32.txt || fail "not 1 bias + activation 
 grep -Eq "^ +2 .* cuBLASLt matmul f32 x f32 \+= f32$" f32.txt ||
   fail "not 2 f32 products adding into .grad"
 grep -Eq "^ +2 .* AddStrided f32 \+= f32$" f32.txt || fail "not 2 adds of the biases' gradients"
-grep -Eq "^ +1 .* SgdUpdateKernel f32$" f32.txt || fail "not one sgd update a step"
+grep -Eq "^ +1 .* SgdUpdateKernel f32, packed$" f32.txt || fail "not one sgd update a step"
 grep -q "^casts between dtypes .*: 0.0 kB, 0.0%" f32.txt || fail "a float32 step casts"
 grep -Eq "^ +[0-9]+ .* in all" f32.txt || fail "no total"
 # no decision of the step needs its gradient statistics: they are queued on

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "cuda/kernels/attention_mask.hpp"
 #include "cuda/kernels/batch_norm.hpp"
 #include "cuda/kernels/checks.hpp"
 #include "cuda/kernels/cross_entropy.hpp"
@@ -363,6 +364,67 @@ TEST(KernelPacked, GradientReductionsPackAsTheirElements) {
   }
 }
 
+TEST(KernelPacked, AttentionKeepPacksAsItsElements) {
+  const std::int64_t n = 1003;
+  std::vector<float> x = uniform(n, -2.0F, 2.0F, 95);
+  std::vector<std::uint8_t> keep(static_cast<std::size_t>(n) + 8);
+  for (std::size_t i = 0; i < keep.size(); ++i) keep[i] = (i * 7 + 3) % 5 != 0 ? 1 : 0;
+  std::vector<std::vector<std::uint8_t>> outputs;
+  for (const bool shifted : {false, true}) {
+    Buffer xb(x, ElementType::f32, shifted);
+    Buffer ob(std::vector<float>(x.size(), 7.0F), ElementType::f32, shifted);
+    alignas(16) std::uint8_t mask[1024 + 16];
+    std::memcpy(mask + (shifted ? 1 : 0), keep.data(), static_cast<std::size_t>(n));
+    const AttentionKeep k{xb.floats(), mask + (shifted ? 1 : 0), 1.25F, ob.floats(), n};
+    EXPECT_EQ(k.packed(), !shifted);
+    run(k);
+    outputs.push_back(ob.contents());
+  }
+  EXPECT_TRUE(bit_equal(outputs[0], outputs[1]));
+}
+
+// Binary ops over [5, 24]: both inputs contiguous, or one broadcast along
+// the last axis ([5, 1], stride 0 there): packs of a row's 8 elements.
+TEST(KernelPacked, BinaryPacksAsItsElements) {
+  const std::int64_t rows = 5, cols = 24;
+  const std::vector<float> a = uniform(rows * cols, -2.0F, 2.0F, 97);
+  const std::vector<float> b = uniform(rows * cols, -2.0F, 2.0F, 98);
+  for (const ElementType type : kTypes) {
+    for (const bool broadcast : {false, true}) {
+      for (const bool b_first : {false, true}) {  // the broadcast operand as a, or as b
+        SCOPED_TRACE(::testing::Message()
+                     << name(type) << " broadcast " << broadcast << " first " << b_first);
+        std::vector<std::vector<std::uint8_t>> outputs;
+        for (const bool shifted : {false, true}) {
+          Buffer ab(a, type, shifted), bb(b, type, shifted);
+          Buffer ob(std::vector<float>(a.size(), 7.0F), type, shifted);
+          BinaryKernel k;
+          k.op = BinaryOp::mul;
+          k.ndim = 2;
+          k.shape[0] = rows;
+          k.shape[1] = cols;
+          k.type = type;
+          k.relu = true;
+          k.out = ob.floats();
+          const std::int64_t row_stride[3] = {cols, cols, broadcast ? 1 : cols};
+          const std::int64_t last_stride[3] = {1, 1, broadcast ? 0 : 1};
+          for (int o = 0; o < 3; ++o) {
+            const int at = (b_first && o > 0) ? 3 - o : o;  // swap a's and b's strides
+            k.strides[at][0] = row_stride[o];
+            k.strides[at][1] = last_stride[o];
+          }
+          k.a = b_first ? bb.floats() : ab.floats();
+          k.b = b_first ? ab.floats() : bb.floats();
+          EXPECT_EQ(k.packed(), !shifted);
+          run(k);
+          outputs.push_back(ob.contents());
+        }
+        EXPECT_TRUE(bit_equal(outputs[0], outputs[1]));
+      }
+    }
+  }
+}
+
 TEST(KernelPacked, DropoutPacksAsItsElements) {
   const math::PhiloxStream stream = math::PhiloxStream::of(0xABCDEFULL, 5, 1, 7);
   const std::int64_t n = 1003;  // a partial last block and pack
@@ -471,6 +533,32 @@ TEST(KernelPacked, ActivationBackwardPacksAsItsElements) {
       EXPECT_TRUE(bit_equal(dzs[0], dzs[1]));
       EXPECT_TRUE(bit_equal(sums[0], sums[1]));
     }
+  }
+}
+
+TEST(KernelPacked, SgdPacksAsItsElements) {
+  const std::int64_t n = 1003;
+  SgdUpdate a;
+  a.learning_rate = 0.1F;
+  a.first = false;
+  a.momentum = 0.9F;
+  a.weight_decay = 1e-4F;
+  for (const bool momentum : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "momentum " << momentum);
+    std::vector<std::vector<std::uint8_t>> results;
+    for (const bool shifted : {false, true}) {
+      Buffer p(uniform(n, -1.0F, 1.0F, 56), ElementType::f32, shifted);
+      Buffer g(uniform(n, -2.0F, 2.0F, 57), ElementType::f32, shifted);
+      Buffer buf(uniform(n, -0.1F, 0.1F, 58), ElementType::f32, shifted);
+      const SgdUpdateKernel k{n, p.floats(), g.floats(), momentum ? buf.floats() : nullptr, a};
+      EXPECT_EQ(k.packed(), !shifted);
+      run(k);
+      std::vector<std::uint8_t> all = p.contents();
+      const std::vector<std::uint8_t> b = buf.contents();
+      all.insert(all.end(), b.begin(), b.end());
+      results.push_back(all);
+    }
+    EXPECT_TRUE(bit_equal(results[0], results[1]));
   }
 }
 

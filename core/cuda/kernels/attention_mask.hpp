@@ -5,7 +5,8 @@
 //   CausalMask: grid-stride per element.
 // And the dropout of the attention weights (and of their gradient) by the
 // u8 keep-mask of backend::AttentionShape:
-//   AttentionKeep: out = (x * keep) * scale, an unrolled grid-stride loop:
+//   AttentionKeep: out = (x * keep) * scale, in packs of 8 where aligned
+//     (packed.hpp), else an unrolled grid-stride loop:
 //     the bits of an f32 multiply by the mask's 0 / 1 and then by the scale
 //     (a dropped negative value is -0, as the CPU's product gives).
 #pragma once
@@ -13,6 +14,7 @@
 #include <cstdint>
 
 #include "cuda/kernels/common.hpp"
+#include "cuda/kernels/packed.hpp"
 
 namespace rig::kernels {
 
@@ -42,12 +44,37 @@ struct AttentionKeep {
   float* out = nullptr;  // may be x
   std::int64_t n = 0;
 
+  // In packs of kPack (packed.hpp; the mask's 8 bytes as one word) where
+  // every operand allows.
+  RIG_HD bool packed() const {
+    return pack_aligned<kPack>(x, ElementType::f32) && pack_aligned<kPack>(out, ElementType::f32) &&
+           reinterpret_cast<std::uintptr_t>(keep) % kPack == 0;
+  }
+
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
-    return plan_grid_stride(device, n, kUnroll, 32);  // ptxas: 32
+    return plan_grid_stride(device, n, packed() ? kPack : kUnroll, 40);  // ptxas: 40
   }
 
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
+    const auto element = [&](std::int64_t i) {
+      out[i] = x[i] * static_cast<float>(keep[i]) * scale;
+    };
+    if (packed()) {  // uniform over the launch
+      static_assert(kPack == 8, "a pack's mask bytes are one 64-bit word");
+      packed_grid_stride(
+          ctx, n,
+          [&](std::int64_t k) {
+            Pack<kPack> v = load_pack<kPack>(x, ElementType::f32, k);
+            const std::uint64_t bytes = packed_detail::load_word<std::uint64_t>(keep, k);
+            for (int e = 0; e < kPack; ++e) {
+              v.v[e] = v.v[e] * static_cast<float>((bytes >> (8 * e)) & 0xFFU) * scale;
+            }
+            store_pack<kPack>(out, ElementType::f32, k, v);
+          },
+          element);
+      return;
+    }
     unrolled_grid_stride(
         ctx, n, [&](std::int64_t i) { return x[i] * static_cast<float>(keep[i]); },
         [&](std::int64_t i, float kept) { out[i] = kept * scale; });

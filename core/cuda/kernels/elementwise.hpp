@@ -241,8 +241,27 @@ struct BinaryKernel {
   // and then UnaryForward's relu, in one pass (Backend::add_relu).
   bool relu = false;
 
+  // In packs of kPack along the last axis (packed.hpp) where out's last axis
+  // is contiguous and a multiple of kPack long, and each input either
+  // contiguous along it (a pack) or broadcast along it (stride 0: one value
+  // for the pack), every pack aligned.
+  RIG_HD bool packed() const {
+    const int last = ndim - 1;
+    if (ndim < 1 || shape[last] % kPack != 0 || strides[0][last] != 1) return false;
+    const void* operands[3] = {out, a, b};
+    for (int o = 0; o < 3; ++o) {
+      if (strides[o][last] == 0) continue;  // one value a pack: any offset will do
+      if (strides[o][last] != 1 || !pack_aligned<kPack>(operands[o], type)) return false;
+      for (int d = 0; d < last; ++d) {
+        if (strides[o][d] % kPack != 0) return false;
+      }
+    }
+    return true;
+  }
+
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
-    return plan_grid_stride(device, shape_elements(ndim, shape), kUnroll, 58);  // ptxas: 58
+    return plan_grid_stride(device, shape_elements(ndim, shape), packed() ? kPack : kUnroll,
+                            54);  // ptxas: 54
   }
 
   template <class Ctx>
@@ -251,6 +270,33 @@ struct BinaryKernel {
       std::int64_t out;
       float a, b;
     };
+    if (packed()) {  // uniform over the launch
+      const int last = ndim - 1;
+      // An input's pack at element offset `at`: a pack, or one value.
+      const auto input = [&](const float* data, int o, std::int64_t at) {
+        if (strides[o][last] != 0) return load_pack<kPack>(data, type, at / kPack);
+        Pack<kPack> p;
+        const float v = load_element(data, type, at);
+        for (float& e : p.v) e = v;
+        return p;
+      };
+      packed_grid_stride(
+          ctx, shape_elements(ndim, shape),
+          [&](std::int64_t k) {
+            std::int64_t off[3];
+            strided_offsets(k * kPack, ndim, shape, strides, off);
+            const Pack<kPack> av = input(a, 1, off[1]);
+            const Pack<kPack> bv = input(b, 2, off[2]);
+            Pack<kPack> r;
+            for (int e = 0; e < kPack; ++e) {
+              const float v = binary_value(op, av.v[e], bv.v[e]);
+              r.v[e] = relu ? relu_of_stored(type, v) : v;
+            }
+            store_pack<kPack>(out, type, off[0] / kPack, r);
+          },
+          [](std::int64_t) {});  // no partial pack: the last axis is a multiple of kPack
+      return;
+    }
     unrolled_grid_stride(
         ctx, shape_elements(ndim, shape),
         [&](std::int64_t i) {

@@ -84,17 +84,44 @@ struct SgdUpdateKernel {
   float* buffer = nullptr;  // or null
   SgdUpdate args{};
 
+  // In packs of kSgdPack (packed.hpp) where every buffer allows.
+  static constexpr int kSgdPack = 4;
+  RIG_HD bool packed() const {
+    constexpr ElementType f32 = ElementType::f32;
+    return pack_aligned<kSgdPack>(p, f32) && pack_aligned<kSgdPack>(grad, f32) &&
+           pack_aligned<kSgdPack>(buffer, f32);
+  }
+
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
-    return plan_grid_stride(device, n);
+    return plan_grid_stride(device, n, packed() ? kSgdPack : 1);
   }
 
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
-    for (std::int64_t i = global_thread(ctx); i < n; i += grid_threads(ctx)) {
+    const auto element = [&](std::int64_t i) {
       float pi = p[i];
       math::sgd_step(pi, grad[i], buffer != nullptr ? buffer + i : nullptr, args);
       p[i] = pi;
+    };
+    if (!packed()) {  // uniform over the launch
+      for (std::int64_t i = global_thread(ctx); i < n; i += grid_threads(ctx)) element(i);
+      return;
     }
+    constexpr ElementType f32 = ElementType::f32;
+    packed_grid_stride<kSgdPack>(
+        ctx, n,
+        [&](std::int64_t k) {
+          Pack<kSgdPack> pk = load_pack<kSgdPack>(p, f32, k);
+          const Pack<kSgdPack> gk = load_pack<kSgdPack>(grad, f32, k);
+          Pack<kSgdPack> bk =
+              buffer != nullptr ? load_pack<kSgdPack>(buffer, f32, k) : Pack<kSgdPack>{};
+          for (int e = 0; e < kSgdPack; ++e) {
+            math::sgd_step(pk.v[e], gk.v[e], buffer != nullptr ? &bk.v[e] : nullptr, args);
+          }
+          store_pack<kSgdPack>(p, f32, k, pk);
+          if (buffer != nullptr) store_pack<kSgdPack>(buffer, f32, k, bk);
+        },
+        element);
   }
 };
 
