@@ -1,12 +1,13 @@
 // Packed access: N consecutive elements of f32, f16 or bf16 moved by the
 // widest memory instructions their bytes allow (16 bytes each at most), not
 // one instruction per element. A bandwidth-bound kernel that loads 2 bytes a
-// thread spends more instructions on indexing than the memory needs, and has
-// too few bytes in flight per SM; a thread that moves 8 bf16 with one 16-byte
-// load has neither problem (PyTorch's vectorized element-wise loops and
-// llm.c's 128-bit packs do the same). The values are unpacked to f32 and
-// packed back with the conversions of element_type.hpp, so a kernel's packed
-// and per-element paths give the same bits.
+// thread issues an instruction (and its indexing) per 2 bytes, and keeps few
+// bytes in flight per SM; one 16-byte load moves 8 bf16 (PyTorch's vectorized
+// element-wise loops and llm.c's 128-bit packs do the same). What that is
+// worth on a GPU, ElementwiseBandwidth.PackedAgainstPerElement measures.
+// The values are unpacked to f32 and packed back with the conversions of
+// element_type.hpp, so a kernel's packed and per-element paths give the same
+// bits.
 //
 // A pack k of a buffer is its elements [k N, k N + N): its address must be a
 // multiple of its bytes (of 16 for packs of more), which pack_aligned checks
