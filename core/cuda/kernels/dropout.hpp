@@ -9,9 +9,9 @@
 //     word's bits past n are those of the stream's next elements.
 //     Where the operands are aligned, a lane's 4 elements move as one pack
 //     (packed.hpp).
-//   DropoutBackward: dx = bit ? grad * scale : 0, in packs of kPack
-//     elements (a byte of the mask each) where grad and dx are aligned, else
-//     an unrolled grid-stride loop over the elements.
+//   DropoutBackward: dx = bit ? grad * scale : 0, a thread taking chunks of
+//     kPack elements (a byte of the mask each): packs where grad and dx are
+//     aligned, else element by element.
 #pragma once
 
 #include <cstdint>
@@ -61,31 +61,22 @@ struct DropoutForward {
     for (std::int64_t c = global_thread(ctx) / simt::kWarpSize; c < chunks; c += warps) {
       const std::int64_t block = c * simt::kWarpSize + lane;
       const math::PhiloxBlock r = stream.block(static_cast<std::uint64_t>(block));
+      // The block's 4 elements: one pack where the operands allow, else
+      // element by element (a last, partial block; lanes past n have none).
+      const std::int64_t first = 4 * block;
+      const int valid = chunk_elements<4>(n, first);
+      const Pack<4> s = load_chunk<4>(src, type, first, valid, pack);
+      const Pack<4> res =
+          residual != nullptr ? load_chunk<4>(residual, type, first, valid, pack) : Pack<4>{};
+      Pack<4> out;
       std::uint32_t word = 0;
-      if (pack && 4 * block + 4 <= n) {  // the block's 4 elements as one pack
-        const Pack<4> s = load_pack<4>(src, type, block);
-        const Pack<4> res = residual != nullptr ? load_pack<4>(residual, type, block) : Pack<4>{};
-        Pack<4> out;
-        for (unsigned k = 0; k < 4; ++k) {
-          const bool keep = math::dropout_keeps(r.v[k], threshold);
-          const float v = keep ? s.v[k] * scale : 0.0F;
-          out.v[k] = residual == nullptr ? v : res.v[k] + rounded_to(type, v);
-          word |= static_cast<std::uint32_t>(keep) << (4U * (lane % 8U) + k);
-        }
-        store_pack<4>(dst, type, block, out);
-      } else {
-        for (unsigned k = 0; k < 4; ++k) {
-          const bool keep = math::dropout_keeps(r.v[k], threshold);
-          const std::int64_t i = 4 * block + k;
-          if (i < n) {
-            const float v = keep ? load_element(src, type, i) * scale : 0.0F;
-            store_element(
-                dst, type, i,
-                residual == nullptr ? v : load_element(residual, type, i) + rounded_to(type, v));
-          }
-          word |= static_cast<std::uint32_t>(keep) << (4U * (lane % 8U) + k);
-        }
+      for (unsigned k = 0; k < 4; ++k) {
+        const bool keep = math::dropout_keeps(r.v[k], threshold);
+        const float v = keep ? s.v[k] * scale : 0.0F;
+        out.v[k] = residual == nullptr ? v : res.v[k] + rounded_to(type, v);
+        word |= static_cast<std::uint32_t>(keep) << (4U * (lane % 8U) + k);
       }
+      store_chunk<4>(dst, type, first, valid, pack, out);
       if (mask_bits == nullptr) continue;  // uniform over the launch
       for (unsigned mask = 1; mask < 8; mask *= 2) word |= ctx.shfl_xor(word, mask);
       const std::int64_t w = c * 4 + lane / 8;
@@ -109,43 +100,23 @@ struct DropoutBackward {
   }
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
-    return plan_grid_stride(device, n, packed() ? kPack : kUnroll, 39);  // ptxas: 39
+    return plan_grid_stride(device, n, kPack, 44);  // ptxas: 44 sm_75, 31 sm_90
   }
 
+  // A thread takes chunks of kPack elements (a byte of the mask each), as
+  // packs where grad and dx allow, else element by element.
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
-    struct Loaded {
-      bool keep;
-      float g;
-    };
-    if (packed()) {  // uniform over the launch
-      static_assert(32 % kPack == 0, "a pack's mask bits lie in one word");
-      const auto element = [&](std::int64_t i) {
-        const bool keep = ((mask_bits[i / 32] >> (i % 32)) & 1U) != 0;
-        store_element(dx, type, i, keep ? load_element(grad, type, i) * scale : 0.0F);
-      };
-      packed_grid_stride(
-          ctx, n,
-          [&](std::int64_t k) {
-            const std::int64_t first = k * kPack;
-            const std::uint32_t bits = mask_bits[first / 32] >> (first % 32);
-            const Pack<kPack> g = load_pack<kPack>(grad, type, k);
-            Pack<kPack> d;
-            for (int e = 0; e < kPack; ++e)
-              d.v[e] = ((bits >> e) & 1U) != 0 ? g.v[e] * scale : 0.0F;
-            store_pack<kPack>(dx, type, k, d);
-          },
-          element);
-      return;
-    }
-    unrolled_grid_stride(
-        ctx, n,
-        [&](std::int64_t i) {
-          return Loaded{((mask_bits[i / 32] >> (i % 32)) & 1U) != 0, load_element(grad, type, i)};
-        },
-        [&](std::int64_t i, const Loaded& v) {
-          store_element(dx, type, i, v.keep ? v.g * scale : 0.0F);
-        });
+    static_assert(32 % kPack == 0, "a chunk's mask bits lie in one word");
+    const bool pack = packed();
+    for_chunks(n, global_thread(ctx), grid_threads(ctx), [&](std::int64_t q, int valid) {
+      const std::int64_t first = q * kPack;
+      const std::uint32_t bits = mask_bits[first / 32] >> (first % 32);
+      const Pack<kPack> g = load_chunk<kPack>(grad, type, first, valid, pack);
+      Pack<kPack> d;
+      for (int e = 0; e < kPack; ++e) d.v[e] = ((bits >> e) & 1U) != 0 ? g.v[e] * scale : 0.0F;
+      store_chunk<kPack>(dx, type, first, valid, pack, d);
+    });
   }
 };
 

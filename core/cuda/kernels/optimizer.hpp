@@ -35,44 +35,32 @@ struct AdamUpdateKernel {
 
   // 56 registers per thread under nvcc 13 for sm_90 (ptxas -v).
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
-    return plan_grid_stride(device, n, packed() ? kAdamPack : 1, 56);
+    return plan_grid_stride(device, n, kAdamPack, 56);
   }
 
+  // A thread takes chunks of kAdamPack elements: packs where every buffer
+  // allows, else element by element.
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
-    const auto element = [&](std::int64_t i) {
-      float pi = p[i], mi = m[i], vi = v[i];
-      float xi = vmax != nullptr ? vmax[i] : 0.0F;
-      math::adam_step<math::DeviceMath>(pi, grad[i], mi, vi, vmax != nullptr ? &xi : nullptr, args);
-      p[i] = pi;
-      m[i] = mi;
-      v[i] = vi;
-      if (vmax != nullptr) vmax[i] = xi;
-    };
-    if (!packed()) {  // uniform over the launch
-      for (std::int64_t i = global_thread(ctx); i < n; i += grid_threads(ctx)) element(i);
-      return;
-    }
     constexpr ElementType f32 = ElementType::f32;
-    packed_grid_stride<kAdamPack>(
-        ctx, n,
-        [&](std::int64_t k) {
-          Pack<kAdamPack> pk = load_pack<kAdamPack>(p, f32, k);
-          const Pack<kAdamPack> gk = load_pack<kAdamPack>(grad, f32, k);
-          Pack<kAdamPack> mk = load_pack<kAdamPack>(m, f32, k);
-          Pack<kAdamPack> vk = load_pack<kAdamPack>(v, f32, k);
-          Pack<kAdamPack> xk =
-              vmax != nullptr ? load_pack<kAdamPack>(vmax, f32, k) : Pack<kAdamPack>{};
-          for (int e = 0; e < kAdamPack; ++e) {
-            math::adam_step<math::DeviceMath>(pk.v[e], gk.v[e], mk.v[e], vk.v[e],
-                                              vmax != nullptr ? &xk.v[e] : nullptr, args);
-          }
-          store_pack<kAdamPack>(p, f32, k, pk);
-          store_pack<kAdamPack>(m, f32, k, mk);
-          store_pack<kAdamPack>(v, f32, k, vk);
-          if (vmax != nullptr) store_pack<kAdamPack>(vmax, f32, k, xk);
-        },
-        element);
+    const bool pack = packed();
+    for_chunks<kAdamPack>(n, global_thread(ctx), grid_threads(ctx), [&](std::int64_t q, int valid) {
+      const std::int64_t first = q * kAdamPack;
+      Pack<kAdamPack> pk = load_chunk<kAdamPack>(p, f32, first, valid, pack);
+      const Pack<kAdamPack> gk = load_chunk<kAdamPack>(grad, f32, first, valid, pack);
+      Pack<kAdamPack> mk = load_chunk<kAdamPack>(m, f32, first, valid, pack);
+      Pack<kAdamPack> vk = load_chunk<kAdamPack>(v, f32, first, valid, pack);
+      Pack<kAdamPack> xk = vmax != nullptr ? load_chunk<kAdamPack>(vmax, f32, first, valid, pack)
+                                           : Pack<kAdamPack>{};
+      for (int e = 0; e < kAdamPack; ++e) {
+        math::adam_step<math::DeviceMath>(pk.v[e], gk.v[e], mk.v[e], vk.v[e],
+                                          vmax != nullptr ? &xk.v[e] : nullptr, args);
+      }
+      store_chunk<kAdamPack>(p, f32, first, valid, pack, pk);
+      store_chunk<kAdamPack>(m, f32, first, valid, pack, mk);
+      store_chunk<kAdamPack>(v, f32, first, valid, pack, vk);
+      if (vmax != nullptr) store_chunk<kAdamPack>(vmax, f32, first, valid, pack, xk);
+    });
   }
 };
 
@@ -93,35 +81,26 @@ struct SgdUpdateKernel {
   }
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
-    return plan_grid_stride(device, n, packed() ? kSgdPack : 1);
+    return plan_grid_stride(device, n, kSgdPack, 38);  // ptxas: 38
   }
 
+  // A thread takes chunks of kSgdPack elements, as Adam.
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
-    const auto element = [&](std::int64_t i) {
-      float pi = p[i];
-      math::sgd_step(pi, grad[i], buffer != nullptr ? buffer + i : nullptr, args);
-      p[i] = pi;
-    };
-    if (!packed()) {  // uniform over the launch
-      for (std::int64_t i = global_thread(ctx); i < n; i += grid_threads(ctx)) element(i);
-      return;
-    }
     constexpr ElementType f32 = ElementType::f32;
-    packed_grid_stride<kSgdPack>(
-        ctx, n,
-        [&](std::int64_t k) {
-          Pack<kSgdPack> pk = load_pack<kSgdPack>(p, f32, k);
-          const Pack<kSgdPack> gk = load_pack<kSgdPack>(grad, f32, k);
-          Pack<kSgdPack> bk =
-              buffer != nullptr ? load_pack<kSgdPack>(buffer, f32, k) : Pack<kSgdPack>{};
-          for (int e = 0; e < kSgdPack; ++e) {
-            math::sgd_step(pk.v[e], gk.v[e], buffer != nullptr ? &bk.v[e] : nullptr, args);
-          }
-          store_pack<kSgdPack>(p, f32, k, pk);
-          if (buffer != nullptr) store_pack<kSgdPack>(buffer, f32, k, bk);
-        },
-        element);
+    const bool pack = packed();
+    for_chunks<kSgdPack>(n, global_thread(ctx), grid_threads(ctx), [&](std::int64_t q, int valid) {
+      const std::int64_t first = q * kSgdPack;
+      Pack<kSgdPack> pk = load_chunk<kSgdPack>(p, f32, first, valid, pack);
+      const Pack<kSgdPack> gk = load_chunk<kSgdPack>(grad, f32, first, valid, pack);
+      Pack<kSgdPack> bk = buffer != nullptr ? load_chunk<kSgdPack>(buffer, f32, first, valid, pack)
+                                            : Pack<kSgdPack>{};
+      for (int e = 0; e < kSgdPack; ++e) {
+        math::sgd_step(pk.v[e], gk.v[e], buffer != nullptr ? &bk.v[e] : nullptr, args);
+      }
+      store_chunk<kSgdPack>(p, f32, first, valid, pack, pk);
+      if (buffer != nullptr) store_chunk<kSgdPack>(buffer, f32, first, valid, pack, bk);
+    });
   }
 };
 

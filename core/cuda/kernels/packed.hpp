@@ -191,19 +191,19 @@ RIG_HD_INLINE void store_elements(void* data, ElementType type, std::int64_t fir
   }
 }
 
-// A row of `cols` elements taken in chunks of kPack (the last may be
-// partial) by a group of threads: f(q, valid) for chunks q = first, first +
-// step, ... of the row, valid = its elements (kPack but for the last). The
+// A row of `cols` elements taken in chunks of N (the last may be partial) by
+// a group of threads: f(q, valid) for chunks q = first, first + step, ... of
+// the row, valid = its elements (N but for the last). The
 // order of a thread's elements depends on cols only, so a row loaded as
 // packs and one loaded element by element (load_row_chunk) sum alike. Loop
 // over a chunk's kPack elements with a guard (e < valid), not up to valid:
 // nvcc keeps a pack indexed by a fixed trip count in registers.
-template <class F>
+template <int N = kPack, class F>
 RIG_HD_INLINE void for_chunks(std::int64_t cols, std::int64_t first, std::int64_t step, F&& f) {
-  const std::int64_t chunks = (cols + kPack - 1) / kPack;
+  const std::int64_t chunks = (cols + N - 1) / N;
   for (std::int64_t q = first; q < chunks; q += step) {
-    const std::int64_t left = cols - q * kPack;
-    f(q, left < kPack ? static_cast<int>(left) : kPack);
+    const std::int64_t left = cols - q * N;
+    f(q, left < N ? static_cast<int>(left) : N);
   }
 }
 // ... by the threads of a block.
@@ -212,27 +212,50 @@ RIG_HD_INLINE void for_row_chunks(const Ctx& ctx, std::int64_t cols, F&& f) {
   for_chunks(cols, ctx.thread_rank(), ctx.block_threads(), f);
 }
 
+// How many of the N elements from `first` lie in [0, n): N, fewer for the
+// last chunk, none past it.
+template <int N>
+RIG_HD_INLINE int chunk_elements(std::int64_t n, std::int64_t first) {
+  const std::int64_t left = n - first;
+  return left <= 0 ? 0 : left < N ? static_cast<int>(left) : N;
+}
+
+// The N elements of `data` from element `first` (a multiple of N), of which
+// the first `valid` exist (the rest read as 0): a pack where `packed` (the
+// buffer aligned for packs) and the chunk whole, else element by element. One
+// compute body then serves both paths, with the same bits.
+template <int N>
+RIG_HD_INLINE Pack<N> load_chunk(const void* data, ElementType type, std::int64_t first, int valid,
+                                 bool packed) {
+  if (packed && valid == N) return load_pack<N>(data, type, first / N);
+  Pack<N> p{};
+  for (int e = 0; e < N; ++e) {
+    if (e < valid) p.v[e] = load_element(data, type, first + e);
+  }
+  return p;
+}
+template <int N>
+RIG_HD_INLINE void store_chunk(void* data, ElementType type, std::int64_t first, int valid,
+                               bool packed, const Pack<N>& p) {
+  if (packed && valid == N) {
+    store_pack<N>(data, type, first / N, p);
+    return;
+  }
+  for (int e = 0; e < N; ++e) {
+    if (e < valid) store_element(data, type, first + e, p.v[e]);
+  }
+}
+
 // Chunk q of the row at element offset `base` of `data` (elements [q kPack,
 // q kPack + valid) of the row; the rest 0): a pack where `packed` (base
 // aligned) and the chunk whole, else element by element.
 RIG_HD_INLINE Pack<kPack> load_row_chunk(const void* data, ElementType type, std::int64_t base,
                                          std::int64_t q, int valid, bool packed) {
-  if (packed && valid == kPack) return load_pack<kPack>(data, type, (base + q * kPack) / kPack);
-  Pack<kPack> p{};
-  for (int e = 0; e < kPack; ++e) {
-    if (e < valid) p.v[e] = load_element(data, type, base + q * kPack + e);
-  }
-  return p;
+  return load_chunk<kPack>(data, type, base + q * kPack, valid, packed);
 }
 RIG_HD_INLINE void store_row_chunk(void* data, ElementType type, std::int64_t base, std::int64_t q,
                                    int valid, bool packed, const Pack<kPack>& p) {
-  if (packed && valid == kPack) {
-    store_pack<kPack>(data, type, (base + q * kPack) / kPack, p);
-    return;
-  }
-  for (int e = 0; e < kPack; ++e) {
-    if (e < valid) store_element(data, type, base + q * kPack + e, p.v[e]);
-  }
+  store_chunk<kPack>(data, type, base + q * kPack, valid, packed, p);
 }
 
 // A grid-stride loop over the n / N whole packs of [0, n), one a thread and
