@@ -275,6 +275,31 @@ TEST_F(ElementwiseBandwidth, PackedAgainstPerElement) {
     kernel.residual = b.data() + o;
     return kernel;
   });
+
+  // ResNet-50's stem max pooling, channels last: [80, 112, 112, 64] to
+  // [80, 56, 56, 64], 3 x 3, stride 2, padding 1.
+  k::PoolGeometry pool;
+  pool.channels_last = true;
+  pool.channels = 64;
+  pool.planes = 80 * pool.channels;
+  pool.h = pool.w = 112;
+  pool.out_h = pool.out_w = 56;
+  pool.kernel_h = pool.kernel_w = 3;
+  pool.stride_h = pool.stride_w = 2;
+  pool.pad_h = pool.pad_w = 1;
+  const auto pool_in = static_cast<double>(pool.planes * pool.in_size());
+  const auto pool_out = static_cast<double>(pool.planes * pool.out_size());
+  DeviceArray<std::int32_t> index(static_cast<std::size_t>(pool.planes * pool.out_size() + 8));
+  both("MaxPool2dForward nhwc", 2.0 * pool_in + 6.0 * pool_out, [&](std::int64_t o) {
+    k::MaxPool2dForward kernel{pool, f(a.data(), o), w(out.data(), o), index.data() + o};
+    kernel.type = k::ElementType::bf16;
+    return kernel;
+  });
+  both("MaxPool2dBackward nhwc", 6.0 * pool_out + 2.0 * pool_in, [&](std::int64_t o) {
+    k::MaxPool2dBackward kernel{pool, index.data() + o, f(b.data(), o), w(out.data(), o)};
+    kernel.type = k::ElementType::bf16;
+    return kernel;
+  });
   std::printf(
       "packed against per-element bandwidth (bf16, median of %d; in brackets: of the copy, "
       "%.0f GB/s)%s\n",

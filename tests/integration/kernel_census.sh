@@ -122,6 +122,10 @@ fi
 if grep -Eq "BatchNorm(Stats|Grad)Partial " r50.txt; then
   fail "a batch norm's partial sums a channel a thread"
 fi
+# and so does the stem's max pooling (64 channels)
+grep -Eq "^ +1 .* MaxPool2dForward bf16, packed$" r50.txt || fail "max pooling element by element"
+grep -Eq "^ +1 .* MaxPool2dBackward bf16, packed$" r50.txt ||
+  fail "max pooling's gradient element by element"
 
 echo "== a float32 ResNet-50, channels first, host-only (at 32 x 32, batch 2)"
 RIG_CUDA_EMULATOR_HOST_ONLY=1 check "$tool" "$rig" r50-f32.txt -- "$resnet" --batch_size_per_gpu=2 \

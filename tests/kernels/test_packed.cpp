@@ -9,8 +9,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "cuda/kernels/attention_mask.hpp"
 #include "cuda/kernels/batch_norm.hpp"
@@ -20,6 +22,7 @@
 #include "cuda/kernels/elementwise.hpp"
 #include "cuda/kernels/layer_norm.hpp"
 #include "cuda/kernels/optimizer.hpp"
+#include "cuda/kernels/pool.hpp"
 #include "cuda/kernels/unscale.hpp"
 #include "kernel_test_util.hpp"
 #include "rig/half.hpp"
@@ -589,6 +592,56 @@ TEST(KernelPacked, AdamPacksAsItsElements) {
       results.push_back(all);
     }
     EXPECT_TRUE(bit_equal(results[0], results[1]));
+  }
+}
+
+TEST(KernelPacked, MaxPoolPacksChannels) {
+  // ResNet's stem pool (3x3, stride 2, padding 1) channels last on odd sizes,
+  // 16 channels: two packs a pixel. Ties, NaNs and -inf in x.
+  PoolGeometry geo;
+  geo.channels_last = true;
+  geo.channels = 16;
+  geo.planes = 2 * geo.channels;
+  geo.h = 7;
+  geo.w = 9;
+  geo.kernel_h = geo.kernel_w = 3;
+  geo.stride_h = geo.stride_w = 2;
+  geo.pad_h = geo.pad_w = 1;
+  geo.out_h = (geo.h + 2 - 3) / 2 + 1;
+  geo.out_w = (geo.w + 2 - 3) / 2 + 1;
+  const std::int64_t in = geo.planes * geo.in_size(), out = geo.planes * geo.out_size();
+  std::vector<float> x = uniform(in, -3.0F, 3.0F, 61);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    x[i] = std::round(x[i]);
+    if (i % 13 == 5) x[i] = std::numeric_limits<float>::quiet_NaN();
+    if (i % 7 == 3) x[i] = -std::numeric_limits<float>::infinity();
+  }
+  const std::vector<float> dy = uniform(out, -1.0F, 1.0F, 62);
+  const std::vector<float> unset(static_cast<std::size_t>(out), std::bit_cast<float>(-7));
+  for (const ElementType type : kTypes) {
+    SCOPED_TRACE(name(type));
+    std::vector<std::vector<std::uint8_t>> ys, indices, dxs;
+    for (const bool shifted : {false, true}) {
+      Buffer xb(x, type, shifted), dyb(dy, type, shifted);
+      Buffer yb(std::vector<float>(static_cast<std::size_t>(out), 7.0F), type, shifted);
+      Buffer dxb(std::vector<float>(static_cast<std::size_t>(in), 7.0F), type, shifted);
+      Buffer ib(unset, ElementType::f32, shifted);  // int32 words
+      auto* index = static_cast<std::int32_t*>(ib.data());
+      MaxPool2dForward f{geo, xb.floats(), yb.floats(), index};
+      f.type = type;
+      EXPECT_EQ(f.packed(), !shifted);
+      run(f);
+      MaxPool2dBackward b{geo, index, dyb.floats(), dxb.floats()};
+      b.type = type;
+      EXPECT_EQ(b.packed(), !shifted);
+      run(b);
+      ys.push_back(yb.contents());
+      indices.push_back(ib.contents());
+      dxs.push_back(dxb.contents());
+    }
+    EXPECT_TRUE(bit_equal(ys[0], ys[1]));
+    EXPECT_TRUE(bit_equal(indices[0], indices[1]));
+    EXPECT_TRUE(bit_equal(dxs[0], dxs[1]));
   }
 }
 

@@ -283,8 +283,9 @@ backend::Pool2dShape nchw_shape_of(const Case& k, std::int64_t channels) {
 }
 
 // Channel counts: one channel, fewer than a warp, more than a warp and more
-// than the CPU's 64-channel blocks, none a multiple of 32.
-constexpr std::int64_t kChannels[] = {5, 37, 70, 1};
+// than the CPU's 64-channel blocks, none a multiple of 32; 72 is one of 8,
+// which max pooling takes in packs (aligned vectors: packed() is true).
+constexpr std::int64_t kChannels[] = {5, 37, 72, 1};
 
 // Each case with two channel counts (every count meets four cases).
 template <class F>
@@ -333,9 +334,13 @@ TEST(KernelPool, ChannelsLastMaxPoolMatchesCpuAndNchwBits) {
     for (const std::uint64_t emu_seed : kSeeds) {
       std::vector<float> y(out, 7.0F), dx(in, 7.0F), y_alone(out, 7.0F);
       std::vector<std::int32_t> index(out, -7);
-      run(MaxPool2dForward{geo, xt.data(), y.data(), index.data()}, emu_seed);
+      const MaxPool2dForward forward{geo, xt.data(), y.data(), index.data()};
+      const MaxPool2dBackward backward{geo, want_index.data(), dyt.data(), dx.data()};
+      EXPECT_EQ(forward.packed(), c % kPack == 0);
+      EXPECT_EQ(backward.packed(), c % kPack == 0);
+      run(forward, emu_seed);
       run(MaxPool2dForward{geo, xt.data(), y_alone.data(), nullptr}, emu_seed);
-      run(MaxPool2dBackward{geo, want_index.data(), dyt.data(), dx.data()}, emu_seed);
+      run(backward, emu_seed);
       EXPECT_TRUE(bit_equal(y, want_y)) << "f32 y";
       EXPECT_TRUE(bit_equal(y_alone, want_y)) << "f32 y without index";
       EXPECT_TRUE(bit_equal(index, want_index)) << "f32 index";

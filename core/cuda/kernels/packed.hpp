@@ -191,6 +191,34 @@ RIG_HD_INLINE void store_elements(void* data, ElementType type, std::int64_t fir
   }
 }
 
+// N consecutive int32 (max pooling's indices), moved as packed words like
+// N f32; N == 1 is the element itself.
+template <int N>
+struct IntPack {
+  std::int32_t v[N];
+};
+template <int N>
+RIG_HD_INLINE IntPack<N> load_int_elements(const std::int32_t* data, std::int64_t first) {
+  IntPack<N> p;
+  if constexpr (N == 1) {
+    p.v[0] = data[first];
+  } else {
+    const auto r = packed_detail::load_raw<N>(data, first / N);
+    for (int k = 0; k < N; ++k) p.v[k] = static_cast<std::int32_t>(r.u[k]);
+  }
+  return p;
+}
+template <int N>
+RIG_HD_INLINE void store_int_elements(std::int32_t* data, std::int64_t first, const IntPack<N>& p) {
+  if constexpr (N == 1) {
+    data[first] = p.v[0];
+  } else {
+    packed_detail::Raw<N> r;
+    for (int k = 0; k < N; ++k) r.u[k] = static_cast<std::uint32_t>(p.v[k]);
+    packed_detail::store_raw<N>(data, first / N, r);
+  }
+}
+
 // A row of `cols` elements taken in chunks of N (the last may be partial) by
 // a group of threads: f(q, valid) for chunks q = first, first + step, ... of
 // the row, valid = its elements (N but for the last). The

@@ -13,12 +13,14 @@
 // (row * w + col), laid out as y.
 //
 //   max_pool2d_forward(s, x, y, index)  -> MaxPool2dForward{s, x, y, index}
-//     one thread per output: the window scanned row by row, a larger value or
+//     one thread per output (per 8 channels of an output pixel where
+//     packed(), below): the window scanned row by row, a larger value or
 //     a NaN takes over (the first maximum, or the last NaN, whose output is the
 //     quiet NaN 0x7FC00000); index (may be null) is the int32 offset in the
 //     plane (row * w + col); a window of -inf gives its first pixel.
 //   max_pool2d_backward(s, index, dy, dx) -> MaxPool2dBackward{s, index, dy, dx}
-//     one thread per input pixel gathering, in output order (rows, then
+//     one thread per input pixel (per 8 channels of one where packed())
+//     gathering, in output order (rows, then
 //     columns, ascending), the dy of the outputs whose window covers it and
 //     whose index names it: the CPU's scatter order, the same bits.
 //   avg_pool2d_forward(s, x, y)          -> AvgPool2dForward{s, x, y}
@@ -54,6 +56,7 @@
 
 #include "cuda/kernels/common.hpp"
 #include "cuda/kernels/element_type.hpp"
+#include "cuda/kernels/packed.hpp"
 #include "rig/math/bits.hpp"
 
 namespace rig::kernels {
@@ -133,8 +136,32 @@ RIG_HD_INLINE void window(std::int64_t start, std::int64_t kernel, std::int64_t 
   end = start + kernel < size ? start + kernel : size;
 }
 
+// Whether max pooling takes kPack channels a thread: channels last, C a
+// multiple of kPack, the input, output and index aligned for packs.
+RIG_HD_INLINE bool max_pool_packs(const PoolGeometry& s, const void* in, const void* out,
+                                  const std::int32_t* index, ElementType type) {
+  return s.channels_last && s.channels % kPack == 0 && pack_aligned<kPack>(in, type) &&
+         pack_aligned<kPack>(out, type) && pack_aligned<kPack>(index, ElementType::f32);
+}
+
+// Runs k.channels<kPack> where k.packed(), else k.channels<1> (uniform over
+// the launch).
+template <class Kernel, class Ctx>
+RIG_HD_INLINE void by_channel_packs(const Kernel& k, Ctx& ctx) {
+  if (k.packed()) {
+    k.template channels<kPack>(ctx);
+  } else {
+    k.template channels<1>(ctx);
+  }
+}
+
 }  // namespace pool_detail
 
+// Max pooling channels last with C % kPack == 0 takes kPack neighbouring
+// channels of a pixel a thread, each window pixel's loaded as one pack
+// (packed.hpp), where x, y (dy, dx) and the index are aligned for packs:
+// packed(). Either way one body (N channels a thread, N = kPack or 1)
+// computes each channel as above, so the bits are the same.
 struct MaxPool2dForward {
   PoolGeometry s;
   const float* x = nullptr;       // [planes, h, w] (channels last: [N, h, w, C])
@@ -143,37 +170,58 @@ struct MaxPool2dForward {
   // Of x and y: a 16-bit maximum is one of its inputs, so y is the f32 path's, rounded exactly.
   ElementType type = ElementType::f32;
 
+  RIG_HD bool packed() const { return pool_detail::max_pool_packs(s, x, y, index, type); }
+
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
-    return plan_grid_stride(device, s.planes * s.out_size());
+    const int per_thread = packed() ? kPack : 1;
+    return plan_grid_stride(device, s.planes * s.out_size(), per_thread, 60);  // ptxas: 60
   }
 
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
-    const std::int64_t n = s.planes * s.out_size();
+    pool_detail::by_channel_packs(*this, ctx);
+  }
+
+  // A thread's N channels of one output pixel (N divides the interleave).
+  template <int N, class Ctx>
+  RIG_HD void channels(Ctx& ctx) const {
+    const std::int64_t n = s.planes * s.out_size() / N;
     const std::int64_t ch = s.interleave();
     for (std::int64_t t = global_thread(ctx); t < n; t += grid_threads(ctx)) {
       std::int64_t p = 0, oy = 0, ox = 0, k0 = 0;
-      pool_detail::split4(t, s.out_h, s.out_w, ch, p, oy, ox, k0);
+      pool_detail::split4(t * N, s.out_h, s.out_w, ch, p, oy, ox, k0);
       std::int64_t r0 = 0, r1 = 0, c0 = 0, c1 = 0;
       pool_detail::window(oy * s.stride_h - s.pad_h, s.kernel_h, s.h, r0, r1);
       pool_detail::window(ox * s.stride_w - s.pad_w, s.kernel_w, s.w, c0, c1);
       const std::int64_t plane = p * s.in_size() * ch + k0;  // pixel 0 of the plane
-      float best = neg_inf();
-      auto at = static_cast<std::int32_t>(r0 * s.w + c0);
-      std::int32_t nan_at = -1;
+      float best[N];
+      std::int32_t at[N], nan_at[N];
+      for (int e = 0; e < N; ++e) {
+        best[e] = neg_inf();
+        at[e] = static_cast<std::int32_t>(r0 * s.w + c0);
+        nan_at[e] = -1;
+      }
       for (std::int64_t r = r0; r < r1; ++r) {
         for (std::int64_t c = c0; c < c1; ++c) {
           const auto k = static_cast<std::int32_t>(r * s.w + c);
-          const float v = load_element(x, type, plane + k * ch);
-          if (v > best) {
-            best = v;
-            at = k;
+          const Pack<N> v = load_elements<N>(x, type, plane + k * ch);
+          for (int e = 0; e < N; ++e) {
+            if (v.v[e] > best[e]) {
+              best[e] = v.v[e];
+              at[e] = k;
+            }
+            if (v.v[e] != v.v[e]) nan_at[e] = k;
           }
-          if (v != v) nan_at = k;
         }
       }
-      store_element(y, type, t, nan_at >= 0 ? math::bits_float(0x7FC00000U) : best);
-      if (index != nullptr) index[t] = nan_at >= 0 ? nan_at : at;
+      Pack<N> out;
+      IntPack<N> where;
+      for (int e = 0; e < N; ++e) {
+        out.v[e] = nan_at[e] >= 0 ? math::bits_float(0x7FC00000U) : best[e];
+        where.v[e] = nan_at[e] >= 0 ? nan_at[e] : at[e];
+      }
+      store_elements<N>(y, type, t * N, out);
+      if (index != nullptr) store_int_elements<N>(index, t * N, where);
     }
   }
 };
@@ -186,30 +234,47 @@ struct MaxPool2dBackward {
   // Of dy and dx: summed in f32 in a fixed order, rounded once (the f32 path's bits).
   ElementType type = ElementType::f32;
 
+  RIG_HD bool packed() const { return pool_detail::max_pool_packs(s, dy, dx, index, type); }
+
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
-    return plan_grid_stride(device, s.planes * s.in_size());
+    const int per_thread = packed() ? kPack : 1;
+    return plan_grid_stride(device, s.planes * s.in_size(), per_thread, 60);  // ptxas: 60
   }
 
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
-    const std::int64_t n = s.planes * s.in_size();
+    pool_detail::by_channel_packs(*this, ctx);
+  }
+
+  // A thread's N channels of one input pixel; dy is read only where an
+  // index names the pixel.
+  template <int N, class Ctx>
+  RIG_HD void channels(Ctx& ctx) const {
+    const std::int64_t n = s.planes * s.in_size() / N;
     const std::int64_t ch = s.interleave();
     for (std::int64_t t = global_thread(ctx); t < n; t += grid_threads(ctx)) {
       std::int64_t p = 0, iy = 0, ix = 0, k = 0;
-      pool_detail::split4(t, s.h, s.w, ch, p, iy, ix, k);
+      pool_detail::split4(t * N, s.h, s.w, ch, p, iy, ix, k);
       std::int64_t y0 = 0, y1 = 0, x0 = 0, x1 = 0;
       pool_detail::covering(iy, s.kernel_h, s.stride_h, s.pad_h, s.out_h, y0, y1);
       pool_detail::covering(ix, s.kernel_w, s.stride_w, s.pad_w, s.out_w, x0, x1);
       const auto self = static_cast<std::int32_t>(iy * s.w + ix);
       const std::int64_t base = p * s.out_size() * ch + k;  // output 0 of the plane
-      float sum = 0.0F;
+      Pack<N> sum{};
       for (std::int64_t oy = y0; oy < y1; ++oy) {
         for (std::int64_t ox = x0; ox < x1; ++ox) {
           const std::int64_t o = base + (oy * s.out_w + ox) * ch;
-          if (index[o] == self) sum += load_element(dy, type, o);
+          const IntPack<N> from = load_int_elements<N>(index, o);
+          bool named = false;
+          for (int e = 0; e < N; ++e) named = named || from.v[e] == self;
+          if (!named) continue;
+          const Pack<N> g = load_elements<N>(dy, type, o);
+          for (int e = 0; e < N; ++e) {
+            if (from.v[e] == self) sum.v[e] += g.v[e];
+          }
         }
       }
-      store_element(dx, type, t, sum);
+      store_elements<N>(dx, type, t * N, sum);
     }
   }
 };
