@@ -212,6 +212,20 @@ Work work_of(const kernels::IndexAddSegments& k) {
   return {fmt::format("{} -> {}", type_name(k.grad_type), type_name(k.dx_type)), n,
           static_cast<double>(n) * (type_bytes(k.grad_type) + 2.0 * type_bytes(k.dx_type))};
 }
+Work work_of(const kernels::UnscalePartials& k) {  // src read, the f32 master written
+  const double master = k.master != nullptr ? 4.0 : 0.0;
+  return {k.master != nullptr ? fmt::format("{} -> f32", type_name(k.src_type))
+                              : std::string(type_name(k.src_type)),
+          k.n, static_cast<double>(k.n) * (type_bytes(k.src_type) + master)};
+}
+Work work_of(const kernels::GradStatsPartials& k) {
+  return {"f32", k.n, 4.0 * static_cast<double>(k.n)};
+}
+Work work_of(const kernels::ColumnTotals& k) {  // f32 partial rows read, a row written
+  const double out = type_bytes(k.out_type) * (k.accumulate ? 2.0 : 1.0);
+  return {std::string(type_name(k.out_type)), k.cols,
+          static_cast<double>(k.cols) * (4.0 * static_cast<double>(k.blocks) + out)};
+}
 Work work_of(const kernels::SgdUpdateKernel& k) {
   const double streams =
       k.buffer != nullptr ? 5.0 : 3.0;  // p and buffer read and written, grad read

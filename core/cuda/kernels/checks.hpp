@@ -139,6 +139,10 @@ struct GradStatsPartials {
   double* partial_squares = nullptr;           // [check_chunks(n)]
   std::uint32_t* partial_amax_bits = nullptr;  // [check_chunks(n)]
 
+  // A chunk's pieces of kPack elements as packs (packed.hpp) where grads is
+  // aligned; the same pieces element by element otherwise.
+  RIG_HD bool packed() const { return pack_aligned<kPack>(grads, ElementType::f32); }
+
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return simt::plan_rows(device, check_chunks(n), simt::KernelResources{kBlockThreads, 0, 32});
   }
@@ -152,8 +156,8 @@ struct GradStatsPartials {
     double squares = 0.0;
     std::uint32_t bits = 0;
     // The chunk's pieces of kPack elements, thread t taking t, t + threads,
-    // ...: packs (packed.hpp) where grads is aligned, the same order either way.
-    const bool pack = pack_aligned<kPack>(grads, ElementType::f32);
+    // ...: the same order packed or not.
+    const bool pack = packed();
     for_chunks(end - begin, ctx.thread_rank(), ctx.block_threads(), [&](std::int64_t q, int valid) {
       const Pack<kPack> g = load_row_chunk(grads, ElementType::f32, begin, q, valid, pack);
       for (int e = 0; e < kPack; ++e) {
