@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Data-parallel training through the real binary on the mpi communicator:
-# 2 ranks x batch B == 1 rank x iter_size 2 x batch B (bit for bit), a 2-rank
+# 2 ranks x batch B == 1 rank x iter_size 2 x batch B (bit for bit), mixed
+# precision reduces each bucket unscaled (any bucket size, the same bits), a 2-rank
 # resume continues bit-exactly, eval and infer over 2 ranks cover every
 # sample once (infer in input order), ranks that run different configs are
 # caught, deterministic reduction makes 4 ranks == 2 x iter_size 2 == 1 x
@@ -42,6 +43,20 @@ same one/checkpoints/ckpt-20/model.safetensors nproc/checkpoints/ckpt-20/model.s
 check "${mpi[@]}" -n 2 "$rig" run "$exp" --logdir fp16 --max_steps=20 --communicator=mpi \
   --gradient_compression=fp16 > fp16.log
 grep -q "reduced as float16" fp16.log || fail "fp16 compression not announced"
+
+echo "== mixed precision over 2 ranks: each bucket unscaled as it leaves, during backward"
+check "${mpi[@]}" -n 2 "$rig" run "$exp" --logdir mixed --max_steps=20 --communicator=mpi \
+  --dtype=mixed > mixed.log
+check "${mpi[@]}" -n 2 "$rig" run "$exp" --logdir mixed_small --max_steps=20 --communicator=mpi \
+  --dtype=mixed --bucket_cap_mb=0.0001 > /dev/null
+for f in model optimizer; do  # unscaled by bucket or by parameter: the same bits
+  same mixed/checkpoints/ckpt-20/$f.safetensors mixed_small/checkpoints/ckpt-20/$f.safetensors
+done
+# and it trains as float32 does (a bucket reduced before it was unscaled would not)
+loss_at_20() { sed -n 's/.*Global step 20: \*\*\* Train loss: \([0-9.]*\).*/\1/p' "$1"; }
+awk -v a="$(loss_at_20 two.log)" -v b="$(loss_at_20 mixed.log)" \
+  'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && b != "" && d <= 0.02 * a + 0.01) }' ||
+  fail "mixed precision over 2 ranks ends at loss $(loss_at_20 mixed.log), float32 at $(loss_at_20 two.log)"
 
 echo "== communicator_params/deterministic: 4 ranks == 2 x iter_size 2 == 1 x iter_size 4, bit for bit"
 det=(--communicator_params/deterministic=true --max_steps=10 --save_checkpoint_steps=10

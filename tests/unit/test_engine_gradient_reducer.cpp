@@ -27,6 +27,7 @@ class RecordingComm final : public rig::Communicator {
   std::unique_ptr<rig::CommRequest> allreduce(Tensor buffer, rig::ReduceOp op) override {
     EXPECT_EQ(op, rig::ReduceOp::average);
     reduced.push_back(buffer);
+    contents.push_back(buffer.to(rig::DType::f32).to_vector());
     during_backward.push_back(in_backward);
     return std::make_unique<rig::CompletedRequest>();
   }
@@ -42,19 +43,24 @@ class RecordingComm final : public rig::Communicator {
   }
 
   std::vector<Tensor> reduced;
+  std::vector<std::vector<float>> contents;  // of each buffer when it was handed over
   std::vector<bool> during_backward;
   bool in_backward = false;
 };
 
-// Three parameters of 64, 32 and 16 floats (256, 128 and 64 bytes).
+// Three parameters of 64, 32 and 16 floats (256, 128 and 64 bytes), computed
+// in `compute` (bf16: f32 masters, mixed precision).
 struct ThreeLayers {
   rig::ParameterStore params;
   Tensor w1, w2, w3;
-  ThreeLayers() {
+  explicit ThreeLayers(rig::DType compute = rig::DType::f32) {
     w1 = params.declare("w1", {8, 8}, rig::Initializer::uniform(-1, 1));
     w2 = params.declare("w2", {8, 4}, rig::Initializer::uniform(-1, 1));
     w3 = params.declare("w3", {4, 4}, rig::Initializer::uniform(-1, 1));
-    params.allocate(7);
+    params.allocate(7, compute);
+    w1 = params.parameters()[0].value;
+    w2 = params.parameters()[1].value;
+    w3 = params.parameters()[2].value;
   }
   Tensor loss(const Tensor& x) const {
     using namespace rig::ops;
@@ -87,7 +93,6 @@ TEST(GradientBuckets, LaunchedDuringBackwardInBucketOrder) {
   RecordingComm comm;
   GradientReducer reducer(net.params, comm, BucketSettings{100.0 / (1024 * 1024), false});
   ASSERT_EQ(reducer.buckets().size(), 3U);
-  ASSERT_TRUE(reducer.overlaps());
   const Tensor x = Tensor::ones({2, 8});
   reducer.arm();
   {
@@ -107,6 +112,42 @@ TEST(GradientBuckets, LaunchedDuringBackwardInBucketOrder) {
   const auto stats = reducer.finish();
   EXPECT_EQ(stats.buckets, 3);
   EXPECT_DOUBLE_EQ(stats.bytes, 112.0 * 4);
+}
+
+// Mixed precision: each bucket's bf16 gradients are unscaled into its f32
+// masters just before it leaves, still during backward, so what is reduced is
+// the true gradient and nothing is left to unscale after.
+TEST(GradientBuckets, SixteenBitBucketsAreUnscaledAsTheyLeave) {
+  ThreeLayers net(rig::DType::bf16);
+  RecordingComm comm;
+  GradientReducer reducer(net.params, comm, BucketSettings{100.0 / (1024 * 1024), false});
+  ASSERT_EQ(reducer.buckets().size(), 3U);
+  const Tensor x = Tensor::ones({2, 8}, rig::DType::bf16);
+  net.params.grads().fill_(123.0F);  // stale masters: must all be rewritten
+  reducer.arm(0.25);
+  {
+    rig::autograd::ScopedLeafGradListener listening(reducer);
+    comm.in_backward = true;
+    net.loss(x).backward();
+    comm.in_backward = false;
+  }
+  ASSERT_EQ(comm.reduced.size(), 3U);
+  EXPECT_TRUE(comm.during_backward[0]);
+  EXPECT_TRUE(comm.during_backward[1]);
+  reducer.finish();
+  const std::vector<float> compute = net.params.compute_grads().to(rig::DType::f32).to_vector();
+  bool any = false;
+  for (std::size_t k = 0; k < comm.reduced.size(); ++k) {
+    EXPECT_EQ(comm.reduced[k].dtype(), rig::DType::f32);
+    const auto offset = static_cast<std::size_t>(offset_in(net.params, comm.reduced[k]));
+    for (std::size_t j = 0; j < comm.contents[k].size(); ++j) {
+      EXPECT_EQ(comm.contents[k][j], compute[offset + j] * 0.25F) << "bucket " << k << ", " << j;
+      any = any || compute[offset + j] != 0.0F;
+    }
+  }
+  EXPECT_TRUE(any) << "backward gave no gradient";
+  const std::vector<float> master = net.params.grads().to_vector();
+  for (std::size_t i = 0; i < master.size(); ++i) EXPECT_EQ(master[i], compute[i] * 0.25F) << i;
 }
 
 TEST(GradientBuckets, UnusedParametersAreReducedAtTheEnd) {

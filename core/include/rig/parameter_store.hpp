@@ -85,6 +85,10 @@ class RIG_API ParameterStore {
   // step does not wait here (the trainer reads the same statistic once, with
   // the norm, in ops::gradient_stats).
   Tensor unscale_grads(double scale);
+  // The same for the gradients [offset, offset + count) of the flat buffers
+  // only: a bucket of the data-parallel reducer, unscaled as soon as backward
+  // has made it so that it can leave while backward goes on.
+  Tensor unscale_grads(double scale, std::int64_t offset, std::int64_t count);
   // Copies the master values() into compute_values(), rounding to the compute
   // dtype; call after every optimizer step and after loading a checkpoint. A
   // no-op under f32.

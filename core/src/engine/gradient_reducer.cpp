@@ -42,11 +42,7 @@ std::vector<Bucket> plan_buckets(const ParameterStore& params, std::int64_t cap_
 
 GradientReducer::GradientReducer(ParameterStore& params, Communicator& comm,
                                  BucketSettings settings, BucketPush push)
-    : params_(params),
-      comm_(comm),
-      settings_(settings),
-      push_(std::move(push)),
-      overlap_(params.compute_dtype() == DType::f32) {
+    : params_(params), comm_(comm), settings_(settings), push_(std::move(push)) {
   const auto cap_bytes = static_cast<std::int64_t>(settings.cap_mb * 1024.0 * 1024.0);
   buckets_ = plan_buckets(params, std::max<std::int64_t>(cap_bytes, 1));
   pending_.resize(buckets_.size());
@@ -67,8 +63,9 @@ std::int64_t GradientReducer::bytes_per_step() const {
   return bytes;
 }
 
-void GradientReducer::arm() {
-  if (!overlap_) return;
+void GradientReducer::arm(double unscale) {
+  unscale_ = unscale;
+  unscales_ = params_.compute_dtype() != DType::f32 || unscale != 1.0;
   for (std::size_t b = 0; b < buckets_.size(); ++b) pending_[b] = buckets_[b].parameters.size();
   next_launch_ = 0;
   in_flight_.clear();
@@ -90,6 +87,7 @@ void GradientReducer::launch_ready() {
 
 void GradientReducer::launch(std::size_t bucket) {
   const Bucket& b = buckets_[bucket];
+  if (unscales_) params_.unscale_grads(unscale_, b.offset, b.numel);
   Tensor slice = params_.grads().slice(0, b.offset, b.offset + b.numel);
   InFlight op{nullptr, slice, {}};
   if (push_) {
@@ -106,19 +104,12 @@ void GradientReducer::launch(std::size_t bucket) {
 }
 
 ReductionStats GradientReducer::finish() {
-  if (!overlap_) throw std::logic_error("GradientReducer::finish without overlap");
+  if (!armed_) throw std::logic_error("GradientReducer::finish without arm()");
   const auto backward_end = Clock::now();
   for (std::size_t b = next_launch_; b < buckets_.size(); ++b) pending_[b] = 0;
   launch_ready();
   armed_ = false;
   return wait_all(backward_end);
-}
-
-ReductionStats GradientReducer::reduce_all() {
-  const auto start = Clock::now();
-  in_flight_.clear();
-  for (std::size_t b = 0; b < buckets_.size(); ++b) launch(b);
-  return wait_all(start);
 }
 
 ReductionStats GradientReducer::wait_all(Clock::time_point backward_end) {

@@ -56,17 +56,17 @@ class GradientReducer final : public autograd::LeafGradListener {
   std::int64_t bytes_per_step() const;
 
   // Call before the backward() that completes this step's gradients (the last
-  // micro-batch): buckets are launched while it runs. Under a 16-bit compute
-  // dtype the gradients reach the f32 masters only when unscaled, after
-  // backward, so overlap is off and reduce_all() does the work.
-  bool overlaps() const { return overlap_; }
-  void arm();
+  // micro-batch): buckets are launched while it runs. `unscale` is 1 / the
+  // loss scale. Under a 16-bit compute dtype, or a loss scale other than 1,
+  // each bucket is unscaled into the f32 master gradients
+  // (ParameterStore::unscale_grads over its slice) just before it leaves, so
+  // every rank reduces (or pushes) its true f32 gradients while backward goes
+  // on, and the trainer unscales nothing after.
+  void arm(double unscale = 1.0);
   void leaf_grad_ready(const TensorImpl& leaf) override;
   // After that backward: launches every bucket not launched yet (parameters
   // that received no gradient), waits for all, returns the step's cost.
   ReductionStats finish();
-  // Without overlap: reduces every bucket now.
-  ReductionStats reduce_all();
 
  private:
   struct InFlight {
@@ -82,7 +82,8 @@ class GradientReducer final : public autograd::LeafGradListener {
   Communicator& comm_;
   BucketSettings settings_;
   BucketPush push_;
-  bool overlap_;
+  double unscale_ = 1.0;
+  bool unscales_ = false;  // this step's buckets are unscaled before they leave
   std::vector<Bucket> buckets_;
   std::vector<Tensor> scratch_;  // per bucket, f16, under fp16 compression
   std::unordered_map<const TensorImpl*, std::size_t> bucket_of_leaf_;

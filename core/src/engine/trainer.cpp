@@ -279,7 +279,7 @@ bool TrainingLoop::step(PhaseTimes& times) {
   const auto step_begin = Clock::now();
   const double loss_scale = p_.loss_scaler.scale();
   GradientReducer* const reducer = p_.reducer;
-  if (reducer != nullptr && reducer->overlaps()) reducer->arm();
+  if (reducer != nullptr) reducer->arm(1.0 / loss_scale);
   p_.params.zero_grad();
   Tensor step_loss;
   bool began_again = false;
@@ -351,7 +351,7 @@ std::optional<Tensor> TrainingLoop::forward_backward(std::int64_t micro, PhaseTi
     // The last micro-batch completes the gradients: buckets leave as they fill.
     std::optional<autograd::ScopedLeafGradListener> listening;
     GradientReducer* const reducer = p_.reducer;
-    if (reducer != nullptr && reducer->overlaps() && micro + 1 == s_.iter_size) {
+    if (reducer != nullptr && micro + 1 == s_.iter_size) {
       listening.emplace(*reducer);
     }
     scaled.backward();
@@ -377,14 +377,14 @@ std::optional<GradientStats> TrainingLoop::finish_gradients(Tensor& step_loss, P
   const double loss_scale = p_.loss_scaler.scale();
   GradientReducer* const reducer = p_.reducer;
   ReductionStats reduction;
-  if (reducer != nullptr && reducer->overlaps()) reduction = reducer->finish();
+  if (reducer != nullptr) reduction = reducer->finish();
   if (p_.deterministic != nullptr) reduction = p_.deterministic->finish();
   // Unscaling moves 16-bit gradients into the f32 masters and divides them by
-  // the loss scale: with f32 gradients and scale 1 it has nothing to do.
-  if (p_.params.compute_dtype() != DType::f32 || loss_scale != 1.0) {
+  // the loss scale: with f32 gradients and scale 1 it has nothing to do. The
+  // reducer has unscaled each bucket before it left.
+  if (reducer == nullptr && (p_.params.compute_dtype() != DType::f32 || loss_scale != 1.0)) {
     p_.params.unscale_grads(1.0 / loss_scale);
   }
-  if (reducer != nullptr && !reducer->overlaps()) reduction = reducer->reduce_all();
   // Every rank must take the same branch after this: skip on anyone's
   // overflow, stop when anyone got a signal. The loss printed is the global mean.
   if (agrees()) step_loss = agree(step_loss);

@@ -176,15 +176,27 @@ Tensor ParameterStore::compute_grads() const {
 
 Tensor ParameterStore::unscale_grads(double scale) {
   if (!allocated()) throw std::logic_error("ParameterStore::unscale_grads before allocate()");
-  float* master = grads_.data<float>();
+  return unscale_grads(scale, 0, numel_);
+}
+
+Tensor ParameterStore::unscale_grads(double scale, std::int64_t offset, std::int64_t count) {
+  if (!allocated()) throw std::logic_error("ParameterStore::unscale_grads before allocate()");
+  if (offset < 0 || count < 0 || offset + count > numel_) {
+    throw std::out_of_range(fmt::format(
+        "ParameterStore::unscale_grads: gradients [{}, {}) outside the {} of the flat buffer",
+        offset, offset + count, numel_));
+  }
+  Tensor master = grads_.slice(0, offset, offset + count);
+  float* m = master.data<float>();
   const auto s = static_cast<float>(scale);
   Tensor amax = Tensor::empty({}, DType::f32, grads_.device());
   backend::Backend& be = backend::backend_for(grads_.device());
   if (compute_grads_.defined()) {
-    be.unscale(numel_, compute_dtype_, compute_grads_.raw_data(), master, s, amax.data<float>());
+    const Tensor src = compute_grads_.slice(0, offset, offset + count);
+    be.unscale(count, compute_dtype_, src.raw_data(), m, s, amax.data<float>());
   } else {
     // f32 at scale 1: only the overflow check, nothing to write.
-    be.unscale(numel_, DType::f32, master, s == 1.0F ? nullptr : master, s, amax.data<float>());
+    be.unscale(count, DType::f32, m, s == 1.0F ? nullptr : m, s, amax.data<float>());
   }
   return amax;
 }
