@@ -2,8 +2,8 @@
 # The nccl communicator through the real binary, without a GPU: its fake NCCL
 # (RIG_NCCL_FAKE=1) on the emulated CUDA device (RIG_CUDA_EMULATOR=1).
 # - 2 ranks on --communicator=nccl write the checkpoints of the same job on
-#   --communicator=mpi, byte for byte (both on the emulated cuda device), and
-#   report bus bandwidth;
+#   --communicator=mpi, byte for byte (both on the emulated cuda device), in
+#   float32 and in mixed precision, and report bus bandwidth;
 # - their step reads nothing from the device at once (each rank's census);
 # - a rank that never joins a collective: the job ends (exit 3) within
 #   about timeout_s, one line naming the rank;
@@ -52,6 +52,16 @@ for f in model optimizer; do
 done
 grep -q "Data-parallel over 2 processes" nccl.log || fail "no data-parallel line"
 grep -q "bus bandwidth" nccl.log || fail "no bus bandwidth in the bottleneck report"
+# Mixed precision, a bucket per parameter: each unscaled on the device just
+# before it leaves, during backward, the nccl stream ordered after it.
+for comm in mpi nccl; do
+  check "${mpi[@]}" -n 2 "$rig" run "$exp" --logdir "mixed-$comm" --max_steps=10 --device=cuda \
+    --communicator=$comm --dtype=mixed --mixed_dtype=bfloat16 --bucket_cap_mb=0.0001 > /dev/null
+done
+for f in model optimizer; do
+  cmp mixed-mpi/checkpoints/ckpt-10/$f.safetensors mixed-nccl/checkpoints/ckpt-10/$f.safetensors ||
+    fail "mixed precision: $f.safetensors differs between nccl and mpi"
+done
 
 echo "== a data-parallel step reads nothing from the device at once (RIG_CUDA_CENSUS per rank)"
 # The ranks' agreement is collected a step late and the gradient statistics
