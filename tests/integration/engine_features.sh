@@ -112,6 +112,14 @@ grep -q "Resuming from .*ckpt-40 at step 40" mm_resume.log || fail "no resume ac
 expect_error "^rig: error: command line \(--matmul_precision=float8\): matmul_precision: expected one of \[float32, bfloat16\], found 'float8'\$" \
   run "$exp" --logdir mm_bad --matmul_precision=float8
 
+echo "== cudnn_benchmark: said to do nothing where there is no cuDNN; a run resumes across it"
+check "$rig" run "$exp" --logdir mm_f32 --cudnn_benchmark=true --max_steps=60 \
+  --continue_learning > cb.log
+grep -q "^\*\*\* cudnn_benchmark: no effect on cpu" cb.log || fail "cudnn_benchmark on the CPU not noted"
+grep -q "Resuming from .*ckpt-50 at step 50" cb.log || fail "no resume across cudnn_benchmark"
+grep -q "cudnn_benchmark" mm_f32.log && fail "a run without cudnn_benchmark mentions it"
+expect_error "cudnn_benchmark: expected boolean" run "$exp" --logdir cb_bad --cudnn_benchmark=maybe
+
 echo "== LARC"
 check "$rig" run "$exp" --logdir larc --set larc_params.larc_eta=0.002 > larc.log
 grep -q "Global step 40" larc.log

@@ -3307,5 +3307,32 @@ TEST(KernelBackendConvZ, ForwardWithBias) {
   check_conv_forward(true);
 }
 
+// cudnn_benchmark reaches the device: a GPU times cuDNN's engines from then on
+// (for the rest of this process: keep this test last) and its convolutions
+// still match the f32 path; the emulator has no engines to time.
+TEST(KernelBackendConv, AutotuningIsTheDevicesToSay) {
+#ifdef RIG_KERNEL_BACKEND_ON_GPU
+  ASSERT_TRUE(emu().set_convolution_autotuning(Device::cuda(rig_gpu_test::kDevice), true));
+  backend::Conv2dShape s = padded_3x3_conv();
+  s.n = 3;  // a shape no earlier test planned: its plan is a tuned one
+  s.channels_last = true;
+  const auto nx = static_cast<std::size_t>(s.x_elements());
+  const auto nw = static_cast<std::size_t>(s.w_elements());
+  const auto ny = static_cast<std::size_t>(s.y_elements());
+  const DType type = DType::bf16;
+  const std::vector<std::uint16_t> xb = bits_of(uniform(nx, 461), type);
+  const std::vector<std::uint16_t> wb = bits_of(uniform(nw, 462), type);
+  const Dev<std::uint16_t> x16(xb), w16(wb), y16(ny);
+  const Dev<float> x32(values_of(xb, type)), w32(values_of(wb, type)), y32(ny);
+  emu().conv2d_forward(s, x32.get(), w32.get(), nullptr, y32.get());
+  emu().conv2d_forward_16(s, type, x16.get(), w16.get(), y16.get());
+  const std::vector<float> want = values_of(bits_of(y32.host(), type), type);
+  EXPECT_TRUE(close(values_of(y16.host(), type), want, 1e-2F, 1e-2F));
+#else
+  EXPECT_FALSE(emu().set_convolution_autotuning(Device::cuda(0), true));
+  EXPECT_FALSE(cpu().set_convolution_autotuning(Device::cpu(), true));
+#endif
+}
+
 }  // namespace
 }  // namespace rig

@@ -49,6 +49,9 @@ class KernelBackend final : public backend::Backend {
   Device::Type type() const override { return Device::Type::cuda; }
   backend::MemoryPool& memory(Device device) override;
   std::optional<double> device_utilisation(Device) override { return device_->utilisation(); }
+  bool set_convolution_autotuning(Device, bool on) override {
+    return device_->set_convolution_autotuning(on);
+  }
   void to_host(void* host, const void* src, std::size_t bytes) override;
   // The device's own (on a GPU, not waiting for later work); raises no
   // queued index check: it is not a read of everything queued.

@@ -34,6 +34,9 @@ class KernelDevice {
   virtual const simt::DeviceProperties& properties() const = 0;
   // Backend::device_utilisation: nothing where the device cannot tell (the emulator).
   virtual std::optional<double> utilisation() { return std::nullopt; }
+  // Backend::set_convolution_autotuning: false where the device has no
+  // engines to time (the emulator).
+  virtual bool set_convolution_autotuning(bool /*on*/) { return false; }
   // False only for the emulator's host-only mode (EmulatedWork::host_only):
   // nothing runs, reads give zeros, and the index checks and gradient
   // statistics (whose zeros would stop training) are not read.

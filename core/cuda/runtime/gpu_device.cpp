@@ -90,6 +90,18 @@ class GpuDevice final : public KernelDevice {
     return nvml_->sample();
   }
 
+  // cudnn_benchmark (Backend::set_convolution_autotuning): with it, or with
+  // RIG_CUDNN_AUTOTUNE=1, the convolutions' engines are timed on their first
+  // call, as PyTorch's cudnn.benchmark (CudnnGraphs::autotune_with). Once
+  // on it stays on: the plans already tuned keep the engines they chose.
+  bool set_convolution_autotuning(bool on) override {
+    if (on && !autotune_) {
+      autotune_ = true;
+      if (graphs_) time_engines(*graphs_);
+    }
+    return true;
+  }
+
 #define RIG_GPU_RUN(K)                          \
   void run(const kernels::K& kernel) override { \
     const DeviceGuard guard(device_);           \
@@ -428,24 +440,26 @@ class GpuDevice final : public KernelDevice {
     std::optional<DeviceScratch> query_lengths, philox;
   };
 
-  // cuDNN's graphs, made on first use (with the device current). With
-  // RIG_CUDNN_AUTOTUNE=1 the convolutions' engines are timed on their first
-  // call, as PyTorch's cudnn.benchmark (CudnnGraphs::autotune_with).
+  // cuDNN's graphs, made on first use (with the device current).
   dnn::CudnnGraphs& graphs() {
     if (graphs_) return *graphs_;
     graphs_ = std::make_unique<dnn::CudnnGraphs>();
     const char* autotune = std::getenv("RIG_CUDNN_AUTOTUNE");
-    if (autotune != nullptr && std::strcmp(autotune, "1") == 0) {
-      graphs_->autotune_with([this](const std::function<void()>& work) {
-        Event start(Event::Timing::on), stop(Event::Timing::on);
-        start.record(stream_);
-        work();
-        stop.record(stream_);
-        stop.synchronize();
-        return stop.milliseconds_since(start);
-      });
+    if (autotune_ || (autotune != nullptr && std::strcmp(autotune, "1") == 0)) {
+      time_engines(*graphs_);
     }
     return *graphs_;
+  }
+
+  void time_engines(dnn::CudnnGraphs& graphs) {
+    graphs.autotune_with([this](const std::function<void()>& work) {
+      Event start(Event::Timing::on), stop(Event::Timing::on);
+      start.record(stream_);
+      work();
+      stop.record(stream_);
+      stop.synchronize();
+      return stop.milliseconds_since(start);
+    });
   }
 
   // Runs `graph` with only the bindings it declares (the attention graphs
@@ -476,6 +490,7 @@ class GpuDevice final : public KernelDevice {
   simt::DeviceProperties properties_;
   std::unique_ptr<CublasLtGemm> gemm_;
   std::unique_ptr<dnn::CudnnGraphs> graphs_;
+  bool autotune_ = false;  // set_convolution_autotuning(true)
   std::mutex plans_mutex_;
   std::map<std::string, bool> fused_supported_;   // by forward graph key
   std::map<std::string, bool> conv16_supported_;  // by forward graph key

@@ -26,6 +26,9 @@ AllocatorStats allocator_stats(Device device = Device::cpu());
 // utilisation, as nvidia-smi's GPU-Util), or nothing where that is unknown
 // (the CPU, sim, the emulator, a GPU without NVML).
 std::optional<double> device_utilisation(Device device);
+// Backend::set_convolution_autotuning: true where DEVICE has convolution
+// engines to time (cuDNN on a GPU), false where the call changes nothing.
+bool set_convolution_autotuning(Device device, bool on);
 void reset_peak_bytes(Device device = Device::cpu());
 void empty_allocator_cache(Device device = Device::cpu());  // give cached blocks back
 

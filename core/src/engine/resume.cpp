@@ -35,6 +35,7 @@ constexpr const char* kScheduleKeys[] = {
     "load_model",
     "device",            // a run may resume on another device
     "matmul_precision",  // or at another matmul precision
+    "cudnn_benchmark",   // or choosing convolution engines otherwise
     // or with other processes: a parameter-server job (mpi_ps, another number
     // of servers) resumes on mpi and back
     "communicator",

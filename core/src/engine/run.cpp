@@ -171,6 +171,18 @@ void build_model(const RunInputs& in, const DeviceChoice& device, BuiltModel& bu
     in.console.print(
         "*** Matrix products round their operands to bfloat16 and accumulate in float32 ({})", how);
   }
+  if (settings.cudnn_benchmark) {
+    if (set_convolution_autotuning(settings.device, true)) {
+      in.console.print(
+          "*** cudnn_benchmark: each convolution shape's first call times cuDNN's engines and "
+          "keeps the fastest (the results' last bits may differ from run to run)");
+    } else {
+      in.console.print(
+          "*** cudnn_benchmark: no effect on {} (only cuDNN on a GPU has engines to "
+          "time)",
+          to_string(settings.device));
+    }
+  }
 }
 
 // eval, infer and interactive_infer: a trained checkpoint, then the mode.

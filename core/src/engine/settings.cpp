@@ -77,6 +77,7 @@ EngineSettings read_settings(const config::ResolvedConfig& config) {
   s.round_masters = s.dtype == "float16" || s.dtype == "bfloat16";
   s.bf16_matmuls =
       root["matmul_precision"].as<std::string>() == "bfloat16" || s.compute_dtype == DType::bf16;
+  s.cudnn_benchmark = root["cudnn_benchmark"].as<bool>();
   s.loss_scaling = node_or_null(root, "loss_scaling");
   s.loss_scaling_params = node_or_null(root, "loss_scaling_params");
   s.larc_params = node_or_null(root, "larc_params");

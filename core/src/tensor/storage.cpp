@@ -13,6 +13,9 @@ AllocatorStats allocator_stats(Device device) {
 std::optional<double> device_utilisation(Device device) {
   return backend::backend_for(device).device_utilisation(device);
 }
+bool set_convolution_autotuning(Device device, bool on) {
+  return backend::backend_for(device).set_convolution_autotuning(device, on);
+}
 void reset_peak_bytes(Device device) {
   backend::backend_for(device).memory(device).reset_peak();
 }

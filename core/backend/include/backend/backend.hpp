@@ -48,6 +48,11 @@ class Backend {
   // The percentage of recent time the device ran kernels (a GPU: NVML's
   // utilisation over its last sample period), where the back end can tell.
   virtual std::optional<double> device_utilisation(Device) { return std::nullopt; }
+  // Whether DEVICE times candidate convolution engines on each shape's first
+  // call and keeps the fastest (cuDNN on a GPU; PyTorch's cudnn.benchmark).
+  // Returns whether the device has engines to choose between: nothing to
+  // tune on the CPU, sim or the emulator.
+  virtual bool set_convolution_autotuning(Device, bool /*on*/) { return false; }
   // Synchronous copies between this device's memory and host memory.
   virtual void to_host(void* host, const void* src, std::size_t bytes) = 0;
   virtual void from_host(void* dst, const void* host, std::size_t bytes) = 0;
