@@ -350,6 +350,7 @@ gradient_compression: none
 dtype: float32
 mixed_dtype: float16
 matmul_precision: float32
+cudnn_benchmark: false
 num_checkpoints: 5
 save_summaries_steps: 100
 best_model_metric: loss
