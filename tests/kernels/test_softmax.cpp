@@ -24,9 +24,13 @@ std::vector<std::uint8_t> random_mask(std::int64_t rows, std::int64_t cols, std:
 constexpr float kProbAbs = 1e-7F, kProbRel = 2e-5F;
 constexpr float kLogAbs = 2e-5F, kLogRel = 2e-6F;
 
+// The shared column counts, and rows just past kSoftmaxWarpCols and longer,
+// which take a block each instead of a warp.
+constexpr std::int64_t kSoftmaxCols[] = {1, 7, 31, 33, 257, 1000, 1024, 1025, 3000};
+
 TEST(KernelSoftmax, ForwardAndBackwardMatchCpu) {
   for (const std::int64_t rows : kRows) {
-    for (const std::int64_t cols : kCols) {
+    for (const std::int64_t cols : kSoftmaxCols) {
       for (const bool log : {false, true}) {
         for (const bool masked : {false, true}) {
           SCOPED_TRACE(::testing::Message()
@@ -78,25 +82,33 @@ TEST(KernelSoftmax, MaskedRowIsZeroOrMinusInfinity) {
   }
 }
 
-TEST(KernelSoftmax, PlanIsOneBlockPerRow) {
-  const SoftmaxForward k{nullptr, nullptr, nullptr, 37, 1000, false};
-  const simt::LaunchShape s = k.plan(h100());
-  EXPECT_EQ(s.grid.x, 37U);
-  EXPECT_EQ(s.block.x, 256U);
-  EXPECT_EQ((SoftmaxForward{.rows = 5, .cols = 33}.plan(h100()).block.x), 64U);
+TEST(KernelSoftmax, PlanIsAWarpPerShortRowAndABlockPerLongRow) {
+  // 37 rows of 1000: a warp each, 8 to a block of 256 threads.
+  const simt::LaunchShape warps = SoftmaxForward{.rows = 37, .cols = 1000}.plan(h100());
+  EXPECT_EQ(warps.grid.x, 5U);
+  EXPECT_EQ(warps.block.x, 256U);
+  EXPECT_EQ((SoftmaxBackward{.rows = 37, .cols = 33}.plan(h100()).grid.x), 5U);
+  // Longer rows: a block each, as many threads as cover the row up to 256.
+  const simt::LaunchShape blocks = SoftmaxForward{.rows = 37, .cols = 2000}.plan(h100());
+  EXPECT_EQ(blocks.grid.x, 37U);
+  EXPECT_EQ(blocks.block.x, 256U);
   EXPECT_EQ((SoftmaxForward{.rows = 0, .cols = 33}.plan(h100()).grid.x), 0U);
 }
 
-// Rows split over grid.y (plan_rows does so above max_grid_x): row = x + y * grid.x,
-// and the blocks past the last row return.
+// Rows split over grid.y (plan_rows does so above max_grid_x): row = x + y *
+// grid.x (times the block's warps for rows of a warp each), and the warps or
+// blocks past the last row return.
 TEST(KernelSoftmax, RowsOverGridY) {
-  const std::int64_t rows = 3, cols = 50;
-  const std::vector<float> x = uniform(rows * cols, -3.0F, 3.0F, 11);
-  std::vector<float> want(x.size()), y(x.size(), 9.0F);
-  cpu().softmax_forward(row_plan(rows, cols), x.data(), nullptr, want.data(), false);
-  simt::emulate(simt::LaunchShape{{2, 2, 1}, {64, 1, 1}, 0},
-                SoftmaxForward{x.data(), nullptr, y.data(), rows, cols, false});
-  EXPECT_TRUE(close(y, want, kProbAbs, kProbRel));
+  for (const std::int64_t cols : {std::int64_t{50}, std::int64_t{1500}}) {
+    SCOPED_TRACE(cols);
+    const std::int64_t rows = cols == 50 ? 7 : 3;  // 2 warps a block of 64: 8 rows
+    const std::vector<float> x = uniform(rows * cols, -3.0F, 3.0F, 11);
+    std::vector<float> want(x.size()), y(x.size(), 9.0F);
+    cpu().softmax_forward(row_plan(rows, cols), x.data(), nullptr, want.data(), false);
+    simt::emulate(simt::LaunchShape{{2, 2, 1}, {64, 1, 1}, 0},
+                  SoftmaxForward{x.data(), nullptr, y.data(), rows, cols, false});
+    EXPECT_TRUE(close(y, want, kProbAbs, kProbRel));
+  }
 }
 
 }  // namespace

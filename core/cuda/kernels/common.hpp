@@ -65,6 +65,24 @@ inline simt::LaunchShape plan_row_kernel(const simt::DeviceProperties& device, s
                          simt::KernelResources{row_block_threads(cols), 0, registers});
 }
 
+// A warp per row, kBlockThreads / 32 rows a block (row kernels whose rows
+// are short enough for one warp: no block-wide synchronisation).
+inline simt::LaunchShape plan_warp_rows(const simt::DeviceProperties& device, std::int64_t rows,
+                                        int registers) {
+  constexpr std::int64_t per_block = kBlockThreads / simt::kWarpSize;
+  return simt::plan_rows(device, (rows + per_block - 1) / per_block,
+                         simt::KernelResources{kBlockThreads, 0, registers});
+}
+
+// The warp's row under plan_warp_rows (the block's warps take consecutive
+// rows), or -1 past the last: the whole warp.
+template <class Ctx>
+RIG_HD_INLINE std::int64_t warp_row(const Ctx& ctx, std::int64_t rows) {
+  const std::int64_t per_block = ctx.block_threads() / simt::kWarpSize;
+  const std::int64_t row = block_row(ctx) * per_block + ctx.warp();
+  return row < rows ? row : -1;
+}
+
 // Grid-stride over n items with kBlockThreads threads per block.
 inline simt::LaunchShape plan_grid_stride(const simt::DeviceProperties& device, std::int64_t n,
                                           int per_thread = 1, int registers = 32) {

@@ -32,29 +32,14 @@
 
 namespace rig::kernels {
 
-// A warp per row, kLayerNormRowsPerBlock rows a block. Lane l takes the
+// A warp per row (plan_warp_rows, common.hpp). Lane l takes the
 // row's chunks of kPack elements q = l, l + 32, ... (the last may be
 // partial), each chunk's elements in order; the lanes' sums are combined by
 // simt::warp_sum. The order depends on d only: a row's chunks move as packs
 // (packed.hpp) where d % kPack == 0 and every operand is aligned, else
 // element by element, with the same bits. No block-wide synchronisation: a
 // row's mean and variance cost two warp reductions.
-inline constexpr unsigned kLayerNormRowsPerBlock = kBlockThreads / simt::kWarpSize;
-
 namespace layer_norm_detail {
-
-inline simt::LaunchShape plan_warp_rows(const simt::DeviceProperties& device, std::int64_t rows,
-                                        int registers) {
-  return simt::plan_rows(device, (rows + kLayerNormRowsPerBlock - 1) / kLayerNormRowsPerBlock,
-                         simt::KernelResources{kBlockThreads, 0, registers});
-}
-
-// The warp's row, or -1 past the last.
-template <class Ctx>
-RIG_HD_INLINE std::int64_t warp_row(const Ctx& ctx, std::int64_t rows) {
-  const std::int64_t row = block_row(ctx) * kLayerNormRowsPerBlock + ctx.warp();
-  return row < rows ? row : -1;
-}
 
 // gamma or beta's chunk q (null: `fill`).
 RIG_HD_INLINE Pack<kPack> param_chunk(const float* param, ElementType type, std::int64_t q,
@@ -88,14 +73,14 @@ struct LayerNormForward {
   }
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
-    return layer_norm_detail::plan_warp_rows(device, rows, 56);  // ptxas: 56
+    return plan_warp_rows(device, rows, 56);  // ptxas: 56
   }
 
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
     using M = math::DeviceMath;
     namespace ln = layer_norm_detail;
-    const std::int64_t row = ln::warp_row(ctx, rows);
+    const std::int64_t row = warp_row(ctx, rows);
     if (row < 0) return;  // the whole warp
     const bool pack = packed();
     const auto lanes = static_cast<std::int64_t>(simt::kWarpSize);
@@ -161,13 +146,13 @@ struct LayerNormBackwardDx {
   }
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
-    return layer_norm_detail::plan_warp_rows(device, rows, 72);  // ptxas: 72
+    return plan_warp_rows(device, rows, 72);  // ptxas: 72
   }
 
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
     namespace ln = layer_norm_detail;
-    const std::int64_t row = ln::warp_row(ctx, rows);
+    const std::int64_t row = warp_row(ctx, rows);
     if (row < 0) return;  // the whole warp
     const bool pack = packed();
     const auto lanes = static_cast<std::int64_t>(simt::kWarpSize);
