@@ -65,7 +65,6 @@ std::int64_t GradientReducer::bytes_per_step() const {
 
 void GradientReducer::arm(double unscale) {
   unscale_ = unscale;
-  unscales_ = params_.compute_dtype() != DType::f32 || unscale != 1.0;
   for (std::size_t b = 0; b < buckets_.size(); ++b) pending_[b] = buckets_[b].parameters.size();
   next_launch_ = 0;
   in_flight_.clear();
@@ -87,7 +86,10 @@ void GradientReducer::launch_ready() {
 
 void GradientReducer::launch(std::size_t bucket) {
   const Bucket& b = buckets_[bucket];
-  if (unscales_) params_.unscale_grads(unscale_, b.offset, b.numel);
+  // 16-bit gradients, or scaled ones, leave as true f32 gradients.
+  if (params_.compute_dtype() != DType::f32 || unscale_ != 1.0) {
+    params_.unscale_grads(unscale_, b.offset, b.numel);
+  }
   Tensor slice = params_.grads().slice(0, b.offset, b.offset + b.numel);
   InFlight op{nullptr, slice, {}};
   if (push_) {

@@ -82,8 +82,7 @@ class GradientReducer final : public autograd::LeafGradListener {
   Communicator& comm_;
   BucketSettings settings_;
   BucketPush push_;
-  double unscale_ = 1.0;
-  bool unscales_ = false;  // this step's buckets are unscaled before they leave
+  double unscale_ = 1.0;  // arm()'s: 1 / the loss scale
   std::vector<Bucket> buckets_;
   std::vector<Tensor> scratch_;  // per bucket, f16, under fp16 compression
   std::unordered_map<const TensorImpl*, std::size_t> bucket_of_leaf_;

@@ -175,7 +175,6 @@ Tensor ParameterStore::compute_grads() const {
 }
 
 Tensor ParameterStore::unscale_grads(double scale) {
-  if (!allocated()) throw std::logic_error("ParameterStore::unscale_grads before allocate()");
   return unscale_grads(scale, 0, numel_);
 }
 
