@@ -376,7 +376,8 @@ void CpuBackend::unscale(std::int64_t n, DType src_dtype, const void* src, float
   *amax = cpu::unscale(n, src_dtype, src, master, scale);
 }
 
-GradientStats CpuBackend::gradient_stats(const float* grads, std::int64_t n, const float* loss) {
+GradientStats CpuBackend::gradient_stats(const GradientSource& grads, std::int64_t n,
+                                         const float* loss) {
   GradientStats stats = cpu::gradient_stats(grads, n);
   if (loss != nullptr) {
     stats.loss = *loss;
@@ -385,7 +386,7 @@ GradientStats CpuBackend::gradient_stats(const float* grads, std::int64_t n, con
   return stats;
 }
 
-void CpuBackend::gradient_stats_to(const float* grads, std::int64_t n, const float* loss,
+void CpuBackend::gradient_stats_to(const GradientSource& grads, std::int64_t n, const float* loss,
                                    GradientStats* out) {
   *out = CpuBackend::gradient_stats(grads, n, loss);  // not the sim's: its pointers are translated
 }
@@ -403,14 +404,15 @@ void CpuBackend::larc(const float* values, float* grads, const FlatSlice* slices
   cpu::larc(values, grads, slices, count, options);
 }
 
-void CpuBackend::adam_update(std::int64_t n, float* p, const float* grad, float* m, float* v,
-                             float* vmax, const AdamUpdate& args) {
-  cpu::adam_update(n, p, grad, m, v, vmax, args);
+void CpuBackend::adam_update(std::int64_t n, float* p, const GradientSource& grad, float* m,
+                             float* v, float* vmax, const AdamUpdate& args,
+                             const PublishedValues& publish) {
+  cpu::adam_update(n, p, grad, m, v, vmax, args, publish);
 }
 
-void CpuBackend::sgd_update(std::int64_t n, float* p, const float* grad, float* buffer,
-                            const SgdUpdate& args) {
-  cpu::sgd_update(n, p, grad, buffer, args);
+void CpuBackend::sgd_update(std::int64_t n, float* p, const GradientSource& grad, float* buffer,
+                            const SgdUpdate& args, const PublishedValues& publish) {
+  cpu::sgd_update(n, p, grad, buffer, args, publish);
 }
 
 void CpuBackend::novograd_update(float* p, const float* grad, float* m, float* ema,

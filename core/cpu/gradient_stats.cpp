@@ -5,16 +5,20 @@
 #include <limits>
 #include <vector>
 
+#include "cpu/gradient_source.hpp"
 #include "cpu/parallel.hpp"
 #include "cpu/reduce.hpp"
 
 namespace rig::cpu {
 
-GradientStats gradient_stats(const float* g, std::int64_t n) {
+GradientStats gradient_stats(const GradientSource& source, std::int64_t n) {
   // Float partial sums over short runs (vectorisable), doubles across them,
   // one slot per fixed chunk summed in order: the same bits on every run,
-  // whatever the thread timing (resumes stay bit-exact).
+  // whatever the thread timing (resumes stay bit-exact). 16-bit gradients
+  // are unscaled a run at a time into an L1-sized scratch: the same values,
+  // so the same bits, as the f32 master gradients unscale() writes.
   constexpr std::int64_t kChunk = 1 << 16;
+  constexpr std::int64_t kRun = 1024;
   const auto chunks = static_cast<std::size_t>((n + kChunk - 1) / kChunk);
   std::vector<double> squares(chunks, 0.0);
   std::vector<float> amax(chunks, 0.0F);
@@ -24,10 +28,12 @@ GradientStats gradient_stats(const float* g, std::int64_t n) {
       const std::int64_t end = std::min(n, begin + kChunk);
       double sum = 0.0;
       float largest = 0.0F;
-      for (std::int64_t i = begin; i < end; i += 1024) {
-        const std::int64_t stop = std::min(end, i + 1024);
+      float scratch[kRun];
+      for (std::int64_t i = begin; i < end; i += kRun) {
+        const std::int64_t stop = std::min(end, i + kRun);
+        const float* g = gradients_at(source, i, stop - i, scratch);
         float part = 0.0F;
-        for (std::int64_t j = i; j < stop; ++j) {
+        for (std::int64_t j = 0; j < stop - i; ++j) {
           part += g[j] * g[j];
           largest = std::max(largest, std::fabs(g[j]));
         }

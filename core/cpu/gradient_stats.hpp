@@ -9,7 +9,8 @@
 
 namespace rig::cpu {
 
-GradientStats gradient_stats(const float* grads, std::int64_t n);
+// Of n gradients read from `grads` (f32, or 16-bit unscaled as read).
+GradientStats gradient_stats(const GradientSource& grads, std::int64_t n);
 void larc(const float* values, float* grads, const FlatSlice* slices, std::int64_t count,
           const LarcOptions& options);
 

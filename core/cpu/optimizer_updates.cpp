@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cpu/gradient_source.hpp"
 #include "cpu/parallel.hpp"
 #include "cpu/simd.hpp"
 #include "rig/math/optimizer.hpp"
@@ -57,24 +58,50 @@ struct ScalarSqrt {
   static float sqrt(float x) { return std::sqrt(x); }
 };
 
-}  // namespace
+// The f32 buffers as they are take whole chunks; gradients to widen, or
+// values to publish, go in blocks of kBlock through an L1-sized scratch. Each
+// element's arithmetic is the same either way (element-wise updates).
+constexpr std::int64_t kBlock = 2048;
 
-void adam_update(std::int64_t n, float* p, const float* grad, float* m, float* v, float* vmax,
-                 const AdamUpdate& args) {
+template <class Update>
+void in_blocks(std::int64_t n, const GradientSource& grad, const PublishedValues& publish,
+               const float* p, Update&& update) {
+  const bool direct = plain_f32(grad) && publish.data == nullptr;
   const std::int64_t chunks = (n + kChunk - 1) / kChunk;
   parallel_for(chunks, 1, [&](std::int64_t first, std::int64_t last) {
-    simd::dispatch<AdamKernel>(first * kChunk, std::min(n, last * kChunk), p, grad, m, v, vmax,
-                               args);
+    const std::int64_t begin = first * kChunk, end = std::min(n, last * kChunk);
+    if (direct) {
+      update(begin, end - begin, static_cast<const float*>(grad.data) + begin);
+      return;
+    }
+    float scratch[kBlock];
+    for (std::int64_t b = begin; b < end; b += kBlock) {
+      const std::int64_t count = std::min(kBlock, end - b);
+      update(b, count, gradients_at(grad, b, count, scratch));
+      cpu::publish(publish, b, count, p + b);
+    }
   });
 }
 
-void sgd_update(std::int64_t n, float* p, const float* grad, float* buffer, const SgdUpdate& a) {
-  constexpr std::int64_t kGrain = 1 << 15;
-  parallel_for(n, kGrain, [&](std::int64_t begin, std::int64_t end) {
+}  // namespace
+
+void adam_update(std::int64_t n, float* p, const GradientSource& grad, float* m, float* v,
+                 float* vmax, const AdamUpdate& args, const PublishedValues& publish) {
+  in_blocks(n, grad, publish, p, [&](std::int64_t first, std::int64_t count, const float* g) {
+    simd::dispatch<AdamKernel>(std::int64_t{0}, count, p + first, g, m + first, v + first,
+                               vmax != nullptr ? vmax + first : nullptr, args);
+  });
+}
+
+void sgd_update(std::int64_t n, float* p, const GradientSource& grad, float* buffer,
+                const SgdUpdate& a, const PublishedValues& publish) {
+  in_blocks(n, grad, publish, p, [&](std::int64_t first, std::int64_t count, const float* g) {
+    float* q = p + first;
     if (buffer == nullptr) {
-      for (std::int64_t i = begin; i < end; ++i) math::sgd_step(p[i], grad[i], nullptr, a);
+      for (std::int64_t i = 0; i < count; ++i) math::sgd_step(q[i], g[i], nullptr, a);
     } else {
-      for (std::int64_t i = begin; i < end; ++i) math::sgd_step(p[i], grad[i], buffer + i, a);
+      float* b = buffer + first;
+      for (std::int64_t i = 0; i < count; ++i) math::sgd_step(q[i], g[i], b + i, a);
     }
   });
 }

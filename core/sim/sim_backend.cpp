@@ -38,6 +38,16 @@ backend::MatrixOperand rw(backend::MatrixOperand x) {
   return x;
 }
 
+GradientSource rw(GradientSource g) {
+  g.data = rw(g.data);
+  return g;
+}
+
+PublishedValues rw(PublishedValues p) {
+  p.data = rw(p.data);
+  return p;
+}
+
 backend::ConstBuffer rw(backend::ConstBuffer x) {
   x.data = rw(x.data);
   return x;
@@ -417,11 +427,12 @@ void SimBackend::unscale(std::int64_t n, DType src_dtype, const void* src, float
   CpuBackend::unscale(n, src_dtype, rw(src), rw(master), scale, rw(amax));
 }
 
-GradientStats SimBackend::gradient_stats(const float* grads, std::int64_t n, const float* loss) {
+GradientStats SimBackend::gradient_stats(const GradientSource& grads, std::int64_t n,
+                                         const float* loss) {
   return CpuBackend::gradient_stats(rw(grads), n, loss != nullptr ? rw(loss) : nullptr);
 }
 
-void SimBackend::gradient_stats_to(const float* grads, std::int64_t n, const float* loss,
+void SimBackend::gradient_stats_to(const GradientSource& grads, std::int64_t n, const float* loss,
                                    GradientStats* out) {
   CpuBackend::gradient_stats_to(rw(grads), n, loss != nullptr ? rw(loss) : nullptr, rw(out));
 }
@@ -436,14 +447,15 @@ void SimBackend::larc(const float* values, float* grads, const FlatSlice* slices
   CpuBackend::larc(rw(values), rw(grads), slices, count, options);
 }
 
-void SimBackend::adam_update(std::int64_t n, float* p, const float* grad, float* m, float* v,
-                             float* vmax, const AdamUpdate& args) {
-  CpuBackend::adam_update(n, rw(p), rw(grad), rw(m), rw(v), rw(vmax), args);
+void SimBackend::adam_update(std::int64_t n, float* p, const GradientSource& grad, float* m,
+                             float* v, float* vmax, const AdamUpdate& args,
+                             const PublishedValues& publish) {
+  CpuBackend::adam_update(n, rw(p), rw(grad), rw(m), rw(v), rw(vmax), args, rw(publish));
 }
 
-void SimBackend::sgd_update(std::int64_t n, float* p, const float* grad, float* buffer,
-                            const SgdUpdate& args) {
-  CpuBackend::sgd_update(n, rw(p), rw(grad), rw(buffer), args);
+void SimBackend::sgd_update(std::int64_t n, float* p, const GradientSource& grad, float* buffer,
+                            const SgdUpdate& args, const PublishedValues& publish) {
+  CpuBackend::sgd_update(n, rw(p), rw(grad), rw(buffer), args, rw(publish));
 }
 
 void SimBackend::novograd_update(float* p, const float* grad, float* m, float* ema,

@@ -153,17 +153,18 @@ class SimBackend final : public cpu::CpuBackend {
 
   void unscale(std::int64_t n, DType src_dtype, const void* src, float* master, float scale,
                float* amax) override;
-  GradientStats gradient_stats(const float* grads, std::int64_t n, const float* loss) override;
-  void gradient_stats_to(const float* grads, std::int64_t n, const float* loss,
+  GradientStats gradient_stats(const GradientSource& grads, std::int64_t n,
+                               const float* loss) override;
+  void gradient_stats_to(const GradientSource& grads, std::int64_t n, const float* loss,
                          GradientStats* out) override;
   void clip_by_norm(float* grads, std::int64_t n, const GradientStats* stats,
                     double max_norm) override;
   void larc(const float* values, float* grads, const FlatSlice* slices, std::int64_t count,
             const LarcOptions& options) override;
-  void adam_update(std::int64_t n, float* p, const float* grad, float* m, float* v, float* vmax,
-                   const AdamUpdate& args) override;
-  void sgd_update(std::int64_t n, float* p, const float* grad, float* buffer,
-                  const SgdUpdate& args) override;
+  void adam_update(std::int64_t n, float* p, const GradientSource& grad, float* m, float* v,
+                   float* vmax, const AdamUpdate& args, const PublishedValues& publish) override;
+  void sgd_update(std::int64_t n, float* p, const GradientSource& grad, float* buffer,
+                  const SgdUpdate& args, const PublishedValues& publish) override;
   void novograd_update(float* p, const float* grad, float* m, float* ema, const FlatSlice* slices,
                        std::int64_t count, const NovogradUpdate& args) override;
 };

@@ -150,7 +150,7 @@ TEST_F(GpuKernels, OptimizerUpdatesAreBitEqualToCpu) {
     for (const bool amsgrad : {false, true}) {
       std::vector<float> p = p0, m = m0, v = v0, vmax = v0;
       cpu().adam_update(n, p.data(), grad.data(), m.data(), v.data(),
-                        amsgrad ? vmax.data() : nullptr, a);
+                        amsgrad ? vmax.data() : nullptr, a, {});
       DeviceArray<float> gp(p0), gm(m0), gv(v0), gvmax(v0);
       const DeviceArray<float> gg(grad);
       rig::cuda::run(AdamUpdateKernel{n, gp.data(), gg.data(), gm.data(), gv.data(),
@@ -170,12 +170,62 @@ TEST_F(GpuKernels, OptimizerUpdatesAreBitEqualToCpu) {
     s.nesterov = true;
     s.first = false;
     std::vector<float> p = p0, buffer = m0;
-    cpu().sgd_update(n, p.data(), grad.data(), buffer.data(), s);
+    cpu().sgd_update(n, p.data(), grad.data(), buffer.data(), s, {});
     DeviceArray<float> gp(p0), gbuffer(m0);
     const DeviceArray<float> gg(grad);
     rig::cuda::run(SgdUpdateKernel{n, gp.data(), gg.data(), gbuffer.data(), s}, nullptr);
     EXPECT_TRUE(bit_equal(gp.to_host(), p));
     EXPECT_TRUE(bit_equal(gbuffer.to_host(), buffer));
+  }
+}
+
+// Mixed precision folded into the update: bf16 gradients read times the
+// unscale, the new values also written in bf16, as the CPU's folded update.
+TEST_F(GpuKernels, FoldedMixedPrecisionUpdatesAreBitEqualToCpu) {
+  for (const std::int64_t n : {31, 4099, 1 << 20}) {
+    SCOPED_TRACE(n);
+    const std::vector<float> p0 = uniform(n, -1.0F, 1.0F, 32);
+    const std::vector<float> m0 = uniform(n, -0.01F, 0.01F, 34);
+    const std::vector<float> v0 = uniform(n, 0.0F, 0.001F, 35);
+    std::vector<std::uint16_t> g16;
+    for (const float g : uniform(n, -100.0F, 100.0F, 33)) {
+      g16.push_back(rig::float_to_bfloat16_bits(g));
+    }
+    const float unscale = 1.0F / 3000.0F;
+    const rig::GradientSource source{g16.data(), rig::DType::bf16, unscale};
+    const rig::kernels::UpdateOperands io{ElementType::bf16, unscale, nullptr, ElementType::bf16};
+    rig::AdamUpdate a;
+    a.step_size = 1e-3F;
+    a.inv_bc2_sqrt = 1.2F;
+    a.coupled_decay = 0.01F;
+    std::vector<float> p = p0, m = m0, v = v0;
+    std::vector<std::uint16_t> published(static_cast<std::size_t>(n));
+    cpu().adam_update(n, p.data(), source, m.data(), v.data(), nullptr, a,
+                      {published.data(), rig::DType::bf16});
+    DeviceArray<float> gp(p0), gm(m0), gv(v0);
+    const DeviceArray<std::uint16_t> gg(g16);
+    DeviceArray<std::uint16_t> gpub(static_cast<std::size_t>(n));
+    AdamUpdateKernel adam{n, gp.data(), gg.data(), gm.data(), gv.data(), nullptr, a, io};
+    adam.io.publish = gpub.data();
+    rig::cuda::run(adam, nullptr);
+    EXPECT_TRUE(bit_equal(gp.to_host(), p));
+    EXPECT_TRUE(bit_equal(gm.to_host(), m));
+    EXPECT_TRUE(bit_equal(gv.to_host(), v));
+    EXPECT_EQ(gpub.to_host(), published);
+
+    rig::SgdUpdate s;
+    s.learning_rate = 0.1F;
+    s.momentum = 0.9F;
+    s.first = false;
+    std::vector<float> sp = p0, buffer = m0;
+    cpu().sgd_update(n, sp.data(), source, buffer.data(), s, {published.data(), rig::DType::bf16});
+    DeviceArray<float> gsp(p0), gbuffer(m0);
+    SgdUpdateKernel sgd{n, gsp.data(), gg.data(), gbuffer.data(), s, io};
+    sgd.io.publish = gpub.data();
+    rig::cuda::run(sgd, nullptr);
+    EXPECT_TRUE(bit_equal(gsp.to_host(), sp));
+    EXPECT_TRUE(bit_equal(gbuffer.to_host(), buffer));
+    EXPECT_EQ(gpub.to_host(), published);
   }
 }
 

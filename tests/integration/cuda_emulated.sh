@@ -7,6 +7,8 @@
 # within tolerances (beam search and argmax outputs exactly), not in bits:
 # - an mlp: train, eval, infer, interactive_infer; a checkpoint resumed
 #   across devices both ways; iter_size 2; sgd, novograd, LARC and adam;
+#   sgd and adam in bfloat16 mixed precision with and without the unscale
+#   and the cast folded into their kernels (the same bits);
 # - a transformer on synthetic_text, train_eval with beam search, float32
 #   (decoded exactly as on the CPU) and float16 mixed precision (loss
 #   scaling on the device, f16 products: the losses), and mixed bfloat16;
@@ -113,6 +115,26 @@ train_both larc "$tiny" --set larc_params.larc_eta=0.01 --max_steps=20
 close_results larc-cpu.log larc-cuda.log
 train_both adam "$tiny" --optimizer=adam --set optimizer_params={} --max_steps=20
 close_results adam-cpu.log adam-cuda.log
+
+echo "== mixed precision folded into the update's kernel: the bits of the separate kernels"
+# sgd and adam read the bf16 gradients unscaled as they read them and write
+# the bf16 weights; with a max_grad_norm never reached the unscale, the
+# statistics and the cast run as kernels of their own.
+for optimizer in sgd adam; do
+  args=()
+  [ "$optimizer" = adam ] && args=(--optimizer=adam --set "optimizer_params={amsgrad: true}")
+  for fold in folded unfolded; do
+    extra=()
+    [ "$fold" = unfolded ] && extra=(--max_grad_norm=1e30)
+    check "$rig" run "$tiny" --logdir "$fold-$optimizer" --device=cuda --dtype=mixed \
+      --mixed_dtype=bfloat16 --max_steps=20 "${args[@]}" "${extra[@]}" > "$fold-$optimizer.log"
+  done
+  for part in model optimizer; do
+    cmp "folded-$optimizer/checkpoints/ckpt-20/$part.safetensors" \
+      "unfolded-$optimizer/checkpoints/ckpt-20/$part.safetensors" ||
+      fail "$optimizer: the folded update wrote another $part on cuda"
+  done
+done
 
 echo "== a transformer on synthetic_text: train_eval with beam search, float32 and mixed precision"
 # The fixture's 40 steps halved: the emulator is slow.

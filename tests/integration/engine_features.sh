@@ -91,6 +91,26 @@ grep -q "Global step 40" f16.log
 expect_code 2 "$rig" run "$exp" --logdir f16_overflow --dtype=float16 --loss_scaling=1e9
 grep -q "gradients are not finite (inf or NaN) at step 0" err.txt
 
+echo "== mixed precision folded into the optimizer's pass has the bits of the separate passes"
+# One process without clipping: sgd and adam read the 16-bit gradients
+# unscaled as they read them and write the 16-bit weights themselves. A
+# max_grad_norm that is never reached makes the trainer unscale into the f32
+# masters first; the weights and optimizer state must not differ by a byte.
+sed 's/optimizer: sgd/optimizer: adam/; s/    momentum: 0.9/    amsgrad: true/; s/learning_rate: 0.1/learning_rate: 0.01/' \
+  "$exp" > adam.yaml
+for config in "$exp" adam.yaml; do
+  for precision in "--mixed_dtype=bfloat16" "--loss_scaling=Backoff"; do
+    check "$rig" run "$config" --logdir folded --dtype=mixed $precision --max_steps=20 > folded.log
+    check "$rig" run "$config" --logdir unfolded --dtype=mixed $precision --max_steps=20 \
+      --max_grad_norm=1e30 > unfolded.log
+    for part in model optimizer; do
+      cmp folded/checkpoints/ckpt-20/$part.safetensors unfolded/checkpoints/ckpt-20/$part.safetensors ||
+        fail "$config $precision: the folded update wrote another $part"
+    done
+    rm -rf folded unfolded
+  done
+done
+
 echo "== matmul_precision bfloat16: the same training, GEMM operands rounded to bfloat16"
 check "$rig" run "$exp" --logdir mm_f32 > mm_f32.log
 check "$rig" run "$exp" --logdir mm_bf16 --matmul_precision=bfloat16 > mm_bf16.log

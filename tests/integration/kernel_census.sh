@@ -40,10 +40,22 @@ check "$tool" "$rig" backoff.txt -- "$tiny" --dtype=mixed --mixed_dtype=bfloat16
   --loss_scaling=Backoff
 grep -Eq "^ +1 .* copy to host$" backoff.txt || fail "not one read of the device a Backoff step"
 
-echo "== bfloat16 mixed: the weights' bf16 copies are the casts"
+echo "== bfloat16 mixed: the update reads the bf16 gradients and writes the bf16 weights"
 check "$tool" "$rig" bf16.txt -- "$tiny" --dtype=mixed --mixed_dtype=bfloat16
-grep -Eq "^ +[0-9]+ .* CopyStrided f32 -> bf16(, packed)?$" bf16.txt || fail "no casts to bf16"
+grep -Eq "^ +1 .* SgdUpdateKernel bf16 -> f32 -> bf16, packed$" bf16.txt ||
+  fail "the update does not fold the unscale and the weights' cast"
+grep -Eq "^ +1 .* GradStatsPartials bf16, packed$" bf16.txt ||
+  fail "the statistics do not read the bf16 gradients"
+if grep -q "UnscalePartials" bf16.txt; then fail "the gradients unscaled in a pass of their own"; fi
 grep -Eq "cuBLASLt matmul bf16 x bf16" bf16.txt || fail "no bf16 products"
+# clipping rescales the f32 master gradients: they are unscaled first, and
+# the update still writes the bf16 weights
+check "$tool" "$rig" bf16-clip.txt -- "$tiny" --dtype=mixed --mixed_dtype=bfloat16 \
+  --max_grad_norm=1
+grep -Eq "^ +1 .* UnscalePartials bf16 -> f32, packed$" bf16-clip.txt ||
+  fail "clipped bf16 gradients not unscaled into f32"
+grep -Eq "^ +1 .* SgdUpdateKernel f32 -> bf16, packed$" bf16-clip.txt ||
+  fail "the clipped run's update does not write the bf16 weights"
 
 echo "== a bfloat16 transformer with the emulated device's fused attention (as cuDNN's on a GPU)"
 transformer="$(dirname "$tiny")/tiny-transformer.yaml"
@@ -69,9 +81,11 @@ grep -Eq "^ +2 .* IndexAddSegments bf16 -> bf16$" nmt.txt || fail "not 2 row add
 if grep -q "IndexAddSegments f32" nmt.txt; then fail "a dense f32 embedding gradient"; fi
 # layer norms and biases read their bf16 parameters as they are and write their
 # gradients in bf16: no f32 copies of them, no casts of their gradients; the
-# step's casts are the weights' publish and the two position encodings
+# step's casts are the two position encodings (Adam writes the bf16 weights)
 if grep -q "CopyStrided bf16 -> f32" nmt.txt; then fail "a bf16 parameter copied to f32"; fi
-grep -Eq "^ +3 .* CopyStrided f32 -> bf16, packed$" nmt.txt || fail "not 3 casts to bf16 a step"
+grep -Eq "^ +2 .* CopyStrided f32 -> bf16, packed$" nmt.txt || fail "not 2 casts to bf16 a step"
+grep -Eq "^ +1 .* AdamUpdateKernel bf16 -> f32 -> bf16, packed$" nmt.txt ||
+  fail "Adam does not read the bf16 gradients and write the bf16 weights"
 # every gradient is added where it is made, into the one already there (the
 # residual stream's, x's other uses', the parameters' .grad): the linear
 # layers' dx and dW by their products (beta 1), the layer norms' dx (5 of 7

@@ -8,6 +8,7 @@
 
 #include "kernel_test_util.hpp"
 #include "rig/dtype.hpp"
+#include "rig/half.hpp"
 
 namespace rig::kernels::test {
 namespace {
@@ -129,4 +130,58 @@ TEST(KernelChecks, GradientStatsMatchCpu) {
 }
 
 }  // namespace
+// The model's 16-bit gradients read times a scale have the statistics, bit
+// for bit, of the f32 masters unscaling writes from them: in the kernels
+// (packed and, one element off an aligned start, element by element) and on
+// the CPU; an inf among them is an overflow either way.
+TEST(KernelChecks, GradientStatsOf16BitGradientsAreThoseOfTheirF32Masters) {
+  for (const DType dtype : {DType::bf16, DType::f16}) {
+    for (const std::int64_t n : {1, 1000, 20000}) {
+      for (const bool overflow : {false, true}) {
+        SCOPED_TRACE(::testing::Message()
+                     << dtype_name(dtype) << " n " << n << " overflow " << overflow);
+        const float scale = 1.0F / 3000.0F;
+        std::vector<std::uint16_t> g16(static_cast<std::size_t>(n + 1));
+        std::vector<float> master(static_cast<std::size_t>(n));
+        const std::vector<float> g = uniform(n + 1, -2.0F, 2.0F, static_cast<std::uint32_t>(n));
+        for (std::int64_t i = 0; i <= n; ++i) {
+          const float x = overflow && i == n / 2 + 1 ? INFINITY : g[i] * 1024.0F;
+          g16[i] = dtype == DType::f16 ? float_to_half_bits(x) : float_to_bfloat16_bits(x);
+        }
+        for (const std::int64_t shift : {0, 1}) {
+          for (std::int64_t i = 0; i < n; ++i) {
+            const std::uint16_t b = g16[i + shift];
+            master[i] =
+                (dtype == DType::f16 ? half_bits_to_float(b) : bfloat16_bits_to_float(b)) * scale;
+          }
+          const GradientStats want = gradient_stats(master, nullptr, kSeeds[0]);
+          const std::int64_t chunks = check_chunks(n);
+          std::vector<double> storage(grad_stats_scratch_bytes(n) / sizeof(double) + 1, -5.0);
+          auto* bits = reinterpret_cast<std::uint32_t*>(storage.data() + chunks);
+          GradientStats got{-1.0, -1.0, false};
+          const GradStatsPartials partials{
+              g16.data() + shift,
+              n,
+              storage.data(),
+              bits,
+              dtype == DType::f16 ? ElementType::f16 : ElementType::bf16,
+              scale};
+          EXPECT_EQ(partials.packed(), shift == 0);
+          run(partials);
+          run(GradStatsFinish{storage.data(), bits, chunks, nullptr, &got});
+          EXPECT_EQ(std::memcmp(&got.norm, &want.norm, sizeof(double)), 0) << got.norm;
+          EXPECT_EQ(got.amax, want.amax);
+          // The inf lies in the masters of both shifts but n 1's unshifted one.
+          EXPECT_EQ(std::isinf(got.norm), overflow && (n > 1 || shift == 1));
+          const GradientStats cpu_want = cpu().gradient_stats(master.data(), n, nullptr);
+          const GradientStats cpu_got =
+              cpu().gradient_stats(GradientSource{g16.data() + shift, dtype, scale}, n, nullptr);
+          EXPECT_EQ(std::memcmp(&cpu_got.norm, &cpu_want.norm, sizeof(double)), 0);
+          EXPECT_EQ(cpu_got.amax, cpu_want.amax);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace rig::kernels::test

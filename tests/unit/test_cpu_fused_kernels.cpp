@@ -260,4 +260,71 @@ TEST(CpuFusedKernels, AdamUpdateRefusesMismatchedBuffers) {
   }
 }
 
+// Mixed precision folded into the update (ops::MixedPrecisionStep): the
+// 16-bit gradients read times the unscale and the new values written rounded
+// give, bit for bit, the update of the f32 masters unscaling writes and the
+// cast after it, over several tasks and blocks; so do the statistics.
+TEST(CpuFusedKernels, MixedPrecisionStepHasTheBitsOfTheSeparatePasses) {
+  std::mt19937 rng(9);
+  const std::int64_t n = 100'003;
+  const auto p0 = random_floats(n, rng), g = random_floats(n, rng, -1000.0F, 1000.0F);
+  const auto m0 = random_floats(n, rng, -0.1F, 0.1F), v0 = random_floats(n, rng, 0.0F, 0.01F);
+  const float unscale = 1.0F / 3000.0F;
+  for (const rig::DType dtype : {rig::DType::bf16, rig::DType::f16}) {
+    SCOPED_TRACE(rig::dtype_name(dtype));
+    const Tensor g16 = Tensor::from_vector(g, {n}).to(dtype);
+    const Tensor master = rig::ops::mul_scalar(g16.to(rig::DType::f32), unscale);
+    rig::ops::AdamUpdate u;
+    u.step_size = 1e-3F;
+    u.inv_bc2_sqrt = 3.0F;
+    u.coupled_decay = 0.01F;
+    Tensor p = Tensor::from_vector(p0, {n}), m = Tensor::from_vector(m0, {n});
+    Tensor v = Tensor::from_vector(v0, {n}), none;
+    rig::ops::adam_update(p, master, m, v, none, u);
+    Tensor fp = Tensor::from_vector(p0, {n}), fm = Tensor::from_vector(m0, {n});
+    Tensor fv = Tensor::from_vector(v0, {n});
+    rig::MixedPrecisionStep mixed{g16, unscale, Tensor::zeros({n}, dtype)};
+    rig::ops::adam_update(fp, Tensor::zeros({n}), fm, fv, none, u, mixed);
+    EXPECT_EQ(fp.to_vector(), p.to_vector());
+    EXPECT_EQ(fm.to_vector(), m.to_vector());
+    EXPECT_EQ(fv.to_vector(), v.to_vector());
+    EXPECT_EQ(mixed.publish.to(rig::DType::f32).to_vector(),
+              p.to(dtype).to(rig::DType::f32).to_vector());
+
+    Tensor sp = Tensor::from_vector(p0, {n}), sb = Tensor::from_vector(m0, {n});
+    const rig::ops::SgdUpdate s{0.1F, 1e-4F, 0.9F, true, false};
+    rig::ops::sgd_update(sp, master, sb, s);
+    Tensor fsp = Tensor::from_vector(p0, {n}), fsb = Tensor::from_vector(m0, {n});
+    rig::ops::sgd_update(fsp, Tensor::zeros({n}), fsb, s, mixed);
+    EXPECT_EQ(fsp.to_vector(), sp.to_vector());
+    EXPECT_EQ(fsb.to_vector(), sb.to_vector());
+    EXPECT_EQ(mixed.publish.to(rig::DType::f32).to_vector(),
+              sp.to(dtype).to(rig::DType::f32).to_vector());
+
+    const rig::GradientStats want = rig::ops::gradient_stats(master);
+    const rig::GradientStats got = rig::ops::gradient_stats(g16, {}, unscale);
+    EXPECT_EQ(got.norm, want.norm);
+    EXPECT_EQ(got.amax, want.amax);
+  }
+}
+
+TEST(CpuFusedKernels, MixedPrecisionStepRefusesWrongBuffers) {
+  Tensor p = Tensor::zeros({10}), g = Tensor::zeros({10}), m = Tensor::zeros({10});
+  Tensor v = Tensor::zeros({10}), none;
+  const auto refused = [&](const rig::MixedPrecisionStep& mixed, const char* message) {
+    try {
+      rig::ops::adam_update(p, g, m, v, none, {}, mixed);
+      ADD_FAILURE() << "no exception for " << message;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_STREQ(e.what(), message);
+    }
+  };
+  refused({Tensor::zeros({10}), 1.0F, {}},
+          "adam_update: mixed.grads16 must be f16 or bf16, got f32 [10]");
+  refused({Tensor::zeros({9}, rig::DType::bf16), 1.0F, {}},
+          "adam_update: mixed.grads16 must be contiguous with 10 elements, got [9]");
+  refused({{}, 1.0F, Tensor::zeros({10})},
+          "adam_update: mixed.publish must be f16 or bf16, got f32 [10]");
+}
+
 }  // namespace

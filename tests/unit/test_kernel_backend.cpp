@@ -3058,10 +3058,10 @@ TEST(KernelBackendOptimizer, AdamWithAndWithoutAmsgrad) {
     SCOPED_TRACE(::testing::Message() << "amsgrad " << amsgrad);
     std::vector<float> cp = p, cm = m, cv = v, cvmax = vmax;
     cpu().adam_update(n, cp.data(), g.data(), cm.data(), cv.data(),
-                      amsgrad ? cvmax.data() : nullptr, args);
+                      amsgrad ? cvmax.data() : nullptr, args, {});
     const Dev<float> ep(p), eg(g), em(m), ev(v), evmax(vmax);
     emu().adam_update(n, ep.get(), eg.get(), em.get(), ev.get(), amsgrad ? evmax.get() : nullptr,
-                      args);
+                      args, {});
     EXPECT_TRUE(same(ep.host(), cp)) << "p";
     EXPECT_TRUE(same(em.host(), cm)) << "m";
     EXPECT_TRUE(same(ev.host(), cv)) << "v";
@@ -3082,9 +3082,9 @@ TEST(KernelBackendOptimizer, SgdNesterov) {
     const bool with_buffer = variant != 3;
     SCOPED_TRACE(::testing::Message() << "variant " << variant);
     std::vector<float> cp = p, cb = buffer;
-    cpu().sgd_update(n, cp.data(), g.data(), with_buffer ? cb.data() : nullptr, args);
+    cpu().sgd_update(n, cp.data(), g.data(), with_buffer ? cb.data() : nullptr, args, {});
     const Dev<float> ep(p), eg(g), eb(buffer);
-    emu().sgd_update(n, ep.get(), eg.get(), with_buffer ? eb.get() : nullptr, args);
+    emu().sgd_update(n, ep.get(), eg.get(), with_buffer ? eb.get() : nullptr, args, {});
     EXPECT_TRUE(same(ep.host(), cp)) << "p";
     EXPECT_TRUE(same(eb.host(), cb)) << "buffer";
   }

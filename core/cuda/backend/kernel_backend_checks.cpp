@@ -71,13 +71,14 @@ std::int64_t KernelBackend::first_out_of_range(const void* index, DType dtype, s
   return result;
 }
 
-void KernelBackend::gradient_stats_to(const float* grads, std::int64_t n, const float* loss,
-                                      GradientStats* out) {
+void KernelBackend::gradient_stats_to(const GradientSource& grads, std::int64_t n,
+                                      const float* loss, GradientStats* out) {
   const std::int64_t chunks = kernels::check_chunks(n);
   DeviceScratch buffer = scratch(kernels::grad_stats_scratch_bytes(n));
   auto* squares = buffer.as<double>();
   auto* amax_bits = reinterpret_cast<std::uint32_t*>(squares + chunks);
-  run(kernels::GradStatsPartials{grads, n, squares, amax_bits});
+  run(kernels::GradStatsPartials{grads.data, n, squares, amax_bits,
+                                 element_type(grads.type, "gradient_stats"), grads.scale});
   device_->run(kernels::GradStatsFinish{squares, amax_bits, chunks, loss, out});
 }
 
@@ -93,7 +94,8 @@ void KernelBackend::read_gradient_stats(const GradientStats* records, std::int64
   if (!device_->computes()) std::fill(host, host + count, GradientStats{});
 }
 
-GradientStats KernelBackend::gradient_stats(const float* grads, std::int64_t n, const float* loss) {
+GradientStats KernelBackend::gradient_stats(const GradientSource& grads, std::int64_t n,
+                                            const float* loss) {
   // The statistics land right behind the queued index checks' results: one
   // read of the device brings back both.
   std::int64_t* slots = check_slots();

@@ -219,21 +219,32 @@ Work work_of(const kernels::UnscalePartials& k) {  // src read, the f32 master w
           k.n, static_cast<double>(k.n) * (type_bytes(k.src_type) + master)};
 }
 Work work_of(const kernels::GradStatsPartials& k) {
-  return {"f32", k.n, 4.0 * static_cast<double>(k.n)};
+  return {std::string(type_name(k.type)), k.n, type_bytes(k.type) * static_cast<double>(k.n)};
 }
 Work work_of(const kernels::ColumnTotals& k) {  // f32 partial rows read, a row written
   const double out = type_bytes(k.out_type) * (k.accumulate ? 2.0 : 1.0);
   return {std::string(type_name(k.out_type)), k.cols,
           static_cast<double>(k.cols) * (4.0 * static_cast<double>(k.blocks) + out)};
 }
+// An update's gradients read and values published: its line names the
+// gradients' type, "-> f32" where they are widened, and the published type
+// ("bf16 -> f32 -> bf16"; "f32 -> bf16" from the f32 masters; plain "f32").
+Work update_work(const kernels::UpdateOperands& io, std::int64_t n, double f32_streams) {
+  const bool published = io.publish != nullptr;
+  std::string name = type_name(io.grad_type);
+  if (io.grad_type != kernels::ElementType::f32) name += " -> f32";
+  if (published) name += fmt::format(" -> {}", type_name(io.publish_type));
+  const double bytes = f32_streams * 4.0 + type_bytes(io.grad_type) +
+                       (published ? type_bytes(io.publish_type) : 0.0);
+  return {name, n, bytes * static_cast<double>(n)};
+}
 Work work_of(const kernels::SgdUpdateKernel& k) {
-  const double streams =
-      k.buffer != nullptr ? 5.0 : 3.0;  // p and buffer read and written, grad read
-  return {"f32", k.n, streams * 4.0 * static_cast<double>(k.n)};
+  // p and buffer read and written
+  return update_work(k.io, k.n, k.buffer != nullptr ? 4.0 : 2.0);
 }
 Work work_of(const kernels::AdamUpdateKernel& k) {
-  const double streams = k.vmax != nullptr ? 9.0 : 7.0;
-  return {"f32", k.n, streams * 4.0 * static_cast<double>(k.n)};
+  // p, m, v (and vmax) read and written
+  return update_work(k.io, k.n, k.vmax != nullptr ? 8.0 : 6.0);
 }
 
 // A kernel's work, its line marked ", packed" where it moves its elements in

@@ -14,7 +14,7 @@
 //     index_check_scratch_bytes(n) bytes, 8-byte aligned: partial =
 //     (std::int64_t*)scratch [chunks], result = partial + chunks.
 //   gradient_stats: GradStatsPartials{grads, n, partial_squares,
-//     partial_amax_bits}, then GradStatsFinish{partial_squares,
+//     partial_amax_bits, type, scale}, then GradStatsFinish{partial_squares,
 //     partial_amax_bits, chunks, loss, out}; the host copies the one
 //     rig::GradientStats at `out` (8-byte aligned, anywhere on the device:
 //     the back end keeps it behind its queued index checks' results, so one
@@ -134,17 +134,22 @@ inline std::size_t grad_stats_scratch_bytes(std::int64_t n) {
 // Block b over chunk b: partial_squares[b] = the f64 sum of f32(g^2),
 // partial_amax_bits[b] = the largest math::abs_bits(g).
 struct GradStatsPartials {
-  const float* grads = nullptr;
+  const void* grads = nullptr;  // of `type`
   std::int64_t n = 0;
   double* partial_squares = nullptr;           // [check_chunks(n)]
   std::uint32_t* partial_amax_bits = nullptr;  // [check_chunks(n)]
+  // The model's f16 / bf16 gradients are read as f32 times `scale`: the
+  // values, so the bits, of the f32 master gradients unscaling would write.
+  ElementType type = ElementType::f32;
+  float scale = 1.0F;
 
   // A chunk's pieces of kPack elements as packs (packed.hpp) where grads is
   // aligned; the same pieces element by element otherwise.
-  RIG_HD bool packed() const { return pack_aligned<kPack>(grads, ElementType::f32); }
+  RIG_HD bool packed() const { return pack_aligned<kPack>(grads, type); }
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
-    return simt::plan_rows(device, check_chunks(n), simt::KernelResources{kBlockThreads, 0, 32});
+    // ptxas (nvcc 13): 39 registers a thread for sm_75, 32 for sm_90.
+    return simt::plan_rows(device, check_chunks(n), simt::KernelResources{kBlockThreads, 0, 39});
   }
 
   template <class Ctx>
@@ -159,12 +164,13 @@ struct GradStatsPartials {
     // ...: the same order packed or not.
     const bool pack = packed();
     for_chunks(end - begin, ctx.thread_rank(), ctx.block_threads(), [&](std::int64_t q, int valid) {
-      const Pack<kPack> g = load_row_chunk(grads, ElementType::f32, begin, q, valid, pack);
+      const Pack<kPack> chunk = load_row_chunk(grads, type, begin, q, valid, pack);
       for (int e = 0; e < kPack; ++e) {
         if (e >= valid) continue;
-        const float square = g.v[e] * g.v[e];  // f32, as the CPU's: overflows where it does
+        const float g = chunk.v[e] * scale;
+        const float square = g * g;  // f32, as the CPU's: overflows where it does
         squares += static_cast<double>(square);
-        const std::uint32_t b = math::abs_bits(g.v[e]);
+        const std::uint32_t b = math::abs_bits(g);
         bits = b > bits ? b : bits;
       }
     });

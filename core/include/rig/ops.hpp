@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "rig/mixed_precision_step.hpp"
 #include "rig/op_types.hpp"
 #include "rig/random.hpp"
 #include "rig/tensor.hpp"
@@ -218,6 +219,8 @@ Tensor padded_cross_entropy(const Tensor& logits, const Tensor& labels, const Te
 // One fused Adam / AdamW / AMSGrad step over flat f32 buffers of equal size
 // (the parameter store's values and grads, the optimizer's moments); the
 // update rule is AdamUpdate's (rig/op_types.hpp). max_exp_avg_sq defined: AMSGrad.
+// `mixed` folds mixed precision's unscale and publish into the same pass
+// (rig/mixed_precision_step.hpp); grads is then not read where it has grads16.
 using rig::AdamUpdate;
 using rig::FlatSlice;
 using rig::GradientStats;
@@ -225,25 +228,29 @@ using rig::LarcOptions;
 using rig::NovogradUpdate;
 using rig::SgdUpdate;
 void adam_update(Tensor& values, const Tensor& grads, Tensor& exp_avg, Tensor& exp_avg_sq,
-                 Tensor& max_exp_avg_sq, const AdamUpdate& update);
+                 Tensor& max_exp_avg_sq, const AdamUpdate& update,
+                 const MixedPrecisionStep& mixed = {});
 
 // torch.optim.SGD's and NovoGrad's steps over the flat f32 buffers
 // (rig/op_types.hpp); momentum_buffer undefined: no momentum. NovoGrad's
 // slices are the parameters of the flat buffers, grads_ema one f32 each.
 void sgd_update(Tensor& values, const Tensor& grads, Tensor& momentum_buffer,
-                const SgdUpdate& update);
+                const SgdUpdate& update, const MixedPrecisionStep& mixed = {});
 void novograd_update(Tensor& values, const Tensor& grads, Tensor& momentum, Tensor& grads_ema,
                      const std::vector<FlatSlice>& slices, const NovogradUpdate& update);
 
-// The global norm and max |g| of a flat f32 buffer (rig/op_types.hpp), and
+// The global norm and max |g| of a flat buffer (rig/op_types.hpp), and
 // whether `loss` (an f32 scalar on the same device, optional) is finite: one
 // trip to the device per training step for the overflow check and clipping.
-GradientStats gradient_stats(const Tensor& grads, const Tensor& loss = {});
+// grads is f32, or the model's f16 / bf16 gradients, each read as f32 times
+// `scale` (mixed precision's 1 / loss scale): the statistics of the f32
+// master gradients unscaling would write, without writing them.
+GradientStats gradient_stats(const Tensor& grads, const Tensor& loss = {}, float scale = 1.0F);
 // The same statistics queued into record `slot` of `records` (i64 [slots *
 // kGradientStatsWords], contiguous, on grads' device) without reading the
 // device; read_gradient_stats brings back records [0, count) in one read.
 void gradient_stats_into(const Tensor& grads, const Tensor& loss, Tensor& records,
-                         std::int64_t slot);
+                         std::int64_t slot, float scale = 1.0F);
 std::vector<GradientStats> read_gradient_stats(const Tensor& records, std::int64_t count);
 // grads (flat f32) *= max_norm / (norm + 1e-6) when the norm of record `slot`
 // of `records` > max_norm: clipping by the global norm on the device, without

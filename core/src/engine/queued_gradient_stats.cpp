@@ -6,12 +6,13 @@
 
 namespace rig::engine {
 
-void QueuedGradientStats::push(std::int64_t step, const Tensor& grads, const Tensor& loss) {
+void QueuedGradientStats::push(std::int64_t step, const Tensor& grads, const Tensor& loss,
+                               float scale) {
   if (full()) throw std::logic_error("QueuedGradientStats::push on a full queue: take() first");
   if (!records_.defined()) {
     records_ = Tensor::zeros({kCapacity * kGradientStatsWords}, DType::i64, device_);
   }
-  ops::gradient_stats_into(grads, loss, records_, static_cast<std::int64_t>(steps_.size()));
+  ops::gradient_stats_into(grads, loss, records_, static_cast<std::int64_t>(steps_.size()), scale);
   steps_.push_back(step);
 }
 

@@ -25,8 +25,9 @@ class QueuedGradientStats {
 
   explicit QueuedGradientStats(Device device) : device_(device) {}
 
-  // Queues step `step`'s statistics of grads and loss (an f32 scalar; may be undefined).
-  void push(std::int64_t step, const Tensor& grads, const Tensor& loss);
+  // Queues step `step`'s statistics of grads (each times `scale`: the model's
+  // 16-bit gradients, unscaled as read) and loss (an f32 scalar; may be undefined).
+  void push(std::int64_t step, const Tensor& grads, const Tensor& loss, float scale = 1.0F);
   bool full() const { return static_cast<std::int64_t>(steps_.size()) == kCapacity; }
   bool empty() const { return steps_.empty(); }
   // Every queued record, oldest first, in one read of the device; empties the queue.

@@ -107,7 +107,12 @@ class TrainingLoop {
         print_loss_(device_),
         summary_loss_(device_),
         queued_stats_(device_),
-        queues_stats_(!p_.loss_scaler.automatic() && p_.ps == nullptr) {
+        queues_stats_(!p_.loss_scaler.automatic() && p_.ps == nullptr),
+        folds_publish_(p_.optimizer.folds_mixed_precision() &&
+                       p_.params.compute_dtype() != DType::f32 && !s_.round_masters &&
+                       p_.ps == nullptr),
+        folds_unscale_(folds_publish_ && p_.reducer == nullptr && p_.deterministic == nullptr &&
+                       !s_.max_grad_norm && !o_.larc) {
     fetch_ahead_explicitly(p_.data);  // in forward_backward, once the forward is queued
   }
 
@@ -186,7 +191,16 @@ class TrainingLoop {
   // No host decision of a step needs its gradient statistics (no automatic
   // loss scaling or parameter server): they are queued, not read.
   bool queues_stats_;
-  Tensor last_loss_;  // the last step's, for the progress bar (read only when drawn)
+  // Mixed precision folded into the optimizer's pass (Optimizer::
+  // folds_mixed_precision): the update writes the model's 16-bit values
+  // (folds_publish_), and reads the model's 16-bit gradients unscaled as it
+  // reads them, as do the statistics (folds_unscale_: one process, nothing
+  // that rewrites grads() first: no clipping, no LARC). The f32 master
+  // gradients are then never written.
+  bool folds_publish_;
+  bool folds_unscale_;
+  float step_unscale_ = 1.0F;  // this step's 1 / loss scale, where folds_unscale_
+  Tensor last_loss_;           // the last step's, for the progress bar (read only when drawn)
   TrainResult result_;
   PhaseTimes print_interval_;
   PhaseTimes summary_interval_;
@@ -383,7 +397,11 @@ std::optional<GradientStats> TrainingLoop::finish_gradients(Tensor& step_loss, P
   // the loss scale: with f32 gradients and scale 1 it has nothing to do. The
   // reducer has unscaled each bucket before it left.
   if (reducer == nullptr && (p_.params.compute_dtype() != DType::f32 || loss_scale != 1.0)) {
-    p_.params.unscale_grads(1.0 / loss_scale);
+    if (folds_unscale_) {
+      step_unscale_ = static_cast<float>(1.0 / loss_scale);  // as unscale_grads rounds it
+    } else {
+      p_.params.unscale_grads(1.0 / loss_scale);
+    }
   }
   // Every rank must take the same branch after this: skip on anyone's
   // overflow, stop when anyone got a signal. The loss printed is the global mean.
@@ -391,12 +409,14 @@ std::optional<GradientStats> TrainingLoop::finish_gradients(Tensor& step_loss, P
   // After the reduction, so every rank agrees on the norm, the largest
   // gradient (LogMax's statistic) and an overflow any rank saw: one trip to
   // the device when a decision needs them, otherwise queued for the logging.
+  const Tensor finished = folds_unscale_ ? p_.params.compute_grads() : p_.params.grads();
+  const float unscale = folds_unscale_ ? step_unscale_ : 1.0F;
   std::optional<GradientStats> grads;
   if (queues_stats_) {
     if (queued_stats_.full()) read_queued_stats();
-    queued_stats_.push(state_.step, p_.params.grads(), step_loss);
+    queued_stats_.push(state_.step, finished, step_loss, unscale);
   } else {
-    grads = ops::gradient_stats(p_.params.grads(), step_loss);
+    grads = ops::gradient_stats(finished, step_loss, unscale);
   }
   const auto c1 = Clock::now();
   times.communication += seconds_between(c0, c1);
@@ -482,10 +502,20 @@ void TrainingLoop::update(const std::optional<GradientStats>& grads, PhaseTimes&
   }
   last_learning_rate_ = p_.lr_policy.learning_rate(state_.step);
   if (o_.larc) apply_larc(p_.params, *o_.larc, last_learning_rate_);
-  p_.optimizer.step(last_learning_rate_);
-  // Pure float16 / bfloat16 keeps its weights representable in that type.
-  if (s_.round_masters) p_.params.round_values_to(s_.compute_dtype);
-  p_.params.publish_values();
+  if (folds_publish_) {
+    MixedPrecisionStep mixed;
+    mixed.publish = p_.params.compute_values();
+    if (folds_unscale_) {
+      mixed.grads16 = p_.params.compute_grads();
+      mixed.unscale = step_unscale_;
+    }
+    p_.optimizer.step_mixed(last_learning_rate_, mixed);
+  } else {
+    p_.optimizer.step(last_learning_rate_);
+    // Pure float16 / bfloat16 keeps its weights representable in that type.
+    if (s_.round_masters) p_.params.round_values_to(s_.compute_dtype);
+    p_.params.publish_values();
+  }
   // Only an automatic scaler reacts, and it reads the statistics every step.
   if (grads) p_.loss_scaler.update(false, grads->amax);
   const auto c2 = Clock::now();

@@ -33,37 +33,76 @@ void require_slices_inside(std::string_view op, const std::vector<FlatSlice>& sl
   }
 }
 
+// A flat gradient buffer of n elements: f32, f16 or bf16, contiguous.
+void require_flat_gradients(std::string_view op, const Tensor& t, std::string_view role,
+                            std::int64_t numel) {
+  detail::require_dtype(op, t, role, {DType::f32, DType::f16, DType::bf16});
+  if (!t.is_contiguous() || t.numel() != numel) {
+    throw std::invalid_argument(fmt::format("{}: {} must be contiguous with {} elements, got {}{}",
+                                            op, role, numel, detail::shape_str(t),
+                                            t.is_contiguous() ? "" : " (strided)"));
+  }
+}
+
+// Where an update reads its gradients: mixed.grads16 (checked) unscaled as
+// read, else the f32 grads.
+GradientSource gradient_source(std::string_view op, const Tensor& grads,
+                               const MixedPrecisionStep& mixed, std::int64_t n) {
+  if (!mixed.grads16.defined()) {
+    require_flat_f32(op, grads, "grads", n);
+    return {grads.raw_data(), DType::f32, 1.0F};
+  }
+  detail::require_dtype(op, mixed.grads16, "mixed.grads16", {DType::f16, DType::bf16});
+  require_flat_gradients(op, mixed.grads16, "mixed.grads16", n);
+  return {mixed.grads16.raw_data(), mixed.grads16.dtype(), mixed.unscale};
+}
+
+// Where an update publishes its new values: mixed.publish (checked), or nowhere.
+PublishedValues published_values(std::string_view op, const MixedPrecisionStep& mixed,
+                                 std::int64_t n) {
+  if (!mixed.publish.defined()) return {};
+  detail::require_dtype(op, mixed.publish, "mixed.publish", {DType::f16, DType::bf16});
+  require_flat_gradients(op, mixed.publish, "mixed.publish", n);
+  Tensor out = mixed.publish;  // a handle: its data is written
+  return {out.raw_data(), out.dtype()};
+}
+
 }  // namespace
 
 void adam_update(Tensor& values, const Tensor& grads, Tensor& exp_avg, Tensor& exp_avg_sq,
-                 Tensor& max_exp_avg_sq, const AdamUpdate& update) {
+                 Tensor& max_exp_avg_sq, const AdamUpdate& update,
+                 const MixedPrecisionStep& mixed) {
   constexpr std::string_view kOp = "adam_update";
   detail::require_defined(kOp, values, "values");
   const std::int64_t n = values.numel();
   require_flat_f32(kOp, values, "values", n);
-  require_flat_f32(kOp, grads, "grads", n);
+  const GradientSource source = gradient_source(kOp, grads, mixed, n);
   require_flat_f32(kOp, exp_avg, "exp_avg", n);
   require_flat_f32(kOp, exp_avg_sq, "exp_avg_sq", n);
   const bool amsgrad = max_exp_avg_sq.defined();
   if (amsgrad) require_flat_f32(kOp, max_exp_avg_sq, "max_exp_avg_sq", n);
-  detail::require_same_device(kOp, {&values, &grads, &exp_avg, &exp_avg_sq, &max_exp_avg_sq});
-  detail::backend_of(values).adam_update(n, values.data<float>(), grads.data<float>(),
-                                         exp_avg.data<float>(), exp_avg_sq.data<float>(),
-                                         amsgrad ? max_exp_avg_sq.data<float>() : nullptr, update);
+  const PublishedValues publish = published_values(kOp, mixed, n);
+  detail::require_same_device(kOp, {&values, &grads, &exp_avg, &exp_avg_sq, &max_exp_avg_sq,
+                                    &mixed.grads16, &mixed.publish});
+  detail::backend_of(values).adam_update(
+      n, values.data<float>(), source, exp_avg.data<float>(), exp_avg_sq.data<float>(),
+      amsgrad ? max_exp_avg_sq.data<float>() : nullptr, update, publish);
 }
 
 void sgd_update(Tensor& values, const Tensor& grads, Tensor& momentum_buffer,
-                const SgdUpdate& update) {
+                const SgdUpdate& update, const MixedPrecisionStep& mixed) {
   constexpr std::string_view kOp = "sgd_update";
   detail::require_defined(kOp, values, "values");
   const std::int64_t n = values.numel();
   require_flat_f32(kOp, values, "values", n);
-  require_flat_f32(kOp, grads, "grads", n);
+  const GradientSource source = gradient_source(kOp, grads, mixed, n);
   if (momentum_buffer.defined()) require_flat_f32(kOp, momentum_buffer, "momentum_buffer", n);
-  detail::require_same_device(kOp, {&values, &grads, &momentum_buffer});
+  const PublishedValues publish = published_values(kOp, mixed, n);
+  detail::require_same_device(kOp,
+                              {&values, &grads, &momentum_buffer, &mixed.grads16, &mixed.publish});
   detail::backend_of(values).sgd_update(
-      n, values.data<float>(), grads.data<float>(),
-      momentum_buffer.defined() ? momentum_buffer.data<float>() : nullptr, update);
+      n, values.data<float>(), source,
+      momentum_buffer.defined() ? momentum_buffer.data<float>() : nullptr, update, publish);
 }
 
 void novograd_update(Tensor& values, const Tensor& grads, Tensor& momentum, Tensor& grads_ema,
@@ -82,13 +121,14 @@ void novograd_update(Tensor& values, const Tensor& grads, Tensor& momentum, Tens
       slices.data(), static_cast<std::int64_t>(slices.size()), update);
 }
 
-GradientStats gradient_stats(const Tensor& grads, const Tensor& loss) {
+GradientStats gradient_stats(const Tensor& grads, const Tensor& loss, float scale) {
   constexpr std::string_view kOp = "gradient_stats";
   detail::require_defined(kOp, grads, "grads");
-  require_flat_f32(kOp, grads, "grads", grads.numel());
+  require_flat_gradients(kOp, grads, "grads", grads.numel());
   if (loss.defined()) require_flat_f32(kOp, loss, "loss", 1);
   detail::require_same_device(kOp, {&grads, &loss});
-  return detail::backend_of(grads).gradient_stats(grads.data<float>(), grads.numel(),
+  return detail::backend_of(grads).gradient_stats({grads.raw_data(), grads.dtype(), scale},
+                                                  grads.numel(),
                                                   loss.defined() ? loss.data<float>() : nullptr);
 }
 
@@ -115,14 +155,15 @@ GradientStats* record_at(std::string_view op, const Tensor& records, std::int64_
 }  // namespace
 
 void gradient_stats_into(const Tensor& grads, const Tensor& loss, Tensor& records,
-                         std::int64_t slot) {
+                         std::int64_t slot, float scale) {
   constexpr std::string_view kOp = "gradient_stats_into";
   detail::require_defined(kOp, grads, "grads");
-  require_flat_f32(kOp, grads, "grads", grads.numel());
+  require_flat_gradients(kOp, grads, "grads", grads.numel());
   if (loss.defined()) require_flat_f32(kOp, loss, "loss", 1);
   GradientStats* out = record_at(kOp, records, slot);
   detail::require_same_device(kOp, {&grads, &loss, &records});
-  detail::backend_of(grads).gradient_stats_to(grads.data<float>(), grads.numel(),
+  detail::backend_of(grads).gradient_stats_to({grads.raw_data(), grads.dtype(), scale},
+                                              grads.numel(),
                                               loss.defined() ? loss.data<float>() : nullptr, out);
 }
 

@@ -74,7 +74,11 @@ class Adam final : public rig::Optimizer {
 
   bool element_wise() const override { return true; }
 
-  void step(double learning_rate) override {
+  bool folds_mixed_precision() const override { return true; }
+
+  void step(double learning_rate) override { step_mixed(learning_rate, {}); }
+
+  void step_mixed(double learning_rate, const rig::MixedPrecisionStep& mixed) override {
     ++step_;
     const auto t = static_cast<double>(step_);
     rig::ops::AdamUpdate update;
@@ -88,7 +92,7 @@ class Adam final : public rig::Optimizer {
     } else {
       update.coupled_decay = static_cast<float>(weight_decay_);
     }
-    rig::ops::adam_update(values_, grads_, exp_avg_, exp_avg_sq_, max_exp_avg_sq_, update);
+    rig::ops::adam_update(values_, grads_, exp_avg_, exp_avg_sq_, max_exp_avg_sq_, update, mixed);
   }
 
   std::map<std::string, Tensor> state() const override {

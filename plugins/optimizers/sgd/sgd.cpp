@@ -33,12 +33,17 @@ class Sgd final : public rig::Optimizer {
 
   bool element_wise() const override { return true; }
 
-  void step(double learning_rate) override {
+  bool folds_mixed_precision() const override { return true; }
+
+  void step(double learning_rate) override { step_mixed(learning_rate, {}); }
+
+  void step_mixed(double learning_rate, const rig::MixedPrecisionStep& mixed) override {
     const bool first = momentum_ != 0.0 && !buffer_.defined();
     if (first) buffer_ = Tensor::empty({values_.numel()}, rig::DType::f32, values_.device());
     rig::ops::sgd_update(values_, grads_, buffer_,
                          {static_cast<float>(learning_rate), static_cast<float>(weight_decay_),
-                          static_cast<float>(momentum_), nesterov_, first});
+                          static_cast<float>(momentum_), nesterov_, first},
+                         mixed);
   }
 
   std::map<std::string, Tensor> state() const override {

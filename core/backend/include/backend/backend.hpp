@@ -489,13 +489,16 @@ class Backend {
   virtual void unscale(std::int64_t n, DType src_dtype, const void* src, float* master, float scale,
                        float* amax) = 0;
 
-  // Reads the device: the statistics come back to the host, with whether the
-  // one f32 at `loss` (a device scalar; may be null) is finite.
-  virtual GradientStats gradient_stats(const float* grads, std::int64_t n, const float* loss) = 0;
+  // Reads the device: the statistics of n gradients (the master f32, or 16-bit
+  // ones unscaled as they are read: GradientSource) come back to the host,
+  // with whether the one f32 at `loss` (a device scalar; may be null) is
+  // finite. The same bits whatever the source's type for the same values.
+  virtual GradientStats gradient_stats(const GradientSource& grads, std::int64_t n,
+                                       const float* loss) = 0;
   // The same statistics written to *out, this back end's memory, without
   // reading the device: a step whose host decisions do not need them queues
   // them, and the host reads several steps' at once, when it logs.
-  virtual void gradient_stats_to(const float* grads, std::int64_t n, const float* loss,
+  virtual void gradient_stats_to(const GradientSource& grads, std::int64_t n, const float* loss,
                                  GradientStats* out) = 0;
   // grads (n f32) *= f32(max_norm / (norm + 1e-6)) when the norm of *stats
   // (this back end's memory, as gradient_stats_to wrote it) > max_norm:
@@ -514,11 +517,15 @@ class Backend {
                     const LarcOptions& options) = 0;
 
   // ---- Optimizer updates (flat f32 buffers, in place) ------------------------------------
-  virtual void adam_update(std::int64_t n, float* p, const float* grad, float* m, float* v,
-                           float* vmax, const AdamUpdate& args) = 0;
+  // The gradients come from `grad` (f32, or 16-bit unscaled as read), and the
+  // new values are also written to `publish` where it has data: mixed
+  // precision's unscale and publish folded into the update's one pass, with
+  // the bits of the three passes.
+  virtual void adam_update(std::int64_t n, float* p, const GradientSource& grad, float* m, float* v,
+                           float* vmax, const AdamUpdate& args, const PublishedValues& publish) = 0;
   // buffer may be null (no momentum).
-  virtual void sgd_update(std::int64_t n, float* p, const float* grad, float* buffer,
-                          const SgdUpdate& args) = 0;
+  virtual void sgd_update(std::int64_t n, float* p, const GradientSource& grad, float* buffer,
+                          const SgdUpdate& args, const PublishedValues& publish) = 0;
   // One slice per parameter (host memory); ema holds one f32 per slice.
   virtual void novograd_update(float* p, const float* grad, float* m, float* ema,
                                const FlatSlice* slices, std::int64_t count,

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "rig/dtype.hpp"
+
 namespace rig {
 
 enum class Activation { none, relu, gelu, tanh, sigmoid };
@@ -25,6 +27,32 @@ struct AdamUpdate {
   float step_size = 0.0F, inv_bc2_sqrt = 1.0F;
   float coupled_decay = 0.0F;  // torch.optim.Adam's weight_decay (L2 added to the gradient)
   float shrink = 1.0F;         // AdamW's 1 - lr * weight_decay
+};
+
+// Where an optimizer update and the gradient statistics read the gradients:
+// the f32 master gradients, or under mixed precision the model's f16 / bf16
+// gradients still multiplied by the loss scale. Each is widened to f32 and
+// multiplied by `scale` (1 / the loss scale) before anything else, as
+// ParameterStore::unscale_grads would have written it: the pass that reads
+// the gradients unscales them, and nothing writes the f32 copy.
+struct GradientSource {
+  const void* data = nullptr;
+  DType type = DType::f32;
+  float scale = 1.0F;
+
+  GradientSource() = default;
+  // The f32 gradients as they are: the plain case, converted implicitly.
+  GradientSource(const float* f32) : data(f32) {}  // NOLINT(google-explicit-constructor)
+  GradientSource(const void* gradients, DType dtype, float multiplier)
+      : data(gradients), type(dtype), scale(multiplier) {}
+};
+
+// Where an update also writes its new values rounded to the model's f16 /
+// bf16 (ParameterStore::publish_values's copy, in the same pass); data null:
+// nowhere.
+struct PublishedValues {
+  void* data = nullptr;
+  DType type = DType::f32;
 };
 
 // One fused torch.optim.SGD step (dampening 0) over flat f32 buffers:
