@@ -15,25 +15,25 @@ inline bool plain_f32(const GradientSource& g) {
   return g.type == DType::f32 && g.scale == 1.0F;
 }
 
-// Gradient i of the source as f32: widened, then multiplied by the scale,
-// as unscale() writes it.
-inline float gradient_at(const GradientSource& g, std::int64_t i) {
-  switch (g.type) {
-    case DType::f16:
-      return half_bits_to_float(static_cast<const std::uint16_t*>(g.data)[i]) * g.scale;
-    case DType::bf16:
-      return bfloat16_bits_to_float(static_cast<const std::uint16_t*>(g.data)[i]) * g.scale;
-    default:
-      return static_cast<const float*>(g.data)[i] * g.scale;
-  }
-}
-
 // Gradients [first, first + count) as f32: the buffer itself where it is
-// plain f32, else widened and scaled into `scratch` (count floats).
+// plain f32, else widened and multiplied by the scale into `scratch` (count
+// floats), as unscale() writes them. One loop per type, so that each
+// vectorises.
 inline const float* gradients_at(const GradientSource& g, std::int64_t first, std::int64_t count,
                                  float* scratch) {
   if (plain_f32(g)) return static_cast<const float*>(g.data) + first;
-  for (std::int64_t i = 0; i < count; ++i) scratch[i] = gradient_at(g, first + i);
+  const float s = g.scale;
+  if (g.type == DType::f32) {
+    const float* src = static_cast<const float*>(g.data) + first;
+    for (std::int64_t i = 0; i < count; ++i) scratch[i] = src[i] * s;
+    return scratch;
+  }
+  const std::uint16_t* src = static_cast<const std::uint16_t*>(g.data) + first;
+  if (g.type == DType::f16) {
+    for (std::int64_t i = 0; i < count; ++i) scratch[i] = half_bits_to_float(src[i]) * s;
+  } else {
+    for (std::int64_t i = 0; i < count; ++i) scratch[i] = bfloat16_bits_to_float(src[i]) * s;
+  }
   return scratch;
 }
 

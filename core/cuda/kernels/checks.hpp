@@ -28,12 +28,12 @@
 //
 // gradient_stats against the CPU: norm = sqrt(sum g^2) with each square
 // rounded to f32 (as the CPU's) and summed in f64; the CPU sums the f32
-// squares in f32 runs of 1024, so the norms agree to about 1e-6 relative,
-// not in bits; amax (max |g|) is exact. Both are +inf when the norm is not
-// finite (any inf or NaN, or a square beyond the f32 range), as on the CPU;
-// the CPU's f32 runs also overflow when a run's squares sum past 3.4e38,
-// where the f64 sum here stays finite. loss_finite = loss is null or *loss
-// is finite (read on the device).
+// squares in f32 runs of 1024 (8 interleaved lanes each), so the norms
+// agree to about 1e-6 relative, not in bits; amax (max |g|) is exact. Both
+// are +inf when the norm is not finite (any inf or NaN, or a square beyond
+// the f32 range), as on the CPU; the CPU's f32 runs also overflow when a
+// run's squares sum past 3.4e38, where the f64 sum here stays finite.
+// loss_finite = loss is null or *loss is finite (read on the device).
 #pragma once
 
 #include <cmath>
