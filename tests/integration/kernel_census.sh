@@ -75,6 +75,9 @@ grep -Eq "^ +1 .* CrossEntropyBackward bf16, packed$" nmt.txt || fail "the loss'
 grep -Eq "^ +2 .* BiasReluDropoutStore f32 -> bf16, packed$" nmt.txt || fail "not 2 fused bias passes"
 grep -Eq "^ +2 .* cuBLASLt matmul bf16 x bf16 -> bf16, BIAS$" nmt.txt ||
   fail "not 2 products adding their bias"
+# the second's backward: its bf16 g is dz as it is, the pass only sums the bias's gradient
+grep -Eq "^ +2 .* ActivationBackward g bf16 saved none dz none, packed$" nmt.txt ||
+  fail "not 2 bias gradients summed from g without writing dz"
 if grep -Eq "BiasActivation|DropoutForward f32" nmt.txt; then fail "an f32 bias or dropout pass"; fi
 # the shared embedding's two lookups add their rows straight into its bf16 gradient
 grep -Eq "^ +2 .* IndexAddSegments bf16 -> bf16$" nmt.txt || fail "not 2 row adds into bf16"

@@ -182,7 +182,7 @@ Work work_of(const kernels::ActivationBackward& k) {
   const double saved = k.saved16 != nullptr ? 2.0 : k.saved != nullptr ? 4.0 : 0.0;
   const double dz = (k.dz != nullptr ? 4.0 : 0.0) + (k.dz16 != nullptr ? 2.0 : 0.0);
   return {fmt::format("g {} saved {} dz {}", name(k.g16, k.g), name(k.saved16, k.saved),
-                      k.dz16 != nullptr ? half : "f32"),
+                      name(k.dz16, k.dz)),
           n, static_cast<double>(n) * (g + saved + dz)};
 }
 Work work_of(const kernels::MaxPool2dForward& k) {

@@ -221,11 +221,14 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
         if (g_is_dz) {
           dz_bf16 = gc;
         } else if (x_bf16.defined() && (activation != Activation::none || need_b)) {
-          dz_bf16 = detail::empty_on(gc, {n_rows, out_features}, DType::bf16);
+          // Without an activation a bf16 g is dz itself: the pass sums db only.
+          const bool g_as_dz = pass_16 && activation == Activation::none && g_bf16;
+          dz_bf16 = g_as_dz ? gc : detail::empty_on(gc, {n_rows, out_features}, DType::bf16);
           if (pass_16) {
             be.activation_backward_16(activation, gc.dtype(), gc.raw_data(), saved_dtype,
-                                      saved_data, DType::bf16, dz_bf16.raw_data(), db_dtype,
-                                      db_data, n_rows, out_features, keep_scale, db_into.defined());
+                                      saved_data, DType::bf16,
+                                      g_as_dz ? nullptr : dz_bf16.raw_data(), db_dtype, db_data,
+                                      n_rows, out_features, keep_scale, db_into.defined());
           } else {
             be.activation_backward_bf16(activation, gc.data<float>(),
                                         static_cast<const float*>(saved_data),

@@ -101,12 +101,14 @@ Tensor linear_f16_products(const Tensor& x, const Tensor& weight, const Tensor& 
         // dz in f16 for the products: an f16 g with nothing to form is dz itself.
         Tensor dz = gc;
         if (activation != Activation::none || need_b || gc.dtype() != DType::f16) {
-          dz = empty_on(gc, {n_rows, out_features}, DType::f16);
-          be.activation_backward_16(activation, gc.dtype(), gc.raw_data(),
-                                    saved.defined() ? saved.dtype() : DType::f32,
-                                    saved.defined() ? saved.raw_data() : nullptr, DType::f16,
-                                    dz.raw_data(), db_dtype, need_b ? db.raw_data() : nullptr,
-                                    n_rows, out_features, keep_scale, db_into.defined());
+          // Without an activation an f16 g is dz itself: the pass sums db only.
+          const bool g_as_dz = activation == Activation::none && gc.dtype() == DType::f16;
+          if (!g_as_dz) dz = empty_on(gc, {n_rows, out_features}, DType::f16);
+          be.activation_backward_16(
+              activation, gc.dtype(), gc.raw_data(), saved.defined() ? saved.dtype() : DType::f32,
+              saved.defined() ? saved.raw_data() : nullptr, DType::f16,
+              g_as_dz ? nullptr : dz.raw_data(), db_dtype, need_b ? db.raw_data() : nullptr, n_rows,
+              out_features, keep_scale, db_into.defined());
         }
         // An f16 gradient that x or W already has (x's other uses, W's .grad)
         // takes the product's result added in f32 and rounded once (beta 1).

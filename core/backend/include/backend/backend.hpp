@@ -140,7 +140,8 @@ class Backend {
   // each f32 or dz_type (g_type, saved_type), and db f32 or rounded to
   // dz_type once summed (db_type: a 16-bit bias's gradient needs no cast
   // after), where reads_16bit_storage(); with accumulate_db, db is added to
-  // what it holds (in f32, rounded once).
+  // what it holds (in f32, rounded once). dz may be null (activation none
+  // with g already of dz_type: g is dz, only db is wanted).
   virtual void activation_backward_16(Activation activation, DType g_type, const void* g,
                                       DType saved_type, const void* saved, DType dz_type, void* dz,
                                       DType db_type, void* db, std::int64_t rows, std::int64_t cols,
