@@ -75,6 +75,12 @@ grep -Eq "^ +1 .* CrossEntropyBackward bf16, packed$" nmt.txt || fail "the loss'
 grep -Eq "^ +2 .* BiasReluDropoutStore f32 -> bf16, packed$" nmt.txt || fail "not 2 fused bias passes"
 grep -Eq "^ +2 .* cuBLASLt matmul bf16 x bf16 -> bf16, BIAS$" nmt.txt ||
   fail "not 2 products adding their bias"
+# the encoder's feed-forward output: its padding mask, dropout and residual
+# add in one pass each way (no mul by the mask)
+grep -Eq "^ +1 .* DropoutForward bf16, \+ residual, rows scaled, packed$" nmt.txt ||
+  fail "the encoder's padding mask not applied in the dropout-add"
+grep -Eq "^ +1 .* DropoutBackward bf16, rows scaled, packed$" nmt.txt ||
+  fail "the padding mask's backward not in the dropout's"
 # the second's backward: its bf16 g is dz as it is, the pass only sums the bias's gradient
 grep -Eq "^ +2 .* ActivationBackward g bf16 saved none dz none, packed$" nmt.txt ||
   fail "not 2 bias gradients summed from g without writing dz"
@@ -97,8 +103,9 @@ if grep -q "AddStrided" nmt.txt; then fail "a gradient added in a pass of its ow
 grep -Eq "^ +5 .* LayerNormBackwardDx bf16, added into dx, packed$" nmt.txt || fail "not 5 dx added into"
 grep -Eq "cuBLASLt matmul bf16 x bf16 \+= bf16$" nmt.txt || fail "no product adds into a gradient"
 # each residual connection's add and its branch's dropout in one pass (2 in the
-# encoder layer, 3 in the decoder layer); the embeddings' dropouts stand alone
-grep -Eq "^ +5 .* DropoutForward bf16, \+ residual, packed$" nmt.txt || fail "not 5 dropout adds"
+# encoder layer, the feed-forward's with its padding mask, 3 in the decoder
+# layer); the embeddings' dropouts stand alone
+grep -Eq "^ +4 .* DropoutForward bf16, \+ residual, packed$" nmt.txt || fail "not 4 dropout adds"
 grep -Eq "^ +2 .* DropoutForward bf16, packed$" nmt.txt || fail "not 2 dropouts of their own"
 # no read of the device in mixed precision either (unscaling reads nothing;
 # the index checks' results and the statistics wait for the logged loss)

@@ -374,6 +374,16 @@ TEST(Emulated16BitOps, BatchNormHasTheBitsOfItsFloat32Copy) {
   }
 }
 
+// Each fused output equals the composed one, bit for bit.
+void expect_same_bits(const std::vector<Tensor>& fused, const std::vector<Tensor>& composed) {
+  ASSERT_EQ(fused.size(), composed.size());
+  for (std::size_t i = 0; i < fused.size(); ++i) {
+    EXPECT_EQ(fused[i].to_host().to(DType::f32).to_vector(),
+              composed[i].to_host().to(DType::f32).to_vector())
+        << "output " << i;
+  }
+}
+
 TEST(Emulated16BitOps, DropoutAddIsAnAddOfDropoutInOnePass) {
   // ops::dropout_add on the CUDA back end (one DropoutForward with the
   // residual) against add(residual, dropout(x)): the same bits forward and
@@ -391,11 +401,47 @@ TEST(Emulated16BitOps, DropoutAddIsAnAddOfDropoutInOnePass) {
       rig::ops::sum(rig::ops::mul(y, up.to(dev).to(type))).backward();
       return std::vector<Tensor>{y.detach(), rl.grad(), xl.grad()};
     };
-    const std::vector<Tensor> fused = run(true), composed = run(false);
-    for (std::size_t i = 0; i < fused.size(); ++i) {
-      EXPECT_EQ(fused[i].to_host().to(DType::f32).to_vector(),
-                composed[i].to_host().to(DType::f32).to_vector())
-          << "output " << i;
+    const std::vector<Tensor> fused = run(true);
+    expect_same_bits(fused, run(false));
+  }
+}
+
+TEST(Emulated16BitOps, DropoutAddScalesRowsInTheSamePass) {
+  // dropout_add with a row scale (a Transformer's padding mask, [B, T, 1])
+  // against add(residual, dropout(mul(x, mask))): the same bits forward and
+  // backward; rows of 40 and of 37 elements (packs that straddle rows), and
+  // a scale that is not 0 or 1 (the product rounds); one DropoutForward and
+  // one DropoutBackward, no mul.
+  const rig::Device dev = emulated_cuda();
+  const rig::RandomKey key{5, 3, 1, 18};
+  for (const std::int64_t d : {40, 37}) {
+    const Tensor r = random({3, 7, d}, 81), x = random({3, 7, d}, 82), up = random({3, 7, d}, 83);
+    std::vector<float> rows(21, 1.0F);
+    rows[4] = rows[11] = rows[20] = 0.0F;
+    rows[6] = 0.7F;
+    const Tensor mask = Tensor::from_vector(rows, {3, 7, 1});
+    for (const DType type : {DType::f32, DType::bf16, DType::f16}) {
+      SCOPED_TRACE(::testing::Message() << rig::dtype_name(type) << " d " << d);
+      const auto run = [&](bool fused) {
+        Tensor rl = leaf(r, type, dev), xl = leaf(x, type, dev);
+        const Tensor m = mask.to(dev).to(type);
+        const Tensor y =
+            fused ? rig::ops::dropout_add(rl, xl, 0.3F, key, m)
+                  : rig::ops::add(rl, rig::ops::dropout(rig::ops::mul(xl, m), 0.3F, key));
+        rig::ops::sum(rig::ops::mul(y, up.to(dev).to(type))).backward();
+        return std::vector<Tensor>{y.detach(), rl.grad(), xl.grad()};
+      };
+      const std::vector<Tensor> fused = run(true);
+      expect_same_bits(fused, run(false));
+      // The masked rows: the residual as it is, and no gradient for x.
+      const std::vector<float> y = fused[0].to_host().to(DType::f32).to_vector();
+      const std::vector<float> rr = r.to(type).to(DType::f32).to_vector();
+      const std::vector<float> dx = fused[2].to_host().to(DType::f32).to_vector();
+      for (std::int64_t j = 0; j < d; ++j) {
+        EXPECT_EQ(y[static_cast<std::size_t>(11 * d + j)],
+                  rr[static_cast<std::size_t>(11 * d + j)]);
+        EXPECT_EQ(dx[static_cast<std::size_t>(11 * d + j)], 0.0F);
+      }
     }
   }
 }

@@ -126,8 +126,13 @@ void Backend::add_relu(const StridedPlan<3>&, DType, const void*, const void*, v
 }
 
 void Backend::dropout_add_forward(const RandomKey&, float, float, DType, const void*, const void*,
-                                  void*, std::int64_t, std::uint32_t*) {
+                                  void*, std::int64_t, std::uint32_t*, const RowScale&) {
   not_fused("dropout_add_forward");
+}
+
+void Backend::dropout_add_backward(const std::uint32_t*, float, DType, const void*, void*,
+                                   std::int64_t, const RowScale&) {
+  not_fused("dropout_add_backward");
 }
 
 }  // namespace rig::backend

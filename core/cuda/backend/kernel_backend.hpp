@@ -154,7 +154,10 @@ class KernelBackend final : public backend::Backend {
   bool fuses_dropout_add() const override { return true; }
   void dropout_add_forward(const RandomKey& key, float p, float scale, DType dtype, const void* src,
                            const void* residual, void* dst, std::int64_t n,
-                           std::uint32_t* mask_bits) override;
+                           std::uint32_t* mask_bits, const backend::RowScale& rows) override;
+  void dropout_add_backward(const std::uint32_t* mask_bits, float scale, DType dtype,
+                            const void* grad, void* dx, std::int64_t n,
+                            const backend::RowScale& rows) override;
   void add_relu(const backend::StridedPlan<3>& plan, DType type, const void* a, const void* b,
                 void* out) override;
   void batch_norm_apply_relu(const backend::BatchNormShape& s, DType type, const void* x,

@@ -14,7 +14,8 @@ void KernelBackend::dropout_forward(const RandomKey& key, float p, float scale, 
 
 void KernelBackend::dropout_add_forward(const RandomKey& key, float p, float scale, DType dtype,
                                         const void* src, const void* residual, void* dst,
-                                        std::int64_t n, std::uint32_t* mask_bits) {
+                                        std::int64_t n, std::uint32_t* mask_bits,
+                                        const backend::RowScale& rows) {
   kernels::DropoutForward k{math::PhiloxStream::of(key.seed, key.step, key.rank, key.purpose),
                             math::dropout_threshold(p),
                             scale,
@@ -24,6 +25,16 @@ void KernelBackend::dropout_add_forward(const RandomKey& key, float p, float sca
                             mask_bits,
                             n};
   k.residual = residual;
+  k.rows = {rows.data, rows.row_length};
+  run(k);
+}
+
+void KernelBackend::dropout_add_backward(const std::uint32_t* mask_bits, float scale, DType dtype,
+                                         const void* grad, void* dx, std::int64_t n,
+                                         const backend::RowScale& rows) {
+  kernels::DropoutBackward k{mask_bits, scale, element_type(dtype, "dropout_add backward"),
+                             grad,      dx,    n};
+  k.rows = {rows.data, rows.row_length};
   run(k);
 }
 

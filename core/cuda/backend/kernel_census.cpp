@@ -80,13 +80,27 @@ Work work_of(const kernels::UnaryBackward& k) {
   const double operands = 2.0 + (k.x != nullptr ? 1.0 : 0.0) + (k.y != nullptr ? 1.0 : 0.0);
   return {type_name(k.type), k.n, operands * static_cast<double>(k.n) * type_bytes(k.type)};
 }
+// A row scale's values: one per row_length elements.
+double row_scale_bytes(const kernels::DropoutRows& rows, std::int64_t n,
+                       kernels::ElementType type) {
+  if (rows.data == nullptr) return 0.0;
+  return static_cast<double>((n + rows.row_length - 1) / rows.row_length) * type_bytes(type);
+}
+const char* row_scale_name(const kernels::DropoutRows& rows) {
+  return rows.data != nullptr ? ", rows scaled" : "";
+}
 Work work_of(const kernels::DropoutForward& k) {
   const bool added = k.residual != nullptr;  // reads the residual too
-  return {fmt::format("{}{}", type_name(k.type), added ? ", + residual" : ""), k.n,
-          (added ? 3.0 : 2.0) * static_cast<double>(k.n) * type_bytes(k.type)};
+  return {
+      fmt::format("{}{}{}", type_name(k.type), added ? ", + residual" : "", row_scale_name(k.rows)),
+      k.n,
+      (added ? 3.0 : 2.0) * static_cast<double>(k.n) * type_bytes(k.type) +
+          row_scale_bytes(k.rows, k.n, k.type)};
 }
 Work work_of(const kernels::DropoutBackward& k) {
-  return {type_name(k.type), k.n, 2.0 * static_cast<double>(k.n) * type_bytes(k.type)};
+  return {
+      fmt::format("{}{}", type_name(k.type), row_scale_name(k.rows)), k.n,
+      2.0 * static_cast<double>(k.n) * type_bytes(k.type) + row_scale_bytes(k.rows, k.n, k.type)};
 }
 Work work_of(const kernels::AttentionKeep& k) {  // x and out f32, keep u8
   return {"f32", k.n, 9.0 * static_cast<double>(k.n)};

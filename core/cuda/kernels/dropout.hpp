@@ -12,6 +12,8 @@
 //   DropoutBackward: dx = bit ? grad * scale : 0, a thread taking chunks of
 //     kPack elements (a byte of the mask each): packs where grad and dx are
 //     aligned, else element by element.
+//   With DropoutRows (dropout_add only), the dropped tensor is first scaled
+//     per row (forward), its gradient scaled per row last (backward).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +27,32 @@ namespace rig::kernels {
 
 inline constexpr std::int64_t kDropoutChunk = 4 * simt::kWarpSize;  // elements per warp step
 
+// Backend::RowScale in a kernel: element i of the dropped tensor is
+// multiplied by data[i / row_length] (of the kernel's type) and rounded to
+// it, as a mul by a [..., 1] tensor rounds.
+struct DropoutRows {
+  const void* data = nullptr;
+  std::int64_t row_length = 1;
+
+  // N consecutive values from element `first` (the row is found once, then
+  // followed across row ends).
+  template <int N>
+  RIG_HD_INLINE Pack<N> scaled(const Pack<N>& v, ElementType type, std::int64_t first) const {
+    if (data == nullptr) return v;
+    const auto [quotient, remainder] = div_mod(first, row_length);
+    std::int64_t row = quotient, at = remainder;
+    Pack<N> out;
+    for (int e = 0; e < N; ++e) {
+      out.v[e] = rounded_to(type, v.v[e] * load_element(data, type, row));
+      if (++at == row_length) {
+        at = 0;
+        ++row;
+      }
+    }
+    return out;
+  }
+};
+
 struct DropoutForward {
   math::PhiloxStream stream{};  // PhiloxStream::of(key.seed, key.step, key.rank, key.purpose)
   std::uint32_t threshold = 0;  // math::dropout_threshold(p)
@@ -37,6 +65,7 @@ struct DropoutForward {
   // Where set, dst = residual + the dropped value (rounded to `type` first:
   // the bits of dropout then an add; a residual connection in one pass).
   const void* residual = nullptr;
+  DropoutRows rows{};  // src scaled per row first (with residual only)
 
   // A lane's Philox block is a pack of 4 elements (packed.hpp) where every
   // operand allows; a last, partial one goes element by element.
@@ -65,7 +94,7 @@ struct DropoutForward {
       // element by element (a last, partial block; lanes past n have none).
       const std::int64_t first = 4 * block;
       const int valid = chunk_elements<4>(n, first);
-      const Pack<4> s = load_chunk<4>(src, type, first, valid, pack);
+      const Pack<4> s = rows.scaled(load_chunk<4>(src, type, first, valid, pack), type, first);
       const Pack<4> res =
           residual != nullptr ? load_chunk<4>(residual, type, first, valid, pack) : Pack<4>{};
       Pack<4> out;
@@ -92,6 +121,9 @@ struct DropoutBackward {
   const void* grad = nullptr;
   void* dx = nullptr;  // may be grad
   std::int64_t n = 0;
+  // dx rounded to `type`, then scaled per row and rounded again (the
+  // backward of a mul by a [..., 1] tensor before the dropout).
+  DropoutRows rows{};
 
   // In packs of kPack elements (packed.hpp, a byte of the mask each) where
   // grad and dx allow.
@@ -100,7 +132,7 @@ struct DropoutBackward {
   }
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
-    return plan_grid_stride(device, n, kPack, 44);  // ptxas: 44 sm_75, 31 sm_90
+    return plan_grid_stride(device, n, kPack, 45);  // ptxas: 45 sm_75, 38 sm_90
   }
 
   // A thread takes chunks of kPack elements (a byte of the mask each), as
@@ -114,8 +146,10 @@ struct DropoutBackward {
       const std::uint32_t bits = mask_bits[first / 32] >> (first % 32);
       const Pack<kPack> g = load_chunk<kPack>(grad, type, first, valid, pack);
       Pack<kPack> d;
-      for (int e = 0; e < kPack; ++e) d.v[e] = ((bits >> e) & 1U) != 0 ? g.v[e] * scale : 0.0F;
-      store_chunk<kPack>(dx, type, first, valid, pack, d);
+      for (int e = 0; e < kPack; ++e) {
+        d.v[e] = ((bits >> e) & 1U) != 0 ? rounded_to(type, g.v[e] * scale) : 0.0F;
+      }
+      store_chunk<kPack>(dx, type, first, valid, pack, rows.scaled(d, type, first));
     });
   }
 };

@@ -81,9 +81,10 @@ class RIG_API Dropout {
   Dropout(std::string name, float p);
   Tensor forward(const Tensor& x, bool training, const RandomKey& key) const;
   // residual + forward(x, training, key), as one op (ops::dropout_add): a
-  // residual connection and its branch's dropout in one pass where fused.
+  // residual connection and its branch's dropout in one pass where fused;
+  // row_scale (optional, [..., 1]) multiplies x first, in the same pass.
   Tensor forward_added_to(const Tensor& residual, const Tensor& x, bool training,
-                          const RandomKey& key) const;
+                          const RandomKey& key, const Tensor& row_scale = {}) const;
   // The same dropout as Linear's fused output dropout (after relu): the same
   // stream, so the same mask; p 0 when not training.
   ops::OutputDropout as_output_dropout(bool training, const RandomKey& key) const;

@@ -130,7 +130,11 @@ Tensor dropout(const Tensor& x, float p, const RandomKey& key);
 // residual + dropout(x, p, key), bit for bit, in one pass where the back end
 // fuses it (Backend::fuses_dropout_add: a residual connection's add and its
 // branch's dropout); x and residual of one shape and dtype, else composed.
-Tensor dropout_add(const Tensor& residual, const Tensor& x, float p, const RandomKey& key);
+// row_scale (optional): residual + dropout(x * row_scale, p, key), the
+// product in the same pass where row_scale is [..., 1] against x's [..., D],
+// of x's dtype and needs no gradient (a padding mask on the branch).
+Tensor dropout_add(const Tensor& residual, const Tensor& x, float p, const RandomKey& key,
+                   const Tensor& row_scale = {});
 // x [N, Cin, H, W], weight [Cout, Cin / groups, kH, kW], bias [Cout] or undefined.
 // channels_last: x [N, H, W, Cin] and y [N, H', W', Cout] (NHWC, the layout
 // of cuDNN's 16-bit tensor-core kernels); the weight keeps PyTorch's layout.

@@ -22,9 +22,11 @@ Tensor Dropout::forward(const Tensor& x, bool training, const RandomKey& key) co
 }
 
 Tensor Dropout::forward_added_to(const Tensor& residual, const Tensor& x, bool training,
-                                 const RandomKey& key) const {
-  if (!training || p_ == 0.0F) return ops::add(residual, x);
-  return ops::dropout_add(residual, x, p_, key.derive(name_));
+                                 const RandomKey& key, const Tensor& row_scale) const {
+  if (!training || p_ == 0.0F) {
+    return ops::add(residual, row_scale.defined() ? ops::mul(x, row_scale) : x);
+  }
+  return ops::dropout_add(residual, x, p_, key.derive(name_), row_scale);
 }
 
 ops::OutputDropout Dropout::as_output_dropout(bool training, const RandomKey& key) const {

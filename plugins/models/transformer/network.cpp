@@ -88,8 +88,8 @@ Tensor EncoderLayer::forward(const Tensor& x, const Encoded& keys, const Tensor&
   Tensor y = attention_.forward(normed, normed, options);
   Tensor h = attention_dropout_.forward_added_to(x, y, training, key);
   y = ffn_.forward(ffn_norm_.forward(h), training, key);
-  if (ffn_mask.defined()) y = ops::mul(y, ffn_mask);
-  return ffn_dropout_.forward_added_to(h, y, training, key);
+  // The padding mask on the feed-forward output, in the dropout-add's pass.
+  return ffn_dropout_.forward_added_to(h, y, training, key, ffn_mask);
 }
 
 DecoderLayer::DecoderLayer(rig::ParameterStore& store, const std::string& name,

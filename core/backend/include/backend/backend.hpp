@@ -404,10 +404,19 @@ class Backend {
   // dst = residual + dropout_forward's value (rounded to dtype, then the sum
   // rounded: the bits of dropout_forward and an add) in one pass, where
   // fuses_dropout_add() (dtype f32, f16 or bf16; a residual connection).
+  // With rows.data, src element i is first multiplied by rows.data[i /
+  // rows.row_length] (dtype) and rounded: the bits of a mul by a [..., 1]
+  // tensor before the dropout (a Transformer's padding mask on its
+  // feed-forward branch).
   virtual bool fuses_dropout_add() const { return false; }
   virtual void dropout_add_forward(const RandomKey& key, float p, float scale, DType dtype,
                                    const void* src, const void* residual, void* dst, std::int64_t n,
-                                   std::uint32_t* mask_bits);
+                                   std::uint32_t* mask_bits, const RowScale& rows);
+  // dropout_add_forward's backward for its src: dropout_backward's dx, then
+  // (rows.data) multiplied by the row's scale and rounded, in one pass.
+  virtual void dropout_add_backward(const std::uint32_t* mask_bits, float scale, DType dtype,
+                                    const void* grad, void* dx, std::int64_t n,
+                                    const RowScale& rows);
   // mask[i] = 1 where element first + i of the stream is kept (u8).
   virtual void dropout_mask(const RandomKey& key, float p, std::uint8_t* mask, std::int64_t n,
                             std::uint64_t first) = 0;

@@ -45,6 +45,14 @@ struct SelectOperand {
   Strides strides;
 };
 
+// A scale per row of a [rows, row_length] tensor (a [..., 1] tensor of its
+// dtype broadcast over the last axis), applied to the tensor's element i
+// as rows[i / row_length]; data null: none.
+struct RowScale {
+  const void* data = nullptr;
+  std::int64_t row_length = 1;
+};
+
 // ---- Data movement -----------------------------------------------------------
 
 // One piece of a row-blocked copy: `bytes` bytes at `src` + r * `bytes`
