@@ -373,7 +373,8 @@ void CpuBackend::matmul(const backend::MatrixOperand& a, const backend::MatrixOp
 
 void CpuBackend::unscale(std::int64_t n, DType src_dtype, const void* src, float* master,
                          float scale, float* amax) {
-  *amax = cpu::unscale(n, src_dtype, src, master, scale);
+  const float largest = cpu::unscale(n, src_dtype, src, master, scale);
+  if (amax != nullptr) *amax = largest;
 }
 
 GradientStats CpuBackend::gradient_stats(const GradientSource& grads, std::int64_t n,

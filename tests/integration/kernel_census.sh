@@ -54,6 +54,8 @@ check "$tool" "$rig" bf16-clip.txt -- "$tiny" --dtype=mixed --mixed_dtype=bfloat
   --max_grad_norm=1
 grep -Eq "^ +1 .* UnscalePartials bf16 -> f32, packed$" bf16-clip.txt ||
   fail "clipped bf16 gradients not unscaled into f32"
+# (the statistics give the largest gradient: the unscale computes none)
+if grep -q "UnscaleFinish" bf16-clip.txt; then fail "the unscale reduced a statistic nobody reads"; fi
 grep -Eq "^ +1 .* SgdUpdateKernel f32 -> bf16, packed$" bf16-clip.txt ||
   fail "the clipped run's update does not write the bf16 weights"
 

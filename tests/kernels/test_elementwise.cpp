@@ -261,5 +261,38 @@ TEST(KernelElementwise, ActivationBackwardMatchesCpu) {
   }
 }
 
+// Two sets of partial rows totalled in one launch equal two launches, bit for
+// bit: each set's columns in the same order, each with its own accumulate.
+TEST(KernelElementwise, ColumnTotalsOfTwoSetsAreTwoLaunches) {
+  for (const ElementType type : {ElementType::f32, ElementType::bf16}) {
+    for (const std::int64_t cols : {1, 37, 512}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "cols " << cols << " bf16 " << (type != ElementType::f32));
+      const std::int64_t blocks = 7;
+      const auto seed = static_cast<std::uint32_t>(cols);
+      const std::vector<float> a = uniform(blocks * cols, -1.0F, 1.0F, seed);
+      const std::vector<float> b = uniform(blocks * cols, -1.0F, 1.0F, seed + 1);
+      const std::vector<float> start = uniform(cols, -1.0F, 1.0F, seed + 2);
+      // Rows as `type` (f32 values, or bf16 bits in the low half of each f32 slot).
+      const auto stored = [&](const std::vector<float>& v) {
+        std::vector<float> out(v.size());
+        for (std::size_t i = 0; i < v.size(); ++i) store_element(out.data(), type, i, v[i]);
+        return out;
+      };
+      std::vector<float> want_a = stored(start), want_b = stored(start);
+      run(ColumnTotals{a.data(), want_a.data(), blocks, cols, type, false});
+      run(ColumnTotals{b.data(), want_b.data(), blocks, cols, type, true});
+      std::vector<float> got_a = stored(start), got_b = stored(start);
+      ColumnTotals both{a.data(), got_a.data(), blocks, cols, type, false};
+      both.partial2 = b.data();
+      both.out2 = got_b.data();
+      both.accumulate2 = true;
+      run(both);
+      EXPECT_TRUE(bit_equal(got_a, want_a));
+      EXPECT_TRUE(bit_equal(got_b, want_b));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace rig::kernels::test

@@ -106,6 +106,19 @@ TEST(KernelUnscale, InPlaceAndManyPartials) {
   EXPECT_NEAR(sum, static_cast<double>(squares), 1e-12 * static_cast<double>(squares));
 }
 
+// Without partials (no statistic wanted: a data-parallel bucket) the masters
+// are written as with them, and the blocks reduce nothing.
+TEST(KernelUnscale, MastersAloneWithoutPartials) {
+  const std::int64_t n = 5000;
+  std::vector<std::uint16_t> narrow;
+  for (const float v : uniform(n, -100.0F, 100.0F, 9)) narrow.push_back(float_to_bfloat16_bits(v));
+  const Result with = unscale(n, ElementType::bf16, narrow.data(), true, 0.125F, kSeeds[0]);
+  std::vector<float> master(static_cast<std::size_t>(n), 42.0F);
+  run(UnscalePartials{n, ElementType::bf16, narrow.data(), master.data(), 0.125F, nullptr,
+                      nullptr});
+  EXPECT_TRUE(bit_equal(master, with.master));
+}
+
 TEST(KernelUnscale, EmptyGivesZero) {
   float amax = -1.0F;
   double sum = -1.0;

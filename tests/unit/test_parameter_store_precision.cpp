@@ -137,6 +137,13 @@ TEST_P(LowPrecisionStore, UnscaleDetectsOverflow) {
   bits[69999] = inf | 0x0001;  // NaN
   EXPECT_EQ(s.unscale_grads(1.0).item(), kInf);
   EXPECT_TRUE(std::isnan(s.grads().to_vector()[69999]));
+
+  // Without the statistic (a reducer's bucket): the same masters, nothing returned.
+  bits[69999] = 0;
+  EXPECT_FALSE(s.unscale_grads(0.5, 1000, 60000, /*largest=*/false).defined());
+  const auto half = s.grads().to_vector();
+  for (std::size_t i = 1000; i < 61000; ++i) ASSERT_EQ(half[i], g[i] * 0.5F) << i;
+  EXPECT_EQ(half[999], g[999]);  // outside the range: as the last unscale (scale 1) left it
 }
 
 TEST_P(LowPrecisionStore, PublishAndRound) {

@@ -35,6 +35,10 @@ void KernelBackend::max_axis_backward(const float* g, const std::int64_t* index,
 void KernelBackend::unscale(std::int64_t n, DType src_dtype, const void* src, float* master,
                             float scale, float* amax) {
   kernels::UnscalePartials first{n, element_type(src_dtype, "unscale"), src, master, scale};
+  if (amax == nullptr) {  // the unscaled gradients alone: no statistic, no second launch
+    run(first);
+    return;
+  }
   const std::int64_t partials = first.plan(device_->properties()).grid.x;
   DeviceScratch bits = scratch(static_cast<std::size_t>(partials) * sizeof(std::uint32_t));
   first.partial_amax_bits = bits.as<std::uint32_t>();

@@ -235,10 +235,14 @@ Work work_of(const kernels::UnscalePartials& k) {  // src read, the f32 master w
 Work work_of(const kernels::GradStatsPartials& k) {
   return {std::string(type_name(k.type)), k.n, type_bytes(k.type) * static_cast<double>(k.n)};
 }
-Work work_of(const kernels::ColumnTotals& k) {  // f32 partial rows read, a row written
-  const double out = type_bytes(k.out_type) * (k.accumulate ? 2.0 : 1.0);
-  return {std::string(type_name(k.out_type)), k.cols,
-          static_cast<double>(k.cols) * (4.0 * static_cast<double>(k.blocks) + out)};
+Work work_of(const kernels::ColumnTotals& k) {  // f32 partial rows read, a row written (each set)
+  const auto row = [&](bool accumulate) {
+    const double out = type_bytes(k.out_type) * (accumulate ? 2.0 : 1.0);
+    return static_cast<double>(k.cols) * (4.0 * static_cast<double>(k.blocks) + out);
+  };
+  const bool two = k.out2 != nullptr;
+  return {fmt::format("{}{}", type_name(k.out_type), two ? ", two rows" : ""), k.sets() * k.cols,
+          row(k.accumulate) + (two ? row(k.accumulate2) : 0.0)};
 }
 // An update's gradients read and values published: its line names the
 // gradients' type, "-> f32" where they are widened, and the published type

@@ -312,12 +312,19 @@ void run_layer_norm_params(Run&& run, LayerNormBackwardParams k, void* dgamma, v
   }
   run(k);
   if (direct) return;
-  if (dgamma != nullptr) {
-    run(ColumnTotals{k.dgamma_partial, dgamma, blocks, k.d, param_type, accumulate.dgamma});
+  // Both totals in one launch where both are wanted.
+  ColumnTotals totals{dgamma != nullptr ? k.dgamma_partial : k.dbeta_partial,
+                      dgamma != nullptr ? dgamma : dbeta,
+                      blocks,
+                      k.d,
+                      param_type,
+                      dgamma != nullptr ? accumulate.dgamma : accumulate.dbeta};
+  if (dgamma != nullptr && dbeta != nullptr) {
+    totals.partial2 = k.dbeta_partial;
+    totals.out2 = dbeta;
+    totals.accumulate2 = accumulate.dbeta;
   }
-  if (dbeta != nullptr) {
-    run(ColumnTotals{k.dbeta_partial, dbeta, blocks, k.d, param_type, accumulate.dbeta});
-  }
+  run(totals);
 }
 
 }  // namespace rig::kernels

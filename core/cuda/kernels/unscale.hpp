@@ -27,7 +27,7 @@ struct UnscalePartials {
   const void* src = nullptr;
   float* master = nullptr;  // or null (nothing written); may be src for f32
   float scale = 1.0F;
-  std::uint32_t* partial_amax_bits = nullptr;  // [grid.x of the plan]
+  std::uint32_t* partial_amax_bits = nullptr;  // [grid.x of the plan], or null: not wanted
   double* partial_sum_squares = nullptr;       // [grid.x of the plan] or null
 
   // Chunks of kPack elements moved as packs (packed.hpp) where src and
@@ -56,10 +56,12 @@ struct UnscalePartials {
       }
       if (master != nullptr) store_row_chunk(master, ElementType::f32, 0, q, valid, pack, g);
     });
+    // Nothing to reduce where no statistic is wanted (uniform over the launch).
+    if (partial_amax_bits == nullptr && partial_sum_squares == nullptr) return;
     bits = simt::block_max(ctx, bits);
     if (partial_sum_squares != nullptr) squares = simt::block_sum(ctx, squares);
     if (ctx.thread_rank() == 0) {
-      partial_amax_bits[ctx.block_idx().x] = bits;
+      if (partial_amax_bits != nullptr) partial_amax_bits[ctx.block_idx().x] = bits;
       if (partial_sum_squares != nullptr) partial_sum_squares[ctx.block_idx().x] = squares;
     }
   }

@@ -87,8 +87,10 @@ class RIG_API ParameterStore {
   Tensor unscale_grads(double scale);
   // The same for the gradients [offset, offset + count) of the flat buffers
   // only: a bucket of the data-parallel reducer, unscaled as soon as backward
-  // has made it so that it can leave while backward goes on.
-  Tensor unscale_grads(double scale, std::int64_t offset, std::int64_t count);
+  // has made it so that it can leave while backward goes on. Without
+  // `largest` the statistic is not computed (the gradient statistics give it
+  // after the reduction) and an undefined tensor is returned.
+  Tensor unscale_grads(double scale, std::int64_t offset, std::int64_t count, bool largest = true);
   // Copies the master values() into compute_values(), rounding to the compute
   // dtype; call after every optimizer step and after loading a checkpoint. A
   // no-op under f32.

@@ -88,7 +88,7 @@ void GradientReducer::launch(std::size_t bucket) {
   const Bucket& b = buckets_[bucket];
   // 16-bit gradients, or scaled ones, leave as true f32 gradients.
   if (params_.compute_dtype() != DType::f32 || unscale_ != 1.0) {
-    params_.unscale_grads(unscale_, b.offset, b.numel);
+    params_.unscale_grads(unscale_, b.offset, b.numel, /*largest=*/false);
   }
   Tensor slice = params_.grads().slice(0, b.offset, b.offset + b.numel);
   InFlight op{nullptr, slice, {}};

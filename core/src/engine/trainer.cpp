@@ -400,7 +400,8 @@ std::optional<GradientStats> TrainingLoop::finish_gradients(Tensor& step_loss, P
     if (folds_unscale_) {
       step_unscale_ = static_cast<float>(1.0 / loss_scale);  // as unscale_grads rounds it
     } else {
-      p_.params.unscale_grads(1.0 / loss_scale);
+      // The statistics after it give the largest gradient.
+      p_.params.unscale_grads(1.0 / loss_scale, 0, p_.params.numel(), /*largest=*/false);
     }
   }
   // Every rank must take the same branch after this: skip on anyone's

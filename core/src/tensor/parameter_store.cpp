@@ -178,7 +178,8 @@ Tensor ParameterStore::unscale_grads(double scale) {
   return unscale_grads(scale, 0, numel_);
 }
 
-Tensor ParameterStore::unscale_grads(double scale, std::int64_t offset, std::int64_t count) {
+Tensor ParameterStore::unscale_grads(double scale, std::int64_t offset, std::int64_t count,
+                                     bool largest) {
   if (!allocated()) throw std::logic_error("ParameterStore::unscale_grads before allocate()");
   if (offset < 0 || count < 0 || offset + count > numel_) {
     throw std::out_of_range(fmt::format(
@@ -188,14 +189,15 @@ Tensor ParameterStore::unscale_grads(double scale, std::int64_t offset, std::int
   Tensor master = grads_.slice(0, offset, offset + count);
   float* m = master.data<float>();
   const auto s = static_cast<float>(scale);
-  Tensor amax = Tensor::empty({}, DType::f32, grads_.device());
+  Tensor amax = largest ? Tensor::empty({}, DType::f32, grads_.device()) : Tensor();
+  float* amax_at = largest ? amax.data<float>() : nullptr;
   backend::Backend& be = backend::backend_for(grads_.device());
   if (compute_grads_.defined()) {
     const Tensor src = compute_grads_.slice(0, offset, offset + count);
-    be.unscale(count, compute_dtype_, src.raw_data(), m, s, amax.data<float>());
-  } else {
+    be.unscale(count, compute_dtype_, src.raw_data(), m, s, amax_at);
+  } else if (s != 1.0F || largest) {
     // f32 at scale 1: only the overflow check, nothing to write.
-    be.unscale(count, DType::f32, m, s == 1.0F ? nullptr : m, s, amax.data<float>());
+    be.unscale(count, DType::f32, m, s == 1.0F ? nullptr : m, s, amax_at);
   }
   return amax;
 }

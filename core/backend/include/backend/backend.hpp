@@ -494,8 +494,9 @@ class Backend {
   // ---- Mixed precision ------------------------------------------------------------------
   // master[i] = widen(src[i]) * scale for n elements of src_dtype (f32, f16,
   // bf16); master may be src itself (f32, in place) or null (nothing is
-  // written). *amax (one f32 of the device) = max |master[i]|, or +inf when
-  // any value is inf or NaN: the overflow check of loss scaling.
+  // written). *amax (one f32 of the device; may be null: not wanted) = max
+  // |master[i]|, or +inf when any value is inf or NaN: the overflow check of
+  // loss scaling.
   virtual void unscale(std::int64_t n, DType src_dtype, const void* src, float* master, float scale,
                        float* amax) = 0;
 
