@@ -37,16 +37,12 @@ inline const float* gradients_at(const GradientSource& g, std::int64_t first, st
   return scratch;
 }
 
-// out's elements [first, first + count) = values rounded to out's type (as
-// a tensor's cast rounds: nearest even). Nothing where out has no data.
+// out's elements [first, first + count) = values rounded to out's type (f16
+// or bf16, as ops checks), as a tensor's cast rounds them (nearest even).
+// Nothing where out has no data.
 inline void publish(const PublishedValues& out, std::int64_t first, std::int64_t count,
                     const float* values) {
   if (out.data == nullptr) return;
-  if (out.type == DType::f32) {
-    float* copy = static_cast<float*>(out.data) + first;
-    for (std::int64_t i = 0; i < count; ++i) copy[i] = values[i];
-    return;
-  }
   auto* bits = static_cast<std::uint16_t*>(out.data) + first;
   if (out.type == DType::f16) {
     for (std::int64_t i = 0; i < count; ++i) bits[i] = float_to_half_bits(values[i]);

@@ -563,7 +563,7 @@ struct ColumnTotals {
   void* out2 = nullptr;
   bool accumulate2 = false;
 
-  std::int64_t sets() const { return out2 != nullptr ? 2 : 1; }
+  RIG_HD std::int64_t sets() const { return out2 != nullptr ? 2 : 1; }
 
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
     return plan_grid_stride(device, sets() * cols);
@@ -571,7 +571,7 @@ struct ColumnTotals {
 
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
-    const std::int64_t items = (out2 != nullptr ? 2 : 1) * cols;
+    const std::int64_t items = sets() * cols;
     for (std::int64_t t = global_thread(ctx); t < items; t += grid_threads(ctx)) {
       const bool second = t >= cols;
       const std::int64_t c = second ? t - cols : t;

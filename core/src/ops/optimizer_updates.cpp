@@ -1,6 +1,7 @@
 // In-place updates and statistics over flat buffers (no autograd): the
 // optimizer updates, the gradient norm, clipping, LARC. Shape, dtype and
 // layout checks, then the device's fused kernel.
+#include <initializer_list>
 #include <stdexcept>
 #include <vector>
 
@@ -13,14 +14,20 @@ namespace rig::ops {
 
 namespace {
 
-void require_flat_f32(std::string_view op, const Tensor& t, std::string_view role,
-                      std::int64_t numel) {
-  detail::require_dtype(op, t, role, {DType::f32});
+// A flat buffer of numel elements of one of `allowed`, contiguous.
+void require_flat(std::string_view op, const Tensor& t, std::string_view role, std::int64_t numel,
+                  std::initializer_list<DType> allowed) {
+  detail::require_dtype(op, t, role, allowed);
   if (!t.is_contiguous() || t.numel() != numel) {
     throw std::invalid_argument(fmt::format("{}: {} must be contiguous with {} elements, got {}{}",
                                             op, role, numel, detail::shape_str(t),
                                             t.is_contiguous() ? "" : " (strided)"));
   }
+}
+
+void require_flat_f32(std::string_view op, const Tensor& t, std::string_view role,
+                      std::int64_t numel) {
+  require_flat(op, t, role, numel, {DType::f32});
 }
 
 void require_slices_inside(std::string_view op, const std::vector<FlatSlice>& slices,
@@ -33,17 +40,6 @@ void require_slices_inside(std::string_view op, const std::vector<FlatSlice>& sl
   }
 }
 
-// A flat gradient buffer of n elements: f32, f16 or bf16, contiguous.
-void require_flat_gradients(std::string_view op, const Tensor& t, std::string_view role,
-                            std::int64_t numel) {
-  detail::require_dtype(op, t, role, {DType::f32, DType::f16, DType::bf16});
-  if (!t.is_contiguous() || t.numel() != numel) {
-    throw std::invalid_argument(fmt::format("{}: {} must be contiguous with {} elements, got {}{}",
-                                            op, role, numel, detail::shape_str(t),
-                                            t.is_contiguous() ? "" : " (strided)"));
-  }
-}
-
 // Where an update reads its gradients: mixed.grads16 (checked) unscaled as
 // read, else the f32 grads.
 GradientSource gradient_source(std::string_view op, const Tensor& grads,
@@ -52,8 +48,7 @@ GradientSource gradient_source(std::string_view op, const Tensor& grads,
     require_flat_f32(op, grads, "grads", n);
     return {grads.raw_data(), DType::f32, 1.0F};
   }
-  detail::require_dtype(op, mixed.grads16, "mixed.grads16", {DType::f16, DType::bf16});
-  require_flat_gradients(op, mixed.grads16, "mixed.grads16", n);
+  require_flat(op, mixed.grads16, "mixed.grads16", n, {DType::f16, DType::bf16});
   return {mixed.grads16.raw_data(), mixed.grads16.dtype(), mixed.unscale};
 }
 
@@ -61,8 +56,7 @@ GradientSource gradient_source(std::string_view op, const Tensor& grads,
 PublishedValues published_values(std::string_view op, const MixedPrecisionStep& mixed,
                                  std::int64_t n) {
   if (!mixed.publish.defined()) return {};
-  detail::require_dtype(op, mixed.publish, "mixed.publish", {DType::f16, DType::bf16});
-  require_flat_gradients(op, mixed.publish, "mixed.publish", n);
+  require_flat(op, mixed.publish, "mixed.publish", n, {DType::f16, DType::bf16});
   Tensor out = mixed.publish;  // a handle: its data is written
   return {out.raw_data(), out.dtype()};
 }
@@ -124,7 +118,7 @@ void novograd_update(Tensor& values, const Tensor& grads, Tensor& momentum, Tens
 GradientStats gradient_stats(const Tensor& grads, const Tensor& loss, float scale) {
   constexpr std::string_view kOp = "gradient_stats";
   detail::require_defined(kOp, grads, "grads");
-  require_flat_gradients(kOp, grads, "grads", grads.numel());
+  require_flat(kOp, grads, "grads", grads.numel(), {DType::f32, DType::f16, DType::bf16});
   if (loss.defined()) require_flat_f32(kOp, loss, "loss", 1);
   detail::require_same_device(kOp, {&grads, &loss});
   return detail::backend_of(grads).gradient_stats({grads.raw_data(), grads.dtype(), scale},
@@ -158,7 +152,7 @@ void gradient_stats_into(const Tensor& grads, const Tensor& loss, Tensor& record
                          std::int64_t slot, float scale) {
   constexpr std::string_view kOp = "gradient_stats_into";
   detail::require_defined(kOp, grads, "grads");
-  require_flat_gradients(kOp, grads, "grads", grads.numel());
+  require_flat(kOp, grads, "grads", grads.numel(), {DType::f32, DType::f16, DType::bf16});
   if (loss.defined()) require_flat_f32(kOp, loss, "loss", 1);
   GradientStats* out = record_at(kOp, records, slot);
   detail::require_same_device(kOp, {&grads, &loss, &records});
