@@ -179,6 +179,38 @@ RIG_CUDA_EMULATOR_HOST_ONLY=yes expect_code 2 "$rig" run "$tiny" --device=cuda -
   --logdir=bad-host-only
 grep -q "RIG_CUDA_EMULATOR_HOST_ONLY=yes: expected 1" err.txt || fail "no message for a bad value"
 
+echo "== on a GPU the census times each line: the step's times, rates, and the lines by time"
+# A stand-in for rig on a GPU: its census of STEPS steps (--bench_steps=STEPS)
+# has each line's launches and device time STEPS times one step's.
+cat > timed-rig <<'SH'
+#!/usr/bin/env bash
+steps=1
+for a in "$@"; do case "$a" in --bench_steps=*) steps="${a#*=}" ;; esac; done
+{
+  echo "# rig kernel census (RIG_CUDA_CENSUS): launches elements bytes flops ms what"
+  printf '%s\t0\t%s\t0\t%s\t%s\n' $((2 * steps)) $((3000000000 * steps)) \
+    "$(awk -v s="$steps" 'BEGIN { printf "%.4f", 1.5 * s }')" "LayerNormForward bf16, packed"
+  printf '%s\t0\t0\t%s\t%s\t%s\n' $((4 * steps)) $((2000000000000 * steps)) \
+    "$(awk -v s="$steps" 'BEGIN { printf "%.4f", 4 * s }')" "cuBLASLt matmul bf16 x bf16 -> bf16"
+  printf '%s\t0\t0\t0\t%s\t%s\n' "$steps" "$(awk -v s="$steps" 'BEGIN { printf "%.4f", 0.25 * s }')" \
+    "GradStatsFinish"
+  printf '%s\t0\t4000\t0\t-\t%s\n' "$steps" "copy from host"
+} > "$RIG_CUDA_CENSUS"
+SH
+chmod +x timed-rig
+check "$tool" ./timed-rig timed.txt -- "$tiny"
+# sorted by time: the products (4 ms a step), the layer norm (1.5 ms), the rest
+first="$(sed -n 3p timed.txt)"
+[[ "$first" == *"4.000"*"500.0 TFLOP/s"*"cuBLASLt matmul bf16 x bf16 -> bf16" ]] ||
+  fail "the products' line is not first, at 2 TFLOP in 4 ms: $first"
+grep -Eq "^ +2 .* 1\.500 +2000\.0 GB/s  LayerNormForward bf16, packed$" timed.txt ||
+  fail "the layer norm's 3 GB in 1.5 ms are not 2000 GB/s"
+grep -Eq "^ +1 .* - +copy from host$" timed.txt || fail "an untimed line shows a time"
+grep -q "device time: element-wise kernels and copies 1.500 ms, 2000 GB/s of their estimated bytes;.* products, convolutions and attention 4.000 ms, 500.0 TFLOP/s; the rest (small reductions and checks) 0.250 ms" timed.txt ||
+  fail "no summary of the step's device time"
+# the emulator's census has no times, so its table has no time column
+if grep -q "device time" nmt.txt; then fail "the emulator's census shows times"; fi
+
 echo "== a bad call: exit 2 and the usage"
 if "$tool" "$rig" out.txt "$tiny" > bad.log 2>&1; then fail "a call without -- was accepted"; else
   code=$?; fi

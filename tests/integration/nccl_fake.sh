@@ -73,7 +73,7 @@ for steps in 1 2; do
     --bench_steps=$steps" > "census-$steps.log"
 done
 # reads STEPS RANK WHAT: the launches of WHAT in that run's census
-reads() { awk -F'\t' -v what="$3" '$5 == what { print $1 }' "census-$1-$2.tsv"; }
+reads() { awk -F'\t' -v what="$3" '$6 == what { print $1 }' "census-$1-$2.tsv"; }
 for rank in 0 1; do
   now1="$(reads 1 $rank "copy to host")" now2="$(reads 2 $rank "copy to host")"
   [ "$now1" = "$now2" ] || fail "rank $rank: a step reads the device ($now1 -> $now2 reads)"

@@ -7,34 +7,26 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "census_file.hpp"
 #include "cuda/emulated/emulated_device.hpp"
 
 namespace rig {
 namespace {
 
-// The census's lines as what -> "launches elements bytes flops".
-std::map<std::string, std::string> read_census(const std::filesystem::path& file) {
+// The census's lines as what -> "launches elements bytes flops", and where
+// `times` is given, what -> the line's device time ("-" where not timed).
+std::map<std::string, std::string> read_census(
+    const std::filesystem::path& file, std::map<std::string, std::string>* times = nullptr) {
   std::map<std::string, std::string> lines;
-  std::ifstream in(file);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream fields(line);
-    std::string launches, elements, bytes, flops, what;
-    std::getline(fields, launches, '\t');
-    std::getline(fields, elements, '\t');
-    std::getline(fields, bytes, '\t');
-    std::getline(fields, flops, '\t');
-    std::getline(fields, what);
-    lines[what] = launches + " " + elements + " " + bytes + " " + flops;
+  for (const auto& [what, fields] : rig_test::read_census_file(file)) {
+    lines[what] = fields.counts();
+    if (times != nullptr) (*times)[what] = fields.ms;
   }
   return lines;
 }
@@ -87,9 +79,12 @@ TEST_F(KernelCensus, CountsKernelsByOperandTypesAndWritesAtEachWait) {
   }
   EXPECT_FALSE(std::filesystem::exists(file)) << "nothing has waited for the device yet";
   b->synchronize();
-  std::map<std::string, std::string> lines = read_census(file);
+  std::map<std::string, std::string> times;
+  std::map<std::string, std::string> lines = read_census(file, &times);
   // 3 launches of 1000 elements, 6 bytes each (4 read, 2 written), in packs.
   EXPECT_EQ(lines["CopyStrided f32 -> bf16, packed"], "3 3000 18000 0");
+  // The emulator's time would be the host's: nothing is timed.
+  EXPECT_EQ(times["CopyStrided f32 -> bf16, packed"], "-");
   EXPECT_EQ(lines["copy from host"], "1 0 4000 0");
 
   // A 16-bit convolution is counted with its floating-point operations.

@@ -300,20 +300,37 @@ double attention_products(const backend::FusedAttention& a) {
 // The census's lines, by name and detail, and the file they are written to.
 class Census {
  public:
+  struct Line {
+    std::int64_t launches = 0, elements = 0;
+    double bytes = 0, flops = 0;
+    double ms = 0;       // device time of the timed launches
+    bool timed = false;  // whether any launch of the line was timed
+  };
+
   explicit Census(std::string file) : file_(std::move(file)) {}
 
-  void add(const std::string& name, const Work& work) {
+  Line* add(const std::string& name, const Work& work) {
     const std::lock_guard lock(mutex_);
     Line& line = lines_[work.detail.empty() ? name : name + " " + work.detail];
     ++line.launches;
     line.elements += work.elements;
     line.bytes += work.bytes;
     line.flops += work.flops;
+    return &line;  // std::map's elements stay where they are
   }
 
-  // Rewrites the file whole (through a temporary, so a reader never sees half).
+  // `line`'s launch ran between `start` and `stop`; its time is read at the
+  // next write, once the device has waited for the work queued before it.
+  void time(Line* line, std::unique_ptr<QueueMark> start, std::unique_ptr<QueueMark> stop) {
+    const std::lock_guard lock(mutex_);
+    pending_.push_back({line, std::move(start), std::move(stop)});
+  }
+
+  // Rewrites the file whole (through a temporary, so a reader never sees
+  // half), after the device has waited for everything queued so far.
   void write() {
     const std::lock_guard lock(mutex_);
+    resolve_times();
     std::vector<std::pair<std::string, Line>> sorted(lines_.begin(), lines_.end());
     std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
       if (a.second.bytes != b.second.bytes) return a.second.bytes > b.second.bytes;
@@ -322,10 +339,12 @@ class Census {
     const std::string temporary = file_ + ".partial";
     {
       std::ofstream out(temporary, std::ios::trunc);
-      out << "# rig kernel census (RIG_CUDA_CENSUS): launches\telements\tbytes\tflops\twhat\n";
+      out << "# rig kernel census (RIG_CUDA_CENSUS): "
+             "launches\telements\tbytes\tflops\tms\twhat (ms: device time, - where not timed)\n";
       for (const auto& [what, line] : sorted) {
-        out << fmt::format("{}\t{}\t{:.0f}\t{:.0f}\t{}\n", line.launches, line.elements, line.bytes,
-                           line.flops, what);
+        out << fmt::format("{}\t{}\t{:.0f}\t{:.0f}\t{}\t{}\n", line.launches, line.elements,
+                           line.bytes, line.flops,
+                           line.timed ? fmt::format("{:.4f}", line.ms) : std::string("-"), what);
       }
       if (!out) return;  // a diagnostic: never fail the run over it
     }
@@ -334,13 +353,28 @@ class Census {
   }
 
  private:
-  struct Line {
-    std::int64_t launches = 0, elements = 0;
-    double bytes = 0, flops = 0;
+  struct Timed {
+    Line* line;
+    std::unique_ptr<QueueMark> start, stop;
   };
+
+  void resolve_times() {
+    try {
+      for (const Timed& t : pending_) {
+        t.line->ms += t.stop->milliseconds_since(*t.start);
+        t.line->timed = true;
+      }
+    } catch (const std::exception&) {
+      // A device that cannot time its events has failed its work too, which
+      // the run reports; the census only loses these times.
+    }
+    pending_.clear();
+  }
+
   std::string file_;
   std::mutex mutex_;
   std::map<std::string, Line> lines_;
+  std::vector<Timed> pending_;
 };
 
 class CensusDevice final : public KernelDevice {
@@ -352,13 +386,16 @@ class CensusDevice final : public KernelDevice {
   const simt::DeviceProperties& properties() const override { return device_->properties(); }
   std::optional<double> utilisation() override { return device_->utilisation(); }
   bool computes() const override { return device_->computes(); }
+  std::unique_ptr<QueueMark> mark() override { return device_->mark(); }
 
 // An empty grid queues nothing, so it is not counted.
-#define RIG_CENSUS_RUN(K)                                     \
-  void run(const kernels::K& kernel) override {               \
-    if (kernel.plan(device_->properties()).grid.count() != 0) \
-      census_.add(#K, counted(#K, kernel));                   \
-    device_->run(kernel);                                     \
+#define RIG_CENSUS_RUN(K)                                          \
+  void run(const kernels::K& kernel) override {                    \
+    if (kernel.plan(device_->properties()).grid.count() == 0) {    \
+      device_->run(kernel);                                        \
+      return;                                                      \
+    }                                                              \
+    queue(#K, counted(#K, kernel), [&] { device_->run(kernel); }); \
   }
   RIG_CUDA_KERNELS(RIG_CENSUS_RUN)
 #undef RIG_CENSUS_RUN
@@ -369,56 +406,56 @@ class CensusDevice final : public KernelDevice {
                             static_cast<double>(std::max<std::int64_t>(plan.batch_count(), 0));
     // "+=": added into what D holds (beta 1, C being D: a gradient accumulated);
     // then the epilogue where there is one (a bias, relu: ", RELU_BIAS").
-    census_.add("cuBLASLt matmul",
-                {fmt::format("{} x {} {} {}{}{}", name_of(plan.a.type), name_of(plan.b.type),
-                             plan.beta != 0.0F ? "+=" : "->", name_of(plan.d.type),
-                             plan.compute == GemmCompute::tf32 ? " (tf32)" : "",
-                             plan.epilogue == LtEpilogue::default_
-                                 ? std::string()
-                                 : fmt::format(", {}", name_of(plan.epilogue))),
-                 0, 0, 2.0 * products});
-    device_->gemm(plan, a, b, c, d, bias, aux);
+    queue("cuBLASLt matmul",
+          {fmt::format("{} x {} {} {}{}{}", name_of(plan.a.type), name_of(plan.b.type),
+                       plan.beta != 0.0F ? "+=" : "->", name_of(plan.d.type),
+                       plan.compute == GemmCompute::tf32 ? " (tf32)" : "",
+                       plan.epilogue == LtEpilogue::default_
+                           ? std::string()
+                           : fmt::format(", {}", name_of(plan.epilogue))),
+           0, 0, 2.0 * products},
+          [&] { device_->gemm(plan, a, b, c, d, bias, aux); });
   }
 
   void conv2d_forward(const backend::Conv2dShape& s, const float* x, const float* w,
                       float* y) override {
-    census_.add("convolution forward", {conv_label("f32", s), 0, 0, conv_flops(s)});
-    device_->conv2d_forward(s, x, w, y);
+    queue("convolution forward", {conv_label("f32", s), 0, 0, conv_flops(s)},
+          [&] { device_->conv2d_forward(s, x, w, y); });
   }
   void conv2d_backward_data(const backend::Conv2dShape& s, const float* w, const float* dy,
                             float* dx) override {
-    census_.add("convolution data gradient", {conv_label("f32", s), 0, 0, conv_flops(s)});
-    device_->conv2d_backward_data(s, w, dy, dx);
+    queue("convolution data gradient", {conv_label("f32", s), 0, 0, conv_flops(s)},
+          [&] { device_->conv2d_backward_data(s, w, dy, dx); });
   }
   void conv2d_backward_filter(const backend::Conv2dShape& s, const float* x, const float* dy,
                               float* dw) override {
-    census_.add("convolution filter gradient", {conv_label("f32", s), 0, 0, conv_flops(s)});
-    device_->conv2d_backward_filter(s, x, dy, dw);
+    queue("convolution filter gradient", {conv_label("f32", s), 0, 0, conv_flops(s)},
+          [&] { device_->conv2d_backward_filter(s, x, dy, dw); });
   }
   bool conv2d_16(const backend::Conv2dShape& s, DType type) override {
     return device_->conv2d_16(s, type);
   }
   void conv2d_forward_16(const backend::Conv2dShape& s, DType type, const void* x, const void* w,
                          void* y) override {
-    census_.add("convolution forward", {conv_label(dtype_name(type), s), 0, 0, conv_flops(s)});
-    device_->conv2d_forward_16(s, type, x, w, y);
+    queue("convolution forward", {conv_label(dtype_name(type), s), 0, 0, conv_flops(s)},
+          [&] { device_->conv2d_forward_16(s, type, x, w, y); });
   }
   void conv2d_backward_data_16(const backend::Conv2dShape& s, DType type, const void* w,
                                const void* dy, void* dx, bool accumulate) override {
-    census_.add("convolution data gradient",
-                {conv_label(dtype_name(type), s) + (accumulate ? ", added into dx" : ""), 0, 0,
-                 conv_flops(s)});
-    device_->conv2d_backward_data_16(s, type, w, dy, dx, accumulate);
+    queue("convolution data gradient",
+          {conv_label(dtype_name(type), s) + (accumulate ? ", added into dx" : ""), 0, 0,
+           conv_flops(s)},
+          [&] { device_->conv2d_backward_data_16(s, type, w, dy, dx, accumulate); });
   }
   bool conv2d_16_adds_dx(const backend::Conv2dShape& s, DType type) override {
     return device_->conv2d_16_adds_dx(s, type);
   }
   void conv2d_backward_filter_16(const backend::Conv2dShape& s, DType type, const void* x,
                                  const void* dy, void* dw, bool accumulate) override {
-    census_.add("convolution filter gradient",
-                {conv_label(dtype_name(type), s) + (accumulate ? ", added into dw" : ""), 0, 0,
-                 conv_flops(s)});
-    device_->conv2d_backward_filter_16(s, type, x, dy, dw, accumulate);
+    queue("convolution filter gradient",
+          {conv_label(dtype_name(type), s) + (accumulate ? ", added into dw" : ""), 0, 0,
+           conv_flops(s)},
+          [&] { device_->conv2d_backward_filter_16(s, type, x, dy, dw, accumulate); });
   }
   bool conv2d_16_adds_dw(const backend::Conv2dShape& s, DType type) override {
     return device_->conv2d_16_adds_dw(s, type);
@@ -429,14 +466,14 @@ class CensusDevice final : public KernelDevice {
   // FLOPs: the forward's two products (q k^T, weights v), the backward's
   // five (q k^T again, dv, d weights, dq, dk); half of them under a causal mask.
   void fused_attention_forward(const backend::FusedAttention& a) override {
-    census_.add("fused attention forward",
-                {std::string(dtype_name(a.type)), 0, 0, 2.0 * attention_products(a)});
-    device_->fused_attention_forward(a);
+    queue("fused attention forward",
+          {std::string(dtype_name(a.type)), 0, 0, 2.0 * attention_products(a)},
+          [&] { device_->fused_attention_forward(a); });
   }
   void fused_attention_backward(const backend::FusedAttention& a) override {
-    census_.add("fused attention backward",
-                {std::string(dtype_name(a.type)), 0, 0, 5.0 * attention_products(a)});
-    device_->fused_attention_backward(a);
+    queue("fused attention backward",
+          {std::string(dtype_name(a.type)), 0, 0, 5.0 * attention_products(a)},
+          [&] { device_->fused_attention_backward(a); });
   }
 
   void to_host(void* host, const void* src, std::size_t bytes) override {
@@ -462,12 +499,10 @@ class CensusDevice final : public KernelDevice {
     device_->from_host(dst, host, bytes);
   }
   void copy(void* dst, const void* src, std::size_t bytes) override {
-    census_.add("copy on the device", bytes_work(2 * bytes));
-    device_->copy(dst, src, bytes);
+    queue("copy on the device", bytes_work(2 * bytes), [&] { device_->copy(dst, src, bytes); });
   }
   void zero(void* dst, std::size_t bytes) override {
-    census_.add("zero", bytes_work(bytes));
-    device_->zero(dst, bytes);
+    queue("zero", bytes_work(bytes), [&] { device_->zero(dst, bytes); });
   }
   void synchronize() override {
     device_->synchronize();
@@ -475,6 +510,16 @@ class CensusDevice final : public KernelDevice {
   }
 
  private:
+  // Counts `work` under `name` and queues it with `call`, between two marks
+  // where the device's time is measured.
+  template <class Call>
+  void queue(const std::string& name, const Work& work, Call&& call) {
+    Census::Line* line = census_.add(name, work);
+    std::unique_ptr<QueueMark> start = device_->mark();
+    call();
+    if (start) census_.time(line, std::move(start), device_->mark());
+  }
+
   static Work bytes_work(std::size_t bytes) {
     return {"", 0, static_cast<double>(bytes), 0};
   }

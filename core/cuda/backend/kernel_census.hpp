@@ -3,12 +3,16 @@
 // per operand types: launches, elements, an estimate of the bytes moved (each
 // operand read once, each result written once; 0 where not estimated),
 // cuBLASLt's and the convolutions' floating-point operations, and the
-// device's own copies. FILE is rewritten, whole, each time the host waits
-// for the device (a read or a synchronize), so it holds the counts up to the
-// last wait when the process ends. tools/kernel-census subtracts two runs to
-// give one training step's census. It answers "which copies and casts does
-// a bf16 step still do" without a profiler, on any machine (the emulator's
-// kernel sequence is the GPU's where both have the same libraries' paths).
+// device's own copies. On a GPU each line also has its device time: each
+// piece of work runs between two timing events (KernelDevice::mark), so
+// where the GPU waits for the host to queue the work, the wait is counted
+// in. FILE is rewritten, whole, each time the host waits for the device (a
+// read or a synchronize), so it holds the counts up to the last wait when
+// the process ends. tools/kernel-census subtracts two runs to give one
+// training step's census. It answers "which copies and casts does a bf16
+// step still do" without a profiler, on any machine (the emulator's kernel
+// sequence is the GPU's where both have the same libraries' paths), and on
+// a GPU which of them take the time.
 #pragma once
 
 #include <memory>

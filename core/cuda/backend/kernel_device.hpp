@@ -25,6 +25,16 @@
 
 namespace rig::cuda {
 
+// A point in a device's queue of work (a timing CUDA event on the GPU): the
+// kernel census times each piece of work between two of them.
+class QueueMark {
+ public:
+  virtual ~QueueMark() = default;
+  // Milliseconds of device time from `start` to this mark, both of the same
+  // device; only once the device has reached this mark (after a wait).
+  virtual double milliseconds_since(const QueueMark& start) const = 0;
+};
+
 class KernelDevice {
  public:
   virtual ~KernelDevice() = default;
@@ -41,6 +51,9 @@ class KernelDevice {
   // nothing runs, reads give zeros, and the index checks and gradient
   // statistics (whose zeros would stop training) are not read.
   virtual bool computes() const { return true; }
+  // A mark after everything queued so far, or null where the device's time
+  // is not measured (the emulator, whose time would be the host's).
+  virtual std::unique_ptr<QueueMark> mark() { return nullptr; }
 
 // Queues one kernel as its plan() says; a plan with an empty grid queues nothing.
 #define RIG_CUDA_DEVICE_RUN(K) virtual void run(const kernels::K& kernel) = 0;

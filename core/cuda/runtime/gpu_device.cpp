@@ -40,6 +40,18 @@ namespace rig::cuda {
 
 namespace {
 
+// KernelDevice::mark on the GPU: a timing event recorded on the stream.
+class GpuMark final : public QueueMark {
+ public:
+  explicit GpuMark(const Stream& stream) { event_.record(stream); }
+  double milliseconds_since(const QueueMark& start) const override {
+    return event_.milliseconds_since(dynamic_cast<const GpuMark&>(start).event_);
+  }
+
+ private:
+  Event event_{Event::Timing::on};
+};
+
 // backend::MemoryPool over the device's caching allocator, blocks for the
 // back end's stream.
 class GpuPool final : public backend::MemoryPool {
@@ -291,6 +303,10 @@ class GpuDevice final : public KernelDevice {
   void synchronize() override {
     const DeviceGuard guard(device_);
     stream_.synchronize();
+  }
+  std::unique_ptr<QueueMark> mark() override {
+    const DeviceGuard guard(device_);
+    return std::make_unique<GpuMark>(stream_);
   }
 
  private:
