@@ -38,3 +38,10 @@ add_test(NAME cli.kernel_census
           $<TARGET_FILE:rig_cli> ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/tiny.yaml
           ${CMAKE_CURRENT_BINARY_DIR}/work/kernel_census)
 set_tests_properties(cli.kernel_census PROPERTIES LABELS "integration;no_sanitize" TIMEOUT 300)
+# The kinds PyTorch's profiled kernels are grouped into (tools/bench/torch_profile.py,
+# which tools/gpu-check sets beside the timed kernel census): known cuDNN, cuBLAS
+# and PyTorch kernel names.
+add_test(NAME cli.torch_profile_kinds
+  COMMAND python3 ${PROJECT_SOURCE_DIR}/tools/bench/torch_profile.py --self-test)
+set_tests_properties(cli.torch_profile_kinds PROPERTIES LABELS "integration" TIMEOUT 60
+  PASS_REGULAR_EXPRESSION "self-test: PASS")

@@ -25,6 +25,21 @@ test -f bundle/rig-gpu-check.tar.gz || fail "no bundle/rig-gpu-check.tar.gz"
 tar -tzf bundle/rig-gpu-check.tar.gz > contents.txt
 grep -q '/share/rig/gpu-check/gpu_transformer.py$' contents.txt ||
   fail "the bundle lacks the PyTorch benchmark"
+# every module of tools/bench that a bundled script imports travels with it
+missing="$(python3 - "$(dirname "$gpu_check")/bench" contents.txt <<'PY'
+import ast, os, sys
+bench, contents = sys.argv[1], open(sys.argv[2]).read().split()
+bundled = {os.path.basename(p) for p in contents if "/share/rig/gpu-check/" in p}
+for script in sorted(b for b in bundled if b.endswith(".py")):
+    for node in ast.walk(ast.parse(open(os.path.join(bench, script)).read())):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+            [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+        for name in names:
+            if os.path.exists(os.path.join(bench, name + ".py")) and name + ".py" not in bundled:
+                print(f"{script} imports {name}")
+PY
+)"
+[ -z "$missing" ] || fail "the bundle lacks modules its scripts import: $missing"
 
 echo "== run without a GPU: the bundle is checked, the rest skipped, exit 3"
 set +e; "$gpu_check" run bundle logs > run.log 2>&1; code=$?; set -e

@@ -206,8 +206,11 @@ first="$(sed -n 3p timed.txt)"
 grep -Eq "^ +2 .* 1\.500 +2000\.0 GB/s  LayerNormForward bf16, packed$" timed.txt ||
   fail "the layer norm's 3 GB in 1.5 ms are not 2000 GB/s"
 grep -Eq "^ +1 .* - +copy from host$" timed.txt || fail "an untimed line shows a time"
-grep -q "device time: element-wise kernels and copies 1.500 ms, 2000 GB/s of their estimated bytes;.* products, convolutions and attention 4.000 ms, 500.0 TFLOP/s; the rest (small reductions and checks) 0.250 ms" timed.txt ||
-  fail "no summary of the step's device time"
+grep -q "^device time by kind, ms a step: convolutions 0.000, products 4.000, attention 0.000, batch norm 0.000, optimizer 0.250, element-wise and other 1.500, copies 0.000; all 5.750$" timed.txt ||
+  fail "no split of the step's device time by kind"
+grep -q "^the element-wise kernels and copies with estimated bytes: 1.500 ms, 2000 GB/s$" timed.txt ||
+  fail "no bandwidth of the element-wise kernels"
+grep -q "^census kind=products ms=4.000$" timed.txt || fail "no machine-readable kind line"
 # the emulator's census has no times, so its table has no time column
 if grep -q "device time" nmt.txt; then fail "the emulator's census shows times"; fi
 

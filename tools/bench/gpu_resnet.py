@@ -10,11 +10,14 @@ Prints one `key=value ...` line; tools/gpu-check compares it with rig's.
 Two diagnostics of where rig's gap lies, each its own measure: --layout nchw
 (contiguous NCHW tensors, rig's layout, instead of channels_last) and
 --deterministic (cuDNN restricted to deterministic algorithms and no
-autotuning, as rig runs it).
+autotuning, as rig runs it). With --profile, then the step's device time by
+kind of kernel (torch_profile.py), which tools/gpu-check sets beside rig's
+timed kernel census.
 Usage: python3 gpu_resnet.py [--steps N] [--batch B] [--dtype bf16|fp16]
-                             [--layout channels_last|nchw] [--deterministic]
+                             [--layout channels_last|nchw] [--deterministic] [--profile]
 """
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -22,6 +25,9 @@ import time
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_profile  # noqa: E402
 
 
 class Bottleneck(nn.Module):
@@ -71,6 +77,7 @@ def main():
     parser.add_argument("--dtype", choices=["bf16", "fp16"], default="bf16")
     parser.add_argument("--layout", choices=["channels_last", "nchw"], default="channels_last")
     parser.add_argument("--deterministic", action="store_true")
+    parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("gpu_resnet.py: no CUDA device visible to torch")
@@ -109,6 +116,8 @@ def main():
     print(f"measure={measure} dtype={args.dtype} batch={args.batch} "
           f"ms_median={1e3 * seconds:.2f} images_per_s={args.batch / seconds:.0f} "
           f"peak_allocated_MiB={torch.cuda.max_memory_allocated() / 2 ** 20:.0f}")
+    if args.profile:
+        torch_profile.profile(measure, step)
 
 
 if __name__ == "__main__":

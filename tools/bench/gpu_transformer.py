@@ -9,8 +9,11 @@ Also measures the ceilings a step is judged against: the largest bf16 GEMM
 rate torch reaches on this GPU (8192^3) and device-to-device copy bandwidth.
 
 Prints one `key=value ...` line per measurement; tools/gpu-check compares
-them with rig's `--benchmark` run of the same shapes.
+them with rig's `--benchmark` run of the same shapes. With --profile, then
+the step's device time by kind of kernel (torch_profile.py), which
+tools/gpu-check sets beside rig's timed kernel census.
 Usage: python3 gpu_transformer.py [--steps N] [--sentences S] [--length L] [--dtype bf16|fp16]
+                                  [--profile]
 """
 import argparse
 import os
@@ -21,6 +24,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_profile  # noqa: E402
 import torch_transformer  # noqa: E402
 
 VOCAB, D, HEADS, FILTER, LAYERS = 32768, 512, 8, 2048, 6
@@ -103,6 +107,8 @@ def transformer(args):
           f"length={args.length} ms_median={1e3 * seconds:.2f} "
           f"target_tokens_per_s={tokens / seconds:.0f} model_tflops={flops / seconds / 1e12:.1f} "
           f"peak_allocated_MiB={torch.cuda.max_memory_allocated() / 2 ** 20:.0f}")
+    if args.profile:
+        torch_profile.profile("torch_transformer_base", step)
 
 
 def main():
@@ -111,6 +117,7 @@ def main():
     parser.add_argument("--sentences", type=int, default=125)
     parser.add_argument("--length", type=int, default=64)
     parser.add_argument("--dtype", choices=["bf16", "fp16"], default="bf16")
+    parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("gpu_transformer.py: no CUDA device visible to torch")
