@@ -14,9 +14,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -370,6 +372,60 @@ TEST_F(GpuGemm, StridedBatches) {
   check(shared, 24);
   shared.batch_count = 0;  // nothing queued, C untouched
   check(shared, 25);
+}
+
+// RIG_GEMM_AUTOTUNE is read without a GPU: 1 on, unset or 0 off, anything
+// else refused, saying what is expected.
+TEST(GemmAutotuneRequest, OneTurnsItOnAndOtherValuesAreRefused) {
+  unsetenv("RIG_GEMM_AUTOTUNE");
+  EXPECT_FALSE(rig::cuda::gemm_autotune_requested());
+  setenv("RIG_GEMM_AUTOTUNE", "0", 1);
+  EXPECT_FALSE(rig::cuda::gemm_autotune_requested());
+  setenv("RIG_GEMM_AUTOTUNE", "1", 1);
+  EXPECT_TRUE(rig::cuda::gemm_autotune_requested());
+  setenv("RIG_GEMM_AUTOTUNE", "yes", 1);
+  try {
+    rig::cuda::gemm_autotune_requested();
+    ADD_FAILURE() << "RIG_GEMM_AUTOTUNE=yes was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("RIG_GEMM_AUTOTUNE=yes: expected 1"), std::string::npos)
+        << e.what();
+  }
+  unsetenv("RIG_GEMM_AUTOTUNE");
+}
+
+// Autotuning (RIG_GEMM_AUTOTUNE) times the heuristic's candidates on a
+// plan's first call: every result is still the interpreter's within
+// rounding, a product that adds into D (beta 1) adds once though its
+// candidates ran several times, and a second call reuses the choice.
+TEST_F(GpuGemm, AutotunedProductsAreTheInterpretersAndAddOnce) {
+  rig::cuda::CublasLtGemm gemm(kDevice);
+  gemm.set_autotune(true);
+  GemmRequest adds = product(384, 512, 1024, true, false, GemmType::bf16, GemmType::bf16);
+  adds.beta = 1.0F;  // a weight gradient added into .grad
+  check(adds, 40, &gemm);
+  GemmRequest wide = product(256, 320, 512, false, true, GemmType::f32, GemmType::f32);
+  wide.beta = 1.0F;
+  wide.allow_tf32 = true;
+  check(wide, 41, &gemm);
+  GemmRequest biased = product(512, 256, 256, false, false, GemmType::bf16, GemmType::bf16);
+  biased.epilogue.bias = true;
+  biased.epilogue.activation = GemmActivation::relu;
+  check(biased, 42, &gemm);
+  const std::int64_t seq = 48, heads = 8, dim = 64;
+  GemmRequest scores = product(seq, seq, dim, false, true, GemmType::bf16, GemmType::f32);
+  scores.lda = scores.ldb = heads * dim;
+  scores.batch_count = heads;
+  scores.stride_a = scores.stride_b = dim;
+  scores.stride_c = seq * seq;
+  check(scores, 43, &gemm);
+  EXPECT_GE(gemm.tuned_plans(), 1U) << "no plan had more than one candidate to time";
+  std::printf(
+      "gemm autotuning: %zu of 4 plans timed, %zu chose another than the heuristic's "
+      "first\n",
+      gemm.tuned_plans(), gemm.retuned_plans());
+  check(adds, 44, &gemm);
+  EXPECT_EQ(gemm.heuristic_queries(), 4U) << "a tuned plan was tuned again";
 }
 
 TEST_F(GpuGemm, TheAlgorithmIsChosenOncePerPlan) {

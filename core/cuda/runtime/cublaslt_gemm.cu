@@ -1,6 +1,10 @@
 #include "cuda/runtime/cublaslt_gemm.cuh"
 
+#include <array>
 #include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <stdexcept>
 #include <string>
 
 #include "cuda/runtime/cublaslt_library.cuh"
@@ -105,9 +109,63 @@ unsigned alignment(const void* pointer) {
   return align;
 }
 
+// The bytes D's layout spans: its last matrix's last column's end.
+std::size_t span_bytes(const LtLayout& l) {
+  const std::int64_t batches = l.batch_count > 1 ? (l.batch_count - 1) * l.batch_offset : 0;
+  return static_cast<std::size_t>((l.cols - 1) * l.ld + l.rows + batches) * size_of(l.type);
+}
+
+// Whether a plan's timed runs can write D alone: no bias gradient or aux
+// output that its call would then have written more than once.
+bool tunable(const LtPlan& plan) {
+  return plan.bias_role != BiasRole::bias_grad && plan.aux_role != AuxRole::write_relu_mask &&
+         plan.aux_role != AuxRole::write_gelu_input;
+}
+
+// Two timing events and scratch memory for autotuning, released on every path.
+struct TuningResources {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  void* scratch = nullptr;
+  TuningResources() {
+    RIG_CUDA_CHECK(cudaEventCreate(&start));
+    RIG_CUDA_CHECK(cudaEventCreate(&stop));
+  }
+  ~TuningResources() {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    if (scratch != nullptr) cudaFree(scratch);
+  }
+  TuningResources(const TuningResources&) = delete;
+  TuningResources& operator=(const TuningResources&) = delete;
+};
+
 }  // namespace
 
-CublasLtGemm::CublasLtGemm(int device) : device_(device) {
+bool gemm_autotune_requested() {
+  const char* value = std::getenv("RIG_GEMM_AUTOTUNE");
+  const std::string text = value == nullptr ? "" : value;
+  if (text.empty() || text == "0") return false;
+  if (text == "1") return true;
+  throw std::invalid_argument("RIG_GEMM_AUTOTUNE=" + text +
+                              ": expected 1 (time cuBLASLt's candidate algorithms on each "
+                              "product's first call and keep the fastest) or 0");
+}
+
+void CublasLtGemm::set_autotune(bool on) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  autotune_ = on;
+}
+bool CublasLtGemm::autotune() const {
+  return autotune_;
+}
+std::size_t CublasLtGemm::tuned_plans() const {
+  return tuned_plans_;
+}
+std::size_t CublasLtGemm::retuned_plans() const {
+  return retuned_plans_;
+}
+
+CublasLtGemm::CublasLtGemm(int device) : device_(device), autotune_(gemm_autotune_requested()) {
   DeviceGuard guard(device);
   check_cublas(cublaslt().create(&handle_), "cublasLtCreate");
   try {
@@ -199,18 +257,61 @@ void CublasLtGemm::run(const LtPlan& plan, const void* a, const void* b, const v
                                                        CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                        &workspace_bytes, sizeof(workspace_bytes)),
                    "cublasLtMatmulPreferenceSetAttribute", context);
-      cublasLtMatmulHeuristicResult_t result{};
+      const bool tune = autotune_ && tunable(plan);
+      std::array<cublasLtMatmulHeuristicResult_t, kAutotuneCandidates> results{};
       int found_count = 0;
       ++heuristic_queries_;
-      check_cublas(
-          cublaslt().algo_get_heuristic(handle_, desc.desc, la.layout, lb.layout, lc.layout,
-                                        ld.layout, preference.preference, 1, &result, &found_count),
-          "cublasLtMatmulAlgoGetHeuristic", context);
+      check_cublas(cublaslt().algo_get_heuristic(handle_, desc.desc, la.layout, lb.layout,
+                                                 lc.layout, ld.layout, preference.preference,
+                                                 tune ? kAutotuneCandidates : 1, results.data(),
+                                                 &found_count),
+                   "cublasLtMatmulAlgoGetHeuristic", context);
       if (found_count == 0) {
         throw CublasLtError(CUBLAS_STATUS_NOT_SUPPORTED,
                             "cublasLtMatmulAlgoGetHeuristic found no algorithm for " + context);
       }
-      algo = result.algo;
+      int chosen = 0;
+      if (tune && found_count > 1) {
+        // Each candidate once to warm it up, then kTimedRuns timed together;
+        // one that fails to run is skipped. A product that reads D (beta !=
+        // 0) writes its timed runs to scratch, so its call adds once.
+        constexpr int kTimedRuns = 3;
+        TuningResources tuning;
+        void* timed_d = d;
+        if (plan.beta != 0.0F) {
+          RIG_CUDA_CHECK(cudaMalloc(&tuning.scratch, span_bytes(plan.d)));
+          timed_d = tuning.scratch;
+        }
+        const float alpha = plan.alpha;
+        const float beta = plan.beta;
+        float best = std::numeric_limits<float>::infinity();
+        for (int i = 0; i < found_count; ++i) {
+          if (results[i].state != CUBLAS_STATUS_SUCCESS ||
+              results[i].workspaceSize > kWorkspaceBytes) {
+            continue;
+          }
+          const auto launch = [&] {
+            return cublaslt().matmul(handle_, desc.desc, &alpha, a, la.layout, b, lb.layout, &beta,
+                                     c, lc.layout, timed_d, ld.layout, &results[i].algo, workspace_,
+                                     kWorkspaceBytes, stream);
+          };
+          if (launch() != CUBLAS_STATUS_SUCCESS) continue;
+          RIG_CUDA_CHECK(cudaEventRecord(tuning.start, stream));
+          bool ran = true;
+          for (int rep = 0; rep < kTimedRuns && ran; ++rep) ran = launch() == CUBLAS_STATUS_SUCCESS;
+          RIG_CUDA_CHECK(cudaEventRecord(tuning.stop, stream));
+          RIG_CUDA_CHECK(cudaEventSynchronize(tuning.stop));
+          float ms = 0.0F;
+          RIG_CUDA_CHECK(cudaEventElapsedTime(&ms, tuning.start, tuning.stop));
+          if (ran && ms < best) {
+            best = ms;
+            chosen = i;
+          }
+        }
+        ++tuned_plans_;
+        if (chosen != 0) ++retuned_plans_;
+      }
+      algo = results[chosen].algo;
       algorithms_.emplace(key, algo);
     }
   }

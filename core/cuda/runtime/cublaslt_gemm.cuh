@@ -1,5 +1,8 @@
 // Executes GEMM plans (cuda/gemm/gemm_plan.hpp) with cublasLtMatmul: one
-// cuBLASLt handle, a 32 MiB workspace and the chosen algorithm per plan.
+// cuBLASLt handle, a 32 MiB workspace and the chosen algorithm per plan: the
+// heuristic's first, or with autotuning (RIG_GEMM_AUTOTUNE=1, as PyTorch's
+// TunableOp) the fastest of its first kAutotuneCandidates, timed on the
+// plan's first call.
 //
 // Errors are exceptions (CublasLtError, CudaError): code that calls this from
 // the back end's extern "C" entry points (backend_entry.cu) must catch them
@@ -40,7 +43,9 @@ void check_cublas(cublasStatus_t status, const char* call, const std::string& co
 class CublasLtGemm {
  public:
   static constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20U;
+  static constexpr int kAutotuneCandidates = 8;
 
+  // Autotuning is on where RIG_GEMM_AUTOTUNE is 1 (autotune_requested).
   explicit CublasLtGemm(int device);
   ~CublasLtGemm();
   CublasLtGemm(const CublasLtGemm&) = delete;
@@ -63,6 +68,21 @@ class CublasLtGemm {
   // How many algorithms the heuristic was asked for (one per distinct plan key).
   std::size_t heuristic_queries() const { return heuristic_queries_; }
 
+  // Autotuning: a plan's first call (its cache miss) asks the heuristic for
+  // up to kAutotuneCandidates algorithms and times each on the call's own
+  // operands, keeping the fastest. It synchronises the stream once per plan.
+  // A product that reads D (beta != 0: a gradient added into) writes its
+  // timed runs to scratch, so it still adds once; plans whose epilogue
+  // writes a second output (a bias gradient, an aux buffer) are not tuned.
+  // Different processes may choose differently: the bits of a tuned run
+  // are not reproducible across runs.
+  void set_autotune(bool on);
+  bool autotune() const;
+  // Plans whose algorithm was chosen by timing (more than one candidate),
+  // and how many of those chose another than the heuristic's first.
+  std::size_t tuned_plans() const;
+  std::size_t retuned_plans() const;
+
  private:
   int device_ = 0;
   cublasLtHandle_t handle_ = nullptr;
@@ -70,6 +90,12 @@ class CublasLtGemm {
   std::mutex mutex_;
   std::unordered_map<std::string, cublasLtMatmulAlgo_t> algorithms_;
   std::size_t heuristic_queries_ = 0;
+  bool autotune_ = false;
+  std::size_t tuned_plans_ = 0, retuned_plans_ = 0;
 };
+
+// RIG_GEMM_AUTOTUNE: true for 1, false unset or 0; anything else throws
+// std::invalid_argument saying what is expected.
+bool gemm_autotune_requested();
 
 }  // namespace rig::cuda
