@@ -54,4 +54,10 @@ echo "== bad input: exit 2 with the usage"
 expect_code 2 "$gpu_check" run nowhere logs2
 grep -q "holds no rig-gpu-check.tar.gz" err.txt || fail "no message for a missing bundle"
 expect_code 2 "$gpu_check" frobnicate
+GPU_CHECK_PARTS=bench,speed expect_code 2 "$gpu_check" run bundle logs3
+grep -q "GPU_CHECK_PARTS: unknown part 'speed' (the parts: tests, training" err.txt ||
+  fail "no message naming the unknown part and the known ones"
+echo "== a chosen part list still checks the bundle and says there is no GPU"
+set +e; GPU_CHECK_PARTS=bench,census "$gpu_check" run bundle logs4 > run4.log 2>&1; code=$?; set -e
+[ "$code" -eq 3 ] || { cat run4.log; fail "gpu-check run with GPU_CHECK_PARTS exited $code, expected 3"; }
 echo "PASS"
