@@ -214,6 +214,14 @@ grep -q "^census kind=products ms=4.000$" timed.txt || fail "no machine-readable
 # the emulator's census has no times, so its table has no time column
 if grep -q "device time" nmt.txt; then fail "the emulator's census shows times"; fi
 
+echo "== RIG_CUDA_CENSUS_SHAPES=1: a line for each product shape"
+RIG_CUDA_CENSUS_SHAPES=1 check "$tool" "$rig" shapes.txt -- "$tiny"
+grep -Eq "^ +[0-9]+ .* cuBLASLt matmul f32 x f32 -> f32 \[m [0-9]+ n [0-9]+ k [0-9]+\]$" shapes.txt ||
+  fail "no product line with its shape"
+RIG_CUDA_CENSUS_SHAPES=yes expect_code 2 "$rig" run "$tiny" --device=cuda --max_steps=1 \
+  --logdir=bad-shapes
+grep -q "RIG_CUDA_CENSUS_SHAPES=yes: expected 1" err.txt || fail "no message for a bad value"
+
 echo "== a bad call: exit 2 and the usage"
 if "$tool" "$rig" out.txt "$tiny" > bad.log 2>&1; then fail "a call without -- was accepted"; else
   code=$?; fi

@@ -31,12 +31,16 @@ std::map<std::string, std::string> read_census(
   return lines;
 }
 
-// A back end made while RIG_CUDA_CENSUS names `file` (read when it is made).
+// A back end made while RIG_CUDA_CENSUS names `file` (read when it is made),
+// with RIG_CUDA_CENSUS_SHAPES=1 where `shapes`.
 std::unique_ptr<backend::Backend> census_backend(const std::filesystem::path& file,
-                                                 cuda::EmulatedConvolutions convolutions) {
+                                                 cuda::EmulatedConvolutions convolutions,
+                                                 bool shapes = false) {
   setenv("RIG_CUDA_CENSUS", file.c_str(), 1);
+  if (shapes) setenv("RIG_CUDA_CENSUS_SHAPES", "1", 1);
   std::unique_ptr<backend::Backend> made = cuda::make_emulated_backend(0, convolutions);
   unsetenv("RIG_CUDA_CENSUS");
+  unsetenv("RIG_CUDA_CENSUS_SHAPES");
   return made;
 }
 
@@ -51,6 +55,19 @@ backend::Conv2dShape small_conv() {
   s.pad_h = s.pad_w = 1;
   s.out_h = s.out_w = 4;
   return s;
+}
+
+// One bf16 forward of small_conv() on zeroed x and W, then a wait for the device.
+void run_small_bf16_conv(backend::Backend& b) {
+  backend::MemoryPool& pool = b.memory(Device::cuda(0));
+  const backend::Block x = pool.allocate(32 * sizeof(std::uint16_t));
+  const backend::Block w = pool.allocate(54 * sizeof(std::uint16_t));
+  const backend::Block y = pool.allocate(48 * sizeof(std::uint16_t));
+  b.zero_bytes(x.data, 32 * sizeof(std::uint16_t));
+  b.zero_bytes(w.data, 54 * sizeof(std::uint16_t));
+  b.conv2d_forward_16(small_conv(), DType::bf16, x.data, w.data, y.data);
+  b.synchronize();
+  for (const backend::Block& block : {x, w, y}) pool.deallocate(block);
 }
 
 class KernelCensus : public ::testing::Test {
@@ -116,22 +133,41 @@ TEST_F(KernelCensus, CountsKernelsByOperandTypesAndWritesAtEachWait) {
 TEST_F(KernelCensus, ShowsTheCopiesAroundF32OnlyConvolutions) {
   const std::filesystem::path file = dir_ / "census.tsv";
   const auto b = census_backend(file, cuda::EmulatedConvolutions::f32_only);
-  backend::MemoryPool& pool = b->memory(Device::cuda(0));
-  const backend::Conv2dShape s = small_conv();
-  const backend::Block x = pool.allocate(32 * sizeof(std::uint16_t));
-  const backend::Block w = pool.allocate(54 * sizeof(std::uint16_t));
-  const backend::Block y = pool.allocate(48 * sizeof(std::uint16_t));
-  b->zero_bytes(x.data, 32 * sizeof(std::uint16_t));
-  b->zero_bytes(w.data, 54 * sizeof(std::uint16_t));
-  b->conv2d_forward_16(s, DType::bf16, x.data, w.data, y.data);
-  b->synchronize();
+  run_small_bf16_conv(*b);
   std::map<std::string, std::string> lines = read_census(file);
   EXPECT_EQ(lines["convolution forward f32"], "1 0 0 1728");
   EXPECT_EQ(lines.count("convolution forward bf16"), 0U);
   // x and W widened (32 + 54 elements, 6 bytes each), y narrowed (48).
   EXPECT_EQ(lines["CopyStrided bf16 -> f32, packed"], "2 86 516 0");
   EXPECT_EQ(lines["CopyStrided f32 -> bf16, packed"], "1 48 288 0");
-  for (const backend::Block& block : {x, w, y}) pool.deallocate(block);
+}
+
+// With RIG_CUDA_CENSUS_SHAPES=1 each product and convolution shape has a
+// line of its own: a GPU's timed census then says which shapes fall short.
+TEST_F(KernelCensus, ShapesGiveEachProductAndConvolutionItsLine) {
+  const std::filesystem::path file = dir_ / "census.tsv";
+  const auto b = census_backend(file, cuda::EmulatedConvolutions::with_16bit, true);
+  backend::MemoryPool& pool = b->memory(Device::cuda(0));
+  const backend::Block a = pool.allocate(6 * 4 * sizeof(float));
+  const backend::Block w = pool.allocate(4 * 5 * sizeof(float));
+  const backend::Block c = pool.allocate(6 * 5 * sizeof(float));
+  b->zero_bytes(a.data, 6 * 4 * sizeof(float));
+  b->zero_bytes(w.data, 4 * 5 * sizeof(float));
+  const auto as_floats = [](const backend::Block& block) {
+    return reinterpret_cast<float*>(block.data);
+  };
+  // C [6, 5] = A [6, 4] W [4, 5], twice; cuBLASLt's column-major m, n, k are 5, 6, 4.
+  for (int i = 0; i < 2; ++i) {
+    b->gemm(
+        {6, 5, 4, 1.0F, {as_floats(a), 4, false}, {as_floats(w), 5, false}, 0.0F, as_floats(c), 5},
+        MatmulPrecision::f32);
+  }
+  run_small_bf16_conv(*b);
+  std::map<std::string, std::string> lines = read_census(file);
+  EXPECT_EQ(lines["cuBLASLt matmul f32 x f32 -> f32 [m 5 n 6 k 4]"], "2 0 0 480");
+  EXPECT_EQ(lines["convolution forward bf16 [1x2x4x4 -> 3 3x3/1]"], "1 0 0 1728");
+  EXPECT_EQ(lines.count("cuBLASLt matmul f32 x f32 -> f32"), 0U);
+  for (const backend::Block& block : {a, w, c}) pool.deallocate(block);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "rig/device.hpp"
 #include "rig/dtype.hpp"
+#include "rig/environment_switch.hpp"
 #include "rig/shape.hpp"
 
 namespace rig {
@@ -49,29 +50,14 @@ bool is_floating(DType dtype) {
   return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16;
 }
 
-namespace {
-
-// An on / off environment variable: unset, empty or 0 is off, 1 is on;
-// anything else throws, saying what 1 means.
-bool switch_from_environment(const char* name, const char* what_1_means) {
-  const char* value = std::getenv(name);
-  const std::string text = value == nullptr ? "" : value;
-  if (text.empty() || text == "0") return false;
-  if (text == "1") return true;
-  throw std::invalid_argument(fmt::format("{}={}: expected 1 ({}) or 0", name, text, what_1_means));
-}
-
-}  // namespace
-
 bool cuda_emulator_requested() {
-  return switch_from_environment("RIG_CUDA_EMULATOR",
-                                 "run device: cuda's kernels in the SIMT emulator");
+  return environment_switch("RIG_CUDA_EMULATOR", "run device: cuda's kernels in the SIMT emulator");
 }
 
 bool cuda_emulator_host_only_requested() {
-  return switch_from_environment("RIG_CUDA_EMULATOR_HOST_ONLY",
-                                 "queue every kernel but run none, to time the host's part of a "
-                                 "step");
+  return environment_switch("RIG_CUDA_EMULATOR_HOST_ONLY",
+                            "queue every kernel but run none, to time the host's part of a "
+                            "step");
 }
 
 std::string to_string(Device device) {

@@ -7,6 +7,7 @@
 
 #include "cuda/backend/kernel_backend.hpp"
 #include "cuda/backend/kernel_census.hpp"
+#include "rig/environment_switch.hpp"
 
 namespace rig::cuda {
 
@@ -55,7 +56,7 @@ kernels::ElementType f32_or(DType dtype, DType sixteen, const char* op, const ch
 KernelBackend::KernelBackend(std::unique_ptr<KernelDevice> device, int index)
     : device_(std::move(device)), index_(index) {
   if (std::string file = census_file_requested(); !file.empty()) {
-    device_ = with_census(std::move(device_), std::move(file));
+    device_ = with_census(std::move(device_), std::move(file), rig::census_shapes_requested());
   }
 }
 

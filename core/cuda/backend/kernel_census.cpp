@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -285,6 +286,14 @@ std::string conv_label(std::string_view type, const backend::Conv2dShape& s) {
   return s.channels_last ? fmt::format("{} nhwc", type) : std::string(type);
 }
 
+// A convolution's shape as RIG_CUDA_CENSUS_SHAPES names it: x, the output
+// channels, the kernel and its stride.
+std::string conv_shape(const backend::Conv2dShape& s) {
+  return fmt::format(" [{}x{}x{}x{} -> {} {}x{}/{}{}]", s.n, s.c_in, s.h, s.w, s.c_out, s.kernel_h,
+                     s.kernel_w, s.stride_h,
+                     s.groups != 1 ? fmt::format(" groups {}", s.groups) : "");
+}
+
 // 2 per multiply-add: each output sums (c_in / groups) kh kw products.
 double conv_flops(const backend::Conv2dShape& s) {
   return 2.0 * static_cast<double>(s.y_elements()) * static_cast<double>(s.w_elements() / s.c_out);
@@ -379,8 +388,8 @@ class Census {
 
 class CensusDevice final : public KernelDevice {
  public:
-  CensusDevice(std::unique_ptr<KernelDevice> device, std::string file)
-      : device_(std::move(device)), census_(std::move(file)) {}
+  CensusDevice(std::unique_ptr<KernelDevice> device, std::string file, bool shapes)
+      : device_(std::move(device)), census_(std::move(file)), shapes_(shapes) {}
 
   backend::MemoryPool& memory() override { return device_->memory(); }
   const simt::DeviceProperties& properties() const override { return device_->properties(); }
@@ -412,24 +421,25 @@ class CensusDevice final : public KernelDevice {
                        plan.compute == GemmCompute::tf32 ? " (tf32)" : "",
                        plan.epilogue == LtEpilogue::default_
                            ? std::string()
-                           : fmt::format(", {}", name_of(plan.epilogue))),
+                           : fmt::format(", {}", name_of(plan.epilogue))) +
+               (shapes_ ? product_shape(plan) : std::string()),
            0, 0, 2.0 * products},
           [&] { device_->gemm(plan, a, b, c, d, bias, aux); });
   }
 
   void conv2d_forward(const backend::Conv2dShape& s, const float* x, const float* w,
                       float* y) override {
-    queue("convolution forward", {conv_label("f32", s), 0, 0, conv_flops(s)},
+    queue("convolution forward", {conv_label("f32", s) + shape_of(s), 0, 0, conv_flops(s)},
           [&] { device_->conv2d_forward(s, x, w, y); });
   }
   void conv2d_backward_data(const backend::Conv2dShape& s, const float* w, const float* dy,
                             float* dx) override {
-    queue("convolution data gradient", {conv_label("f32", s), 0, 0, conv_flops(s)},
+    queue("convolution data gradient", {conv_label("f32", s) + shape_of(s), 0, 0, conv_flops(s)},
           [&] { device_->conv2d_backward_data(s, w, dy, dx); });
   }
   void conv2d_backward_filter(const backend::Conv2dShape& s, const float* x, const float* dy,
                               float* dw) override {
-    queue("convolution filter gradient", {conv_label("f32", s), 0, 0, conv_flops(s)},
+    queue("convolution filter gradient", {conv_label("f32", s) + shape_of(s), 0, 0, conv_flops(s)},
           [&] { device_->conv2d_backward_filter(s, x, dy, dw); });
   }
   bool conv2d_16(const backend::Conv2dShape& s, DType type) override {
@@ -437,14 +447,15 @@ class CensusDevice final : public KernelDevice {
   }
   void conv2d_forward_16(const backend::Conv2dShape& s, DType type, const void* x, const void* w,
                          void* y) override {
-    queue("convolution forward", {conv_label(dtype_name(type), s), 0, 0, conv_flops(s)},
+    queue("convolution forward",
+          {conv_label(dtype_name(type), s) + shape_of(s), 0, 0, conv_flops(s)},
           [&] { device_->conv2d_forward_16(s, type, x, w, y); });
   }
   void conv2d_backward_data_16(const backend::Conv2dShape& s, DType type, const void* w,
                                const void* dy, void* dx, bool accumulate) override {
     queue("convolution data gradient",
-          {conv_label(dtype_name(type), s) + (accumulate ? ", added into dx" : ""), 0, 0,
-           conv_flops(s)},
+          {conv_label(dtype_name(type), s) + (accumulate ? ", added into dx" : "") + shape_of(s), 0,
+           0, conv_flops(s)},
           [&] { device_->conv2d_backward_data_16(s, type, w, dy, dx, accumulate); });
   }
   bool conv2d_16_adds_dx(const backend::Conv2dShape& s, DType type) override {
@@ -453,8 +464,8 @@ class CensusDevice final : public KernelDevice {
   void conv2d_backward_filter_16(const backend::Conv2dShape& s, DType type, const void* x,
                                  const void* dy, void* dw, bool accumulate) override {
     queue("convolution filter gradient",
-          {conv_label(dtype_name(type), s) + (accumulate ? ", added into dw" : ""), 0, 0,
-           conv_flops(s)},
+          {conv_label(dtype_name(type), s) + (accumulate ? ", added into dw" : "") + shape_of(s), 0,
+           0, conv_flops(s)},
           [&] { device_->conv2d_backward_filter_16(s, type, x, dy, dw, accumulate); });
   }
   bool conv2d_16_adds_dw(const backend::Conv2dShape& s, DType type) override {
@@ -510,6 +521,17 @@ class CensusDevice final : public KernelDevice {
   }
 
  private:
+  // The shape's part of a line, where RIG_CUDA_CENSUS_SHAPES asks for it.
+  std::string shape_of(const backend::Conv2dShape& s) const {
+    return shapes_ ? conv_shape(s) : std::string();
+  }
+  // A product's m, n and k in cuBLASLt's (column-major) terms, and its batch.
+  static std::string product_shape(const LtPlan& plan) {
+    const std::int64_t batch = plan.batch_count();
+    return fmt::format(" [m {} n {} k {}{}]", plan.m, plan.n, plan.k,
+                       batch != 1 ? fmt::format(" batch {}", batch) : "");
+  }
+
   // Counts `work` under `name` and queues it with `call`, between two marks
   // where the device's time is measured.
   template <class Call>
@@ -526,6 +548,7 @@ class CensusDevice final : public KernelDevice {
 
   std::unique_ptr<KernelDevice> device_;
   Census census_;
+  bool shapes_;
 };
 
 }  // namespace
@@ -535,8 +558,9 @@ std::string census_file_requested() {
   return file == nullptr ? std::string() : std::string(file);
 }
 
-std::unique_ptr<KernelDevice> with_census(std::unique_ptr<KernelDevice> device, std::string file) {
-  return std::make_unique<CensusDevice>(std::move(device), std::move(file));
+std::unique_ptr<KernelDevice> with_census(std::unique_ptr<KernelDevice> device, std::string file,
+                                          bool shapes) {
+  return std::make_unique<CensusDevice>(std::move(device), std::move(file), shapes);
 }
 
 }  // namespace rig::cuda

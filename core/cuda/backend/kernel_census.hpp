@@ -25,7 +25,12 @@ namespace rig::cuda {
 // The census's file from RIG_CUDA_CENSUS; empty when the census is off.
 std::string census_file_requested();
 
-// `device` wrapped so that everything queued on it is counted into `file`.
-std::unique_ptr<KernelDevice> with_census(std::unique_ptr<KernelDevice> device, std::string file);
+// `device` wrapped so that everything queued on it is counted into `file`;
+// with `shapes` (rig::census_shapes_requested, RIG_CUDA_CENSUS_SHAPES=1) each
+// product and convolution shape gets a line of its own (" [m 8000 n 512 k
+// 2048]", " [256x64x56x56 -> 64 3x3/1]"), so a GPU's timed census says which
+// shapes fall short.
+std::unique_ptr<KernelDevice> with_census(std::unique_ptr<KernelDevice> device, std::string file,
+                                          bool shapes = false);
 
 }  // namespace rig::cuda

@@ -2,14 +2,13 @@
 
 #include <array>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
-#include <stdexcept>
 #include <string>
 
 #include "cuda/runtime/cublaslt_library.cuh"
 #include "cuda/runtime/cuda_error.hpp"
 #include "cuda/runtime/device_guard.hpp"
+#include "rig/environment_switch.hpp"
 
 namespace rig::cuda {
 
@@ -141,16 +140,6 @@ struct TuningResources {
 
 }  // namespace
 
-bool gemm_autotune_requested() {
-  const char* value = std::getenv("RIG_GEMM_AUTOTUNE");
-  const std::string text = value == nullptr ? "" : value;
-  if (text.empty() || text == "0") return false;
-  if (text == "1") return true;
-  throw std::invalid_argument("RIG_GEMM_AUTOTUNE=" + text +
-                              ": expected 1 (time cuBLASLt's candidate algorithms on each "
-                              "product's first call and keep the fastest) or 0");
-}
-
 void CublasLtGemm::set_autotune(bool on) {
   std::lock_guard<std::mutex> lock(mutex_);
   autotune_ = on;
@@ -165,7 +154,8 @@ std::size_t CublasLtGemm::retuned_plans() const {
   return retuned_plans_;
 }
 
-CublasLtGemm::CublasLtGemm(int device) : device_(device), autotune_(gemm_autotune_requested()) {
+CublasLtGemm::CublasLtGemm(int device)
+    : device_(device), autotune_(rig::gemm_autotune_requested()) {
   DeviceGuard guard(device);
   check_cublas(cublaslt().create(&handle_), "cublasLtCreate");
   try {

@@ -45,7 +45,7 @@ class CublasLtGemm {
   static constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20U;
   static constexpr int kAutotuneCandidates = 8;
 
-  // Autotuning is on where RIG_GEMM_AUTOTUNE is 1 (autotune_requested).
+  // Autotuning is on where RIG_GEMM_AUTOTUNE is 1 (rig::gemm_autotune_requested).
   explicit CublasLtGemm(int device);
   ~CublasLtGemm();
   CublasLtGemm(const CublasLtGemm&) = delete;
@@ -93,9 +93,5 @@ class CublasLtGemm {
   bool autotune_ = false;
   std::size_t tuned_plans_ = 0, retuned_plans_ = 0;
 };
-
-// RIG_GEMM_AUTOTUNE: true for 1, false unset or 0; anything else throws
-// std::invalid_argument saying what is expected.
-bool gemm_autotune_requested();
 
 }  // namespace rig::cuda

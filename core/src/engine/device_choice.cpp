@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "launch/launcher_env.hpp"
+#include "rig/environment_switch.hpp"
 #include "rig/error.hpp"
 
 namespace rig::engine {
@@ -135,6 +136,10 @@ DeviceChoice choose_run_device(const config::ResolvedConfig& config, const std::
   try {
     emulate = request == "cuda" && cuda_emulator_requested();
     host_only = emulate && cuda_emulator_host_only_requested();
+    // Read where the back end is made or first multiplies: a bad value
+    // stops the run here, before anything is built.
+    (void)gemm_autotune_requested();
+    (void)census_shapes_requested();
   } catch (const std::invalid_argument& e) {
     throw UserError(e.what());
   }

@@ -1,0 +1,38 @@
+// On/off switches read from the environment: 1 on; unset, empty or 0 off;
+// anything else refused with std::invalid_argument naming the variable, the
+// value and what 1 means. Header-only: librig and librig_cuda (which does not
+// link librig) read them alike, and the engine checks them up front, so a
+// bad value exits 2 before anything runs.
+#pragma once
+
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+namespace rig {
+
+inline bool environment_switch(const char* name, const char* what_1_means) {
+  const char* value = std::getenv(name);
+  const std::string text = value == nullptr ? "" : value;
+  if (text.empty() || text == "0") return false;
+  if (text == "1") return true;
+  throw std::invalid_argument(std::string(name) + "=" + text + ": expected 1 (" + what_1_means +
+                              ") or 0");
+}
+
+// RIG_GEMM_AUTOTUNE=1: cuBLASLt's candidate algorithms timed on each product
+// shape's first call, the fastest kept (CublasLtGemm).
+inline bool gemm_autotune_requested() {
+  return environment_switch("RIG_GEMM_AUTOTUNE",
+                            "time cuBLASLt's candidate algorithms on each product's first call "
+                            "and keep the fastest");
+}
+
+// RIG_CUDA_CENSUS_SHAPES=1: the kernel census (RIG_CUDA_CENSUS) gives each
+// product and convolution shape a line of its own.
+inline bool census_shapes_requested() {
+  return environment_switch("RIG_CUDA_CENSUS_SHAPES",
+                            "a census line for each product and convolution shape");
+}
+
+}  // namespace rig
