@@ -42,14 +42,17 @@ void cuda_ok(cudaError_t code, const char* what) {
   ASSERT_EQ(code, cudaSuccess) << what << ": " << cudaGetErrorString(code);
 }
 
-// A host buffer and its device copy.
+// A host buffer and its device copy, `shift` bytes past an aligned allocation
+// (a view at an odd offset).
 struct Twin {
   std::vector<std::uint8_t> host;
+  void* base = nullptr;
   void* device = nullptr;
-  explicit Twin(std::size_t bytes) : host(std::max<std::size_t>(bytes, 16)) {
-    cuda_ok(cudaMalloc(&device, host.size()), "cudaMalloc");
+  explicit Twin(std::size_t bytes, std::size_t shift = 0) : host(std::max<std::size_t>(bytes, 16)) {
+    cuda_ok(cudaMalloc(&base, host.size() + shift), "cudaMalloc");
+    device = static_cast<std::uint8_t*>(base) + shift;
   }
-  ~Twin() { cudaFree(device); }
+  ~Twin() { cudaFree(base); }
   Twin(const Twin&) = delete;
   Twin& operator=(const Twin&) = delete;
   void upload() {
@@ -85,8 +88,9 @@ void fill(std::vector<std::uint8_t>& bytes, GemmType type, std::mt19937& rng, do
 }
 
 // Runs `r` on the device and with the interpreter; compares D, the bias
-// gradient and the aux output.
-void check(const GemmRequest& r, unsigned seed, rig::cuda::CublasLtGemm* shared = nullptr) {
+// gradient and the aux output. A, B and C are `shift` bytes past aligned memory.
+void check(const GemmRequest& r, unsigned seed, rig::cuda::CublasLtGemm* shared = nullptr,
+           std::size_t shift = 0) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   const LtPlan plan = rig::cuda::plan_gemm(r);
   SCOPED_TRACE(plan.describe());
@@ -98,9 +102,9 @@ void check(const GemmRequest& r, unsigned seed, rig::cuda::CublasLtGemm* shared 
   const auto extent = [&](std::int64_t stride, std::int64_t rows, std::int64_t ld) {
     return (r.batch_count > 1 ? (r.batch_count - 1) * stride : 0) + rows * ld;
   };
-  Twin a(bytes(r.a_type, extent(r.stride_a, r.trans_a ? r.k : r.m, r.lda)));
-  Twin b(bytes(r.b_type, extent(r.stride_b, r.trans_b ? r.n : r.k, r.ldb)));
-  Twin c(bytes(r.c_type, extent(r.stride_c, r.m, r.ldc)));
+  Twin a(bytes(r.a_type, extent(r.stride_a, r.trans_a ? r.k : r.m, r.lda)), shift);
+  Twin b(bytes(r.b_type, extent(r.stride_b, r.trans_b ? r.n : r.k, r.ldb)), shift);
+  Twin c(bytes(r.c_type, extent(r.stride_c, r.m, r.ldc)), shift);
   Twin bias(bytes(r.c_type, std::max(r.m, r.n)));
   Twin aux(static_cast<std::size_t>(std::max<std::int64_t>(plan.aux_bytes(), 16)));
   fill(a.host, r.a_type, rng, 0.0);
@@ -372,6 +376,17 @@ TEST_F(GpuGemm, StridedBatches) {
   check(shared, 24);
   shared.batch_count = 0;  // nothing queued, C untouched
   check(shared, 25);
+}
+
+// Operands at odd offsets (2-byte aligned bf16, 4-byte aligned f32: views
+// into a flat buffer after a parameter of odd size): the heuristic is told
+// their alignment, so the algorithm it picks runs on them.
+TEST_F(GpuGemm, OperandsAtOddOffsets) {
+  check(product(96, 80, 64, false, true, GemmType::bf16, GemmType::bf16, 1), 50, nullptr, 2);
+  GemmRequest adds = product(64, 64, 256, true, false, GemmType::bf16, GemmType::bf16, 1);
+  adds.beta = 1.0F;
+  check(adds, 51, nullptr, 2);
+  check(product(72, 40, 56, false, false, GemmType::f32, GemmType::f32, 1), 52, nullptr, 4);
 }
 
 // Autotuning (RIG_GEMM_AUTOTUNE) times the heuristic's candidates on a

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "cuda/runtime/cublaslt_library.cuh"
 #include "cuda/runtime/cuda_error.hpp"
@@ -99,8 +100,8 @@ void make_layout(Layout& out, const LtLayout& layout, const std::string& context
       "cublasLtMatrixLayoutSetAttribute(CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET)", context);
 }
 
-// The largest power of two (up to 256) dividing the address: the heuristic's
-// choice depends on pointer alignment, so it is part of the cache key.
+// The largest power of two (up to 256) dividing the address: the heuristic
+// is told each operand's, so it is part of the cache key.
 unsigned alignment(const void* pointer) {
   const auto address = reinterpret_cast<std::uintptr_t>(pointer);
   unsigned align = 1;
@@ -247,6 +248,20 @@ void CublasLtGemm::run(const LtPlan& plan, const void* a, const void* b, const v
                                                        CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                        &workspace_bytes, sizeof(workspace_bytes)),
                    "cublasLtMatmulPreferenceSetAttribute", context);
+      // Unless told, the heuristic takes every operand to be 256-byte aligned,
+      // and may pick an algorithm that fails on a view at an odd offset (a
+      // parameter after one of odd size in the flat buffer, a column slice).
+      const std::pair<cublasLtMatmulPreferenceAttributes_t, const void*> operands[] = {
+          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, a},
+          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, b},
+          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, c},
+          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, d}};
+      for (const auto& [attribute, pointer] : operands) {
+        const std::uint32_t bytes = alignment(pointer);
+        check_cublas(cublaslt().preference_set_attribute(preference.preference, attribute, &bytes,
+                                                         sizeof(bytes)),
+                     "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT)", context);
+      }
       const bool tune = autotune_ && tunable(plan);
       std::array<cublasLtMatmulHeuristicResult_t, kAutotuneCandidates> results{};
       int found_count = 0;
