@@ -10,11 +10,13 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <random>
 #include <vector>
 
 #include "backend/backend.hpp"
 #include "bf16_values.hpp"
+#include "rig/autograd.hpp"
 #include "rig/half.hpp"
 #include "rig/ops.hpp"
 #include "rig/parameter_store.hpp"
@@ -893,6 +895,72 @@ TEST(Emulated16BitOps, AddReluHasTheBitsOfAddThenRelu) {
       EXPECT_EQ(bits(bf.grad()), bits(bu.grad())) << "db";
     }
   }
+}
+
+// Weights declared one after another (self-attention's q, k and v) and
+// multiplied as one (ops::joined_rows, a view of the flat buffer): the
+// product adds the joined dW into their .grad in place, each element's f32
+// sum rounded once, r(s + p), as the weights' own products would (no
+// separate add, which gives r(s + r(p))), and each weight is reported ready
+// to the data-parallel reducer once.
+TEST(Emulated16BitOps, JoinedWeightsTakeTheirGradientInTheirDotGradRoundingOnce) {
+  class Counter final : public rig::autograd::LeafGradListener {
+   public:
+    void leaf_grad_ready(const rig::TensorImpl& leaf) override { ++ready[&leaf]; }
+    std::map<const rig::TensorImpl*, int> ready;
+  };
+  const rig::Device dev = emulated_cuda();
+  const rig::ops::MatmulPrecisionScope bf16(rig::MatmulPrecision::bf16);
+  const std::int64_t rows = 12, d = 8;
+  const auto grid = [](const rig::Shape& shape, std::uint32_t seed) {
+    return Tensor::from_vector(on_grid(static_cast<std::size_t>(rig::shape_numel(shape)), seed),
+                               shape);
+  };
+  rig::ParameterStore store;
+  std::vector<Tensor> w;
+  for (const char* name : {"q", "k", "v"}) {
+    w.push_back(store.declare(name, {d, d}, rig::Initializer::uniform(-1.0F, 1.0F)));
+  }
+  store.allocate(3, DType::bf16, dev);
+  std::vector<Tensor> s;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    Tensor values = grid({d, d}, 70 + static_cast<std::uint32_t>(i));
+    w[i].detach().copy_from(values);
+    s.push_back(grid({d, d}, 80 + static_cast<std::uint32_t>(i)));
+    w[i].grad().copy_from(s.back());
+  }
+  const Tensor x = grid({rows, d}, 90), u = grid({rows, 3 * d}, 91);
+  // The f32 dW of each weight: exact on grid values.
+  std::vector<std::vector<float>> p;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    Tensor w32 = w[i].detach().to_host().to(DType::f32).set_requires_grad(true);
+    const Tensor ui =
+        u.slice(1, static_cast<std::int64_t>(i) * d, static_cast<std::int64_t>(i + 1) * d);
+    rig::ops::sum(rig::ops::mul(rig::ops::linear(x, w32, Tensor()), ui)).backward();
+    p.push_back(w32.grad().to_vector());
+  }
+  Counter counter;
+  {
+    const rig::autograd::ScopedLeafGradListener listening(counter);
+    const Tensor joined = rig::ops::joined_rows({w[0], w[1], w[2]});
+    EXPECT_EQ(joined.raw_data(), w[0].raw_data()) << "adjacent weights are viewed, not copied";
+    const Tensor y = rig::ops::linear(x.to(dev).to(DType::bf16), joined, Tensor());
+    rig::ops::sum(rig::ops::mul(y, u.to(dev).to(DType::bf16))).backward();
+  }
+  bool told = false;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    SCOPED_TRACE(i);
+    const std::vector<float> sv = s[i].to_vector();
+    std::vector<float> once(sv.size()), twice(sv.size());
+    for (std::size_t j = 0; j < sv.size(); ++j) {
+      once[j] = round_to(DType::bf16, sv[j] + p[i][j]);
+      twice[j] = round_to(DType::bf16, sv[j] + round_to(DType::bf16, p[i][j]));
+    }
+    told = told || once != twice;
+    EXPECT_EQ(w[i].grad().to_host().to(DType::f32).to_vector(), once);
+    EXPECT_EQ(counter.ready[w[i].impl()], 1);
+  }
+  EXPECT_TRUE(told) << "the data must tell rounding once from rounding twice";
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 
 #include <array>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "golden.hpp"
@@ -107,6 +109,69 @@ TEST(OpsAttention, SplitHeadViewsMatchContiguousInputs) {
   EXPECT_TRUE(plain.is_contiguous());
   EXPECT_TRUE(tensors_close(strided.contiguous(), plain, 0, 0));
   EXPECT_TRUE(check_gradients(op, inputs, 1e-2, 2e-2, 2e-3, 160));
+}
+
+// scaled_dot_product_attention_packed: q, k and v as parts of one projection
+// ([B, T, 3 H D], self-attention) or k and v as parts of one ([B, Tk, 2 H D])
+// with q of its own (cross-attention): the same values and gradients, bit
+// for bit, as the op on the parts as split-heads views, and the packed
+// tensor's gradient is one tensor of its shape.
+TEST(OpsAttention, PackedOperandsAreThePartsBitForBit) {
+  const std::int64_t b = 2, t = 5, s = 7, h = 3, d = 4;
+  const auto part = [&](const Tensor& packed, std::int64_t parts, std::int64_t i) {
+    return packed.view({packed.size(0), packed.size(1), parts, h, d})
+        .slice(2, i, i + 1)
+        .squeeze(2)
+        .transpose(1, 2);
+  };
+  for (const bool cross : {false, true}) {
+    SCOPED_TRACE(cross ? "q and packed k, v" : "packed q, k, v");
+    ops::AttentionOptions o;
+    o.mask = mask_tensor({b, 1, 1, cross ? s : t}, 4);
+    o.causal = !cross;
+    o.dropout_p = 0.25F;
+    o.key = {42, 7, 0, rig::purpose_id("attention.dropout")};
+    const std::int64_t parts = cross ? 2 : 3;
+    const Tensor packed =
+        random_tensor({b, cross ? s : t, parts * h * d}, 1).set_requires_grad(true);
+    const Tensor q_own = random_tensor({b, h, t, d}, 2).set_requires_grad(true);
+    const Tensor upstream = random_tensor({b, h, t, d}, 3);
+    const Tensor y =
+        ops::scaled_dot_product_attention_packed(cross ? q_own : Tensor(), packed, h, o);
+    grads_of(y, upstream, cross ? std::vector<Tensor>{q_own, packed} : std::vector<Tensor>{packed});
+    // The same values through the split-heads views of copies.
+    const Tensor packed2 = packed.detach().clone().set_requires_grad(true);
+    const Tensor q2 = q_own.detach().clone().set_requires_grad(true);
+    const Tensor y2 = ops::scaled_dot_product_attention(cross ? q2 : part(packed2, 3, 0),
+                                                        part(packed2, parts, parts - 2),
+                                                        part(packed2, parts, parts - 1), o);
+    grads_of(y2, upstream, cross ? std::vector<Tensor>{q2, packed2} : std::vector<Tensor>{packed2});
+    EXPECT_TRUE(tensors_close(y.contiguous(), y2.contiguous(), 0, 0));
+    EXPECT_EQ(packed.grad().shape(), packed.shape());
+    EXPECT_TRUE(tensors_close(packed.grad(), packed2.grad(), 0, 0));
+    if (cross) {
+      EXPECT_TRUE(tensors_close(q_own.grad(), q2.grad(), 0, 0));
+    }
+    const auto op = [&](const std::vector<Tensor>& in) {
+      return ops::scaled_dot_product_attention_packed(cross ? in[1] : Tensor(), in[0], h, o);
+    };
+    std::vector<Tensor> inputs{packed.detach()};
+    if (cross) inputs.push_back(q_own.detach());
+    EXPECT_TRUE(check_gradients(op, inputs, 1e-2, 2e-2, 2e-3, 160));
+  }
+}
+
+TEST(OpsAttention, PackedErrorsNameTheShapes) {
+  const Tensor packed = random_tensor({2, 5, 20}, 1);
+  try {
+    ops::scaled_dot_product_attention_packed(Tensor(), packed, 3);
+    ADD_FAILURE() << "a width of 20 split into 3 parts of 3 heads was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("packed [2,5,20] with 3 heads: expected packed [B, T, 3 H D]"),
+        std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(OpsAttention, FullyMaskedRowsGiveZerosNotNaN) {

@@ -6,6 +6,7 @@
 #include "golden.hpp"
 #include "gradcheck.hpp"
 #include "rig/ops.hpp"
+#include "rig/parameter_store.hpp"
 #include "test_tensor_util.hpp"
 
 namespace {
@@ -170,6 +171,32 @@ TEST(OpsIndexing, ConcatNonContiguousAndIntegerInputs) {
   Tensor i = ops::concat({int_tensor({1, 2}, {2}), int_tensor({3}, {1})}, 0);
   EXPECT_EQ(i.dtype(), rig::DType::i64);
   EXPECT_EQ(i.to_int_vector(), (std::vector<std::int64_t>{1, 2, 3}));
+}
+
+// joined_rows: parameters declared one after another join as a view of the
+// store's flat buffer (one product for several projections), and the
+// gradient reaches each one's .grad (its rows of the joined gradient, exactly);
+// parts that are not adjacent are concatenated (concat's own tests).
+TEST(OpsIndexing, JoinedRowsViewAdjacentPartsAndSplitTheGradient) {
+  rig::ParameterStore store;
+  const Tensor a = store.declare("a", {2, 3}, rig::Initializer::uniform(-1.0F, 1.0F));
+  const Tensor b = store.declare("b", {1, 3}, rig::Initializer::uniform(-1.0F, 1.0F));
+  const Tensor c = store.declare("c", {3, 3}, rig::Initializer::uniform(-1.0F, 1.0F));
+  store.allocate(5);
+  const Tensor joined = ops::joined_rows({a, b, c});
+  EXPECT_EQ(joined.shape(), (rig::Shape{6, 3}));
+  EXPECT_TRUE(joined.shares_storage(a)) << "adjacent parameters are viewed, not copied";
+  EXPECT_EQ(joined.raw_data(), a.raw_data());
+  const Tensor upstream = random_tensor({6, 3}, 6);
+  grads_of(joined, upstream, {a, b, c});
+  const std::vector<float> u = upstream.to_vector();
+  EXPECT_EQ(a.grad().to_vector(), std::vector<float>(u.begin(), u.begin() + 6));
+  EXPECT_EQ(b.grad().to_vector(), std::vector<float>(u.begin() + 6, u.begin() + 9));
+  EXPECT_EQ(c.grad().to_vector(), std::vector<float>(u.begin() + 9, u.end()));
+  // Out of order (or from other storage): concatenated.
+  const Tensor swapped = ops::joined_rows({c, a});
+  EXPECT_FALSE(swapped.shares_storage(a));
+  EXPECT_TRUE(same_values(swapped, ops::concat({c, a}, 0)));
 }
 
 TEST(OpsIndexing, Int32IndicesAndGatherAlongAxis0) {

@@ -76,11 +76,20 @@ struct Node {
   OpName op;       // for messages
   EdgeList edges;  // one per input the op read; undefined where it needs no gradient
   BackwardFn backward;
+  // Where the gradient of the node's output may be added in place while none
+  // is pending for it (accumulation_target's answer to the ops that read the
+  // output): memory that is its inputs' .grad, laid out as the output
+  // (joined_rows of adjacent parameters, set by set_output_grad_home).
+  // Undefined for every other node.
+  Tensor output_grad_home;
 };
 
 // Attaches history to `output` when grad mode is on and an input requires a
 // gradient; returns `output` either way.
 RIG_API Tensor record(Tensor output, OpName op, TensorList inputs, BackwardFn backward);
+
+// Gives `output`'s node (record must have attached one) an output_grad_home.
+RIG_API void set_output_grad_home(const Tensor& output, Tensor home);
 
 // Runs backward from `root` (one element) with seed gradient 1.
 RIG_API void backward(const Tensor& root);

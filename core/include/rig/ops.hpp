@@ -180,9 +180,24 @@ struct AttentionOptions {
 };
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const AttentionOptions& options = {});
+// The same attention over operands packed side by side in one projection's
+// output (one product for several projections): with q undefined, packed is
+// [B, T, 3 H D], q, k and v of `heads` heads each (self-attention); with q
+// [B, H, Tq, D], packed is [B, Tk, 2 H D], k and v (cross-attention). The
+// kernels read the parts where they are, and the backward writes their
+// gradients into one tensor of packed's shape. Returns [B, H, Tq, D].
+Tensor scaled_dot_product_attention_packed(const Tensor& q, const Tensor& packed,
+                                           std::int64_t heads,
+                                           const AttentionOptions& options = {});
 
 // ---- Shape and indexing -----------------------------------------------------
 Tensor concat(const TensorList& tensors, std::int64_t axis);
+// The rows of `parts` (the same trailing shape, dtype and device) as one
+// tensor [sum of their rows, ...]: a view of their storage where they lie one
+// after another in it, contiguous (weights declared one after another: one
+// product for several projections), else concat's copy. The gradient is
+// split back into the parts'.
+Tensor joined_rows(const TensorList& parts);
 std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& sizes,
                           std::int64_t axis);
 // out[i][j] = x[i][index[i][j]] along `axis` (torch.gather); index i64.

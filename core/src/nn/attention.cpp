@@ -1,4 +1,5 @@
-// Multi-head attention: four projections around ops::scaled_dot_product_attention.
+// Multi-head attention: four projections around ops::scaled_dot_product_attention
+// (self-attention's first three as one product).
 #include <stdexcept>
 #include <utility>
 
@@ -67,6 +68,26 @@ Tensor MultiHeadAttention::forward(const Tensor& query_input, const Tensor& memo
         name(), query_input.defined() ? to_string(query_input.shape()) : "(undefined)",
         memory.defined() ? to_string(memory.shape()) : "(undefined)", model_dim));
   }
+  ops::AttentionOptions attention;
+  attention.mask = options.mask;
+  attention.key_lengths = options.key_lengths;
+  attention.causal = options.causal;
+  if (options.training && attention_dropout_ > 0.0F) {
+    attention.dropout_p = attention_dropout_;
+    attention.key = options.key.derive(dropout_name_);
+  }
+  // Self-attention without a cache: q, k and v from one product of the three
+  // weights joined (a view where they lie one after another, as the
+  // projections declare them), read by the attention where they are.
+  if (memory_kv == nullptr && options.cache == nullptr && memory.impl() == query_input.impl()) {
+    const Tensor& bq = query_.bias();
+    const Tensor qkv = ops::linear(
+        query_input, ops::joined_rows({query_.weight(), key_.weight(), value_.weight()}),
+        bq.defined() ? ops::joined_rows({bq, key_.bias(), value_.bias()}) : Tensor());
+    const Tensor context =
+        ops::scaled_dot_product_attention_packed(Tensor(), qkv, num_heads_, attention);
+    return output_.forward(merge_heads(context));
+  }
   Tensor q = split_heads(query_.forward(query_input), num_heads_);
   Tensor k;
   Tensor v;
@@ -97,14 +118,6 @@ Tensor MultiHeadAttention::forward(const Tensor& query_input, const Tensor& memo
     cache->append(k, v);
     k = cache->keys;
     v = cache->values;
-  }
-  ops::AttentionOptions attention;
-  attention.mask = options.mask;
-  attention.key_lengths = options.key_lengths;
-  attention.causal = options.causal;
-  if (options.training && attention_dropout_ > 0.0F) {
-    attention.dropout_p = attention_dropout_;
-    attention.key = options.key.derive(dropout_name_);
   }
   const Tensor context = ops::scaled_dot_product_attention(q, k, v, attention);
   return output_.forward(merge_heads(context));

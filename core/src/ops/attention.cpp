@@ -105,12 +105,92 @@ std::uint64_t dropout_seed(const RandomKey& key) {
          (static_cast<std::uint64_t>(random_bits(key, 1)) << 32);
 }
 
+// Part `part` of `parts` of packed [B, T, parts H D] as [B, H, T, D] (a view
+// without history).
+Tensor head_part(const Tensor& packed, std::int64_t parts, std::int64_t part, std::int64_t heads) {
+  const std::int64_t width = packed.size(2) / parts;
+  return packed.detach()
+      .view({packed.size(0), packed.size(1), parts, heads, width / heads})
+      .slice(2, part, part + 1)
+      .squeeze(2)
+      .transpose(1, 2);
+}
+
+// Where the operands come from, and so where their gradients go: q, k and v
+// of their own (parts 0), or the parts of one packed projection (3: q, k, v;
+// 2: k, v, with q of its own).
+struct Packing {
+  Tensor packed;
+  std::int64_t parts = 0;
+  std::int64_t heads = 0;
+
+  // What a backward function keeps: the packed tensor without its history.
+  Packing kept() const { return {packed.defined() ? packed.detach() : Tensor(), parts, heads}; }
+};
+
+// The inputs autograd records for the operands.
+autograd::TensorList recorded_inputs(const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Packing& packing) {
+  if (packing.parts == 3) return {packing.packed};
+  if (packing.parts == 2) return {q, packing.packed};
+  return {q, k, v};
+}
+
+// Whether the backward has a gradient to make for q, for k and for v.
+struct Needed {
+  bool q = false, k = false, v = false;
+};
+Needed needed(const Tensor& q, const Tensor& k, const Tensor& v, const Packing& packing) {
+  const bool packed = packing.parts > 0 && packing.packed.requires_grad();
+  return {packing.parts == 3 ? packed : q.requires_grad(),
+          packing.parts > 0 ? packed : k.requires_grad(),
+          packing.parts > 0 ? packed : v.requires_grad()};
+}
+
+// The backward's gradient buffers: dq, dk and dv laid out like the operands
+// they belong with (undefined where not needed), and what the node returns.
+struct Gradients {
+  Tensor dq, dk, dv;
+  autograd::TensorList returned;
+};
+Gradients gradient_buffers(const Tensor& qd, const Tensor& kd, const Tensor& vd,
+                           const Packing& packing, const Needed& need) {
+  Gradients g;
+  Tensor dpacked;
+  if (packing.parts > 0 && (need.k || need.v)) {
+    dpacked = detail::empty_on(packing.packed, packing.packed.shape(), packing.packed.dtype());
+    g.dk = head_part(dpacked, packing.parts, packing.parts - 2, packing.heads);
+    g.dv = head_part(dpacked, packing.parts, packing.parts - 1, packing.heads);
+  }
+  if (packing.parts == 3) {
+    if (dpacked.defined()) g.dq = head_part(dpacked, 3, 0, packing.heads);
+    g.returned = {dpacked};
+    return g;
+  }
+  if (need.q) g.dq = empty_like_heads(qd, qd.shape());
+  if (packing.parts == 2) {
+    g.returned = {g.dq, dpacked};
+    return g;
+  }
+  if (need.k) g.dk = empty_like_heads(kd, kd.shape());
+  if (need.v) g.dv = empty_like_heads(vd, vd.shape());
+  g.returned = {g.dq, g.dk, g.dv};
+  return g;
+}
+
+// The layout the kernels read an operand in: a packed part as it is (its
+// gradient is laid out alike), else as heads_layout / rows_contiguous give it.
+Tensor as_read(const Tensor& t, bool packed_part, bool fused) {
+  if (packed_part) return t;
+  return fused ? heads_layout(t.detach()) : rows_contiguous(t.detach());
+}
+
 // Attention on 16-bit q, k, v as one fused forward and backward where the
 // back end has them for this call (masks only as key lengths); nullopt
 // otherwise. Keeps out and the rows' softmax statistics for the backward,
 // not the [B, H, Tq, Tk] weights.
 std::optional<Tensor> fused_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                      const AttentionOptions& options) {
+                                      const AttentionOptions& options, const Packing& packing) {
   if (options.mask.defined() && !options.key_lengths.defined()) return std::nullopt;
   backend::Backend& be = detail::backend_of(q);
   backend::FusedAttention a;
@@ -139,16 +219,16 @@ std::optional<Tensor> fused_attention(const Tensor& q, const Tensor& k, const Te
   }
   a.dropout_p = options.dropout_p;
   a.dropout_seed = dropout_seed(options.key);
-  const Tensor qd = heads_layout(q.detach());
-  const Tensor kd = heads_layout(k.detach());
-  const Tensor vd = heads_layout(v.detach());
+  const Tensor qd = as_read(q, packing.parts == 3, true);
+  const Tensor kd = as_read(k, packing.parts > 0, true);
+  const Tensor vd = as_read(v, packing.parts > 0, true);
   a.qs = head_strides(qd);
   a.ks = head_strides(kd);
   a.vs = head_strides(vd);
   Tensor out_heads = empty_like_heads(qd, qd.shape());
   a.os = head_strides(out_heads);
-  const bool need_grad =
-      grad_mode_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
+  const Needed need = needed(q, k, v, packing);
+  const bool need_grad = grad_mode_enabled() && (need.q || need.k || need.v);
   Tensor stats = need_grad ? detail::empty_on(q, {a.b, a.h, a.tq}) : Tensor();
   a.stats = need_grad ? stats.data<float>() : nullptr;
   if (!be.fused_attention_supported(a)) return std::nullopt;
@@ -159,8 +239,9 @@ std::optional<Tensor> fused_attention(const Tensor& q, const Tensor& k, const Te
   be.fused_attention_forward(a);
   if (!need_grad) return out_heads;
   return autograd::record(
-      out_heads, kOp, {q, k, v},
-      [a, qd, kd, vd, lengths, stats, saved_out = out_heads.detach()](const Tensor& g) {
+      out_heads, kOp, recorded_inputs(q, k, v, packing),
+      [a, qd, kd, vd, lengths, stats, saved_out = out_heads.detach(),
+       packing = packing.kept()](const Tensor& g) {
         backend::FusedAttention b = a;
         // dOut strided as out.
         Tensor gd = g.dtype() == b.type ? g : g.to(b.type);
@@ -169,42 +250,22 @@ std::optional<Tensor> fused_attention(const Tensor& q, const Tensor& k, const Te
           laid.copy_from(gd);
           gd = laid;
         }
-        Tensor dq = empty_like_heads(qd, qd.shape());
-        Tensor dk = empty_like_heads(kd, kd.shape());
-        Tensor dv = empty_like_heads(vd, vd.shape());
+        // cuDNN writes all three (each with its operand's strides).
+        Gradients grads = gradient_buffers(qd, kd, vd, packing, {true, true, true});
         b.dout = gd.raw_data();
-        b.dq = dq.raw_data();
-        b.dk = dk.raw_data();
-        b.dv = dv.raw_data();
+        b.dq = grads.dq.raw_data();
+        b.dk = grads.dk.raw_data();
+        b.dv = grads.dv.raw_data();
         detail::backend_of(gd).fused_attention_backward(b);
-        return autograd::TensorList{dq, dk, dv};
+        return grads.returned;
       });
 }
 
-}  // namespace
-
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                    const AttentionOptions& options) {
-  detail::require_floating(kOp, q, "q");
-  detail::require_floating(kOp, k, "k");
-  detail::require_floating(kOp, v, "v");
-  detail::require_same_device(kOp, {&q, &k, &v, &options.mask});
-  check_shapes(q, k, v);
+// The attention composed of the back end's kernels (f32; 16-bit operands
+// through f32 copies), reading q, k and v as `packing` says.
+Tensor composed_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                          const AttentionOptions& options, const Packing& packing) {
   const float p = options.dropout_p;
-  if (!(p >= 0.0F && p <= 1.0F)) {
-    throw std::invalid_argument(
-        fmt::format("{}: {}: dropout_p {} is not in [0, 1]", kOp, operands(q, k, v), p));
-  }
-  if (q.dtype() != DType::f32 && q.dtype() == k.dtype() && q.dtype() == v.dtype()) {
-    if (std::optional<Tensor> out = fused_attention(q, k, v, options)) return *std::move(out);
-  }
-  if (q.dtype() != DType::f32 || k.dtype() != DType::f32 || v.dtype() != DType::f32) {
-    // f16 / bf16 storage: compute in f32, round the result to q's dtype.
-    return scaled_dot_product_attention(detail::as_f32(q), detail::as_f32(k), detail::as_f32(v),
-                                        options)
-        .to(q.dtype());
-  }
-
   backend::AttentionShape s;
   s.b = q.size(0);
   s.h = q.size(1);
@@ -230,11 +291,11 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     s.keep_scale = p < 1.0F ? 1.0F / (1.0F - p) : 0.0F;
   }
 
-  const Tensor qd = rows_contiguous(q.detach());
-  const Tensor kd = rows_contiguous(k.detach());
-  const Tensor vd = rows_contiguous(v.detach());
-  const bool need_grad =
-      grad_mode_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
+  const Tensor qd = as_read(q, packing.parts == 3, false);
+  const Tensor kd = as_read(k, packing.parts > 0, false);
+  const Tensor vd = as_read(v, packing.parts > 0, false);
+  const Needed need = needed(q, k, v, packing);
+  const bool need_grad = grad_mode_enabled() && (need.q || need.k || need.v);
   Tensor probs = need_grad ? detail::empty_on(q, scores) : Tensor();
   Tensor out = empty_like_heads(q, q.shape());
   detail::backend_of(q).attention_forward(s, qd.data<float>(), head_strides(qd), kd.data<float>(),
@@ -243,22 +304,84 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                           need_grad ? probs.data<float>() : nullptr);
   if (!need_grad) return out;
   return autograd::record(
-      std::move(out), kOp, {q, k, v},
-      [s, qd, kd, vd, probs, mask, keep, need_q = q.requires_grad(), need_k = k.requires_grad(),
-       need_v = v.requires_grad()](const Tensor& g) {
+      std::move(out), kOp, recorded_inputs(q, k, v, packing),
+      [s, qd, kd, vd, probs, mask, keep, need, packing = packing.kept()](const Tensor& g) {
         const Tensor gd = rows_contiguous(g);
-        Tensor dq = need_q ? empty_like_heads(qd, qd.shape()) : Tensor();
-        Tensor dk = need_k ? empty_like_heads(kd, kd.shape()) : Tensor();
-        Tensor dv = need_v ? empty_like_heads(vd, vd.shape()) : Tensor();
-        const backend::HeadStrides none{};
+        Gradients grads = gradient_buffers(qd, kd, vd, packing, need);
+        const auto data = [](Tensor& t) { return t.defined() ? t.data<float>() : nullptr; };
+        const auto strides = [](const Tensor& t) {
+          return t.defined() ? head_strides(t) : backend::HeadStrides{};
+        };
         detail::backend_of(gd).attention_backward(
             s, qd.data<float>(), head_strides(qd), kd.data<float>(), head_strides(kd),
             vd.data<float>(), head_strides(vd), probs.data<float>(), gd.data<float>(),
-            head_strides(gd), need_q ? dq.data<float>() : nullptr, need_q ? head_strides(dq) : none,
-            need_k ? dk.data<float>() : nullptr, need_k ? head_strides(dk) : none,
-            need_v ? dv.data<float>() : nullptr, need_v ? head_strides(dv) : none);
-        return autograd::TensorList{dq, dk, dv};
+            head_strides(gd), data(grads.dq), strides(grads.dq), data(grads.dk), strides(grads.dk),
+            data(grads.dv), strides(grads.dv));
+        return grads.returned;
       });
+}
+
+// The fused attention where the back end has it for this call, else the
+// composed one; `f32_copies` computes 16-bit operands the fused path does not
+// take through f32 copies (and rounds the result back).
+template <class F32Copies>
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,
+                 const Packing& packing, F32Copies&& f32_copies) {
+  const float p = options.dropout_p;
+  if (!(p >= 0.0F && p <= 1.0F)) {
+    throw std::invalid_argument(
+        fmt::format("{}: {}: dropout_p {} is not in [0, 1]", kOp, operands(q, k, v), p));
+  }
+  if (q.dtype() != DType::f32 && q.dtype() == k.dtype() && q.dtype() == v.dtype()) {
+    if (std::optional<Tensor> out = fused_attention(q, k, v, options, packing)) {
+      return *std::move(out);
+    }
+  }
+  if (q.dtype() != DType::f32 || k.dtype() != DType::f32 || v.dtype() != DType::f32) {
+    return f32_copies().to(q.dtype());
+  }
+  return composed_attention(q, k, v, options, packing);
+}
+
+}  // namespace
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const AttentionOptions& options) {
+  detail::require_floating(kOp, q, "q");
+  detail::require_floating(kOp, k, "k");
+  detail::require_floating(kOp, v, "v");
+  detail::require_same_device(kOp, {&q, &k, &v, &options.mask});
+  check_shapes(q, k, v);
+  return attention(q, k, v, options, {}, [&] {
+    return scaled_dot_product_attention(detail::as_f32(q), detail::as_f32(k), detail::as_f32(v),
+                                        options);
+  });
+}
+
+Tensor scaled_dot_product_attention_packed(const Tensor& q, const Tensor& packed,
+                                           std::int64_t heads, const AttentionOptions& options) {
+  constexpr const char* kPackedOp = "scaled_dot_product_attention_packed";
+  detail::require_floating(kPackedOp, packed, "packed");
+  if (q.defined()) detail::require_floating(kPackedOp, q, "q");
+  detail::require_same_device(kPackedOp, {&q, &packed, &options.mask});
+  const std::int64_t parts = q.defined() ? 2 : 3;
+  if (packed.dim() != 3 || heads < 1 || packed.size(2) % (parts * heads) != 0 ||
+      (q.defined() && (q.dim() != 4 || q.size(0) != packed.size(0) || q.size(1) != heads ||
+                       q.size(3) * heads * parts != packed.size(2)))) {
+    throw std::invalid_argument(fmt::format(
+        "{}: packed {}{} with {} heads: expected packed [B, T, {} H D]{}", kPackedOp,
+        to_string(packed.shape()), q.defined() ? ", q " + to_string(q.shape()) : std::string(),
+        heads, parts, q.defined() ? " and q [B, H, Tq, D]" : ""));
+  }
+  const Packing packing{packed, parts, heads};
+  const Tensor qh = q.defined() ? q : head_part(packed, 3, 0, heads);
+  const Tensor kh = head_part(packed, parts, parts - 2, heads);
+  const Tensor vh = head_part(packed, parts, parts - 1, heads);
+  check_shapes(qh, kh, vh);
+  return attention(qh, kh, vh, options, packing, [&] {
+    return scaled_dot_product_attention_packed(q.defined() ? detail::as_f32(q) : q,
+                                               detail::as_f32(packed), heads, options);
+  });
 }
 
 }  // namespace rig::ops

@@ -146,6 +146,81 @@ Tensor concat(const TensorList& tensors, std::int64_t axis) {
                           });
 }
 
+// Where the parts are leaves whose .grad tensors lie one after another like
+// the parts themselves: those .grad as one tensor of the joined shape, into
+// which the op reading the joined rows may add its gradient in place (a
+// product's beta = 1); else undefined.
+Tensor joined_grads(const TensorList& parts, const Shape& shape) {
+  const Tensor first = parts.front().grad();
+  if (!first.defined()) return {};
+  std::int64_t next = first.impl()->offset;
+  for (const auto& t : parts) {
+    const Tensor g = t.grad();
+    if (t.impl()->grad_fn || !t.requires_grad() || !g.defined() || !g.is_contiguous() ||
+        g.dtype() != first.dtype() || g.device() != first.device() ||
+        g.impl()->storage != first.impl()->storage || g.impl()->offset != next ||
+        g.shape() != t.shape()) {
+      return {};
+    }
+    next += g.numel();
+  }
+  return Tensor::view_of(first.impl()->storage, first.impl()->offset, shape, first.dtype());
+}
+
+Tensor joined_rows(const TensorList& parts) {
+  if (parts.empty()) throw std::invalid_argument("joined_rows: no tensors");
+  for (const auto& t : parts) require_defined("joined_rows", t, "every part");
+  const Tensor& first = parts.front();
+  // One after another in one storage, each contiguous: the rows are a view.
+  bool adjacent = first.dim() >= 1;
+  std::int64_t rows = 0;
+  std::int64_t next = first.impl()->offset;
+  for (const auto& t : parts) {
+    adjacent = adjacent && t.impl()->storage == first.impl()->storage && t.is_contiguous() &&
+               t.dtype() == first.dtype() && t.dim() == first.dim() && t.impl()->offset == next;
+    for (std::int64_t d = 1; adjacent && d < first.dim(); ++d)
+      adjacent = t.size(d) == first.size(d);
+    next += t.numel();
+    rows += t.dim() >= 1 ? t.size(0) : 0;
+  }
+  if (!adjacent) return concat(parts, 0);
+  Shape shape = first.shape();
+  shape[0] = rows;
+  SmallVector<std::int64_t, 4> sizes;
+  for (const auto& t : parts) sizes.push_back(t.size(0));
+  const Tensor home = grad_mode_enabled() ? joined_grads(parts, shape) : Tensor();
+  const std::int64_t row_bytes = (rows > 0 ? shape_numel(shape) / rows : 0) *
+                                 static_cast<std::int64_t>(dtype_size(first.dtype()));
+  Tensor out = autograd::record(
+      Tensor::view_of(first.impl()->storage, first.impl()->offset, shape, first.dtype()),
+      "joined_rows", parts,
+      [sizes, row_bytes, home_data = home.defined() ? home.raw_data() : nullptr](const Tensor& g) {
+        autograd::TensorList grads(sizes.size());
+        if (home_data != nullptr && g.raw_data() == home_data) {
+          // The op that read the rows added its gradient into the parts' .grad
+          // (the home): each part's is there already. (Where another gradient
+          // is pending for a part, backward() adds that one into .grad after.)
+          const std::byte* at = home_data;
+          for (std::size_t i = 0; i < sizes.size(); ++i) {
+            Tensor target = autograd::accumulation_target(i);
+            if (target.defined() && target.raw_data() == at) grads[i] = std::move(target);
+            at += sizes[i] * row_bytes;
+          }
+          return grads;
+        }
+        // g is dense [rows, ...] (made contiguous): each part's rows are a view of it.
+        const Tensor gc = g.contiguous();
+        std::int64_t start = 0;
+        for (std::size_t i = 0; i < sizes.size(); ++i) {
+          grads[i] = gc.slice(0, start, start + sizes[i]);
+          start += sizes[i];
+        }
+        return grads;
+      });
+  if (home.defined() && out.impl()->grad_fn) autograd::set_output_grad_home(out, home);
+  return out;
+}
+
 std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& sizes,
                           std::int64_t axis) {
   require_defined("split", x, "x");

@@ -234,6 +234,11 @@ Tensor accumulation_target_of(const Edge& edge, const PendingGrad& slot) {
     return ours && slot.value.dtype() == edge.dtype && slot.value.is_contiguous() ? slot.value
                                                                                   : Tensor();
   }
+  if (edge.node != nullptr) {
+    const Tensor& home = edge.node->output_grad_home;
+    const bool usable = home.defined() && home.dtype() == edge.dtype && home.shape() == edge.shape;
+    return usable ? home : Tensor();
+  }
   if (edge.leaf == nullptr || !edge.leaf->grad) return {};
   Tensor grad(edge.leaf->grad);
   const bool usable = grad.dtype() == edge.leaf->dtype && grad.shape() == edge.shape &&
@@ -279,9 +284,17 @@ Tensor record(Tensor output, OpName op, TensorList inputs, BackwardFn backward) 
     edge.dtype = input.dtype();
   }
   node->backward = std::move(backward);
+  node->output_grad_home = Tensor();  // a pooled node may have held one
   output.impl()->grad_fn = std::move(node);
   output.impl()->requires_grad = true;
   return output;
+}
+
+void set_output_grad_home(const Tensor& output, Tensor home) {
+  if (!output.defined() || !output.impl()->grad_fn) {
+    throw std::logic_error("set_output_grad_home: the tensor has no recorded node");
+  }
+  output.impl()->grad_fn->output_grad_home = std::move(home);
 }
 
 ScopedLeafGradListener::ScopedLeafGradListener(LeafGradListener& listener)
@@ -380,6 +393,7 @@ void backward(const Tensor& root) {
     if (vertex.node != nullptr) {
       vertex.node->edges.clear();
       vertex.node->backward = nullptr;
+      vertex.node->output_grad_home = Tensor();
     }
   }
 }
