@@ -113,6 +113,17 @@ grep -Eq "^ +2 .* DropoutForward bf16, packed$" nmt.txt || fail "not 2 dropouts 
 # the index checks' results and the statistics wait for the logged loss)
 if grep -q "copy to host$" nmt.txt; then fail "a bfloat16 step reads the device"; fi
 
+echo "== self-attention's q, k and v projections are one product (RIG_CUDA_CENSUS_SHAPES)"
+RIG_CUDA_EMULATOR_FUSED_ATTENTION=1 RIG_CUDA_CENSUS_SHAPES=1 check "$tool" "$rig" nmt-shapes.txt -- \
+  "$transformer" --dtype=mixed --mixed_dtype=bfloat16
+# the encoder's and the decoder's: d 16 in, 3 x 16 out, over 48 tokens; their
+# joined weights' gradient added into .grad by one product each
+grep -Eq "^ +2 .* cuBLASLt matmul bf16 x bf16 -> bf16 \[m 48 n 48 k 16\]$" nmt-shapes.txt ||
+  fail "not 2 joined q, k, v products"
+grep -Eq "^ +2 .* cuBLASLt matmul bf16 x bf16 \+= bf16 \[m 16 n 48 k 48\]$" nmt-shapes.txt ||
+  fail "not 2 joined q, k, v weight gradients added into .grad"
+if grep -q "AddStrided" nmt-shapes.txt; then fail "a joined weight's gradient added in a pass of its own"; fi
+
 echo "== a float16 transformer: its products on the f16 tensor cores, none in f32"
 RIG_CUDA_EMULATOR_FUSED_ATTENTION=1 check "$tool" "$rig" nmt16.txt -- "$transformer" \
   --dtype=mixed --mixed_dtype=float16

@@ -1,5 +1,5 @@
 // Multi-head attention: four projections around ops::scaled_dot_product_attention
-// (self-attention's first three as one product).
+// (self-attention's first three as one product, cross-attention's k and v).
 #include <stdexcept>
 #include <utility>
 
@@ -76,16 +76,23 @@ Tensor MultiHeadAttention::forward(const Tensor& query_input, const Tensor& memo
     attention.dropout_p = attention_dropout_;
     attention.key = options.key.derive(dropout_name_);
   }
-  // Self-attention without a cache: q, k and v from one product of the three
-  // weights joined (a view where they lie one after another, as the
-  // projections declare them), read by the attention where they are.
-  if (memory_kv == nullptr && options.cache == nullptr && memory.impl() == query_input.impl()) {
-    const Tensor& bq = query_.bias();
-    const Tensor qkv = ops::linear(
-        query_input, ops::joined_rows({query_.weight(), key_.weight(), value_.weight()}),
-        bq.defined() ? ops::joined_rows({bq, key_.bias(), value_.bias()}) : Tensor());
+  // Without a cache (training, teacher forcing): self-attention's q, k and v
+  // from one product of the three weights joined (a view where they lie one
+  // after another, as the projections declare them), cross-attention's k
+  // and v from one of the two; the attention reads them where they are.
+  if (memory_kv == nullptr && options.cache == nullptr) {
+    const bool self = memory.impl() == query_input.impl();
+    TensorList weights{key_.weight(), value_.weight()};
+    TensorList biases{key_.bias(), value_.bias()};
+    if (self) {
+      weights.insert(weights.begin(), query_.weight());
+      biases.insert(biases.begin(), query_.bias());
+    }
+    const Tensor packed = ops::linear(memory, ops::joined_rows(weights),
+                                      biases[0].defined() ? ops::joined_rows(biases) : Tensor());
+    const Tensor q = self ? Tensor() : split_heads(query_.forward(query_input), num_heads_);
     const Tensor context =
-        ops::scaled_dot_product_attention_packed(Tensor(), qkv, num_heads_, attention);
+        ops::scaled_dot_product_attention_packed(q, packed, num_heads_, attention);
     return output_.forward(merge_heads(context));
   }
   Tensor q = split_heads(query_.forward(query_input), num_heads_);

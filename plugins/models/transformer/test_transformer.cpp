@@ -797,7 +797,9 @@ TEST_F(PluginTransformer, LearnsToReverseSequences) {
     return std::make_pair(source, target);
   };
   double first = 0.0, last = 0.0;
-  for (int step = 0; step < 400; ++step) {
+  // 500 steps: at 400 the greedy decode's exact rows sat at the threshold
+  // (35 to 37 of 40 as the last bits of a product change); at 500, 39.
+  for (int step = 0; step < 500; ++step) {
     const auto [source, target] = make(static_cast<std::uint32_t>(step + 1), 32);
     rig::Batch batch = text_batch(source, target);
     batch.rng = rig::RandomKey{7, static_cast<std::uint64_t>(step), 0, 0};
@@ -806,7 +808,7 @@ TEST_F(PluginTransformer, LearnsToReverseSequences) {
     out.loss.backward();
     opt->step(step < 40 ? 0.003 * (step + 1) / 40.0 : 0.003);
     if (step < 10) first += out.loss.item() / 10.0;
-    if (step >= 390) last += out.loss.item() / 10.0;
+    if (step >= 490) last += out.loss.item() / 10.0;
   }
   EXPECT_LT(last, 0.1 * first) << "first " << first << " last " << last;
 
