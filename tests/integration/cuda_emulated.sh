@@ -152,9 +152,11 @@ train_both nmt-mixed transformer.yaml --mode train_eval --dtype=mixed
 grep -Eq "hyp_len = [1-9]" nmt-mixed-cuda.log || fail "no BLEU of decoded words (mixed)"
 close_results nmt-mixed-cpu.log nmt-mixed-cuda.log 2e-3 "Train loss|Validation loss"
 # bfloat16 activations: a sum in another order can round to a neighbouring
-# bfloat16, so an untrained model's beams may part: the losses only.
+# bfloat16, so an untrained model's beams may part: the losses only. Those
+# differences grow step by step with no direction (60 steps, measured: 0.07%,
+# 0.25%, -0.1%, -0.9%, 0.06%, -1.0% every 10), so step 20's may reach 0.25%.
 train_both nmt-mixed-bf16 transformer.yaml --mode train --dtype=mixed --mixed_dtype=bfloat16
-close_results nmt-mixed-bf16-cpu.log nmt-mixed-bf16-cuda.log
+close_results nmt-mixed-bf16-cpu.log nmt-mixed-bf16-cuda.log 5e-3
 
 if [ -f /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ]; then
   echo "== a ResNet on Fashion-MNIST (batch norm, convolutions, pooling)"

@@ -71,10 +71,13 @@ if grep -q "SoftmaxForward" nmt.txt; then fail "attention composed from softmax 
 # the logits reach the loss in bf16, and their gradient leaves it in bf16
 grep -Eq "^ +1 .* CrossEntropyForward bf16, packed$" nmt.txt || fail "the loss does not read bf16 logits"
 grep -Eq "^ +1 .* CrossEntropyBackward bf16, packed$" nmt.txt || fail "the loss's gradient is not bf16"
-# each feed-forward layer's first linear: bias, relu, dropout and rounding in
-# one pass (2 layers); its second adds the bias in the product's epilogue,
-# which writes bf16 (no dropout there to apply before the rounding)
-grep -Eq "^ +2 .* BiasReluDropoutStore f32 -> bf16, packed$" nmt.txt || fail "not 2 fused bias passes"
+# each feed-forward layer's first linear: bias and relu in the product's
+# epilogue, which writes bf16, then its dropout's mask in one pass over that
+# (unscaled: exact after the rounding; the second linear's products apply
+# 1 / (1 - p)); its second adds the bias in its epilogue too
+grep -Eq "^ +2 .* cuBLASLt matmul bf16 x bf16 -> bf16, RELU_BIAS$" nmt.txt ||
+  fail "not 2 products adding their bias and relu"
+if grep -q "BiasReluDropoutStore" nmt.txt; then fail "an f32 product read back for bias and relu"; fi
 grep -Eq "^ +2 .* cuBLASLt matmul bf16 x bf16 -> bf16, BIAS$" nmt.txt ||
   fail "not 2 products adding their bias"
 # the encoder's feed-forward output: its padding mask, dropout and residual
@@ -108,7 +111,8 @@ grep -Eq "cuBLASLt matmul bf16 x bf16 \+= bf16$" nmt.txt || fail "no product add
 # encoder layer, the feed-forward's with its padding mask, 3 in the decoder
 # layer); the embeddings' dropouts stand alone
 grep -Eq "^ +4 .* DropoutForward bf16, \+ residual, packed$" nmt.txt || fail "not 4 dropout adds"
-grep -Eq "^ +2 .* DropoutForward bf16, packed$" nmt.txt || fail "not 2 dropouts of their own"
+# (and the 2 feed-forward masks)
+grep -Eq "^ +4 .* DropoutForward bf16, packed$" nmt.txt || fail "not 4 dropouts of their own"
 # no read of the device in mixed precision either (unscaling reads nothing;
 # the index checks' results and the statistics wait for the logged loss)
 if grep -q "copy to host$" nmt.txt; then fail "a bfloat16 step reads the device"; fi

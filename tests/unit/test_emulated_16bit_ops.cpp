@@ -178,26 +178,48 @@ TEST(Emulated16BitOps, LinearWithReluAndDropoutRoundsOnceAndKeepsTheBf16Output) 
   const Tensor up = random({4, 9, 64}, 14).to(dev).to(DType::bf16);
   const rig::ops::MatmulPrecisionScope bf16(rig::MatmulPrecision::bf16);
   const rig::RandomKey key{3, 8, 0, 21};
+  // Unscaled: the bias and relu in the product's epilogue (bf16 out), the
+  // mask one pass over it (exact after the rounding), and the next layer's
+  // products scale by 1 / (1 - p) (their alpha): still the f32 layers' bits.
+  const Tensor v = random({24, 64}, 15), c = random({24}, 16);
+  const Tensor up2 = random({4, 9, 24}, 17).to(dev).to(DType::bf16);
   for (const float p : {0.0F, 0.4F}) {
-    SCOPED_TRACE(::testing::Message() << "p " << p);
-    const rig::ops::OutputDropout dropout{p, key};
-    Tensor x16 = leaf(x, DType::bf16, dev), w16 = leaf(w, DType::bf16, dev);
-    Tensor b16 = leaf(b, DType::bf16, dev);
-    const Tensor y16 = rig::ops::linear(x16, w16, b16, rig::ops::Activation::relu, dropout);
-    rig::ops::sum(rig::ops::mul(y16, up)).backward();
-    Tensor x32 = leaf(x, DType::f32, dev), w32 = leaf(w, DType::f32, dev);
-    Tensor b32 = leaf(b, DType::f32, dev);
-    const Tensor y32 = rig::ops::linear(x32, w32, b32, rig::ops::Activation::relu, dropout);
-    rig::ops::sum(rig::ops::mul(y32.to(DType::bf16), up)).backward();
-    EXPECT_EQ(y16.dtype(), DType::bf16);
-    EXPECT_TRUE(same(y16.detach(), y32.detach())) << "y";
-    EXPECT_TRUE(same(x16.grad(), x32.grad())) << "dx";
-    EXPECT_TRUE(same(w16.grad(), w32.grad())) << "dW";
-    EXPECT_TRUE(same(b16.grad(), b32.grad())) << "db";
-    // Dropout dropped some of the positive outputs, and the same ones.
-    const std::vector<float> kept = y16.to_host().to(DType::f32).to_vector();
-    const auto zeros = std::count(kept.begin(), kept.end(), 0.0F);
-    EXPECT_GT(zeros, p > 0.0F ? 9 * 64 * 4 / 2 + 50 : 100);
+    for (const bool scaled : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "p " << p << " scaled " << scaled);
+      rig::ops::OutputDropout dropout{p, key};
+      dropout.scaled = scaled;
+      const float keep = scaled || p == 0.0F ? 1.0F : 1.0F / (1.0F - p);
+      Tensor x16 = leaf(x, DType::bf16, dev), w16 = leaf(w, DType::bf16, dev);
+      Tensor b16 = leaf(b, DType::bf16, dev);
+      const Tensor y16 = rig::ops::linear(x16, w16, b16, rig::ops::Activation::relu, dropout);
+      rig::ops::sum(rig::ops::mul(y16, up)).backward();
+      Tensor x32 = leaf(x, DType::f32, dev), w32 = leaf(w, DType::f32, dev);
+      Tensor b32 = leaf(b, DType::f32, dev);
+      const Tensor y32 = rig::ops::linear(x32, w32, b32, rig::ops::Activation::relu, dropout);
+      rig::ops::sum(rig::ops::mul(y32.to(DType::bf16), up)).backward();
+      EXPECT_EQ(y16.dtype(), DType::bf16);
+      EXPECT_TRUE(same(y16.detach(), y32.detach())) << "y";
+      EXPECT_TRUE(same(x16.grad(), x32.grad())) << "dx";
+      EXPECT_TRUE(same(w16.grad(), w32.grad())) << "dW";
+      EXPECT_TRUE(same(b16.grad(), b32.grad())) << "db";
+      // The next layer, reading the kept outputs with input_scale.
+      const Tensor kept_values = y16.detach().to_host().to(DType::f32);
+      Tensor h16 = leaf(kept_values, DType::bf16, dev), v16 = leaf(v, DType::bf16, dev);
+      Tensor c16 = leaf(c, DType::bf16, dev);
+      const Tensor z16 = rig::ops::linear(h16, v16, c16, rig::ops::Activation::none, {}, keep);
+      rig::ops::sum(rig::ops::mul(z16, up2)).backward();
+      Tensor h32 = leaf(kept_values, DType::f32, dev), v32 = leaf(v, DType::f32, dev);
+      Tensor c32 = leaf(c, DType::f32, dev);
+      const Tensor z32 = rig::ops::linear(h32, v32, c32, rig::ops::Activation::none, {}, keep);
+      rig::ops::sum(rig::ops::mul(z32.to(DType::bf16), up2)).backward();
+      EXPECT_TRUE(same(z16.detach(), z32.detach())) << "the next layer's output";
+      EXPECT_TRUE(same(h16.grad(), h32.grad())) << "the next layer's dx";
+      EXPECT_TRUE(same(v16.grad(), v32.grad())) << "the next layer's dW";
+      // Dropout dropped some of the positive outputs, and the same ones.
+      const std::vector<float> kept = y16.to_host().to(DType::f32).to_vector();
+      const auto zeros = std::count(kept.begin(), kept.end(), 0.0F);
+      EXPECT_GT(zeros, p > 0.0F ? 9 * 64 * 4 / 2 + 50 : 100);
+    }
   }
 }
 

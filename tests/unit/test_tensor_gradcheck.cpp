@@ -159,6 +159,52 @@ TEST_F(TensorGradCheck, LinearOutputDropoutIsDropoutOfLinear) {
             std::vector<float>(15, 0.0F));
 }
 
+// An unscaled output dropout (relu(x W^T + b) times the mask) read by a
+// layer with input_scale 1 / (1 - p) is the scaled pair: the same mask, the
+// scale applied by the second layer's products (alpha), forward and
+// backward; within f32 rounding of the scaled pair, whose scale is a pass.
+// Finite differences through both layers.
+TEST_F(TensorGradCheck, UnscaledOutputDropoutReadWithInputScale) {
+  const ops::OutputDropout scaled{0.25F, {5, 2, 0, 8}};
+  ops::OutputDropout unscaled = scaled;
+  unscaled.scaled = false;
+  const float keep = 1.0F / (1.0F - scaled.p);
+  const Tensor x0 = rand({3, 7, 12}), w0 = rand({20, 12}), b0 = rand({20}), v0 = rand({6, 20}),
+               c0 = rand({6}), up = rand({3, 7, 6});
+  const auto run = [&](bool fold) {
+    std::vector<Tensor> in{x0.detach().clone(), w0.detach().clone(), b0.detach().clone(),
+                           v0.detach().clone(), c0.detach().clone()};
+    for (auto& t : in) t.set_requires_grad(true);
+    const Tensor h =
+        ops::linear(in[0], in[1], in[2], ops::Activation::relu, fold ? unscaled : scaled);
+    const Tensor y = fold ? ops::linear(h, in[3], in[4], ops::Activation::none, {}, keep)
+                          : ops::linear(h, in[3], in[4]);
+    ops::sum(ops::mul(y, up)).backward();
+    return std::vector<Tensor>{y,           in[0].grad(), in[1].grad(), in[2].grad(), in[3].grad(),
+                               in[4].grad()};
+  };
+  const std::vector<Tensor> folded = run(true), pass = run(false);
+  for (std::size_t i = 0; i < folded.size(); ++i) {
+    EXPECT_TRUE(tensors_close(folded[i], pass[i], 1e-5, 1e-6)) << "output " << i;
+  }
+  // The unscaled layer's kept outputs are relu's exactly.
+  const Tensor relu = ops::linear(x0, w0, b0, ops::Activation::relu);
+  const Tensor kept = ops::linear(x0, w0, b0, ops::Activation::relu, unscaled);
+  const std::vector<float> r = relu.to_vector(), k = kept.to_vector();
+  int zeroed = 0;
+  for (std::size_t i = 0; i < r.size(); ++i) {
+    EXPECT_TRUE(k[i] == r[i] || k[i] == 0.0F) << i;
+    zeroed += k[i] == 0.0F && r[i] != 0.0F ? 1 : 0;
+  }
+  EXPECT_GT(zeroed, 0) << "the mask dropped nothing";
+  EXPECT_TRUE(check_gradients(
+      [&](const auto& in) {
+        return ops::linear(ops::linear(in[0], in[1], in[2], ops::Activation::relu, unscaled), in[3],
+                           in[4], ops::Activation::none, {}, keep);
+      },
+      {rand({2, 5, 4}, 0.1F), rand({6, 4}), rand({6}), rand({3, 6}), rand({3})}));
+}
+
 TEST_F(TensorGradCheck, LinearOutputDropoutErrors) {
   const Tensor x = rand({3, 4}), w = rand({5, 4});
   EXPECT_TRUE(contains(error_of([&] {

@@ -41,9 +41,10 @@ class RIG_API Linear : public Module {
          std::int64_t out_features, bool bias = true,
          std::optional<Initializer> init = std::nullopt);
   Tensor forward(const Tensor& x, ops::Activation activation = ops::Activation::none) const;
-  // relu, then dropout fused into the layer (ops::linear's OutputDropout).
-  Tensor forward(const Tensor& x, ops::Activation activation,
-                 const ops::OutputDropout& dropout) const;
+  // relu, then dropout fused into the layer (ops::linear's OutputDropout);
+  // input_scale as ops::linear's (the next layer of an unscaled dropout).
+  Tensor forward(const Tensor& x, ops::Activation activation, const ops::OutputDropout& dropout,
+                 float input_scale = 1.0F) const;
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }
 
@@ -86,8 +87,14 @@ class RIG_API Dropout {
   Tensor forward_added_to(const Tensor& residual, const Tensor& x, bool training,
                           const RandomKey& key, const Tensor& row_scale = {}) const;
   // The same dropout as Linear's fused output dropout (after relu): the same
-  // stream, so the same mask; p 0 when not training.
-  ops::OutputDropout as_output_dropout(bool training, const RandomKey& key) const;
+  // stream, so the same mask; p 0 when not training. Unscaled (`scaled`
+  // false), the layer that reads the output takes keep_scale(training) as
+  // its input_scale.
+  ops::OutputDropout as_output_dropout(bool training, const RandomKey& key,
+                                       bool scaled = true) const;
+  // What the kept values are multiplied by: 1 / (1 - p) when training (0 at
+  // p = 1, as ops::dropout), else 1.
+  float keep_scale(bool training) const;
   float p() const { return p_; }
 
  private:

@@ -57,13 +57,19 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
 // dropout runs in place on the output, and backward keeps only that output,
 // since relu's derivative times the kept mask is (output > 0) / (1 - p): no
 // separate relu output, no mask. activation must be relu (p > 0); p = 0 is
-// linear itself.
+// linear itself. With `scaled` false the kept outputs are not divided by
+// 1 - p: the layer that reads them takes input_scale 1 / (1 - p), which its
+// products apply (their alpha) instead of a pass over this output, so a
+// 16-bit layer's bias and relu stay in its product's epilogue.
 struct OutputDropout {
   float p = 0.0F;
   RandomKey key;
+  bool scaled = true;
 };
+// input_scale s: activation(s (x W^T) + bias), the gradients of x and W
+// scaled by s in their products (an unscaled OutputDropout's 1 / (1 - p)).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation activation,
-              const OutputDropout& dropout);
+              const OutputDropout& dropout, float input_scale = 1.0F);
 
 // ---- Elementwise (NumPy broadcasting) -------------------------------------
 Tensor add(const Tensor& a, const Tensor& b);

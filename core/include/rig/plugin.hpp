@@ -24,7 +24,7 @@
 namespace rig {
 
 // Bumped whenever the descriptor, an interface or a context changes layout.
-inline constexpr int kPluginAbiVersion = 9;
+inline constexpr int kPluginAbiVersion = 10;
 
 enum class PluginKind { model, data_layer, optimizer, lr_policy, communicator };
 inline constexpr PluginKind kAllPluginKinds[] = {PluginKind::model, PluginKind::data_layer,

@@ -29,9 +29,15 @@ Tensor Dropout::forward_added_to(const Tensor& residual, const Tensor& x, bool t
   return ops::dropout_add(residual, x, p_, key.derive(name_), row_scale);
 }
 
-ops::OutputDropout Dropout::as_output_dropout(bool training, const RandomKey& key) const {
+ops::OutputDropout Dropout::as_output_dropout(bool training, const RandomKey& key,
+                                              bool scaled) const {
   if (!training || p_ == 0.0F) return {};
-  return {p_, key.derive(name_)};
+  return {p_, key.derive(name_), scaled};
+}
+
+float Dropout::keep_scale(bool training) const {
+  if (!training || p_ == 0.0F) return 1.0F;
+  return p_ < 1.0F ? 1.0F / (1.0F - p_) : 0.0F;
 }
 
 }  // namespace rig::nn

@@ -14,9 +14,12 @@ FeedForward::FeedForward(ParameterStore& store, std::string name, std::int64_t m
       outer_(store, child("outer"), hidden_dim, model_dim) {}
 
 Tensor FeedForward::forward(const Tensor& x, bool training, const RandomKey& key) const {
-  if (activation_ == ops::Activation::relu) {  // dropout fused into the inner layer
+  if (activation_ == ops::Activation::relu) {
+    // Dropout fused into the inner layer, its 1 / (1 - p) applied by the
+    // outer layer's products (an unscaled OutputDropout).
     return outer_.forward(
-        inner_.forward(x, activation_, dropout_.as_output_dropout(training, key)));
+        inner_.forward(x, activation_, dropout_.as_output_dropout(training, key, false)),
+        ops::Activation::none, {}, dropout_.keep_scale(training));
   }
   return outer_.forward(dropout_.forward(inner_.forward(x, activation_), training, key));
 }

@@ -44,8 +44,8 @@ Tensor Linear::forward(const Tensor& x, ops::Activation activation) const {
 }
 
 Tensor Linear::forward(const Tensor& x, ops::Activation activation,
-                       const ops::OutputDropout& dropout) const {
-  return ops::linear(x, weight_, bias_, activation, dropout);
+                       const ops::OutputDropout& dropout, float input_scale) const {
+  return ops::linear(x, weight_, bias_, activation, dropout, input_scale);
 }
 
 }  // namespace rig::nn

@@ -36,7 +36,7 @@ using backend::GemmOperand;
 using backend::GemmProduct;
 
 Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation activation,
-                   const OutputDropout& dropout) {
+                   const OutputDropout& dropout, float input_scale) {
   detail::require_floating("linear", x, "x");
   detail::require_floating("linear", weight, "weight");
   if (bias.defined()) detail::require_floating("linear", bias, "bias");
@@ -70,12 +70,16 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
   const MatmulPrecision precision = matmul_precision();
   const bool dropped = dropout.p > 0.0F;
   // As ops::dropout: p = 1 keeps nothing and scales by 0 (zeros, zero gradient).
-  const float keep_scale = !dropped ? 1.0F : dropout.p < 1.0F ? 1.0F / (1.0F - dropout.p) : 0.0F;
+  // Unscaled, the kept outputs stay as they are: the next layer scales them.
+  const float keep_scale = !dropped || !dropout.scaled ? 1.0F
+                           : dropout.p < 1.0F          ? 1.0F / (1.0F - dropout.p)
+                                                       : 0.0F;
   // f16 x and W at f32 precision (their values exact) on a back end that
   // multiplies f16 as it is: the tensor cores, no f32 copies.
   if (precision == MatmulPrecision::f32 && x.dtype() == DType::f16 &&
       weight.dtype() == DType::f16 && detail::backend_of(x).f16_products()) {
-    return detail::linear_f16_products(x, weight, bias, activation, dropout, keep_scale);
+    return detail::linear_f16_products(x, weight, bias, activation, dropout, keep_scale,
+                                       input_scale);
   }
   // bf16 x and W at bf16 precision feed the products as they are: no f32
   // copies of them, y computed in f32 and rounded once, the gradients
@@ -86,7 +90,8 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
   if (!bf16_operands && (x.dtype() != DType::f32 || weight.dtype() != DType::f32 ||
                          (bias.defined() && bias.dtype() != DType::f32))) {
     return linear_impl(detail::as_f32(x), detail::as_f32(weight),
-                       bias.defined() ? detail::as_f32(bias) : bias, activation, dropout)
+                       bias.defined() ? detail::as_f32(bias) : bias, activation, dropout,
+                       input_scale)
         .to(x.dtype());
   }
   const Tensor xc = x.detach().contiguous();
@@ -97,15 +102,17 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
   // A back end whose products add a bias and apply relu in their epilogue
   // (gemm_adds_bias) gives y with them, computed in f32 and stored once: no
   // pass over an f32 y. A bf16 layer's bias must be bf16 there (C's type),
-  // and its output dropout (applied before the rounding) keeps the pass below.
+  // and a scaled output dropout (applied before the rounding) keeps the pass
+  // below; an unscaled one (a mask: exact after the rounding) runs after it.
   const bool epilogue_activation =
       activation == Activation::relu || (activation == Activation::none && bias.defined());
   // (The bias it reads: this one, or a contiguous copy in fresh memory.)
   const void* bias_at = bias.defined() && bias.is_contiguous() ? bias.raw_data() : nullptr;
-  const bool fused = epilogue_activation && in > 0 && be.gemm_adds_bias(bias_at) &&
-                     (bf16_operands ? (!bias.defined() || bias.dtype() == DType::bf16) &&
-                                          dropout.p == 0.0F && be.gemm_writes_bf16()
-                                    : !bias.defined() || bias.dtype() == DType::f32);
+  const bool fused =
+      epilogue_activation && in > 0 && be.gemm_adds_bias(bias_at) &&
+      (bf16_operands ? (!bias.defined() || bias.dtype() == DType::bf16) &&
+                           (dropout.p == 0.0F || !dropout.scaled) && be.gemm_writes_bf16()
+                     : !bias.defined() || bias.dtype() == DType::f32);
   // With nothing to add or apply after the product (or all of it in the
   // epilogue), a back end that can writes y in bf16 straight from the
   // product (no f32 y at all).
@@ -148,7 +155,7 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
   x_operand.bf16 = bits(x_bf16);
   w_operand.bf16 = bits(w_bf16);
   GemmProduct product{n_rows,       out_features,
-                      in,           1.0F,
+                      in,           input_scale,
                       x_operand,    w_operand,
                       0.0F,         y_bf16 ? nullptr : y.data<float>(),
                       out_features, y_bf16 ? y.data<std::uint16_t>() : nullptr};
@@ -170,8 +177,8 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
                        b.defined() ? b.data<float>() : nullptr, n_rows, out_features, activation);
   }
   if (dropped && !store_bf16) {
-    be.dropout_forward(dropout.key, dropout.p, keep_scale, DType::f32, y.data<float>(),
-                       y.data<float>(), y.numel(), nullptr);
+    be.dropout_forward(dropout.key, dropout.p, keep_scale, y.dtype(), y.raw_data(), y.raw_data(),
+                       y.numel(), nullptr);
   }
   // y still to be cast to the inputs' bf16 (its f32 copy is what backward keeps).
   const bool cast_y = bf16_operands && !y_bf16 && !store_bf16;
@@ -188,8 +195,8 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
   Tensor out = cast_y ? y.to(x_dtype) : std::move(y);
   return autograd::record(
       std::move(out), "linear", {x, weight, bias},
-      [x_kept, x_bf16, x_shape = xc.shape(), w, w_bf16, bits, saved, activation, keep_scale, n_rows,
-       in, out_features, precision, bf16_operands, x_dtype, w_dtype, b_dtype,
+      [x_kept, x_bf16, x_shape = xc.shape(), w, w_bf16, bits, saved, activation, keep_scale,
+       input_scale, n_rows, in, out_features, precision, bf16_operands, x_dtype, w_dtype, b_dtype,
        need_x = x.requires_grad(), need_w = weight.requires_grad(),
        need_b = bias.defined() && bias.requires_grad()](const Tensor& g) {
         // A bf16 g with nothing to form from it (no activation, no bias) is
@@ -274,7 +281,7 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
         const auto dx_product = [&] {
           return GemmProduct{
               n_rows,       in,
-              out_features, 1.0F,
+              out_features, input_scale,
               dz_operand,   {bf16_operands ? nullptr : w.data<float>(), in, false, bits(w_bf16)},
               dx_beta,      dx_bf16 ? nullptr : dx.data<float>(),
               in,           dx_bf16 ? dx.data<std::uint16_t>() : nullptr};
@@ -285,7 +292,7 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
               out_features,
               in,
               n_rows,
-              1.0F,
+              input_scale,
               {dz_operand.data, out_features, true, dz_operand.bf16},
               {x_kept.defined() ? x_kept.data<float>() : nullptr, in, false, bits(x_bf16)},
               dw_beta,
@@ -317,12 +324,12 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation activation) {
-  return linear_impl(x, weight, bias, activation, {});
+  return linear_impl(x, weight, bias, activation, {}, 1.0F);
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation activation,
-              const OutputDropout& dropout) {
-  return linear_impl(x, weight, bias, activation, dropout);
+              const OutputDropout& dropout, float input_scale) {
+  return linear_impl(x, weight, bias, activation, dropout, input_scale);
 }
 
 }  // namespace rig::ops

@@ -27,7 +27,8 @@ const std::uint16_t* f16_of(const Tensor& t) {
 }  // namespace
 
 Tensor linear_f16_products(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                           Activation activation, const OutputDropout& dropout, float keep_scale) {
+                           Activation activation, const OutputDropout& dropout, float keep_scale,
+                           float input_scale) {
   const Tensor xc = x.detach().contiguous();
   const Tensor w = weight.detach().contiguous();
   const std::int64_t in = w.size(1), out_features = w.size(0);
@@ -52,7 +53,7 @@ Tensor linear_f16_products(const Tensor& x, const Tensor& weight, const Tensor& 
   GemmProduct forward{n_rows,
                       out_features,
                       in,
-                      1.0F,
+                      input_scale,
                       {nullptr, in, false, nullptr, f16_of(xc)},
                       {nullptr, in, true, nullptr, f16_of(w)},
                       0.0F,
@@ -85,8 +86,8 @@ Tensor linear_f16_products(const Tensor& x, const Tensor& weight, const Tensor& 
   const DType b_dtype = bias.defined() ? bias.dtype() : DType::f32;
   return autograd::record(
       out, "linear", {x, weight, bias},
-      [xc, w, saved, activation, keep_scale, n_rows, in, out_features, w_dtype, b_dtype,
-       need_x = x.requires_grad(), need_w = weight.requires_grad(),
+      [xc, w, saved, activation, keep_scale, input_scale, n_rows, in, out_features, w_dtype,
+       b_dtype, need_x = x.requires_grad(), need_w = weight.requires_grad(),
        need_b = bias.defined() && bias.requires_grad()](const Tensor& g) {
         backend::Backend& be = backend_of(g);
         const Tensor gc = g.dtype() == DType::f16 || g.dtype() == DType::f32
@@ -120,7 +121,7 @@ Tensor linear_f16_products(const Tensor& x, const Tensor& weight, const Tensor& 
         GemmProduct dx_product{n_rows,
                                in,
                                out_features,
-                               1.0F,
+                               input_scale,
                                {nullptr, out_features, false, nullptr, f16_of(dz)},
                                {nullptr, in, false, nullptr, f16_of(w)},
                                dx_into.defined() ? 1.0F : 0.0F,
@@ -130,7 +131,7 @@ Tensor linear_f16_products(const Tensor& x, const Tensor& weight, const Tensor& 
         GemmProduct dw_product{out_features,
                                in,
                                n_rows,
-                               1.0F,
+                               input_scale,
                                {nullptr, out_features, true, nullptr, f16_of(dz)},
                                {nullptr, in, false, nullptr, f16_of(xc)},
                                dw_into.defined() ? 1.0F : 0.0F,

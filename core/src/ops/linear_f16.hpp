@@ -9,6 +9,7 @@ namespace rig::ops::detail {
 
 // The inputs as linear_impl has checked them; keep_scale as it computed it.
 Tensor linear_f16_products(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                           Activation activation, const OutputDropout& dropout, float keep_scale);
+                           Activation activation, const OutputDropout& dropout, float keep_scale,
+                           float input_scale);
 
 }  // namespace rig::ops::detail
