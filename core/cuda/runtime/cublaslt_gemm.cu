@@ -3,12 +3,15 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <optional>
+#include <span>
 #include <string>
 #include <utility>
 
 #include "cuda/runtime/cublaslt_library.cuh"
 #include "cuda/runtime/cuda_error.hpp"
 #include "cuda/runtime/device_guard.hpp"
+#include "cuda/runtime/event.hpp"
 #include "rig/environment_switch.hpp"
 
 namespace rig::cuda {
@@ -122,22 +125,66 @@ bool tunable(const LtPlan& plan) {
          plan.aux_role != AuxRole::write_gelu_input;
 }
 
-// Two timing events and scratch memory for autotuning, released on every path.
-struct TuningResources {
-  cudaEvent_t start = nullptr, stop = nullptr;
-  void* scratch = nullptr;
-  TuningResources() {
-    RIG_CUDA_CHECK(cudaEventCreate(&start));
-    RIG_CUDA_CHECK(cudaEventCreate(&stop));
-  }
-  ~TuningResources() {
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    if (scratch != nullptr) cudaFree(scratch);
-  }
-  TuningResources(const TuningResources&) = delete;
-  TuningResources& operator=(const TuningResources&) = delete;
+// Device memory from cudaMalloc, freed on every path (autotuning's scratch D).
+struct CudaScratch {
+  void* data = nullptr;
+  explicit CudaScratch(std::size_t bytes) { RIG_CUDA_CHECK(cudaMalloc(&data, bytes)); }
+  ~CudaScratch() { cudaFree(data); }
+  CudaScratch(const CudaScratch&) = delete;
+  CudaScratch& operator=(const CudaScratch&) = delete;
 };
+
+// One product as cublasLtMatmul takes it, with the algorithm left open.
+struct MatmulCall {
+  cublasLtHandle_t handle;
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t la, lb, lc, ld;
+  const void *a, *b, *c;
+  void* d;
+  void* workspace;
+  std::size_t workspace_bytes;
+  cudaStream_t stream;
+
+  cublasStatus_t run(const LtPlan& plan, const cublasLtMatmulAlgo_t& algo, void* into) const {
+    const float alpha = plan.alpha, beta = plan.beta;
+    return cublaslt().matmul(handle, desc, &alpha, a, la, b, lb, &beta, c, lc, into, ld, &algo,
+                             workspace, workspace_bytes, stream);
+  }
+};
+
+// The index of the fastest of the heuristic's `results` on the call's own
+// operands: each candidate once to warm it up, then three runs timed
+// together by events; one that fails to run is skipped (0 where none ran).
+// A product that reads D (beta != 0) writes its timed runs to scratch, so
+// its call adds once.
+std::size_t fastest(const MatmulCall& call, const LtPlan& plan,
+                    std::span<const cublasLtMatmulHeuristicResult_t> results) {
+  constexpr int kTimedRuns = 3;
+  std::optional<CudaScratch> scratch;
+  if (plan.beta != 0.0F) scratch.emplace(span_bytes(plan.d));
+  void* timed_d = scratch ? scratch->data : call.d;
+  Event start(Event::Timing::on), stop(Event::Timing::on);
+  float best = std::numeric_limits<float>::infinity();
+  std::size_t chosen = 0;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const cublasLtMatmulHeuristicResult_t& r = results[i];
+    if (r.state != CUBLAS_STATUS_SUCCESS || r.workspaceSize > call.workspace_bytes) continue;
+    if (call.run(plan, r.algo, timed_d) != CUBLAS_STATUS_SUCCESS) continue;
+    RIG_CUDA_CHECK(cudaEventRecord(start.native(), call.stream));
+    bool ran = true;
+    for (int rep = 0; rep < kTimedRuns && ran; ++rep) {
+      ran = call.run(plan, r.algo, timed_d) == CUBLAS_STATUS_SUCCESS;
+    }
+    RIG_CUDA_CHECK(cudaEventRecord(stop.native(), call.stream));
+    stop.synchronize();
+    const float ms = stop.milliseconds_since(start);
+    if (ran && ms < best) {
+      best = ms;
+      chosen = i;
+    }
+  }
+  return chosen;
+}
 
 }  // namespace
 
@@ -228,6 +275,8 @@ void CublasLtGemm::run(const LtPlan& plan, const void* a, const void* b, const v
   make_layout(lb, plan.b, context);
   make_layout(lc, plan.c, context);
   make_layout(ld, plan.d, context);
+  const MatmulCall call{handle_, desc.desc, la.layout, lb.layout,  lc.layout,       ld.layout, a,
+                        b,       c,         d,         workspace_, kWorkspaceBytes, stream};
 
   const std::string key = context + " align " + std::to_string(alignment(a)) + " " +
                           std::to_string(alignment(b)) + " " + std::to_string(alignment(c)) + " " +
@@ -275,44 +324,10 @@ void CublasLtGemm::run(const LtPlan& plan, const void* a, const void* b, const v
         throw CublasLtError(CUBLAS_STATUS_NOT_SUPPORTED,
                             "cublasLtMatmulAlgoGetHeuristic found no algorithm for " + context);
       }
-      int chosen = 0;
+      std::size_t chosen = 0;
       if (tune && found_count > 1) {
-        // Each candidate once to warm it up, then kTimedRuns timed together;
-        // one that fails to run is skipped. A product that reads D (beta !=
-        // 0) writes its timed runs to scratch, so its call adds once.
-        constexpr int kTimedRuns = 3;
-        TuningResources tuning;
-        void* timed_d = d;
-        if (plan.beta != 0.0F) {
-          RIG_CUDA_CHECK(cudaMalloc(&tuning.scratch, span_bytes(plan.d)));
-          timed_d = tuning.scratch;
-        }
-        const float alpha = plan.alpha;
-        const float beta = plan.beta;
-        float best = std::numeric_limits<float>::infinity();
-        for (int i = 0; i < found_count; ++i) {
-          if (results[i].state != CUBLAS_STATUS_SUCCESS ||
-              results[i].workspaceSize > kWorkspaceBytes) {
-            continue;
-          }
-          const auto launch = [&] {
-            return cublaslt().matmul(handle_, desc.desc, &alpha, a, la.layout, b, lb.layout, &beta,
-                                     c, lc.layout, timed_d, ld.layout, &results[i].algo, workspace_,
-                                     kWorkspaceBytes, stream);
-          };
-          if (launch() != CUBLAS_STATUS_SUCCESS) continue;
-          RIG_CUDA_CHECK(cudaEventRecord(tuning.start, stream));
-          bool ran = true;
-          for (int rep = 0; rep < kTimedRuns && ran; ++rep) ran = launch() == CUBLAS_STATUS_SUCCESS;
-          RIG_CUDA_CHECK(cudaEventRecord(tuning.stop, stream));
-          RIG_CUDA_CHECK(cudaEventSynchronize(tuning.stop));
-          float ms = 0.0F;
-          RIG_CUDA_CHECK(cudaEventElapsedTime(&ms, tuning.start, tuning.stop));
-          if (ran && ms < best) {
-            best = ms;
-            chosen = i;
-          }
-        }
+        chosen =
+            fastest(call, plan, std::span(results.data(), static_cast<std::size_t>(found_count)));
         ++tuned_plans_;
         if (chosen != 0) ++retuned_plans_;
       }
@@ -320,12 +335,7 @@ void CublasLtGemm::run(const LtPlan& plan, const void* a, const void* b, const v
       algorithms_.emplace(key, algo);
     }
   }
-  const float alpha = plan.alpha;
-  const float beta = plan.beta;
-  check_cublas(
-      cublaslt().matmul(handle_, desc.desc, &alpha, a, la.layout, b, lb.layout, &beta, c, lc.layout,
-                        d, ld.layout, &algo, workspace_, kWorkspaceBytes, stream),
-      "cublasLtMatmul", context);
+  check_cublas(call.run(plan, algo, d), "cublasLtMatmul", context);
 }
 
 }  // namespace rig::cuda

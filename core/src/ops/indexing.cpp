@@ -146,24 +146,40 @@ Tensor concat(const TensorList& tensors, std::int64_t axis) {
                           });
 }
 
+// Whether `tensors` lie one after another in one storage, each contiguous,
+// with one dtype and the same trailing shape: the rows of one view.
+bool one_after_another(const TensorList& tensors) {
+  const Tensor& first = tensors.front();
+  if (first.dim() < 1) return false;
+  std::int64_t next = first.impl()->offset;
+  for (const auto& t : tensors) {
+    if (!t.defined() || t.impl()->storage != first.impl()->storage || !t.is_contiguous() ||
+        t.dtype() != first.dtype() || t.dim() != first.dim() || t.impl()->offset != next) {
+      return false;
+    }
+    for (std::int64_t d = 1; d < first.dim(); ++d) {
+      if (t.size(d) != first.size(d)) return false;
+    }
+    next += t.numel();
+  }
+  return true;
+}
+
 // Where the parts are leaves whose .grad tensors lie one after another like
 // the parts themselves: those .grad as one tensor of the joined shape, into
 // which the op reading the joined rows may add its gradient in place (a
 // product's beta = 1); else undefined.
 Tensor joined_grads(const TensorList& parts, const Shape& shape) {
-  const Tensor first = parts.front().grad();
-  if (!first.defined()) return {};
-  std::int64_t next = first.impl()->offset;
+  TensorList grads;
   for (const auto& t : parts) {
     const Tensor g = t.grad();
-    if (t.impl()->grad_fn || !t.requires_grad() || !g.defined() || !g.is_contiguous() ||
-        g.dtype() != first.dtype() || g.device() != first.device() ||
-        g.impl()->storage != first.impl()->storage || g.impl()->offset != next ||
-        g.shape() != t.shape()) {
+    if (t.impl()->grad_fn || !t.requires_grad() || !g.defined() || g.shape() != t.shape()) {
       return {};
     }
-    next += g.numel();
+    grads.push_back(g);
   }
+  if (!one_after_another(grads)) return {};
+  const Tensor& first = grads.front();
   return Tensor::view_of(first.impl()->storage, first.impl()->offset, shape, first.dtype());
 }
 
@@ -171,23 +187,16 @@ Tensor joined_rows(const TensorList& parts) {
   if (parts.empty()) throw std::invalid_argument("joined_rows: no tensors");
   for (const auto& t : parts) require_defined("joined_rows", t, "every part");
   const Tensor& first = parts.front();
-  // One after another in one storage, each contiguous: the rows are a view.
-  bool adjacent = first.dim() >= 1;
-  std::int64_t rows = 0;
-  std::int64_t next = first.impl()->offset;
-  for (const auto& t : parts) {
-    adjacent = adjacent && t.impl()->storage == first.impl()->storage && t.is_contiguous() &&
-               t.dtype() == first.dtype() && t.dim() == first.dim() && t.impl()->offset == next;
-    for (std::int64_t d = 1; adjacent && d < first.dim(); ++d)
-      adjacent = t.size(d) == first.size(d);
-    next += t.numel();
-    rows += t.dim() >= 1 ? t.size(0) : 0;
-  }
+  const bool adjacent = one_after_another(parts);
   if (!adjacent) return concat(parts, 0);
+  SmallVector<std::int64_t, 4> sizes;
+  std::int64_t rows = 0;
+  for (const auto& t : parts) {
+    sizes.push_back(t.size(0));
+    rows += t.size(0);
+  }
   Shape shape = first.shape();
   shape[0] = rows;
-  SmallVector<std::int64_t, 4> sizes;
-  for (const auto& t : parts) sizes.push_back(t.size(0));
   const Tensor home = grad_mode_enabled() ? joined_grads(parts, shape) : Tensor();
   const std::int64_t row_bytes = (rows > 0 ? shape_numel(shape) / rows : 0) *
                                  static_cast<std::int64_t>(dtype_size(first.dtype()));
