@@ -14,7 +14,6 @@
 #include <cstring>
 #include <limits>
 
-#include "cuda/kernels/attention_mask.hpp"
 #include "cuda/kernels/batch_norm.hpp"
 #include "cuda/kernels/checks.hpp"
 #include "cuda/kernels/cross_entropy.hpp"
@@ -365,25 +364,6 @@ TEST(KernelPacked, GradientReductionsPackAsTheirElements) {
     EXPECT_TRUE(bit_equal(sums[0], sums[1]));
     EXPECT_TRUE(bit_equal(maxima[0], maxima[1]));
   }
-}
-
-TEST(KernelPacked, AttentionKeepPacksAsItsElements) {
-  const std::int64_t n = 1003;
-  std::vector<float> x = uniform(n, -2.0F, 2.0F, 95);
-  std::vector<std::uint8_t> keep(static_cast<std::size_t>(n) + 8);
-  for (std::size_t i = 0; i < keep.size(); ++i) keep[i] = (i * 7 + 3) % 5 != 0 ? 1 : 0;
-  std::vector<std::vector<std::uint8_t>> outputs;
-  for (const bool shifted : {false, true}) {
-    Buffer xb(x, ElementType::f32, shifted);
-    Buffer ob(std::vector<float>(x.size(), 7.0F), ElementType::f32, shifted);
-    alignas(16) std::uint8_t mask[1024 + 16];
-    std::memcpy(mask + (shifted ? 1 : 0), keep.data(), static_cast<std::size_t>(n));
-    const AttentionKeep k{xb.floats(), mask + (shifted ? 1 : 0), 1.25F, ob.floats(), n};
-    EXPECT_EQ(k.packed(), !shifted);
-    run(k);
-    outputs.push_back(ob.contents());
-  }
-  EXPECT_TRUE(bit_equal(outputs[0], outputs[1]));
 }
 
 // Binary ops over [5, 24]: both inputs contiguous, or one broadcast along

@@ -500,8 +500,20 @@ float attention_tol(const AttentionCase& c) {
   return c.bf16 ? 2e-2F : 2e-5F;
 }
 
-void check_attention(const AttentionCase& c) {
-  backend::AttentionShape s;
+// Where a case's operands lie: q at 0, k at `k_at`, v at `v_at` of one
+// buffer of qkv_size elements; the output in [B, Tq, H, D] order (head
+// stride D); the keep-mask and the dropout's keep of its planes.
+struct AttentionLayout {
+  backend::AttentionShape shape;
+  std::size_t qkv_size = 0, out_size = 0, planes = 0;
+  std::int64_t k_at = 0, v_at = 0;
+  backend::HeadStrides qs, ks, vs, os;
+  std::vector<std::uint8_t> mask, keep;
+};
+
+AttentionLayout layout_of(const AttentionCase& c) {
+  AttentionLayout l;
+  backend::AttentionShape& s = l.shape;
   s.b = c.b;
   s.h = c.h;
   s.tq = c.tq;
@@ -511,47 +523,54 @@ void check_attention(const AttentionCase& c) {
   s.causal = c.causal;
   s.bf16_products = c.bf16;
   const std::int64_t hd = c.h * c.d;
-  // Operands: q at 0, k at `k_at`, v at `v_at` of one buffer `qkv`.
-  std::size_t qkv_size = 0;
-  std::int64_t k_at = 0, v_at = 0;
-  backend::HeadStrides qs, ks, vs;
   if (c.packed) {
-    qkv_size = static_cast<std::size_t>(c.b * c.tq * 3 * hd);
-    qs = ks = vs = {c.tq * 3 * hd, c.d, 3 * hd};
-    k_at = hd;
-    v_at = 2 * hd;
+    l.qkv_size = static_cast<std::size_t>(c.b * c.tq * 3 * hd);
+    l.qs = l.ks = l.vs = {c.tq * 3 * hd, c.d, 3 * hd};
+    l.k_at = hd;
+    l.v_at = 2 * hd;
   } else {
     const std::int64_t q_size = c.b * c.h * c.tq * c.d, kv_size = c.b * c.h * c.tk * c.d;
-    qkv_size = static_cast<std::size_t>(q_size + 2 * kv_size);
-    qs = {c.h * c.tq * c.d, c.tq * c.d, c.d};
-    ks = vs = {c.h * c.tk * c.d, c.tk * c.d, c.d};
-    k_at = q_size;
-    v_at = q_size + kv_size;
+    l.qkv_size = static_cast<std::size_t>(q_size + 2 * kv_size);
+    l.qs = {c.h * c.tq * c.d, c.tq * c.d, c.d};
+    l.ks = l.vs = {c.h * c.tk * c.d, c.tk * c.d, c.d};
+    l.k_at = q_size;
+    l.v_at = q_size + kv_size;
   }
-  const std::vector<float> qkv = uniform(qkv_size, 51, -2.0F, 2.0F);
-  // Output in [B, Tq, H, D] order (head stride D).
-  const backend::HeadStrides os{c.tq * hd, c.d, hd};
-  const auto out_size = static_cast<std::size_t>(c.b * c.tq * hd);
-  const auto planes = static_cast<std::size_t>(c.b * c.h * c.tq * c.tk);
+  l.os = {c.tq * hd, c.d, hd};
+  l.out_size = static_cast<std::size_t>(c.b * c.tq * hd);
+  l.planes = static_cast<std::size_t>(c.b * c.h * c.tq * c.tk);
+  l.mask.assign(static_cast<std::size_t>(c.b * c.tk), 1);
+  l.mask[1] = 0;                                          // batch 0 never sees key 1
+  l.mask[static_cast<std::size_t>(c.tk + c.tk - 1)] = 0;  // batch 1 never sees its last key
+  if (c.mask_batch1) std::fill(l.mask.begin() + c.tk, l.mask.end(), std::uint8_t{0});
+  l.keep = integers<std::uint8_t>(l.planes, 52, 0, 1);
+  return l;
+}
 
-  std::vector<std::uint8_t> mask(static_cast<std::size_t>(c.b * c.tk), 1);
-  mask[1] = 0;                                          // batch 0 never sees key 1
-  mask[static_cast<std::size_t>(c.tk + c.tk - 1)] = 0;  // batch 1 never sees its last key
-  if (c.mask_batch1) std::fill(mask.begin() + c.tk, mask.end(), std::uint8_t{0});
-  std::vector<std::uint8_t> keep = integers<std::uint8_t>(planes, 52, 0, 1);
-  const Dev<std::uint8_t> dmask(mask), dkeep(keep);
-
-  backend::AttentionShape cs = s, es = s;
+// The layout's shape with its mask and keep (host or device copies) as the case asks.
+backend::AttentionShape shape_with(const AttentionCase& c, const AttentionLayout& l,
+                                   const std::uint8_t* mask, const std::uint8_t* keep) {
+  backend::AttentionShape s = l.shape;
   if (c.mask) {
-    cs.mask = mask.data();
-    es.mask = dmask.get();
-    cs.mask_strides = es.mask_strides = {c.tk, 0, 0, 1};
+    s.mask = mask;
+    s.mask_strides = {c.tk, 0, 0, 1};
   }
   if (c.dropout) {
-    cs.keep = keep.data();
-    es.keep = dkeep.get();
-    cs.keep_scale = es.keep_scale = 1.25F;
+    s.keep = keep;
+    s.keep_scale = 1.25F;
   }
+  return s;
+}
+
+void check_attention(const AttentionCase& c) {
+  const AttentionLayout l = layout_of(c);
+  const std::size_t qkv_size = l.qkv_size, out_size = l.out_size, planes = l.planes;
+  const std::int64_t k_at = l.k_at, v_at = l.v_at;
+  const backend::HeadStrides qs = l.qs, ks = l.ks, vs = l.vs, os = l.os;
+  const std::vector<float> qkv = uniform(qkv_size, 51, -2.0F, 2.0F);
+  const Dev<std::uint8_t> dmask(l.mask), dkeep(l.keep);
+  const backend::AttentionShape cs = shape_with(c, l, l.mask.data(), l.keep.data()),
+                                es = shape_with(c, l, dmask.get(), dkeep.get());
   const float tol = attention_tol(c);
 
   // Forward.
@@ -767,6 +786,108 @@ std::vector<float> values_of(const std::vector<std::uint16_t>& x, DType type) {
   std::vector<float> out(x.size());
   for (std::size_t i = 0; i < x.size(); ++i) out[i] = from_bits(x[i], type);
   return out;
+}
+
+// Composed attention on 16-bit q, k, v as they are (attention_forward_16 /
+// attention_backward_16). bf16: on the emulator, the bits of the same back
+// end's f32 path on the same values with bf16 products (which round the
+// weights and dScores to bf16 as the 16-bit path stores them), each result
+// rounded once; the same probabilities. f16 has no such twin (its products
+// take f16 weights and dScores), and a GPU's products sum in their own
+// order: both are compared with the CPU's f32 attention on the same values,
+// within the 16-bit roundings.
+void check_attention_16(AttentionCase c, DType type) {
+  c.bf16 = type == DType::bf16;
+  SCOPED_TRACE(::testing::Message()
+               << dtype_name(type) << " packed " << c.packed << " mask " << c.mask << " causal "
+               << c.causal << " dropout " << c.dropout << " tq " << c.tq << " tk " << c.tk);
+  ASSERT_TRUE(emu().composes_attention_16(type));
+  EXPECT_FALSE(cpu().composes_attention_16(type));
+  const AttentionLayout l = layout_of(c);
+  const std::vector<std::uint16_t> qkv16 = bits_of(uniform(l.qkv_size, 51, -2.0F, 2.0F), type);
+  const std::vector<std::uint16_t> grad16 = bits_of(uniform(l.out_size, 53), type);
+  const std::vector<float> qkv = values_of(qkv16, type), grad = values_of(grad16, type);
+  const Dev<std::uint8_t> dmask(l.mask), dkeep(l.keep);
+  const backend::AttentionShape es = shape_with(c, l, dmask.get(), dkeep.get());
+  backend::AttentionShape cs = shape_with(c, l, l.mask.data(), l.keep.data());
+  cs.bf16_products = false;  // the reference: f32 products on the 16-bit values
+
+  const Dev<std::uint16_t> dqkv(qkv16), dgrad(grad16), dout(l.out_size);
+  const Dev<float> dprobs(l.planes);
+  const std::uint16_t* q = dqkv.get();
+  emu().attention_forward_16(es, type, q, l.qs, q + l.k_at, l.ks, q + l.v_at, l.vs, dout.get(),
+                             l.os, c.probs ? dprobs.get() : nullptr);
+  const Dev<std::uint16_t> dgrads(std::vector<std::uint16_t>(l.qkv_size, 0));
+  std::uint16_t* g = dgrads.get();
+  const Dev<float> dref_probs(l.planes);  // the back end's own f32 probabilities
+  std::vector<float> ref_probs(l.planes), out(l.out_size), grads(l.qkv_size, 0.0F);
+  cpu().attention_forward(cs, qkv.data(), l.qs, qkv.data() + l.k_at, l.ks, qkv.data() + l.v_at,
+                          l.vs, out.data(), l.os, ref_probs.data());
+  cpu().attention_backward(cs, qkv.data(), l.qs, qkv.data() + l.k_at, l.ks, qkv.data() + l.v_at,
+                           l.vs, ref_probs.data(), grad.data(), l.os, grads.data(), l.qs,
+                           grads.data() + l.k_at, l.ks, grads.data() + l.v_at, l.vs);
+  const std::vector<float> cpu_probs = ref_probs;
+  if (c.probs) {
+    EXPECT_TRUE(close(dprobs.host(), cpu_probs, 1e-6F, 1e-5F)) << "probs";
+    // The backward from the back end's own probabilities.
+    ref_probs = dprobs.host();
+  }
+  const Dev<float> dbackward_probs(c.probs ? ref_probs : cpu_probs);
+  emu().attention_backward_16(es, type, q, l.qs, q + l.k_at, l.ks, q + l.v_at, l.vs,
+                              dbackward_probs.get(), dgrad.get(), l.os, g, l.qs, g + l.k_at, l.ks,
+                              g + l.v_at, l.vs);
+  const std::vector<float> got_out = values_of(dout.host(), type);
+  const std::vector<float> got_grads = values_of(dgrads.host(), type);
+  // 16-bit results (2^-8 bf16, 2^-11 f16 relative) of products whose other
+  // operands were rounded too (bf16: as at check_attention's bf16 products).
+  const float tol = type == DType::bf16 ? 3e-2F : 5e-3F;
+  EXPECT_TRUE(close(got_out, out, tol, tol)) << "out";
+  EXPECT_TRUE(close(got_grads, grads, tol, tol)) << "dq, dk, dv";
+#ifndef RIG_KERNEL_BACKEND_ON_GPU
+  if (type != DType::bf16) return;
+  // The emulator's f32 path with bf16 products on the same values and probabilities.
+  const Dev<float> dqkv32(qkv), dgrad32(grad), dout32(l.out_size), dprobs32(l.planes),
+      dgrads32(std::vector<float>(l.qkv_size, 0.0F));
+  const float* q32 = dqkv32.get();
+  float* g32 = dgrads32.get();
+  emu().attention_forward(es, q32, l.qs, q32 + l.k_at, l.ks, q32 + l.v_at, l.vs, dout32.get(), l.os,
+                          dprobs32.get());
+  if (c.probs) {
+    EXPECT_TRUE(same(dprobs32.host(), dprobs.host())) << "probs";
+  }
+  emu().attention_backward(es, q32, l.qs, q32 + l.k_at, l.ks, q32 + l.v_at, l.vs,
+                           dbackward_probs.get(), dgrad32.get(), l.os, g32, l.qs, g32 + l.k_at,
+                           l.ks, g32 + l.v_at, l.vs);
+  const auto rounded = [&](const std::vector<float>& x) {
+    return values_of(bits_of(x, type), type);
+  };
+  EXPECT_TRUE(same(got_out, rounded(dout32.host()))) << "out";
+  EXPECT_TRUE(same(got_grads, rounded(dgrads32.host()))) << "dq, dk, dv";
+#endif
+}
+
+TEST(KernelBackendAttention, Composed16BitIsTheF32PathOnItsValues) {
+  for (const DType type : {DType::bf16, DType::f16}) {
+    AttentionCase c;
+    c.packed = true;
+    c.mask = true;
+    check_attention_16(c, type);
+    c.b = 3;  // more batch elements than heads
+    c.dropout = true;
+    check_attention_16(c, type);
+    c.mask_batch1 = true;
+    c.probs = false;
+    check_attention_16(c, type);
+    AttentionCase d;
+    d.causal = true;
+    d.tq = 2;
+    d.tk = 5;
+    d.d = 8;
+    check_attention_16(d, type);
+    d.dropout = true;
+    d.mask = true;
+    check_attention_16(d, type);
+  }
 }
 
 TEST(KernelBackendGemm, BiasAndReluInTheEpilogue) {

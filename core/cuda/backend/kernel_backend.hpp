@@ -39,6 +39,26 @@ class DeviceScratch {
   backend::Block block_;
 };
 
+// One attention product on 16-bit operands (KernelBackend::gemm_heads_16):
+// C[m, n] = alpha op(A)[m, k] op(B)[k, n], row-major as backend::GemmProduct,
+// A and B of the 16-bit `type` read with their leading dimensions as they
+// are, accumulated in f32, C written in `c_type` (f32, or `type` rounded
+// once).
+struct HeadProduct16 {
+  std::int64_t m = 0, n = 0, k = 0;
+  float alpha = 1.0F;
+  const void* a = nullptr;
+  std::int64_t lda = 0;
+  bool trans_a = false;
+  const void* b = nullptr;
+  std::int64_t ldb = 0;
+  bool trans_b = false;
+  void* c = nullptr;
+  std::int64_t ldc = 0;
+  DType type = DType::bf16;
+  DType c_type = DType::f32;
+};
+
 class KernelBackend final : public backend::Backend {
  public:
   explicit KernelBackend(std::unique_ptr<KernelDevice> device, int index);
@@ -214,6 +234,23 @@ class KernelBackend final : public backend::Backend {
                           const backend::HeadStrides& dks, float* dv,
                           const backend::HeadStrides& dvs) override;
 
+  bool composes_attention_16(DType type) const override {
+    return type == DType::bf16 || type == DType::f16;
+  }
+  void attention_forward_16(const backend::AttentionShape& s, DType type, const void* q,
+                            const backend::HeadStrides& qs, const void* k,
+                            const backend::HeadStrides& ks, const void* v,
+                            const backend::HeadStrides& vs, void* out,
+                            const backend::HeadStrides& os, float* probs) override;
+  void attention_backward_16(const backend::AttentionShape& s, DType type, const void* q,
+                             const backend::HeadStrides& qs, const void* k,
+                             const backend::HeadStrides& ks, const void* v,
+                             const backend::HeadStrides& vs, const float* probs, const void* dout,
+                             const backend::HeadStrides& dos, void* dq,
+                             const backend::HeadStrides& dqs, void* dk,
+                             const backend::HeadStrides& dks, void* dv,
+                             const backend::HeadStrides& dvs) override;
+
   void cross_entropy_forward(const float* x, const std::int64_t* labels, std::int64_t rows,
                              std::int64_t c, float on, float off, float* loss, float* lse) override;
   void cross_entropy_backward(const float* x, const std::int64_t* labels, const float* lse,
@@ -350,6 +387,14 @@ class KernelBackend final : public backend::Backend {
   void gemm_heads(std::int64_t batches, std::int64_t heads, const backend::GemmProduct& first,
                   const backend::HeadStrides& a, const backend::HeadStrides& b,
                   const backend::HeadStrides& c, MatmulPrecision precision);
+  // The same on 16-bit operands read as they are (HeadProduct16).
+  void gemm_heads_16(std::int64_t batches, std::int64_t heads, const HeadProduct16& first,
+                     const backend::HeadStrides& a, const backend::HeadStrides& b,
+                     const backend::HeadStrides& c);
+  // The softmax of attention's scores (AttentionSoftmaxForward) into probs
+  // and weights of `type` (each may be null).
+  void attention_softmax(const backend::AttentionShape& s, const float* scores, float* probs,
+                         void* weights, DType type);
   // Batch norm's apply and backward, with the relu (and before it a
   // residual's add) fused where asked (relu, residual non-null; a relu
   // mask): see kernel_backend_batch_norm.cpp.
@@ -364,8 +409,6 @@ class KernelBackend final : public backend::Backend {
                                    const void* gamma, bool batch_stats, void* dx, void* dgamma,
                                    void* dbeta, void* masked_dy,
                                    const backend::NormGradAccumulation& accumulate);
-  // Dropout of the attention weights: see kernel_backend_attention.cpp.
-  void attention_weights(const backend::AttentionShape& s, const float* x, float* out);
 
   // Throws the first failed queued index check's message (after a read of
   // the device, whose wait covers the checks' kernels); clears the queue.
@@ -385,6 +428,10 @@ class KernelBackend final : public backend::Backend {
   DeviceScratch check_results_;
   std::vector<IndexMessage> check_messages_;
 };
+
+// A leading dimension cuBLASLt accepts for a stored [rows, cols] matrix: a
+// one-row matrix may come with any ld (it is never stepped over).
+std::int64_t usable_ld(std::int64_t ld, std::int64_t stored_rows, std::int64_t stored_cols);
 
 // The element type of the kernels for a floating dtype (f32, f16, bf16);
 // throws std::invalid_argument naming `what` for any other.

@@ -25,13 +25,15 @@ Stored stored_of(const backend::GemmOperand& x, std::int64_t rows, std::int64_t 
   return x.trans ? Stored{cols, rows} : Stored{rows, cols};
 }
 
-// A leading dimension cuBLASLt accepts: a one-row stored matrix may come with
-// any ld (it is never stepped over).
 std::int64_t usable_ld(std::int64_t ld, Stored s) {
-  return s.rows <= 1 ? std::max<std::int64_t>(ld, std::max<std::int64_t>(s.cols, 1)) : ld;
+  return cuda::usable_ld(ld, s.rows, s.cols);
 }
 
 }  // namespace
+
+std::int64_t usable_ld(std::int64_t ld, std::int64_t stored_rows, std::int64_t stored_cols) {
+  return stored_rows <= 1 ? std::max<std::int64_t>(ld, std::max<std::int64_t>(stored_cols, 1)) : ld;
+}
 
 // beta C for an empty product (k = 0), C [m, n] of `type` row by row:
 // zeros, C itself, or C scaled in f32 (and rounded once for 16 bits), as the

@@ -103,8 +103,38 @@ Work work_of(const kernels::DropoutBackward& k) {
       fmt::format("{}{}", type_name(k.type), row_scale_name(k.rows)), k.n,
       2.0 * static_cast<double>(k.n) * type_bytes(k.type) + row_scale_bytes(k.rows, k.n, k.type)};
 }
-Work work_of(const kernels::AttentionKeep& k) {  // x and out f32, keep u8
-  return {"f32", k.n, 9.0 * static_cast<double>(k.n)};
+// Attention's softmax: the mask's distinct bytes (a key-padding mask
+// broadcast over heads and queries is a row per batch element).
+double attention_mask_bytes(const kernels::AttentionSoftmaxForward& k) {
+  if (k.mask == nullptr) return 0.0;
+  const std::int64_t batches = k.heads > 0 ? k.planes / k.heads : 0;
+  return static_cast<double>((k.mask_b != 0 ? batches : 1) * (k.mask_h != 0 ? k.heads : 1) *
+                             (k.mask_q != 0 ? k.tq : 1) * (k.mask_k != 0 ? k.tk : 1));
+}
+Work work_of(const kernels::AttentionSoftmaxForward& k) {
+  const std::int64_t n = k.planes * k.tq * k.tk;
+  const double per_element = 4.0 + (k.keep != nullptr ? 1.0 : 0.0) +
+                             (k.probs != nullptr ? 4.0 : 0.0) +
+                             (k.weights != nullptr ? type_bytes(k.type) : 0.0);
+  return {fmt::format("{}{}{}{}{}", k.probs != nullptr ? "probs f32" : "no probs",
+                      k.weights != nullptr ? fmt::format(", weights {}", type_name(k.type)) : "",
+                      k.mask != nullptr ? ", masked" : "", k.causal ? ", causal" : "",
+                      k.keep != nullptr ? ", dropout" : ""),
+          n, static_cast<double>(n) * per_element + attention_mask_bytes(k)};
+}
+Work work_of(const kernels::AttentionSoftmaxBackward& k) {
+  const std::int64_t n = k.rows * k.cols;
+  const double per_element = 4.0 + (k.keep != nullptr ? 1.0 : 0.0) +
+                             (k.dscores != nullptr ? 4.0 + type_bytes(k.type) : 0.0) +
+                             (k.weights != nullptr ? type_bytes(k.type) : 0.0);
+  return {fmt::format(
+              "{}{}{}", k.dscores != nullptr ? "dscores " : "",
+              k.dscores != nullptr ? type_name(k.type) : "",
+              k.weights != nullptr
+                  ? fmt::format("{}weights {}", k.dscores != nullptr ? ", " : "", type_name(k.type))
+                  : "") +
+              (k.keep != nullptr ? ", dropout" : ""),
+          n, static_cast<double>(n) * per_element};
 }
 Work work_of(const kernels::BatchNormStatsPartial& k) {
   const std::int64_t n = k.n * k.c * k.inner;

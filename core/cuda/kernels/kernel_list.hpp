@@ -5,7 +5,7 @@
 #pragma once
 
 #include "cuda/kernels/accumulate.hpp"
-#include "cuda/kernels/attention_mask.hpp"
+#include "cuda/kernels/attention_softmax.hpp"
 #include "cuda/kernels/batch_norm.hpp"
 #include "cuda/kernels/checks.hpp"
 #include "cuda/kernels/compare.hpp"
@@ -45,7 +45,7 @@
   X(IndexAddRank) X(IndexAddScatter) X(IndexAddSegments) \
   X(ConcatRows) X(ExtractRows) X(ZeroRows) \
   X(Argmax) X(TopK) \
-  X(CausalMask) X(AttentionKeep) X(CompareKernel) X(AddStrided) \
+  X(AttentionSoftmaxForward) X(AttentionSoftmaxBackward) X(CompareKernel) X(AddStrided) \
   X(PaddedLossPartials) X(PaddedLossFinish) X(PaddedLossBackward) \
   X(IndexCheckPartials) X(IndexCheckFinish) X(IndexValueAt) X(GradStatsPartials) X(GradStatsFinish) \
   X(ClipByNorm) \

@@ -73,11 +73,12 @@ struct RowThreads {
   }
 };
 
+// `registers`: the kernel's most per thread (ptxas; SoftmaxForward and
+// SoftmaxBackward: at most 42 (sm_75), 36 (sm_90)).
 inline simt::LaunchShape plan(const simt::DeviceProperties& device, std::int64_t rows,
-                              std::int64_t cols) {
-  constexpr int kRegisters = 42;  // ptxas: at most 42 (sm_75), 36 (sm_90)
-  return cols <= kSoftmaxWarpCols ? plan_warp_rows(device, rows, kRegisters)
-                                  : plan_row_kernel(device, rows, cols, kRegisters);
+                              std::int64_t cols, int registers = 42) {
+  return cols <= kSoftmaxWarpCols ? plan_warp_rows(device, rows, registers)
+                                  : plan_row_kernel(device, rows, cols, registers);
 }
 
 // k.rows_by<true> (a warp per row) or k.rows_by<false> (a block per row),

@@ -20,6 +20,9 @@ template void run<kernels::BiasActivation>(const kernels::BiasActivation&, cudaS
 template void run<kernels::ActivationBackward>(const kernels::ActivationBackward&, cudaStream_t);
 template void run<kernels::ColumnTotals>(const kernels::ColumnTotals&, cudaStream_t);
 template void run<kernels::SumAxis>(const kernels::SumAxis&, cudaStream_t);
-template void run<kernels::CausalMask>(const kernels::CausalMask&, cudaStream_t);
+template void run<kernels::AttentionSoftmaxForward>(const kernels::AttentionSoftmaxForward&,
+                                                    cudaStream_t);
+template void run<kernels::AttentionSoftmaxBackward>(const kernels::AttentionSoftmaxBackward&,
+                                                     cudaStream_t);
 
 }  // namespace rig::cuda

@@ -15,7 +15,6 @@ template void run<kernels::UnscalePartials>(const kernels::UnscalePartials&, cud
 template void run<kernels::UnscaleFinish>(const kernels::UnscaleFinish&, cudaStream_t);
 template void run<kernels::DropoutForward>(const kernels::DropoutForward&, cudaStream_t);
 template void run<kernels::DropoutBackward>(const kernels::DropoutBackward&, cudaStream_t);
-template void run<kernels::AttentionKeep>(const kernels::AttentionKeep&, cudaStream_t);
 template void run<kernels::BiasReluDropoutStore>(const kernels::BiasReluDropoutStore&,
                                                  cudaStream_t);
 template void run<kernels::BinaryKernel>(const kernels::BinaryKernel&, cudaStream_t);

@@ -261,11 +261,26 @@ std::optional<Tensor> fused_attention(const Tensor& q, const Tensor& k, const Te
       });
 }
 
-// The attention composed of the back end's kernels (f32; 16-bit operands
-// through f32 copies), reading q, k and v as `packing` says.
+// Whether the back end composes attention on q, k, v of this 16-bit type as
+// they are (Backend::composes_attention_16): its products round the weights
+// and the scores' gradient to the type, which at bf16 is what matmul
+// precision bfloat16 asks of the f32 path, and at f16 what f16 products
+// (ops::linear's too) always do.
+bool composes_16bit(const Tensor& q, const Tensor& k, const Tensor& v) {
+  const DType type = q.dtype();
+  if (type == DType::f32 || k.dtype() != type || v.dtype() != type) return false;
+  if (type == DType::bf16 && matmul_precision() != MatmulPrecision::bf16) return false;
+  if (q.numel() == 0 || k.numel() == 0) return false;
+  return detail::backend_of(q).composes_attention_16(type);
+}
+
+// The attention composed of the back end's kernels, on f32 q, k, v or on
+// 16-bit ones as they are (composes_16bit), reading them as `packing` says.
 Tensor composed_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                           const AttentionOptions& options, const Packing& packing) {
   const float p = options.dropout_p;
+  const DType type = q.dtype();
+  const bool sixteen = type != DType::f32;
   backend::AttentionShape s;
   s.b = q.size(0);
   s.h = q.size(1);
@@ -296,34 +311,52 @@ Tensor composed_attention(const Tensor& q, const Tensor& k, const Tensor& v,
   const Tensor vd = as_read(v, packing.parts > 0, false);
   const Needed need = needed(q, k, v, packing);
   const bool need_grad = grad_mode_enabled() && (need.q || need.k || need.v);
-  Tensor probs = need_grad ? detail::empty_on(q, scores) : Tensor();
+  Tensor probs = need_grad ? detail::empty_on(q, scores, DType::f32) : Tensor();
+  float* probs_data = need_grad ? probs.data<float>() : nullptr;
   Tensor out = empty_like_heads(q, q.shape());
-  detail::backend_of(q).attention_forward(s, qd.data<float>(), head_strides(qd), kd.data<float>(),
-                                          head_strides(kd), vd.data<float>(), head_strides(vd),
-                                          out.data<float>(), head_strides(out),
-                                          need_grad ? probs.data<float>() : nullptr);
+  backend::Backend& be = detail::backend_of(q);
+  if (sixteen) {
+    be.attention_forward_16(s, type, qd.raw_data(), head_strides(qd), kd.raw_data(),
+                            head_strides(kd), vd.raw_data(), head_strides(vd), out.raw_data(),
+                            head_strides(out), probs_data);
+  } else {
+    be.attention_forward(s, qd.data<float>(), head_strides(qd), kd.data<float>(), head_strides(kd),
+                         vd.data<float>(), head_strides(vd), out.data<float>(), head_strides(out),
+                         probs_data);
+  }
   if (!need_grad) return out;
   return autograd::record(
       std::move(out), kOp, recorded_inputs(q, k, v, packing),
-      [s, qd, kd, vd, probs, mask, keep, need, packing = packing.kept()](const Tensor& g) {
-        const Tensor gd = rows_contiguous(g);
+      [s, type, qd, kd, vd, probs, mask, keep, need, packing = packing.kept()](const Tensor& g) {
+        const Tensor gd = rows_contiguous(g.dtype() == type ? g : g.to(type));
         Gradients grads = gradient_buffers(qd, kd, vd, packing, need);
-        const auto data = [](Tensor& t) { return t.defined() ? t.data<float>() : nullptr; };
         const auto strides = [](const Tensor& t) {
           return t.defined() ? head_strides(t) : backend::HeadStrides{};
         };
-        detail::backend_of(gd).attention_backward(
-            s, qd.data<float>(), head_strides(qd), kd.data<float>(), head_strides(kd),
-            vd.data<float>(), head_strides(vd), probs.data<float>(), gd.data<float>(),
-            head_strides(gd), data(grads.dq), strides(grads.dq), data(grads.dk), strides(grads.dk),
-            data(grads.dv), strides(grads.dv));
+        backend::Backend& be = detail::backend_of(gd);
+        if (type != DType::f32) {
+          const auto data = [](Tensor& t) { return t.defined() ? t.raw_data() : nullptr; };
+          be.attention_backward_16(s, type, qd.raw_data(), head_strides(qd), kd.raw_data(),
+                                   head_strides(kd), vd.raw_data(), head_strides(vd),
+                                   probs.data<float>(), gd.raw_data(), head_strides(gd),
+                                   data(grads.dq), strides(grads.dq), data(grads.dk),
+                                   strides(grads.dk), data(grads.dv), strides(grads.dv));
+          return grads.returned;
+        }
+        const auto data = [](Tensor& t) { return t.defined() ? t.data<float>() : nullptr; };
+        be.attention_backward(s, qd.data<float>(), head_strides(qd), kd.data<float>(),
+                              head_strides(kd), vd.data<float>(), head_strides(vd),
+                              probs.data<float>(), gd.data<float>(), head_strides(gd),
+                              data(grads.dq), strides(grads.dq), data(grads.dk), strides(grads.dk),
+                              data(grads.dv), strides(grads.dv));
         return grads.returned;
       });
 }
 
 // The fused attention where the back end has it for this call, else the
-// composed one; `f32_copies` computes 16-bit operands the fused path does not
-// take through f32 copies (and rounds the result back).
+// composed one (on 16-bit operands where the back end composes them);
+// `f32_copies` computes the other 16-bit operands through f32 copies (and
+// rounds the result back).
 template <class F32Copies>
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,
                  const Packing& packing, F32Copies&& f32_copies) {
@@ -338,6 +371,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
     }
   }
   if (q.dtype() != DType::f32 || k.dtype() != DType::f32 || v.dtype() != DType::f32) {
+    if (composes_16bit(q, k, v)) return composed_attention(q, k, v, options, packing);
     return f32_copies().to(q.dtype());
   }
   return composed_attention(q, k, v, options, packing);

@@ -328,6 +328,27 @@ class Backend {
                                   const HeadStrides& dos, float* dq, const HeadStrides& dqs,
                                   float* dk, const HeadStrides& dks, float* dv,
                                   const HeadStrides& dvs) = 0;
+  // ---- Attention on 16-bit q, k, v, composed ----------------------------------------
+  // attention_forward / attention_backward on q, k, v, out, dout, dq, dk and
+  // dv of the 16-bit `type`, where composes_attention_16(type): each product
+  // reads its 16-bit operands as they are and accumulates in f32; the
+  // weights and the scores' gradient, the products' other operands, are
+  // rounded to `type` (for bf16 the f32 path's bf16_products on the same
+  // values; for f16 autocast's f16 products); the softmax and `probs` stay
+  // f32, and each result is rounded once. The ops use them for 16-bit
+  // operands the fused attention does not take, instead of f32 copies. The
+  // defaults: none (composes_attention_16 is false, the calls throw).
+  virtual bool composes_attention_16(DType type) const;
+  virtual void attention_forward_16(const AttentionShape& s, DType type, const void* q,
+                                    const HeadStrides& qs, const void* k, const HeadStrides& ks,
+                                    const void* v, const HeadStrides& vs, void* out,
+                                    const HeadStrides& os, float* probs);
+  virtual void attention_backward_16(const AttentionShape& s, DType type, const void* q,
+                                     const HeadStrides& qs, const void* k, const HeadStrides& ks,
+                                     const void* v, const HeadStrides& vs, const float* probs,
+                                     const void* dout, const HeadStrides& dos, void* dq,
+                                     const HeadStrides& dqs, void* dk, const HeadStrides& dks,
+                                     void* dv, const HeadStrides& dvs);
   // Fused attention (FusedAttention), where the back end has it for `a`'s
   // shape, type, mask and dropout (its pointers may be unset when asked);
   // the ops use it for 16-bit q, k, v and fall back to attention_forward /
