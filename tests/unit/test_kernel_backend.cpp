@@ -892,9 +892,10 @@ TEST(KernelBackendAttention, Composed16BitIsTheF32PathOnItsValues) {
 
 TEST(KernelBackendGemm, BiasAndReluInTheEpilogue) {
   // GemmProduct::bias and relu (gemm_adds_bias): y = relu(x W^T + b) from the
-  // product's epilogue, into an f32 C or (bf16 operands) a bf16 C with a bf16
-  // bias: on the emulator the bits of the product, bias_activation and (bf16)
-  // the rounding; on a GPU within the products' own accumulation order.
+  // product's epilogue, into an f32 C or (bf16, f16 operands) a bf16 / f16 C
+  // with a bias of that type: on the emulator the bits of the product,
+  // bias_activation and (16-bit) the rounding; on a GPU within the products'
+  // own accumulation order.
   ASSERT_TRUE(emu().gemm_adds_bias(nullptr));
   alignas(16) static const float aligned[8] = {};
   EXPECT_TRUE(emu().gemm_adds_bias(&aligned[4]));
@@ -952,6 +953,38 @@ TEST(KernelBackendGemm, BiasAndReluInTheEpilogue) {
         const std::vector<float> rounded =
             values_of(bits_of(want.host(), DType::bf16), DType::bf16);
         EXPECT_TRUE(close(values_of(y.host(), DType::bf16), rounded, tol16, tol16)) << "bf16";
+      }
+      {  // f16 operands, bias and C (a float16 model's layers)
+        const std::vector<std::uint16_t> xb = bits_of(xv, DType::f16), wb = bits_of(wv, DType::f16),
+                                         bb = bits_of(bv, DType::f16);
+        const Dev<std::uint16_t> x(xb), w(wb), b(bb), y(mn);
+        const Dev<float> b32(values_of(bb, DType::f16)), want(mn);
+        emu().gemm({m,
+                    n,
+                    k,
+                    1.0F,
+                    {nullptr, k, false, nullptr, x.get()},
+                    {nullptr, k, true, nullptr, w.get()},
+                    0.0F,
+                    want.get(),
+                    n},
+                   MatmulPrecision::f32);
+        emu().bias_activation(want.get(), nullptr, with_bias ? b32.get() : nullptr, m, n, act);
+        backend::GemmProduct p{m,
+                               n,
+                               k,
+                               1.0F,
+                               {nullptr, k, false, nullptr, x.get()},
+                               {nullptr, k, true, nullptr, w.get()},
+                               0.0F,
+                               nullptr,
+                               n};
+        p.c_f16 = y.get();
+        p.bias = with_bias ? b.get() : nullptr;
+        p.relu = relu;
+        emu().gemm(p, MatmulPrecision::f32);
+        const std::vector<float> rounded = values_of(bits_of(want.host(), DType::f16), DType::f16);
+        EXPECT_TRUE(close(values_of(y.host(), DType::f16), rounded, tol16, tol16)) << "f16";
       }
     }
   }

@@ -107,11 +107,10 @@ void run_product(KernelDevice& device, GemmRequest request, const void* a, const
 
 void KernelBackend::gemm(const backend::GemmProduct& p, MatmulPrecision precision) {
   if (p.m == 0 || p.n == 0) return;
-  if ((p.bias != nullptr || p.relu) && (p.k == 0 || p.beta != 0.0F || p.a.f16 != nullptr ||
-                                        p.c_f16 != nullptr || !gemm_adds_bias(p.bias))) {
+  if ((p.bias != nullptr || p.relu) && (p.k == 0 || p.beta != 0.0F || !gemm_adds_bias(p.bias))) {
     throw std::invalid_argument(
-        "KernelBackend::gemm: a bias or relu epilogue needs an f32 or bf16 product, k > 0, beta "
-        "0 and a 16-byte aligned bias");
+        "KernelBackend::gemm: a bias or relu epilogue needs k > 0, beta 0 and a 16-byte aligned "
+        "bias");
   }
   if (p.a.f16 != nullptr || p.b.f16 != nullptr || p.c_f16 != nullptr) {
     gemm_f16(p);
@@ -158,7 +157,8 @@ void KernelBackend::gemm(const backend::GemmProduct& p, MatmulPrecision precisio
 }
 
 // f16 operands as they are (exact values at any precision), accumulated in
-// f32, C written in f32 or f16.
+// f32, C written in f32 or f16; a bias (C's type) and relu in the epilogue
+// where asked.
 void KernelBackend::gemm_f16(const backend::GemmProduct& p) {
   if (p.a.f16 == nullptr || p.b.f16 == nullptr || (p.c_f16 != nullptr && p.c != nullptr)) {
     throw std::invalid_argument(
@@ -178,7 +178,7 @@ void KernelBackend::gemm_f16(const backend::GemmProduct& p) {
   request.a_type = request.b_type = GemmType::f16;
   request.lda = sa.cols;  // packed densely
   request.ldb = sb.cols;
-  run_product(device(), request, p.a.f16, p.b.f16, p.c, p.c_f16, GemmType::f16);
+  run_product(device(), request, p.a.f16, p.b.f16, p.c, p.c_f16, GemmType::f16, p.bias, p.relu);
 }
 
 void KernelBackend::gemm_batched(const backend::GemmProduct& first, std::int64_t count,

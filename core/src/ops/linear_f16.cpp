@@ -2,9 +2,12 @@
 // x, W and (backward) dz in f16 as they are and accumulate in f32, which is
 // the f32 path's arithmetic on the same (exact) values, on the tensor cores
 // instead of f32 copies. y, dx and dW are written in f16 by their products
-// where nothing follows; with a bias, relu and output dropout, one pass over
-// the f32 product adds, clamps, drops and rounds (bias_activation_16) and
-// relu's backward reads that f16 y. dz, the products' operand in backward,
+// where nothing follows; an f16 bias and relu are the product's epilogue
+// where the back end has it (gemm_adds_bias), y stored in f16 once, and an
+// unscaled output dropout (a mask, exact after the rounding) a pass over
+// that f16 y; else, with a bias, relu and output dropout, one pass over
+// the f32 product adds, clamps, drops and rounds (bias_activation_16).
+// relu's backward reads the f16 y. dz, the products' operand in backward,
 // is rounded to f16 as autocast's is (the f32 path keeps it in f32). A
 // gradient x or W already has (autograd::accumulation_target) is added to by
 // the products themselves (beta 1).
@@ -42,13 +45,24 @@ Tensor linear_f16_products(const Tensor& x, const Tensor& weight, const Tensor& 
   // Written in f16 by the product where nothing follows it; else an f32
   // product, then one pass (none / relu) or the f32 activation and a cast.
   const bool direct = !bias.defined() && activation == Activation::none && !dropped;
-  const bool fused = !direct && (activation == Activation::none || activation == Activation::relu);
-  // The fused pass reads an f16 bias as it is (its values are exact in f32).
-  const bool bias_f16 = fused && bias.defined() && bias.dtype() == DType::f16;
+  // The product's epilogue adds an f16 bias (C's type) and applies relu
+  // where the back end can for this bias (the one given, or a contiguous
+  // copy in fresh memory); any dropout must be unscaled (keep_scale 1).
+  const void* bias_at = bias.defined() && bias.is_contiguous() ? bias.raw_data() : nullptr;
+  const bool epilogue =
+      !direct && in > 0 &&
+      (activation == Activation::relu || (activation == Activation::none && bias.defined())) &&
+      (!bias.defined() || bias.dtype() == DType::f16) && (!dropped || keep_scale == 1.0F) &&
+      be.gemm_adds_bias(bias_at);
+  const bool fused =
+      !direct && !epilogue && (activation == Activation::none || activation == Activation::relu);
+  // The fused pass and the epilogue read an f16 bias as it is (its values are exact in f32).
+  const bool bias_f16 = (fused || epilogue) && bias.defined() && bias.dtype() == DType::f16;
   const Tensor b = !bias.defined() ? Tensor()
                    : bias_f16      ? bias.detach().contiguous()
                                    : as_f32(bias.detach()).contiguous();
-  Tensor y = empty_on(xc, out_shape, direct ? DType::f16 : DType::f32);
+  const bool y_f16 = direct || epilogue;
+  Tensor y = empty_on(xc, out_shape, y_f16 ? DType::f16 : DType::f32);
   Tensor pre = needs_grad && activation == Activation::gelu ? empty_on(xc, out_shape) : Tensor();
   GemmProduct forward{n_rows,
                       out_features,
@@ -57,12 +71,22 @@ Tensor linear_f16_products(const Tensor& x, const Tensor& weight, const Tensor& 
                       {nullptr, in, false, nullptr, f16_of(xc)},
                       {nullptr, in, true, nullptr, f16_of(w)},
                       0.0F,
-                      direct ? nullptr : y.data<float>(),
+                      y_f16 ? nullptr : y.data<float>(),
                       out_features};
-  if (direct) forward.c_f16 = y.data<std::uint16_t>();
+  if (y_f16) forward.c_f16 = y.data<std::uint16_t>();
+  if (epilogue) {
+    forward.bias = b.defined() ? b.raw_data() : nullptr;
+    forward.relu = activation == Activation::relu;
+  }
   be.gemm(forward, matmul_precision());
   Tensor out;
   if (direct) {
+    out = y;
+  } else if (epilogue) {
+    if (dropped) {
+      be.dropout_forward(dropout.key, dropout.p, keep_scale, DType::f16, y.raw_data(), y.raw_data(),
+                         y.numel(), nullptr);
+    }
     out = y;
   } else if (fused) {
     out = empty_on(xc, out_shape, DType::f16);
@@ -80,7 +104,7 @@ Tensor linear_f16_products(const Tensor& x, const Tensor& weight, const Tensor& 
   // output (tanh, sigmoid) or pre-activation (gelu); none reads nothing.
   const Tensor saved = activation == Activation::none   ? Tensor()
                        : activation == Activation::gelu ? pre
-                       : fused                          ? out.detach()
+                       : fused || epilogue              ? out.detach()
                                                         : y;
   const DType w_dtype = weight.dtype();
   const DType b_dtype = bias.defined() ? bias.dtype() : DType::f32;

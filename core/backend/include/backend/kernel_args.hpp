@@ -109,9 +109,9 @@ struct GemmProduct {
   // Likewise C written in f16 (beta 0), for a product of f16 operands.
   std::uint16_t* c_f16 = nullptr;
   // Where set (and Backend::gemm_adds_bias(bias)), C = P + bias[j] for a bias of
-  // length n in C's type (f32 with c, bf16 with c_bf16), then relu where
-  // `relu` (also without a bias), computed in f32 and stored once: the
-  // product's epilogue. Single f32 or bf16 products with beta 0 and k > 0.
+  // length n in C's type (f32 with c, bf16 with c_bf16, f16 with c_f16), then
+  // relu where `relu` (also without a bias), computed in f32 and stored once:
+  // the product's epilogue. Single products with beta 0 and k > 0.
   const void* bias = nullptr;
   bool relu = false;
 };
