@@ -429,6 +429,11 @@ class KernelBackend final : public backend::Backend {
   std::vector<IndexMessage> check_messages_;
 };
 
+// Plans `request` (gemm/gemm_plan.hpp) and runs it on rig's operands a and
+// b, C read and written at c; the bias (C's type) where its epilogue adds one.
+void run_request(KernelDevice& device, const GemmRequest& request, const void* a, const void* b,
+                 void* c, const void* bias = nullptr);
+
 // A leading dimension cuBLASLt accepts for a stored [rows, cols] matrix: a
 // one-row matrix may come with any ld (it is never stepped over).
 std::int64_t usable_ld(std::int64_t ld, std::int64_t stored_rows, std::int64_t stored_cols);

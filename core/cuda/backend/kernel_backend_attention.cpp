@@ -169,12 +169,8 @@ void KernelBackend::gemm_heads_16(std::int64_t batches, std::int64_t heads,
     request.stride_a = hb.stride_a;
     request.stride_b = hb.stride_b;
     request.stride_c = hb.stride_c;
-    const LtPlan plan = plan_gemm(request);
-    const void* pa = at(first.a, hb.a, operand);
-    const void* pb = at(first.b, hb.b, operand);
-    void* pc = at(first.c, hb.c, result);
-    device_->gemm(plan, plan.a_is == RigOperand::a ? pa : pb, plan.b_is == RigOperand::a ? pa : pb,
-                  pc, pc, nullptr, nullptr);
+    run_request(device(), request, at(first.a, hb.a, operand), at(first.b, hb.b, operand),
+                at(first.c, hb.c, result));
   }
 }
 
@@ -333,8 +329,9 @@ void KernelBackend::attention_backward_16(
   require_16bit(type, "attention_backward_16");
   const std::size_t planes = plane_elements(s);
   if (planes * static_cast<std::size_t>(s.d) == 0) return;
-  const backend::HeadStrides ps = plane_strides(s);
   const bool scores_grad = dq != nullptr || dk != nullptr;
+  if (!scores_grad && dv == nullptr) return;
+  const backend::HeadStrides ps = plane_strides(s);
   DeviceScratch grad, dscores, weights;
   if (scores_grad) {  // dW = dO V^T in f32
     grad = scratch(planes * sizeof(float));
@@ -345,7 +342,6 @@ void KernelBackend::attention_backward_16(
                   dos, vs, ps);
   }
   if (dv != nullptr) weights = scratch(planes * dtype_size(type));
-  if (!scores_grad && dv == nullptr) return;
   run(kernels::AttentionSoftmaxBackward{probs, grad.as<float>(), s.keep, s.keep_scale,
                                         dscores.as<void>(), weights.as<void>(),
                                         element_type(type, "attention"), s.b * s.h * s.tq, s.tk});

@@ -96,14 +96,19 @@ void run_product(KernelDevice& device, GemmRequest request, const void* a, const
     request.epilogue.activation = relu ? GemmActivation::relu : GemmActivation::none;
     request.epilogue.bias = bias != nullptr;
   }
+  run_request(device, request, a, b, d, bias);
+}
+
+}  // namespace
+
+void run_request(KernelDevice& device, const GemmRequest& request, const void* a, const void* b,
+                 void* c, const void* bias) {
   const LtPlan plan = plan_gemm(request);
   const void* lt_a = plan.a_is == RigOperand::a ? a : b;
   const void* lt_b = plan.b_is == RigOperand::a ? a : b;
   // cuBLASLt reads the bias through a non-const pointer (never writing it).
-  device.gemm(plan, lt_a, lt_b, d, d, const_cast<void*>(bias), nullptr);
+  device.gemm(plan, lt_a, lt_b, c, c, const_cast<void*>(bias), nullptr);
 }
-
-}  // namespace
 
 void KernelBackend::gemm(const backend::GemmProduct& p, MatmulPrecision precision) {
   if (p.m == 0 || p.n == 0) return;
@@ -232,10 +237,7 @@ void KernelBackend::gemm_batched(const backend::GemmProduct& first, std::int64_t
     b = round(first.b, stored_of(first.b, first.k, first.n), stride_b, b_bf16, request.ldb,
               request.stride_b);
   }
-  const LtPlan plan = plan_gemm(request);
-  const void* lt_a = plan.a_is == RigOperand::a ? a : b;
-  const void* lt_b = plan.b_is == RigOperand::a ? a : b;
-  device_->gemm(plan, lt_a, lt_b, first.c, first.c, nullptr, nullptr);
+  run_request(device(), request, a, b, first.c);
 }
 
 void KernelBackend::gemm_pair(const backend::GemmProduct& first, const backend::GemmProduct& second,

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace rig::cuda {
 
@@ -127,14 +128,11 @@ Work work_of(const kernels::AttentionSoftmaxBackward& k) {
   const double per_element = 4.0 + (k.keep != nullptr ? 1.0 : 0.0) +
                              (k.dscores != nullptr ? 4.0 + type_bytes(k.type) : 0.0) +
                              (k.weights != nullptr ? type_bytes(k.type) : 0.0);
-  return {fmt::format(
-              "{}{}{}", k.dscores != nullptr ? "dscores " : "",
-              k.dscores != nullptr ? type_name(k.type) : "",
-              k.weights != nullptr
-                  ? fmt::format("{}weights {}", k.dscores != nullptr ? ", " : "", type_name(k.type))
-                  : "") +
-              (k.keep != nullptr ? ", dropout" : ""),
-          n, static_cast<double>(n) * per_element};
+  std::vector<std::string> parts;
+  if (k.dscores != nullptr) parts.push_back(fmt::format("dscores {}", type_name(k.type)));
+  if (k.weights != nullptr) parts.push_back(fmt::format("weights {}", type_name(k.type)));
+  if (k.keep != nullptr) parts.push_back("dropout");
+  return {fmt::format("{}", fmt::join(parts, ", ")), n, static_cast<double>(n) * per_element};
 }
 Work work_of(const kernels::BatchNormStatsPartial& k) {
   const std::int64_t n = k.n * k.c * k.inner;
