@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "bf16_values.hpp"
+#include "fresh_process.hpp"
 #include "rig/half.hpp"
 #include "rig/ops.hpp"
 #include "rig/tensor.hpp"
@@ -28,7 +29,8 @@ using rig::Tensor;
 using rig::test::bf16_exact_uniform;
 using rig::test::leaf;
 
-// Each ctest test is its own process: the environment is this test's.
+// The back end reads these when it is first made: each test runs in a
+// process of its own (rig_test::in_fresh_process).
 rig::Device emulated_cuda_with_fused_attention(const std::string& census) {
   setenv("RIG_CUDA_EMULATOR", "1", 1);
   setenv("RIG_CUDA_EMULATOR_FUSED_ATTENTION", "1", 1);
@@ -84,7 +86,7 @@ struct Case {
   bool causal, padded;
 };
 
-TEST(EmulatedFusedAttention, MatchesTheCpusComposedAttentionForwardAndBackward) {
+void matches_the_cpus_composed_attention() {
   const std::string census = census_file("match");
   const rig::Device dev = emulated_cuda_with_fused_attention(census);
   const rig::Device cpu = rig::Device::cpu();
@@ -131,7 +133,7 @@ TEST(EmulatedFusedAttention, MatchesTheCpusComposedAttentionForwardAndBackward) 
   EXPECT_EQ(counted.find("SoftmaxForward"), std::string::npos) << counted;
 }
 
-TEST(EmulatedFusedAttention, DropoutUsesOneMaskForwardAndBackwardDrawnFromTheKey) {
+void dropout_uses_one_mask_drawn_from_the_key() {
   const std::string census = census_file("dropout");
   const rig::Device dev = emulated_cuda_with_fused_attention(census);
   const Tensor q0 = bf16_exact_uniform({2, 2, 9, 8}, 11), k0 = bf16_exact_uniform({2, 2, 9, 8}, 12),
@@ -165,6 +167,14 @@ TEST(EmulatedFusedAttention, DropoutUsesOneMaskForwardAndBackwardDrawnFromTheKey
   EXPECT_NE(other.to_host().to(DType::f32).to_vector(),
             out.detach().to_host().to(DType::f32).to_vector());
   std::filesystem::remove(census);
+}
+
+TEST(EmulatedFusedAttention, MatchesTheCpusComposedAttentionForwardAndBackward) {
+  rig_test::in_fresh_process(matches_the_cpus_composed_attention);
+}
+
+TEST(EmulatedFusedAttention, DropoutUsesOneMaskForwardAndBackwardDrawnFromTheKey) {
+  rig_test::in_fresh_process(dropout_uses_one_mask_drawn_from_the_key);
 }
 
 }  // namespace
