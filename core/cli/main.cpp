@@ -91,7 +91,9 @@ int dispatch(int argc, char** argv) {
                 "resume training from the latest checkpoint in the logdir");
   run->add_flag("--benchmark", run_options.benchmark,
                 "time --bench_steps training steps; write no checkpoints");
-  run->add_option("--bench_steps", run_options.bench_steps, "steps to time with --benchmark");
+  run->add_option("--bench_steps", run_options.bench_steps, "steps to run with --benchmark");
+  run->add_option("--bench_warmup_steps", run_options.bench_warmup_steps,
+                  "the first steps of --bench_steps, run untimed (default 1)");
   int nproc = 1;
   run->add_option("--nproc", nproc,
                   "start this many processes on this machine (through mpirun, communicator mpi)")

@@ -74,4 +74,15 @@ test "$(grep -c 'Validation loss' train_eval.log)" -eq 2
 check "$rig" run "$exp" --benchmark --bench_steps 5 --logdir e > bench.log
 grep -q "Avg objects per second" bench.log
 test ! -e e/checkpoints
+# --bench_warmup_steps: the average is over the steps after the warm-up ones.
+check "$rig" run "$exp" --benchmark --bench_steps 6 --bench_warmup_steps 4 --print_loss_steps=1 \
+  --logdir f > warm.log
+grep -q "Timed steps: 2 (after 4 untimed warm-up steps)" warm.log || fail "not 2 timed steps"
+awk -F'[:. ]+' '/^time per step = / { n++; if (n > 4) { sum += $7 "." $8; timed++ } }
+  /Avg time per step/ { avg = $6 "." $7 }
+  END { if (timed != 2 || (sum / 2 - avg) ^ 2 > 1e-10) {
+          print "average " avg " is not that of the 2 steps after 4 untimed (" sum / 2 ")"; exit 1 } }' \
+  warm.log || fail "--bench_warmup_steps"
+expect_code 2 "$rig" run "$exp" --benchmark --bench_steps 3 --bench_warmup_steps 3 --logdir f
+grep -q "less than --bench_steps (3) so that a step is timed" err.txt
 echo "lifecycle ok"

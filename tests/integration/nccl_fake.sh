@@ -70,7 +70,7 @@ echo "== a data-parallel step reads nothing from the device at once (RIG_CUDA_CE
 for steps in 1 2; do
   check "${mpi[@]}" -n 2 bash -c "RIG_CUDA_CENSUS=census-$steps-\$OMPI_COMM_WORLD_RANK.tsv \
     '$rig' run '$exp' --logdir census-$steps --device=cuda --communicator=nccl --benchmark \
-    --bench_steps=$steps" > "census-$steps.log"
+    --bench_steps=$steps --bench_warmup_steps=0" > "census-$steps.log"
 done
 # reads STEPS RANK WHAT: the launches of WHAT in that run's census
 reads() { awk -F'\t' -v what="$3" '$6 == what { print $1 }' "census-$1-$2.tsv"; }

@@ -30,6 +30,8 @@ std::optional<double> device_utilisation(Device device);
 // engines to time (cuDNN on a GPU), false where the call changes nothing.
 bool set_convolution_autotuning(Device device, bool on);
 void reset_peak_bytes(Device device = Device::cpu());
+// Waits until DEVICE has run everything queued on it (a no-op on the CPU).
+void synchronize_device(Device device);
 void empty_allocator_cache(Device device = Device::cpu());  // give cached blocks back
 
 // Bytes of one tensor's data, from the device's caching allocator (blocks are

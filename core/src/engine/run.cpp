@@ -92,6 +92,16 @@ ResolvedRun resolve_run(const RunOptions& options) try {
   if (options.benchmark && options.bench_steps < 1) {
     throw UserError(fmt::format("--bench_steps must be at least 1, got {}", options.bench_steps));
   }
+  if (options.bench_warmup_steps && !options.benchmark) {
+    throw UserError("--bench_warmup_steps is a --benchmark option: add --benchmark");
+  }
+  if (options.bench_warmup_steps &&
+      (*options.bench_warmup_steps < 0 || *options.bench_warmup_steps >= options.bench_steps)) {
+    throw UserError(fmt::format(
+        "--bench_warmup_steps must be at least 0 and less than --bench_steps ({}) so that a step "
+        "is timed, got {}",
+        options.bench_steps, *options.bench_warmup_steps));
+  }
   const bool trains = mode == "train" || mode == "train_eval";
   if (trains && options.load_from != "latest") {
     throw UserError(

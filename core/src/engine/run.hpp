@@ -19,6 +19,9 @@ struct RunOptions {
   bool continue_learning = false;
   bool benchmark = false;
   std::int64_t bench_steps = 20;
+  // --bench_warmup_steps: the first steps of --benchmark run untimed (1
+  // unless given; a run of one step times it).
+  std::optional<std::int64_t> bench_warmup_steps;
   std::string infer_output_file;     // default: <logdir>/infer_output.txt
   std::string timeline_file;         // --timeline: Chrome-trace JSON of each step's phases
   std::string load_from = "latest";  // eval / infer: latest | best | a ckpt-<step> folder

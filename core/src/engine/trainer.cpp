@@ -682,8 +682,16 @@ void TrainingLoop::after_step(PhaseTimes times) {
   }
   print_interval_.add(times);
   summary_interval_.add(times);
-  // The first step warms caches and allocators; it is not timed (unless it is the only one).
-  if (state_.step > first_step_ + 1 || o_.max_steps - first_step_ == 1) timed_.add(times);
+  // The first steps warm caches, allocators and autotuners: untimed (unless
+  // they are all the run has).
+  const std::int64_t untimed =
+      std::max<std::int64_t>(0, std::min(o_.untimed_steps, o_.max_steps - first_step_ - 1));
+  if (state_.step > first_step_ + untimed) timed_.add(times);
+  if (o_.benchmark && untimed > 0 && state_.step == first_step_ + untimed) {
+    // The timed steps start on an idle device (as PyTorch's benchmarks do
+    // after their warm-up): no warm-up work is left queued to count in theirs.
+    synchronize_device(device_);
+  }
 
   if (print_due) {
     const PhaseTimes& t = print_interval_;
@@ -798,6 +806,9 @@ TrainResult TrainingLoop::run() {
     result_.objects_per_second = timed_.objects / timed_.step;
     console_.print("*** Avg time per step: {:.6f}s", result_.avg_step_seconds);
     console_.print("*** Avg objects per second: {:.3f}", result_.objects_per_second);
+    const std::int64_t untimed = state_.step - first_step_ - timed_.steps;
+    console_.print("*** Timed steps: {} (after {} untimed warm-up step{})", timed_.steps, untimed,
+                   untimed == 1 ? "" : "s");
     console_.print("*** Avg data time per step: {:.6f}s ({:.1f}% of the step)",
                    timed_.data / static_cast<double>(timed_.steps),
                    100.0 * timed_.data / timed_.step);

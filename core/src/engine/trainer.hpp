@@ -55,6 +55,11 @@ struct TrainOptions {
   std::string config_hash;
   TrainingState start;  // where a resumed run picks up
   std::optional<LarcSettings> larc;
+  // The first steps of this run, untimed in the averages it prints (they
+  // warm caches, allocators and autotuners); a run of no more steps times
+  // them all. With benchmark, the device is drained after them, so that the
+  // timed steps start on an idle device.
+  std::int64_t untimed_steps = 1;
 };
 
 struct TrainResult {

@@ -284,6 +284,9 @@ int train_model(const RunInputs& in, BuiltModel& built) {
   TrainOptions train_options{settings,     plan.max_steps, options.benchmark,
                              logdir,       identity,       config::fnv1a64_hex(identity),
                              resume.state, hooks.larc};
+  if (options.benchmark && options.bench_warmup_steps) {
+    train_options.untimed_steps = *options.bench_warmup_steps;
+  }
   const TrainResult result = train(parts, train_options, in.console);
   if (result.stop_signal != 0) return 128 + result.stop_signal;
   if (settings.target_loss && !options.benchmark) {
