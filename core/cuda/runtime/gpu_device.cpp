@@ -319,9 +319,11 @@ class GpuDevice final : public KernelDevice {
     return current_device_properties();
   }
 
-  // A pinned buffer the stream is done with, of at least `bytes`: a free one
-  // of the ring, a new one while the ring is short, else the oldest after its
-  // copy (callers hold staging_mutex_).
+  // A pinned buffer the stream is done with, of at least `bytes`: the
+  // smallest free one of the ring that fits (a batch's small tensors do not
+  // take the buffer its images need, which would then be pinned anew), a new
+  // one while the ring is short, else the oldest after its copy (callers
+  // hold staging_mutex_).
   struct Staging {
     PinnedBuffer buffer;
     Event done;         // recorded after the last copy out of or into `buffer`
@@ -329,9 +331,13 @@ class GpuDevice final : public KernelDevice {
   };
   static constexpr std::size_t kStagingRing = 32;
   Staging& staging_for(std::size_t bytes) {
+    Staging* fitting = nullptr;
     for (auto& s : staging_) {
-      if (!s->held && s->buffer.size() >= bytes && s->done.completed()) return *s;
+      if (s->held || s->buffer.size() < bytes) continue;
+      if (fitting != nullptr && fitting->buffer.size() <= s->buffer.size()) continue;
+      if (s->done.completed()) fitting = s.get();
     }
+    if (fitting != nullptr) return *fitting;
     if (staging_.size() < kStagingRing) {
       staging_.push_back(std::make_unique<Staging>(
           Staging{PinnedBuffer(std::max<std::size_t>(bytes, 4096)), Event(), false}));
