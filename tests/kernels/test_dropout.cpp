@@ -101,5 +101,74 @@ TEST(KernelDropout, GridStrideCoversEveryChunk) {
   EXPECT_TRUE(bit_equal(mask, want_mask));
 }
 
+// Backend::relu_mask's kernel: the dropout's bits (in place, unscaled), then
+// bit (r * ld + c) of the mask = the stored h[r, c] > 0, bits past the row's
+// columns untouched; without dropout, h unchanged and its mask alone.
+TEST(KernelDropout, ReluMaskIsTheStoredValueAboveZero) {
+  const RandomKey key{11, 12, 1, 13};
+  for (const Type t :
+       {Type{ElementType::f16, DType::f16, 2}, Type{ElementType::bf16, DType::bf16, 2}}) {
+    for (const auto& [rows, cols] :
+         {std::pair<std::int64_t, std::int64_t>{3, 8}, {5, 136}, {33, 256}}) {
+      for (const float p : {0.0F, 0.25F}) {
+        SCOPED_TRACE(::testing::Message() << "rows " << rows << " cols " << cols << " p " << p
+                                          << " type " << static_cast<int>(t.type));
+        const std::int64_t n = rows * cols;
+        const std::int64_t ld = (cols + 127) / 128 * 128;
+        // relu outputs: zeros and positives, and values that underflow f16 once stored.
+        std::vector<float> values = uniform(n, -1.0F, 1.0F, static_cast<std::uint32_t>(n));
+        for (std::int64_t i = 0; i < n; ++i) {
+          float& v = values[static_cast<std::size_t>(i)];
+          v = v < 0.0F ? 0.0F : (i % 17 == 0 ? 1e-9F : v);
+        }
+        std::vector<std::uint16_t> h(static_cast<std::size_t>(n));
+        for (std::int64_t i = 0; i < n; ++i) {
+          const float v = values[static_cast<std::size_t>(i)];
+          h[static_cast<std::size_t>(i)] =
+              t.type == ElementType::f16 ? float_to_half_bits(v) : float_to_bfloat16_bits(v);
+        }
+        std::vector<std::uint16_t> want = h;
+        if (p > 0.0F) {
+          cpu().dropout_forward(key, p, 1.0F, t.dtype, h.data(), want.data(), n, nullptr);
+        }
+        const auto stored = [&](std::uint16_t bits) {
+          return t.type == ElementType::f16 ? half_bits_to_float(bits)
+                                            : bfloat16_bits_to_float(bits);
+        };
+        for (const std::uint64_t emu_seed : kSeeds) {
+          std::vector<std::uint16_t> got = h;
+          std::vector<std::uint8_t> mask(static_cast<std::size_t>(rows * ld / 8), 0xA5);
+          DropoutForward k{math::PhiloxStream::of(key.seed, key.step, key.rank, key.purpose),
+                           math::dropout_threshold(p),
+                           1.0F,
+                           t.type,
+                           got.data(),
+                           p > 0.0F ? got.data() : nullptr,
+                           nullptr,
+                           n};
+          k.relu_mask = mask.data();
+          k.relu_cols = cols;
+          k.relu_mask_ld = ld;
+          run(k, emu_seed);
+          EXPECT_TRUE(bit_equal(got, want));
+          int bad = 0;
+          for (std::int64_t r = 0; r < rows; ++r) {
+            for (std::int64_t c = 0; c < ld; ++c) {
+              const std::int64_t b = r * ld + c;
+              const bool bit = ((mask[static_cast<std::size_t>(b / 8)] >> (b % 8)) & 1U) != 0;
+              const bool expected =
+                  c < cols ? stored(want[static_cast<std::size_t>(r * cols + c)]) > 0.0F
+                           : ((0xA5U >> (b % 8)) & 1U) != 0;  // untouched
+              if (bit != expected && ++bad <= 5) {
+                ADD_FAILURE() << "bit of row " << r << " column " << c << ": " << bit;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace rig::kernels::test

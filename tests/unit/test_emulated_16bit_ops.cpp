@@ -223,6 +223,64 @@ TEST(Emulated16BitOps, LinearWithReluAndDropoutRoundsOnceAndKeepsTheBf16Output) 
   }
 }
 
+TEST(Emulated16BitOps, ReluFeedForwardWithMasksHasTheBitsOfItsTwoLinearLayers) {
+  // relu_feed_forward on a back end whose products take relu masks: one op
+  // that keeps a bit per hidden element and applies relu's derivative in the
+  // output layer's dx product (DRELU), b1's gradient from the dW1 product
+  // (BGRADA). y, dx, dW1, dW2 and db2 have the bits of the two linear
+  // layers; db1 is the same sum in another order. bf16 and f16 layers, with
+  // and without the unscaled dropout, and gradients added into .grad.
+  const rig::Device dev = emulated_cuda();
+  ASSERT_TRUE(rig::backend::backend_for(dev).gemm_relu_masks());
+  const Tensor x = random({2, 9, 24}, 31), w1 = random({32, 24}, 32), b1 = random({32}, 33),
+               w2 = random({12, 32}, 34), b2 = random({12}, 35);
+  const rig::RandomKey key{4, 9, 0, 22};
+  for (const DType type : {DType::bf16, DType::f16}) {
+    const rig::ops::MatmulPrecisionScope precision(type == DType::bf16 ? rig::MatmulPrecision::bf16
+                                                                       : rig::MatmulPrecision::f32);
+    const Tensor up = random({2, 9, 12}, 36).to(dev).to(type);
+    for (const float p : {0.0F, 0.3F}) {
+      for (const int passes : {1, 2}) {
+        SCOPED_TRACE(::testing::Message()
+                     << rig::dtype_name(type) << " p " << p << " passes " << passes);
+        const rig::ops::OutputDropout dropout{p, key, false};
+        const float keep = p > 0.0F ? 1.0F / (1.0F - p) : 1.0F;
+        Tensor xf = leaf(x, type, dev), w1f = leaf(w1, type, dev), b1f = leaf(b1, type, dev),
+               w2f = leaf(w2, type, dev), b2f = leaf(b2, type, dev);
+        Tensor xc = leaf(x, type, dev), w1c = leaf(w1, type, dev), b1c = leaf(b1, type, dev),
+               w2c = leaf(w2, type, dev), b2c = leaf(b2, type, dev);
+        Tensor yf, yc;
+        for (int pass = 0; pass < passes; ++pass) {  // a second pass adds into .grad
+          yf = rig::ops::relu_feed_forward(xf, w1f, b1f, w2f, b2f, dropout, keep);
+          EXPECT_EQ(yf.impl()->grad_fn->op, "relu_feed_forward");
+          rig::ops::sum(rig::ops::mul(yf, up)).backward();
+          yc = rig::ops::linear(rig::ops::linear(xc, w1c, b1c, rig::ops::Activation::relu, dropout),
+                                w2c, b2c, rig::ops::Activation::none, {}, keep);
+          rig::ops::sum(rig::ops::mul(yc, up)).backward();
+        }
+        const auto values = [](const Tensor& t) { return t.to_host().to(DType::f32).to_vector(); };
+        EXPECT_EQ(yf.dtype(), type);
+        EXPECT_EQ(values(yf.detach()), values(yc.detach())) << "y";
+        EXPECT_EQ(values(xf.grad()), values(xc.grad())) << "dx";
+        EXPECT_EQ(values(w1f.grad()), values(w1c.grad())) << "dW1";
+        EXPECT_EQ(values(w2f.grad()), values(w2c.grad())) << "dW2";
+        EXPECT_EQ(values(b2f.grad()), values(b2c.grad())) << "db2";
+        const std::vector<float> got = values(b1f.grad()), want = values(b1c.grad());
+        ASSERT_EQ(got.size(), want.size());
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          EXPECT_NEAR(got[i], want[i], 1e-2F * (1.0F + std::fabs(want[i]))) << "db1 " << i;
+        }
+      }
+    }
+  }
+  // Without gradients, and on f32 layers, it is the two linear layers themselves.
+  const Tensor x32 = leaf(x, DType::f32, dev);
+  const Tensor y32 =
+      rig::ops::relu_feed_forward(x32, leaf(w1, DType::f32, dev), leaf(b1, DType::f32, dev),
+                                  leaf(w2, DType::f32, dev), leaf(b2, DType::f32, dev), {}, 1.0F);
+  EXPECT_EQ(y32.impl()->grad_fn->op, "linear");
+}
+
 TEST(Emulated16BitOps, Float16LinearMultipliesF16AsItIs) {
   // f16 x and W at f32 precision go to the f16 products (the tensor cores on
   // a GPU): y, dx and dW are written in f16 by the products, with the f32

@@ -40,4 +40,25 @@ TEST(EnvironmentSwitch, GemmAutotuneAndCensusShapes) {
                 "a census line for each product and convolution shape");
 }
 
+// The one switch that is on unless 0.
+TEST(EnvironmentSwitch, ReluMasksAreOnUnlessZero) {
+  unsetenv("RIG_CUDA_RELU_MASKS");
+  EXPECT_TRUE(rig::relu_masks_enabled());
+  setenv("RIG_CUDA_RELU_MASKS", "", 1);
+  EXPECT_TRUE(rig::relu_masks_enabled());
+  setenv("RIG_CUDA_RELU_MASKS", "1", 1);
+  EXPECT_TRUE(rig::relu_masks_enabled());
+  setenv("RIG_CUDA_RELU_MASKS", "0", 1);
+  EXPECT_FALSE(rig::relu_masks_enabled());
+  setenv("RIG_CUDA_RELU_MASKS", "off", 1);
+  try {
+    rig::relu_masks_enabled();
+    ADD_FAILURE() << "RIG_CUDA_RELU_MASKS=off was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("RIG_CUDA_RELU_MASKS=off: expected 0"), std::string::npos)
+        << e.what();
+  }
+  unsetenv("RIG_CUDA_RELU_MASKS");
+}
+
 }  // namespace

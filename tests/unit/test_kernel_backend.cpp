@@ -995,6 +995,115 @@ TEST(KernelBackendGemm, BiasAndReluInTheEpilogue) {
   EXPECT_THROW(emu().gemm(p, MatmulPrecision::f32), std::invalid_argument);
 }
 
+TEST(KernelBackendGemm, ReluMaskAndBiasGradientInTheEpilogue) {
+  // gemm_relu_masks: relu_mask writes the mask of h > 0 (after an unscaled
+  // dropout in place where given a key); a product with that mask gives
+  // alpha P where the bit is set, else 0 (cuBLASLt's DRELU), and one with
+  // bias_grad the row sums of op(A) beside its C (BGRADA). On the emulator
+  // the mask and the masked product have the bits of the dropout, the
+  // product and its rounding; the bias gradient is summed in its own order.
+  ASSERT_TRUE(emu().gemm_relu_masks());
+  EXPECT_FALSE(cpu().gemm_relu_masks());
+  const std::int64_t rows = 6, hidden = 16, out = 5, in = 7, ld = 128;
+  const RandomKey key{21, 22, 0, 23};
+  const auto rn = static_cast<std::size_t>(rows * hidden);
+#ifdef RIG_KERNEL_BACKEND_ON_GPU
+  const float tol = 1e-2F;
+#else
+  const float tol = 0.0F;
+#endif
+  for (const DType type : {DType::bf16, DType::f16}) {
+    for (const bool dropped : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(type) << (dropped ? " dropout" : ""));
+      const MatmulPrecision precision =
+          type == DType::bf16 ? MatmulPrecision::bf16 : MatmulPrecision::f32;
+      const auto operand = [type](const std::uint16_t* data, std::int64_t ld, bool trans) {
+        backend::GemmOperand o{nullptr, ld, trans};
+        (type == DType::bf16 ? o.bf16 : o.f16) = data;
+        return o;
+      };
+      const auto write = [type](backend::GemmProduct& p, std::uint16_t* c) {
+        (type == DType::bf16 ? p.c_bf16 : p.c_f16) = c;
+      };
+      std::vector<float> hv = uniform(rn, 481);
+      for (float& v : hv) v = std::max(v, 0.0F);  // a relu's output
+      const std::vector<std::uint16_t> h0 = bits_of(hv, type);
+      std::vector<std::uint16_t> want_h = h0;
+      if (dropped)
+        cpu().dropout_forward(key, 0.3F, 1.0F, type, h0.data(), want_h.data(),
+                              static_cast<std::int64_t>(rn), nullptr);
+      const Dev<std::uint16_t> h(h0);
+      const Dev<std::uint8_t> mask(static_cast<std::size_t>(rows * ld / 8));
+      emu().relu_mask(dropped ? &key : nullptr, 0.3F, type, h.get(), rows, hidden, mask.get(), ld);
+      EXPECT_EQ(h.host(), want_h) << "h after the dropout";
+      const std::vector<float> hk = values_of(want_h, type);
+      const std::vector<std::uint8_t> bits = mask.host();
+      for (std::int64_t r = 0; r < rows; ++r) {
+        for (std::int64_t c = 0; c < hidden; ++c) {
+          const std::int64_t b = r * ld + c;
+          EXPECT_EQ(((bits[static_cast<std::size_t>(b / 8)] >> (b % 8)) & 1U) != 0,
+                    hk[static_cast<std::size_t>(r * hidden + c)] > 0.0F)
+              << "mask bit of " << r << ", " << c;
+        }
+      }
+      // dz [rows, hidden] = 1.25 g W where the mask is set.
+      const std::vector<std::uint16_t> gb = bits_of(
+                                           uniform(static_cast<std::size_t>(rows * out), 482),
+                                           type),
+                                       wb = bits_of(
+                                           uniform(static_cast<std::size_t>(out * hidden), 483),
+                                           type);
+      const Dev<std::uint16_t> g(gb), w(wb), dz(rn), plain(rn);
+      backend::GemmProduct p{
+          rows, hidden, out, 1.25F, operand(g.get(), out, false), operand(w.get(), hidden, false)};
+      p.ldc = hidden;
+      write(p, plain.get());
+      emu().gemm(p, precision);
+      write(p, dz.get());
+      p.relu_mask = mask.get();
+      p.relu_mask_ld = ld;
+      emu().gemm(p, precision);
+      std::vector<float> want_dz = values_of(plain.host(), type);
+      for (std::size_t i = 0; i < rn; ++i) {
+        if (!(hk[i] > 0.0F)) want_dz[i] = 0.0F;
+      }
+      EXPECT_TRUE(close(values_of(dz.host(), type), want_dz, tol, tol)) << "dz";
+      // dW [hidden, in] = dz^T x with db = the row sums of dz^T.
+      const std::vector<std::uint16_t> xb =
+          bits_of(uniform(static_cast<std::size_t>(rows * in), 484), type);
+      const Dev<std::uint16_t> x(xb), dw(static_cast<std::size_t>(hidden * in)),
+          dw_plain(static_cast<std::size_t>(hidden * in)), db(static_cast<std::size_t>(hidden));
+      const std::vector<float> dzv = values_of(dz.host(), type);
+      std::vector<float> want_db(static_cast<std::size_t>(hidden), 0.0F);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        for (std::int64_t c = 0; c < hidden; ++c) {
+          want_db[static_cast<std::size_t>(c)] += dzv[static_cast<std::size_t>(r * hidden + c)];
+        }
+      }
+      const std::vector<float> rounded_db = values_of(bits_of(want_db, type), type);
+      // Beta 1: added into a gradient already there (a weight's .grad), db written all the same.
+      for (const float beta : {0.0F, 1.0F}) {
+        backend::GemmProduct q{
+            hidden, in, rows, 1.0F, operand(dz.get(), hidden, true), operand(x.get(), in, false),
+            beta};
+        q.ldc = in;
+        write(q, dw_plain.get());
+        emu().gemm(q, precision);
+        write(q, dw.get());
+        q.bias_grad = db.get();
+        emu().gemm(q, precision);
+        EXPECT_TRUE(close(values_of(dw.host(), type), values_of(dw_plain.host(), type), tol, tol))
+            << "dW beside its bias gradient, beta " << beta;
+        EXPECT_TRUE(close(values_of(db.host(), type), rounded_db, 1e-2F, 1e-2F))
+            << "db, beta " << beta;
+      }
+      // A mask and a bias gradient at once, or on an f32 C, are refused.
+      p.bias_grad = db.get();
+      EXPECT_THROW(emu().gemm(p, precision), std::invalid_argument);
+    }
+  }
+}
+
 TEST(KernelBackendGemm, F16OperandsAsTheyAre) {
   // f16 values (exact in f32) multiplied on the f16 path, C in f32 and in
   // f16: on the emulator, the bits of its own f32 product of the same values

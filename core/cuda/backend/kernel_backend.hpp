@@ -326,6 +326,11 @@ class KernelBackend final : public backend::Backend {
   }
   bool fast_bf16_products() const override { return true; }
   bool f16_products() const override { return true; }
+  // cuBLASLt's DRELU and BGRADA epilogues; RIG_CUDA_RELU_MASKS=0 turns them
+  // off (the ops then keep the relu layer's output, as the CPU's do).
+  bool gemm_relu_masks() const override { return relu_masks_; }
+  void relu_mask(const RandomKey* dropout_key, float p, DType dtype, void* h, std::int64_t rows,
+                 std::int64_t cols, std::uint8_t* mask, std::int64_t mask_ld) override;
   void round_bf16(const backend::GemmOperand& x, std::int64_t rows, std::int64_t cols,
                   std::uint16_t* dst) override;
   void gemm(const backend::GemmProduct& p, MatmulPrecision precision) override;
@@ -421,6 +426,7 @@ class KernelBackend final : public backend::Backend {
 
   std::unique_ptr<KernelDevice> device_;
   int index_ = 0;
+  bool relu_masks_ = true;  // RIG_CUDA_RELU_MASKS
   // Queued index checks: (position, value) pairs on the device, in issue
   // order. A full queue is read at once: room for a few hundred steps of a
   // Transformer's checks, read between logging steps (16 KiB).
@@ -430,9 +436,10 @@ class KernelBackend final : public backend::Backend {
 };
 
 // Plans `request` (gemm/gemm_plan.hpp) and runs it on rig's operands a and
-// b, C read and written at c; the bias (C's type) where its epilogue adds one.
+// b, C read and written at c; at `bias` the bias its epilogue adds (C's type)
+// or the bias gradient it writes, at `aux` the relu mask it writes or reads.
 void run_request(KernelDevice& device, const GemmRequest& request, const void* a, const void* b,
-                 void* c, const void* bias = nullptr);
+                 void* c, const void* bias = nullptr, void* aux = nullptr);
 
 // A leading dimension cuBLASLt accepts for a stored [rows, cols] matrix: a
 // one-row matrix may come with any ld (it is never stepped over).

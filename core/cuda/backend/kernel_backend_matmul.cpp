@@ -81,33 +81,43 @@ GemmRequest request_of(const backend::GemmProduct& p) {
 }
 
 // Plans `request` and runs it on rig's operands a and b, C written to c, or
-// to c16 in c16_type where that is set; a bias (C's type) and relu in the
-// epilogue where asked.
+// to c16 in c16_type where that is set; the epilogue p asks for: a bias (C's
+// type) and relu, relu's backward through p's mask, or the bias gradient.
 void run_product(KernelDevice& device, GemmRequest request, const void* a, const void* b, float* c,
-                 std::uint16_t* c16, GemmType c16_type, const void* bias = nullptr,
-                 bool relu = false) {
+                 std::uint16_t* c16, GemmType c16_type, const backend::GemmProduct& p) {
   void* d = c;
   if (c16 != nullptr) {
     request.c_type = c16_type;
     d = c16;
   }
-  if (bias != nullptr || relu) {
-    request.epilogue.kind = EpilogueKind::forward;
-    request.epilogue.activation = relu ? GemmActivation::relu : GemmActivation::none;
-    request.epilogue.bias = bias != nullptr;
+  Epilogue& e = request.epilogue;
+  if (p.bias != nullptr || p.relu) {
+    e.kind = EpilogueKind::forward;
+    e.activation = p.relu ? GemmActivation::relu : GemmActivation::none;
+    e.bias = p.bias != nullptr;
+  } else if (p.relu_mask != nullptr) {
+    e.kind = EpilogueKind::backward;
+    e.activation = GemmActivation::relu;
+    e.aux = true;
+    e.aux_ld = p.relu_mask_ld;
+  } else if (p.bias_grad != nullptr) {
+    e.kind = EpilogueKind::bias_grad_a;
   }
-  run_request(device, request, a, b, d, bias);
+  // cuBLASLt reads the mask through a non-const pointer (never writing it).
+  run_request(device, request, a, b, d, p.bias_grad != nullptr ? p.bias_grad : p.bias,
+              const_cast<std::uint8_t*>(p.relu_mask));
 }
 
 }  // namespace
 
 void run_request(KernelDevice& device, const GemmRequest& request, const void* a, const void* b,
-                 void* c, const void* bias) {
+                 void* c, const void* bias, void* aux) {
   const LtPlan plan = plan_gemm(request);
   const void* lt_a = plan.a_is == RigOperand::a ? a : b;
   const void* lt_b = plan.b_is == RigOperand::a ? a : b;
-  // cuBLASLt reads the bias through a non-const pointer (never writing it).
-  device.gemm(plan, lt_a, lt_b, c, c, const_cast<void*>(bias), nullptr);
+  // cuBLASLt reads a bias through a non-const pointer (never writing it); a
+  // bias gradient (BiasRole::bias_grad) is written there.
+  device.gemm(plan, lt_a, lt_b, c, c, const_cast<void*>(bias), aux);
 }
 
 void KernelBackend::gemm(const backend::GemmProduct& p, MatmulPrecision precision) {
@@ -116,6 +126,16 @@ void KernelBackend::gemm(const backend::GemmProduct& p, MatmulPrecision precisio
     throw std::invalid_argument(
         "KernelBackend::gemm: a bias or relu epilogue needs k > 0, beta 0 and a 16-byte aligned "
         "bias");
+  }
+  if (p.relu_mask != nullptr || p.bias_grad != nullptr) {
+    const bool forward = p.bias != nullptr || p.relu;
+    const bool both = p.relu_mask != nullptr && p.bias_grad != nullptr;
+    if (!relu_masks_ || forward || both || p.k == 0 ||
+        (p.c_bf16 == nullptr && p.c_f16 == nullptr) || (p.relu_mask != nullptr && p.beta != 0.0F)) {
+      throw std::invalid_argument(
+          "KernelBackend::gemm: a relu mask or bias gradient epilogue (one of them, with "
+          "gemm_relu_masks()) needs a 16-bit C, k > 0 and no bias or relu; the mask beta 0");
+    }
   }
   if (p.a.f16 != nullptr || p.b.f16 != nullptr || p.c_f16 != nullptr) {
     gemm_f16(p);
@@ -158,7 +178,7 @@ void KernelBackend::gemm(const backend::GemmProduct& p, MatmulPrecision precisio
     request.lda = sa.cols;
     request.ldb = sb.cols;
   }
-  run_product(device(), request, a, b, p.c, p.c_bf16, GemmType::bf16, p.bias, p.relu);
+  run_product(device(), request, a, b, p.c, p.c_bf16, GemmType::bf16, p);
 }
 
 // f16 operands as they are (exact values at any precision), accumulated in
@@ -183,7 +203,7 @@ void KernelBackend::gemm_f16(const backend::GemmProduct& p) {
   request.a_type = request.b_type = GemmType::f16;
   request.lda = sa.cols;  // packed densely
   request.ldb = sb.cols;
-  run_product(device(), request, p.a.f16, p.b.f16, p.c, p.c_f16, GemmType::f16, p.bias, p.relu);
+  run_product(device(), request, p.a.f16, p.b.f16, p.c, p.c_f16, GemmType::f16, p);
 }
 
 void KernelBackend::gemm_batched(const backend::GemmProduct& first, std::int64_t count,
@@ -191,7 +211,8 @@ void KernelBackend::gemm_batched(const backend::GemmProduct& first, std::int64_t
                                  std::int64_t stride_c, MatmulPrecision precision) {
   if (first.a.bf16 != nullptr || first.b.bf16 != nullptr || first.c_bf16 != nullptr ||
       first.a.f16 != nullptr || first.b.f16 != nullptr || first.c_f16 != nullptr ||
-      first.bias != nullptr || first.relu) {
+      first.bias != nullptr || first.relu || first.relu_mask != nullptr ||
+      first.bias_grad != nullptr) {
     throw std::invalid_argument(
         "KernelBackend::gemm_batched: 16-bit operands or C given beforehand, a bias or relu have "
         "no batch stride");

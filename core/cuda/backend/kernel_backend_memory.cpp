@@ -54,7 +54,7 @@ kernels::ElementType f32_or(DType dtype, DType sixteen, const char* op, const ch
 }
 
 KernelBackend::KernelBackend(std::unique_ptr<KernelDevice> device, int index)
-    : device_(std::move(device)), index_(index) {
+    : device_(std::move(device)), index_(index), relu_masks_(rig::relu_masks_enabled()) {
   if (std::string file = census_file_requested(); !file.empty()) {
     device_ = with_census(std::move(device_), std::move(file), rig::census_shapes_requested());
   }

@@ -92,12 +92,17 @@ const char* row_scale_name(const kernels::DropoutRows& rows) {
   return rows.data != nullptr ? ", rows scaled" : "";
 }
 Work work_of(const kernels::DropoutForward& k) {
-  const bool added = k.residual != nullptr;  // reads the residual too
-  return {
-      fmt::format("{}{}{}", type_name(k.type), added ? ", + residual" : "", row_scale_name(k.rows)),
-      k.n,
-      (added ? 3.0 : 2.0) * static_cast<double>(k.n) * type_bytes(k.type) +
-          row_scale_bytes(k.rows, k.n, k.type)};
+  const bool added = k.residual != nullptr;    // reads the residual too
+  const bool masked = k.relu_mask != nullptr;  // writes a bit per element
+  // src read, dst written (if any), the residual read.
+  const double passes = 1.0 + (k.dst != nullptr ? 1.0 : 0.0) + (added ? 1.0 : 0.0);
+  return {fmt::format("{}{}{}{}", type_name(k.type), added ? ", + residual" : "",
+                      row_scale_name(k.rows),
+                      masked ? (k.dst != nullptr ? ", relu mask" : ", relu mask only") : ""),
+          k.n,
+          passes * static_cast<double>(k.n) * type_bytes(k.type) +
+              row_scale_bytes(k.rows, k.n, k.type) +
+              (masked ? static_cast<double>(k.n) / 8.0 : 0.0)};
 }
 Work work_of(const kernels::DropoutBackward& k) {
   return {

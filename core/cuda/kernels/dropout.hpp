@@ -14,6 +14,11 @@
 //     aligned, else element by element.
 //   With DropoutRows (dropout_add only), the dropped tensor is first scaled
 //     per row (forward), its gradient scaled per row last (backward).
+//   With relu_mask (Backend::relu_mask): the stored dst > 0 as the bits
+//     cuBLASLt's DRELU epilogue reads, bit (r * relu_mask_ld + c) for
+//     element r * relu_cols + c (relu_cols % 8 == 0): the two lanes of 8
+//     consecutive elements combine their bits with a shuffle and the first
+//     writes the byte. dst null stores nothing else (a mask of src itself).
 #pragma once
 
 #include <cstdint>
@@ -66,6 +71,10 @@ struct DropoutForward {
   // the bits of dropout then an add; a residual connection in one pass).
   const void* residual = nullptr;
   DropoutRows rows{};  // src scaled per row first (with residual only)
+  // Where set (no residual, relu_cols % 8 == 0, relu_mask_ld % 8 == 0): the
+  // relu mask of the stored values, [n / relu_cols rows, relu_mask_ld bits].
+  std::uint8_t* relu_mask = nullptr;
+  std::int64_t relu_cols = 0, relu_mask_ld = 0;
 
   // A lane's Philox block is a pack of 4 elements (packed.hpp) where every
   // operand allows; a last, partial one goes element by element.
@@ -105,12 +114,27 @@ struct DropoutForward {
         out.v[k] = residual == nullptr ? v : res.v[k] + rounded_to(type, v);
         word |= static_cast<std::uint32_t>(keep) << (4U * (lane % 8U) + k);
       }
-      store_chunk<4>(dst, type, first, valid, pack, out);
-      if (mask_bits == nullptr) continue;  // uniform over the launch
+      if (dst != nullptr) store_chunk<4>(dst, type, first, valid, pack, out);
+      if (relu_mask != nullptr) store_relu_bits(ctx, first, valid, out);  // uniform
+      if (mask_bits == nullptr) continue;                                 // uniform over the launch
       for (unsigned mask = 1; mask < 8; mask *= 2) word |= ctx.shfl_xor(word, mask);
       const std::int64_t w = c * 4 + lane / 8;
       if (lane % 8 == 0 && w < words) mask_bits[w] = word;
     }
+  }
+
+  // The relu bits of a lane's 4 values (element `first` on): the even lane
+  // of each pair writes the byte of its 8 elements (first % 8 == 0 there).
+  template <class Ctx>
+  RIG_HD void store_relu_bits(Ctx& ctx, std::int64_t first, int valid, const Pack<4>& out) const {
+    std::uint32_t nibble = 0;
+    for (int k = 0; k < 4; ++k) {
+      if (k < valid && rounded_to(type, out.v[k]) > 0.0F) nibble |= 1U << k;
+    }
+    const std::uint32_t other = ctx.shfl_xor(nibble, 1);
+    if (ctx.lane() % 2 != 0 || valid == 0) return;
+    const auto [row, col] = div_mod(first, relu_cols);
+    relu_mask[(row * relu_mask_ld + col) / 8] = static_cast<std::uint8_t>(nibble | (other << 4));
   }
 };
 

@@ -70,6 +70,14 @@ struct OutputDropout {
 // scaled by s in their products (an unscaled OutputDropout's 1 / (1 - p)).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation activation,
               const OutputDropout& dropout, float input_scale = 1.0F);
+// A feed-forward block: linear(linear(x, w1, b1, relu, dropout), w2, b2,
+// none, {}, keep_scale), with those results. Where the back end's products
+// take a relu mask (Backend::gemm_relu_masks: the GPU's), 16-bit layers with
+// biases and an unscaled dropout keep a bit per hidden element for backward
+// and the products apply relu's derivative and sum b1's gradient in their
+// epilogues: no pass over the hidden layer's gradient.
+Tensor relu_feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
+                         const Tensor& b2, const OutputDropout& dropout, float keep_scale);
 
 // ---- Elementwise (NumPy broadcasting) -------------------------------------
 Tensor add(const Tensor& a, const Tensor& b);

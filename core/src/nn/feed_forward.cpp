@@ -17,9 +17,9 @@ Tensor FeedForward::forward(const Tensor& x, bool training, const RandomKey& key
   if (activation_ == ops::Activation::relu) {
     // Dropout fused into the inner layer, its 1 / (1 - p) applied by the
     // outer layer's products (an unscaled OutputDropout).
-    return outer_.forward(
-        inner_.forward(x, activation_, dropout_.as_output_dropout(training, key, false)),
-        ops::Activation::none, {}, dropout_.keep_scale(training));
+    return ops::relu_feed_forward(x, inner_.weight(), inner_.bias(), outer_.weight(), outer_.bias(),
+                                  dropout_.as_output_dropout(training, key, false),
+                                  dropout_.keep_scale(training));
   }
   return outer_.forward(dropout_.forward(inner_.forward(x, activation_), training, key));
 }

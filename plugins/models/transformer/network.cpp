@@ -63,10 +63,11 @@ FeedForward::FeedForward(rig::ParameterStore& store, const std::string& name, st
 Tensor FeedForward::forward(const Tensor& x, bool training, const rig::RandomKey& key) const {
   // relu_dropout fused into the filter layer: the same mask, one kept tensor,
   // its 1 / (1 - p) applied by the output layer's products (unscaled), so a
-  // 16-bit filter layer's bias and relu stay in its product's epilogue.
-  const Tensor h = filter_layer_.forward(x, ops::Activation::relu,
-                                         relu_dropout_.as_output_dropout(training, key, false));
-  return output_layer_.forward(h, ops::Activation::none, {}, relu_dropout_.keep_scale(training));
+  // 16-bit filter layer's bias and relu stay in its product's epilogue (and
+  // on the GPU relu's backward in the output layer's: ops::relu_feed_forward).
+  return ops::relu_feed_forward(
+      x, filter_layer_.weight(), filter_layer_.bias(), output_layer_.weight(), output_layer_.bias(),
+      relu_dropout_.as_output_dropout(training, key, false), relu_dropout_.keep_scale(training));
 }
 
 EncoderLayer::EncoderLayer(rig::ParameterStore& store, const std::string& name,

@@ -35,4 +35,18 @@ inline bool census_shapes_requested() {
                             "a census line for each product and convolution shape");
 }
 
+// RIG_CUDA_RELU_MASKS=0: the CUDA back end's products take no relu mask
+// (Backend::gemm_relu_masks false): a relu layer keeps its output for its
+// backward pass, as on the CPU. On unless 0 (1 or unset); anything else is
+// refused.
+inline bool relu_masks_enabled() {
+  const char* value = std::getenv("RIG_CUDA_RELU_MASKS");
+  const std::string text = value == nullptr ? "" : value;
+  if (text.empty() || text == "1") return true;
+  if (text == "0") return false;
+  throw std::invalid_argument("RIG_CUDA_RELU_MASKS=" + text +
+                              ": expected 0 (relu layers keep their output for backward, no mask "
+                              "in the products' epilogues) or 1 (the default)");
+}
+
 }  // namespace rig
