@@ -231,7 +231,7 @@ TEST(Emulated16BitOps, ReluFeedForwardWithMasksHasTheBitsOfItsTwoLinearLayers) {
   // layers; db1 is the same sum in another order. bf16 and f16 layers, with
   // and without the unscaled dropout, and gradients added into .grad.
   const rig::Device dev = emulated_cuda();
-  ASSERT_TRUE(rig::backend::backend_for(dev).gemm_relu_masks());
+  ASSERT_TRUE(rig::backend::backend_for(dev).gemm_relu_masks(DType::bf16));
   const Tensor x = random({2, 9, 24}, 31), w1 = random({32, 24}, 32), b1 = random({32}, 33),
                w2 = random({12, 32}, 34), b2 = random({12}, 35);
   const rig::RandomKey key{4, 9, 0, 22};

@@ -995,6 +995,20 @@ TEST(KernelBackendGemm, BiasAndReluInTheEpilogue) {
   EXPECT_THROW(emu().gemm(p, MatmulPrecision::f32), std::invalid_argument);
 }
 
+#ifndef RIG_KERNEL_BACKEND_ON_GPU
+// A device whose cuBLASLt has no algorithm for the mask and bias-gradient
+// epilogues (as an older GPU's may): the back end finds out with its probe
+// products, says no for both 16-bit types, and the ops keep relu's output.
+TEST(KernelBackendGemm, NoReluMasksWhereTheProductsRefuseThem) {
+  const std::unique_ptr<Backend> refusing = cuda::make_emulated_backend(
+      0, cuda::EmulatedConvolutions::with_16bit, cuda::EmulatedAttention::composed,
+      cuda::EmulatedWork::computed, cuda::EmulatedEpilogues::without_masks_and_bias_gradients);
+  EXPECT_FALSE(refusing->gemm_relu_masks(DType::bf16));
+  EXPECT_FALSE(refusing->gemm_relu_masks(DType::f16));
+  EXPECT_FALSE(refusing->gemm_relu_masks(DType::bf16)) << "the second answer, remembered";
+}
+#endif
+
 TEST(KernelBackendGemm, ReluMaskAndBiasGradientInTheEpilogue) {
   // gemm_relu_masks: relu_mask writes the mask of h > 0 (after an unscaled
   // dropout in place where given a key); a product with that mask gives
@@ -1002,8 +1016,10 @@ TEST(KernelBackendGemm, ReluMaskAndBiasGradientInTheEpilogue) {
   // bias_grad the row sums of op(A) beside its C (BGRADA). On the emulator
   // the mask and the masked product have the bits of the dropout, the
   // product and its rounding; the bias gradient is summed in its own order.
-  ASSERT_TRUE(emu().gemm_relu_masks());
-  EXPECT_FALSE(cpu().gemm_relu_masks());
+  ASSERT_TRUE(emu().gemm_relu_masks(DType::bf16));
+  ASSERT_TRUE(emu().gemm_relu_masks(DType::f16));
+  EXPECT_FALSE(emu().gemm_relu_masks(DType::f32));
+  EXPECT_FALSE(cpu().gemm_relu_masks(DType::bf16));
   const std::int64_t rows = 6, hidden = 16, out = 5, in = 7, ld = 128;
   const RandomKey key{21, 22, 0, 23};
   const auto rn = static_cast<std::size_t>(rows * hidden);
@@ -1097,7 +1113,7 @@ TEST(KernelBackendGemm, ReluMaskAndBiasGradientInTheEpilogue) {
         EXPECT_TRUE(close(values_of(db.host(), type), rounded_db, 1e-2F, 1e-2F))
             << "db, beta " << beta;
       }
-      // A mask and a bias gradient at once, or on an f32 C, are refused.
+      // A mask and a bias gradient at once are refused.
       p.bias_grad = db.get();
       EXPECT_THROW(emu().gemm(p, precision), std::invalid_argument);
     }

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -326,9 +327,11 @@ class KernelBackend final : public backend::Backend {
   }
   bool fast_bf16_products() const override { return true; }
   bool f16_products() const override { return true; }
-  // cuBLASLt's DRELU and BGRADA epilogues; RIG_CUDA_RELU_MASKS=0 turns them
-  // off (the ops then keep the relu layer's output, as the CPU's do).
-  bool gemm_relu_masks() const override { return relu_masks_; }
+  // cuBLASLt's DRELU and BGRADA epilogues, where one small product of each
+  // (asked once per type) finds an algorithm: an older GPU's cuBLASLt may
+  // lack them. RIG_CUDA_RELU_MASKS=0 turns them off. Without them the ops
+  // keep the relu layer's output, as the CPU's do.
+  bool gemm_relu_masks(DType type) override;
   void relu_mask(const RandomKey* dropout_key, float p, DType dtype, void* h, std::int64_t rows,
                  std::int64_t cols, std::uint8_t* mask, std::int64_t mask_ld) override;
   void round_bf16(const backend::GemmOperand& x, std::int64_t rows, std::int64_t cols,
@@ -426,7 +429,8 @@ class KernelBackend final : public backend::Backend {
 
   std::unique_ptr<KernelDevice> device_;
   int index_ = 0;
-  bool relu_masks_ = true;  // RIG_CUDA_RELU_MASKS
+  bool relu_masks_ = true;                                // RIG_CUDA_RELU_MASKS
+  std::optional<bool> relu_masks_bf16_, relu_masks_f16_;  // gemm_relu_masks' answers
   // Queued index checks: (position, value) pairs on the device, in issue
   // order. A full queue is read at once: room for a few hundred steps of a
   // Transformer's checks, read between logging steps (16 KiB).

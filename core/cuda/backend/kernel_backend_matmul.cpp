@@ -120,6 +120,39 @@ void run_request(KernelDevice& device, const GemmRequest& request, const void* a
   device.gemm(plan, lt_a, lt_b, c, c, const_cast<void*>(bias), aux);
 }
 
+bool KernelBackend::gemm_relu_masks(DType type) {
+  if (!relu_masks_ || (type != DType::bf16 && type != DType::f16)) return false;
+  std::optional<bool>& known = type == DType::bf16 ? relu_masks_bf16_ : relu_masks_f16_;
+  if (known) return *known;
+  // One small product with each epilogue as the ops run them (the mask's
+  // with alpha, the bias gradient's beside a product added into C) on
+  // zeroed scratch; a refusal (no algorithm) answers no.
+  constexpr std::int64_t n = 128;
+  const GemmType g = type == DType::bf16 ? GemmType::bf16 : GemmType::f16;
+  const std::size_t matrix = n * n * 2;
+  DeviceScratch buffer = scratch(3 * matrix + n * n / 8 + n * 2);
+  device_->zero(buffer.as<void>(), 3 * matrix + n * n / 8 + n * 2);
+  std::byte* at = buffer.as<std::byte>();
+  GemmRequest request;
+  request.m = request.n = request.k = request.lda = request.ldb = request.ldc = n;
+  request.a_type = request.b_type = request.c_type = g;
+  try {
+    GemmRequest masked = request;
+    masked.alpha = 1.25F;
+    masked.epilogue = {EpilogueKind::backward, GemmActivation::relu, false, true, n};
+    run_request(*device_, masked, at, at + matrix, at + 2 * matrix, nullptr, at + 3 * matrix);
+    GemmRequest bias_grad = request;
+    bias_grad.trans_a = true;
+    bias_grad.beta = 1.0F;
+    bias_grad.epilogue.kind = EpilogueKind::bias_grad_a;
+    run_request(*device_, bias_grad, at, at + matrix, at + 2 * matrix, at + 3 * matrix + n * n / 8);
+    known = true;
+  } catch (const std::exception&) {
+    known = false;  // cuBLASLt's heuristic found no algorithm: the ops keep relu's output
+  }
+  return *known;
+}
+
 void KernelBackend::gemm(const backend::GemmProduct& p, MatmulPrecision precision) {
   if (p.m == 0 || p.n == 0) return;
   if ((p.bias != nullptr || p.relu) && (p.k == 0 || p.beta != 0.0F || !gemm_adds_bias(p.bias))) {
@@ -130,8 +163,8 @@ void KernelBackend::gemm(const backend::GemmProduct& p, MatmulPrecision precisio
   if (p.relu_mask != nullptr || p.bias_grad != nullptr) {
     const bool forward = p.bias != nullptr || p.relu;
     const bool both = p.relu_mask != nullptr && p.bias_grad != nullptr;
-    if (!relu_masks_ || forward || both || p.k == 0 ||
-        (p.c_bf16 == nullptr && p.c_f16 == nullptr) || (p.relu_mask != nullptr && p.beta != 0.0F)) {
+    if (forward || both || p.k == 0 || (p.c_bf16 == nullptr && p.c_f16 == nullptr) ||
+        (p.relu_mask != nullptr && p.beta != 0.0F)) {
       throw std::invalid_argument(
           "KernelBackend::gemm: a relu mask or bias gradient epilogue (one of them, with "
           "gemm_relu_masks()) needs a 16-bit C, k > 0 and no bias or relu; the mask beta 0");

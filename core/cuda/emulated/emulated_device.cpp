@@ -39,11 +39,13 @@ std::vector<float> widened(DType type, const void* src, std::int64_t n) {
 
 class EmulatedDevice final : public KernelDevice {
  public:
-  EmulatedDevice(EmulatedConvolutions convolutions, EmulatedAttention attention)
+  EmulatedDevice(EmulatedConvolutions convolutions, EmulatedAttention attention,
+                 EmulatedEpilogues epilogues)
       : properties_(simt::DeviceProperties::h100_sxm()),
         pool_(backend::host_memory(), backend::caching_enabled(), backend::cache_limit()),
         convolutions_(convolutions),
-        attention_(attention) {}
+        attention_(attention),
+        epilogues_(epilogues) {}
 
   backend::MemoryPool& memory() override { return pool_; }
   const simt::DeviceProperties& properties() const override { return properties_; }
@@ -57,6 +59,12 @@ class EmulatedDevice final : public KernelDevice {
 
   void gemm(const LtPlan& plan, const void* a, const void* b, const void* c, void* d, void* bias,
             void* aux) override {
+    if (epilogues_ == EmulatedEpilogues::without_masks_and_bias_gradients &&
+        (plan.bias_role == BiasRole::bias_grad || plan.aux_role == AuxRole::read_relu_mask ||
+         plan.aux_role == AuxRole::write_relu_mask)) {
+      throw std::runtime_error(std::string("the emulated cuBLASLt found no algorithm for ") +
+                               name_of(plan.epilogue));
+    }
     interpret_lt_matmul(plan, a, b, c, d, bias, aux);
   }
 
@@ -156,6 +164,7 @@ class EmulatedDevice final : public KernelDevice {
   backend::CachingAllocator pool_;
   EmulatedConvolutions convolutions_;
   EmulatedAttention attention_;
+  EmulatedEpilogues epilogues_;
   std::uint64_t launches_ = 0;
 };
 
@@ -230,8 +239,10 @@ EmulatedAttention emulated_attention_requested() {
 std::unique_ptr<backend::Backend> make_emulated_backend(int index,
                                                         EmulatedConvolutions convolutions,
                                                         EmulatedAttention attention,
-                                                        EmulatedWork work) {
-  std::unique_ptr<KernelDevice> device = std::make_unique<EmulatedDevice>(convolutions, attention);
+                                                        EmulatedWork work,
+                                                        EmulatedEpilogues epilogues) {
+  std::unique_ptr<KernelDevice> device =
+      std::make_unique<EmulatedDevice>(convolutions, attention, epilogues);
   if (work == EmulatedWork::host_only) device = std::make_unique<HostOnlyDevice>(std::move(device));
   return std::make_unique<KernelBackend>(std::move(device), index);
 }

@@ -40,10 +40,16 @@ EmulatedAttention emulated_attention_requested();
 // docs/gpu.md). Its numbers are meaningless.
 enum class EmulatedWork { computed, host_only };
 
+// Whether the emulated cuBLASLt plans every epilogue (the default) or, as an
+// older GPU's may, finds no algorithm for those that read or write a relu
+// mask or a bias gradient (its gemm throws, as the GPU's does then).
+enum class EmulatedEpilogues { all, without_masks_and_bias_gradients };
+
 // The emulated back end of device cuda:`index`.
 std::unique_ptr<backend::Backend> make_emulated_backend(
     int index, EmulatedConvolutions convolutions = EmulatedConvolutions::with_16bit,
     EmulatedAttention attention = EmulatedAttention::composed,
-    EmulatedWork work = EmulatedWork::computed);
+    EmulatedWork work = EmulatedWork::computed,
+    EmulatedEpilogues epilogues = EmulatedEpilogues::all);
 
 }  // namespace rig::cuda

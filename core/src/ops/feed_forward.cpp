@@ -45,12 +45,11 @@ std::optional<DType> masked_type(const Tensor& x, const Tensor& w1, const Tensor
     if (t->dtype() != type || t->device() != x.device()) return std::nullopt;
   }
   backend::Backend& be = detail::backend_of(x);
-  if (!be.gemm_relu_masks()) return std::nullopt;
   const MatmulPrecision precision = matmul_precision();
   const bool bf16 = type == DType::bf16 && precision == MatmulPrecision::bf16 &&
                     be.rounds_bf16_operands() && be.gemm_writes_bf16();
   const bool f16 = type == DType::f16 && precision == MatmulPrecision::f32 && be.f16_products();
-  if (!bf16 && !f16) return std::nullopt;
+  if ((!bf16 && !f16) || !be.gemm_relu_masks(type)) return std::nullopt;
   if (dropout.p > 0.0F && dropout.scaled) return std::nullopt;
   if (!(dropout.p >= 0.0F && dropout.p <= 1.0F)) return std::nullopt;  // linear refuses it
   if (w1.dim() != 2 || w2.dim() != 2 || x.dim() < 1) return std::nullopt;
@@ -75,7 +74,7 @@ GemmOperand operand(const Tensor& t, DType type, std::int64_t ld, bool trans) {
   return o;
 }
 
-// C of `type` at t, row-major with leading dimension ldc.
+// The product's C written to t, of `type` (bf16 or f16).
 void write_to(GemmProduct& p, Tensor& t, DType type) {
   (type == DType::bf16 ? p.c_bf16 : p.c_f16) = t.data<std::uint16_t>();
 }

@@ -505,16 +505,16 @@ class Backend {
   virtual bool f16_products() const { return false; }
   // Whether gemm() takes GemmProduct::relu_mask and bias_grad (a relu
   // layer's backward in its products' epilogues: cuBLASLt's DRELU and
-  // BGRADA) and relu_mask() writes the mask they read; the ops leave them
-  // unset where not.
-  virtual bool gemm_relu_masks() const { return false; }
+  // BGRADA) on products of `type` (bf16 or f16) and relu_mask() writes the
+  // mask they read; the ops leave them unset where not.
+  virtual bool gemm_relu_masks(DType /*type*/) { return false; }
   // h [rows, cols] (dtype bf16 or f16, contiguous; a relu's output): where
   // dropout_key is set, dropout_forward's keep rule for p with scale 1 (the
   // kept values as they are) in place; then bit (r * mask_ld + c) of mask
   // (bit b % 8 of byte b / 8) = whether h[r, c] as stored is > 0, for
   // GemmProduct::relu_mask. cols % 8 == 0; mask_ld a multiple of 128, at
   // least cols; mask holds rows * mask_ld / 8 bytes (the bits past cols
-  // are left as they were). Where gemm_relu_masks().
+  // are left as they were). Where gemm_relu_masks(dtype).
   virtual void relu_mask(const RandomKey* dropout_key, float p, DType dtype, void* h,
                          std::int64_t rows, std::int64_t cols, std::uint8_t* mask,
                          std::int64_t mask_ld);

@@ -114,13 +114,13 @@ struct GemmProduct {
   // the product's epilogue. Single products with beta 0 and k > 0.
   const void* bias = nullptr;
   bool relu = false;
-  // Where set (Backend::gemm_relu_masks()), relu's backward in the epilogue:
+  // Where set (Backend::gemm_relu_masks(C's type)), relu's backward in the epilogue:
   // C = P where bit (i * relu_mask_ld + j) of relu_mask is set (bit b % 8 of
   // byte b / 8, Backend::relu_mask's layout; relu_mask_ld a multiple of 128),
   // else 0. A 16-bit C (c_bf16 or c_f16), beta 0 and k > 0.
   const std::uint8_t* relu_mask = nullptr;
   std::int64_t relu_mask_ld = 0;
-  // Where set (gemm_relu_masks()), also bias_grad[i] = sum_l op(A)[i, l]
+  // Where set (gemm_relu_masks(C's type)), bias_grad[i] = sum_l op(A)[i, l]
   // (length m, written in C's type): the bias gradient of y = x W^T + b
   // beside its weight gradient dW = dz^T x. A 16-bit C, alpha 1 and k > 0.
   void* bias_grad = nullptr;
