@@ -10,6 +10,7 @@
 
 #include "cuda/host/cuda_backend.hpp"
 #include "engine/device_choice.hpp"
+#include "fresh_process.hpp"
 #include "launch/launcher_env.hpp"
 #include "rig/version.hpp"
 #include "user_error_of.hpp"
@@ -197,7 +198,7 @@ TEST(DeviceSelection, ALibraryThatIsNotTheBackEnd) {
             plugin + " is not rig's CUDA back end (it has no rig_cuda_backend function)");
 }
 
-TEST(DeviceSelection, TheBuiltBackEndLoads) {
+void the_built_back_end_loads() {
   const CudaProbe& probe = rig::cuda::probe_cuda();
   if (!RIG_WITH_CUDA) {
     EXPECT_EQ(probe.status, CudaProbe::Status::built_without_cuda);
@@ -217,6 +218,13 @@ TEST(DeviceSelection, TheBuiltBackEndLoads) {
     EXPECT_TRUE(probe.devices.empty());
     EXPECT_FALSE(probe.reason.empty());
   }
+}
+
+// The probe loads librig_cuda into the process for good: in a process of its
+// own, so that the tests after it in the same binary still see a process
+// without it (TensorViews.ContiguousCloneCopyFromAndFill checks that).
+TEST(DeviceSelection, TheBuiltBackEndLoads) {
+  rig_test::in_fresh_process(the_built_back_end_loads);
 }
 
 }  // namespace
