@@ -129,9 +129,9 @@ bool KernelBackend::gemm_relu_masks(DType type) {
   // zeroed scratch; a refusal (no algorithm) answers no.
   constexpr std::int64_t n = 128;
   const GemmType g = type == DType::bf16 ? GemmType::bf16 : GemmType::f16;
-  const std::size_t matrix = n * n * 2;
-  DeviceScratch buffer = scratch(3 * matrix + n * n / 8 + n * 2);
-  device_->zero(buffer.as<void>(), 3 * matrix + n * n / 8 + n * 2);
+  const std::size_t matrix = n * n * 2, mask = n * n / 8, bytes = 3 * matrix + mask + n * 2;
+  DeviceScratch buffer = scratch(bytes);
+  device_->zero(buffer.as<void>(), bytes);
   std::byte* at = buffer.as<std::byte>();
   GemmRequest request;
   request.m = request.n = request.k = request.lda = request.ldb = request.ldc = n;
@@ -145,7 +145,7 @@ bool KernelBackend::gemm_relu_masks(DType type) {
     bias_grad.trans_a = true;
     bias_grad.beta = 1.0F;
     bias_grad.epilogue.kind = EpilogueKind::bias_grad_a;
-    run_request(*device_, bias_grad, at, at + matrix, at + 2 * matrix, at + 3 * matrix + n * n / 8);
+    run_request(*device_, bias_grad, at, at + matrix, at + 2 * matrix, at + 3 * matrix + mask);
     known = true;
   } catch (const std::exception&) {
     known = false;  // cuBLASLt's heuristic found no algorithm: the ops keep relu's output

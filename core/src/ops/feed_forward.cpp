@@ -74,9 +74,14 @@ GemmOperand operand(const Tensor& t, DType type, std::int64_t ld, bool trans) {
   return o;
 }
 
-// The product's C written to t, of `type` (bf16 or f16).
-void write_to(GemmProduct& p, Tensor& t, DType type) {
-  (type == DType::bf16 ? p.c_bf16 : p.c_f16) = t.data<std::uint16_t>();
+// C [m, n] = alpha op(A) op(B) + beta C, written to c (contiguous, of the
+// 16-bit `type`).
+GemmProduct product(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, GemmOperand a,
+                    GemmOperand b, float beta, Tensor& c, DType type) {
+  GemmProduct p{m, n, k, alpha, a, b, beta};
+  p.ldc = n;
+  (type == DType::bf16 ? p.c_bf16 : p.c_f16) = c.data<std::uint16_t>();
+  return p;
 }
 
 Tensor masked_feed_forward(DType type, const Tensor& x, const Tensor& w1, const Tensor& b1,
@@ -92,10 +97,8 @@ Tensor masked_feed_forward(DType type, const Tensor& x, const Tensor& w1, const 
 
   // h = relu(x W1^T + b1), in the product's epilogue.
   Tensor h = detail::empty_on(xc, {rows, hidden}, type);
-  GemmProduct first{
-      rows, hidden, in, 1.0F, operand(xc, type, in, false), operand(w1c, type, in, true)};
-  first.ldc = hidden;
-  write_to(first, h, type);
+  GemmProduct first = product(rows, hidden, in, 1.0F, operand(xc, type, in, false),
+                              operand(w1c, type, in, true), 0.0F, h, type);
   first.bias = b1.raw_data();
   first.relu = true;
   be.gemm(first, precision);
@@ -107,14 +110,8 @@ Tensor masked_feed_forward(DType type, const Tensor& x, const Tensor& w1, const 
   Shape out_shape = x.shape();
   out_shape.back() = out;
   Tensor y = detail::empty_on(xc, out_shape, type);
-  GemmProduct second{rows,
-                     out,
-                     hidden,
-                     keep_scale,
-                     operand(h, type, hidden, false),
-                     operand(w2c, type, hidden, true)};
-  second.ldc = out;
-  write_to(second, y, type);
+  GemmProduct second = product(rows, out, hidden, keep_scale, operand(h, type, hidden, false),
+                               operand(w2c, type, hidden, true), 0.0F, y, type);
   second.bias = b2.raw_data();
   be.gemm(second, precision);
 
@@ -125,41 +122,30 @@ Tensor masked_feed_forward(DType type, const Tensor& x, const Tensor& w1, const 
        need_w2 = w2.requires_grad(), need_b2 = b2.requires_grad()](const Tensor& g) {
         backend::Backend& be = detail::backend_of(g);
         const Tensor gc = (g.dtype() == type ? g : g.to(type)).contiguous();
-        // db2: the column sums of g (rounded once; added into b2's .grad where it has one).
+        // db = the column sums of src [rows, cols] (rounded once), added into what db holds.
+        const auto column_sums = [&](const Tensor& src, std::int64_t cols, Tensor& db, bool add) {
+          be.activation_backward_16(Activation::none, type, src.raw_data(), DType::f32, nullptr,
+                                    type, nullptr, type, db.raw_data(), rows, cols, 1.0F, add);
+        };
+        // db2 (added into b2's .grad where it has one).
         const Tensor db2_into = need_b2 ? autograd::accumulation_target(4) : Tensor();
         Tensor db2 = detail::gradient_buffer(need_b2, db2_into, gc, {out}, type);
-        if (need_b2) {
-          be.activation_backward_16(Activation::none, type, gc.raw_data(), DType::f32, nullptr,
-                                    type, nullptr, type, db2.raw_data(), rows, out, 1.0F,
-                                    db2_into.defined());
-        }
+        if (need_b2) column_sums(gc, out, db2, db2_into.defined());
         // dW2 [out, hidden] = keep_scale g^T h.
         const Tensor dw2_into = need_w2 ? autograd::accumulation_target(3) : Tensor();
         Tensor dw2 = detail::gradient_buffer(need_w2, dw2_into, gc, {out, hidden}, type);
         if (need_w2) {
-          GemmProduct p{out,
-                        hidden,
-                        rows,
-                        keep_scale,
-                        operand(gc, type, out, true),
-                        operand(h, type, hidden, false),
-                        dw2_into.defined() ? 1.0F : 0.0F};
-          p.ldc = hidden;
-          write_to(p, dw2, type);
-          be.gemm(p, precision);
+          be.gemm(
+              product(out, hidden, rows, keep_scale, operand(gc, type, out, true),
+                      operand(h, type, hidden, false), dw2_into.defined() ? 1.0F : 0.0F, dw2, type),
+              precision);
         }
         const bool need_dz = need_x || need_w1 || need_b1;
         if (!need_dz) return autograd::TensorList{Tensor(), Tensor(), Tensor(), dw2, db2};
         // dz [rows, hidden] = keep_scale g W2 where the mask is set (the DRELU epilogue).
         Tensor dz = detail::empty_on(gc, {rows, hidden}, type);
-        GemmProduct to_dz{rows,
-                          hidden,
-                          out,
-                          keep_scale,
-                          operand(gc, type, out, false),
-                          operand(w2c, type, hidden, false)};
-        to_dz.ldc = hidden;
-        write_to(to_dz, dz, type);
+        GemmProduct to_dz = product(rows, hidden, out, keep_scale, operand(gc, type, out, false),
+                                    operand(w2c, type, hidden, false), 0.0F, dz, type);
         to_dz.relu_mask = mask.data<std::uint8_t>();
         to_dz.relu_mask_ld = mask_ld;
         be.gemm(to_dz, precision);
@@ -170,15 +156,9 @@ Tensor masked_feed_forward(DType type, const Tensor& x, const Tensor& w1, const 
         Tensor db1_into = need_b1 ? autograd::accumulation_target(2) : Tensor();
         Tensor db1;
         if (need_w1) {
-          GemmProduct p{hidden,
-                        in,
-                        rows,
-                        1.0F,
-                        operand(dz, type, hidden, true),
-                        operand(xc, type, in, false),
-                        dw1_into.defined() ? 1.0F : 0.0F};
-          p.ldc = in;
-          write_to(p, dw1, type);
+          GemmProduct p =
+              product(hidden, in, rows, 1.0F, operand(dz, type, hidden, true),
+                      operand(xc, type, in, false), dw1_into.defined() ? 1.0F : 0.0F, dw1, type);
           if (need_b1) {
             db1 = detail::empty_on(gc, {hidden}, type);
             p.bias_grad = db1.raw_data();
@@ -191,24 +171,15 @@ Tensor masked_feed_forward(DType type, const Tensor& x, const Tensor& w1, const 
           }
         } else if (need_b1) {  // W1 frozen: db1 in a pass of its own
           db1 = detail::gradient_buffer(true, db1_into, gc, {hidden}, type);
-          be.activation_backward_16(Activation::none, type, dz.raw_data(), DType::f32, nullptr,
-                                    type, nullptr, type, db1.raw_data(), rows, hidden, 1.0F,
-                                    db1_into.defined());
+          column_sums(dz, hidden, db1, db1_into.defined());
         }
         // dx [rows, in] = dz W1.
         const Tensor dx_into = need_x ? autograd::accumulation_target(0) : Tensor();
         Tensor dx = detail::gradient_buffer(need_x, dx_into, gc, xc.shape(), type);
         if (need_x) {
-          GemmProduct p{rows,
-                        in,
-                        hidden,
-                        1.0F,
-                        operand(dz, type, hidden, false),
-                        operand(w1c, type, in, false),
-                        dx_into.defined() ? 1.0F : 0.0F};
-          p.ldc = in;
-          write_to(p, dx, type);
-          be.gemm(p, precision);
+          be.gemm(product(rows, in, hidden, 1.0F, operand(dz, type, hidden, false),
+                          operand(w1c, type, in, false), dx_into.defined() ? 1.0F : 0.0F, dx, type),
+                  precision);
         }
         return autograd::TensorList{dx, dw1, db1, dw2, db2};
       });

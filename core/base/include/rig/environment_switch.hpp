@@ -1,8 +1,8 @@
-// On/off switches read from the environment: 1 on; unset, empty or 0 off;
-// anything else refused with std::invalid_argument naming the variable, the
-// value and what 1 means. Header-only: librig and librig_cuda (which does not
-// link librig) read them alike, and the engine checks them up front, so a
-// bad value exits 2 before anything runs.
+// On/off switches read from the environment: 1 on; 0 off; unset or empty
+// the switch's default (off unless said); anything else refused with
+// std::invalid_argument naming the variable, the value and what is expected. Header-only: librig
+// and librig_cuda (which does not link librig) read them alike, and the engine checks them up
+// front, so a bad value exits 2 before anything runs.
 #pragma once
 
 #include <cstdlib>
@@ -11,13 +11,17 @@
 
 namespace rig {
 
-inline bool environment_switch(const char* name, const char* what_1_means) {
+inline bool environment_switch(const char* name, bool unset, const std::string& expected) {
   const char* value = std::getenv(name);
   const std::string text = value == nullptr ? "" : value;
-  if (text.empty() || text == "0") return false;
-  if (text == "1") return true;
-  throw std::invalid_argument(std::string(name) + "=" + text + ": expected 1 (" + what_1_means +
-                              ") or 0");
+  if (text.empty()) return unset;
+  if (text == "0" || text == "1") return text == "1";
+  throw std::invalid_argument(std::string(name) + "=" + text + ": expected " + expected);
+}
+
+// A switch that is off unless 1.
+inline bool environment_switch(const char* name, const char* what_1_means) {
+  return environment_switch(name, false, std::string("1 (") + what_1_means + ") or 0");
 }
 
 // RIG_GEMM_AUTOTUNE=1: cuBLASLt's candidate algorithms timed on each product
@@ -40,13 +44,9 @@ inline bool census_shapes_requested() {
 // backward pass, as on the CPU. On unless 0 (1 or unset); anything else is
 // refused.
 inline bool relu_masks_enabled() {
-  const char* value = std::getenv("RIG_CUDA_RELU_MASKS");
-  const std::string text = value == nullptr ? "" : value;
-  if (text.empty() || text == "1") return true;
-  if (text == "0") return false;
-  throw std::invalid_argument("RIG_CUDA_RELU_MASKS=" + text +
-                              ": expected 0 (relu layers keep their output for backward, no mask "
-                              "in the products' epilogues) or 1 (the default)");
+  return environment_switch("RIG_CUDA_RELU_MASKS", true,
+                            "0 (relu layers keep their output for backward, no mask in the "
+                            "products' epilogues) or 1 (the default)");
 }
 
 }  // namespace rig
