@@ -180,6 +180,13 @@ fi
 if grep -Eq "BatchNorm(Stats|Grad)Partial " r50.txt; then
   fail "a batch norm's partial sums a channel a thread"
 fi
+# each residual block's end (relu(batch norm + shortcut)) stores its relu's
+# mask as bits, which its backward reads instead of the block's output
+grep -Eq "^ +16 .* BatchNormApply bf16, \+ residual, relu bits, packed$" r50.txt ||
+  fail "not 16 residual block ends storing their relu bits"
+grep -Eq "^ +16 .* BatchNormGradPartialPacked bf16, relu bits, masked dy stored$" r50.txt ||
+  fail "not 16 residual block ends' backward reading the relu bits"
+if grep -Eq "BatchNorm.*bf16, relu(,|$)" r50.txt; then fail "a batch norm reading the relu's output"; fi
 # and so does the stem's max pooling (64 channels)
 grep -Eq "^ +1 .* MaxPool2dForward bf16, packed$" r50.txt || fail "max pooling element by element"
 grep -Eq "^ +1 .* MaxPool2dBackward bf16, packed$" r50.txt ||

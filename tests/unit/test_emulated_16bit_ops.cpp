@@ -918,9 +918,11 @@ TEST(Emulated16BitOps, BatchNormReluHasTheBitsOfBatchNormThenRelu) {
 TEST(Emulated16BitOps, BatchNormAddReluHasTheBitsOfBatchNormThenAddRelu) {
   // A residual block's end, fused on the CUDA back end: every output,
   // gradient (the residual's too) and running statistic keeps the bits of
-  // batch_norm then add_relu; NCHW and channels-last rows.
+  // batch_norm then add_relu; NCHW and channels-last rows, in packs (whose
+  // backward reads the relu's mask as bits) and element by element.
   const rig::Device dev = emulated_cuda();
-  for (const rig::Shape& shape : {rig::Shape{6, 3, 30, 30}, rig::Shape{300, 37}}) {
+  for (const rig::Shape& shape : {rig::Shape{6, 3, 30, 30}, rig::Shape{300, 37},
+                                  rig::Shape{6, 3, 16, 16}, rig::Shape{300, 40}}) {
     const std::int64_t c = shape[1];
     const Tensor x = random(shape, 171, -2.0F, 4.0F), res = random(shape, 172, -1.0F, 1.0F);
     const Tensor gamma = random({c}, 173, 0.5F, 1.5F), beta = random({c}, 174);

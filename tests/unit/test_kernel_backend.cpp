@@ -787,6 +787,20 @@ std::vector<float> values_of(const std::vector<std::uint16_t>& x, DType type) {
   for (std::size_t i = 0; i < x.size(); ++i) out[i] = from_bits(x[i], type);
   return out;
 }
+// Values stored as `type` (f32, f16 or bf16) in 16-bit words (f32: two a
+// value, its bits), and back.
+std::vector<std::uint16_t> stored_words(const std::vector<float>& x, DType type) {
+  if (type != DType::f32) return bits_of(x, type);
+  std::vector<std::uint16_t> out(2 * x.size());
+  std::memcpy(out.data(), x.data(), x.size() * sizeof(float));
+  return out;
+}
+std::vector<float> word_values(const std::vector<std::uint16_t>& x, DType type) {
+  if (type != DType::f32) return values_of(x, type);
+  std::vector<float> out(x.size() / 2);
+  std::memcpy(out.data(), x.data(), out.size() * sizeof(float));
+  return out;
+}
 
 // Composed attention on 16-bit q, k, v as they are (attention_forward_16 /
 // attention_backward_16). bf16: on the emulator, the bits of the same back
@@ -1752,14 +1766,9 @@ TEST(KernelBackend16Bit, BatchNormAddReluIsApplyThenAddRelu) {
     for (const DType type : {DType::f32, DType::bf16, DType::f16}) {
       SCOPED_TRACE(::testing::Message() << dtype_name(type) << " inner " << s.inner);
       const std::size_t words = type == DType::f32 ? 2 * n : n;  // in 16-bit words
-      const auto stored = [&](const std::vector<float>& v) {
-        if (type != DType::f32) return bits_of(v, type);
-        std::vector<std::uint16_t> out(words);
-        std::memcpy(out.data(), v.data(), n * 4);
-        return out;
-      };
-      const Dev<std::uint16_t> x(stored(uniform(n, 493, -2.0F, 2.0F))),
-          r(stored(uniform(n, 494, -1.0F, 1.0F))), y_bn(words), y(words), y_fused(words);
+      const Dev<std::uint16_t> x(stored_words(uniform(n, 493, -2.0F, 2.0F), type)),
+          r(stored_words(uniform(n, 494, -1.0F, 1.0F), type)), y_bn(words), y(words),
+          y_fused(words);
       if (type == DType::f32) {
         emu().batch_norm_apply(s, reinterpret_cast<const float*>(x.get()), scale.get(), shift.get(),
                                reinterpret_cast<float*>(y_bn.get()));
@@ -1767,14 +1776,101 @@ TEST(KernelBackend16Bit, BatchNormAddReluIsApplyThenAddRelu) {
         emu().batch_norm_apply_16(s, type, x.get(), scale.get(), shift.get(), y_bn.get());
       }
       emu().add_relu(plan, type, y_bn.get(), r.get(), y.get());
-      emu().batch_norm_apply_add_relu(s, type, x.get(), scale.get(), shift.get(), r.get(),
-                                      y_fused.get());
+      EXPECT_FALSE(emu().batch_norm_apply_add_relu(s, type, x.get(), scale.get(), shift.get(),
+                                                   r.get(), y_fused.get(), nullptr));
       EXPECT_EQ(y_fused.host(), y.host());
     }
   }
   EXPECT_THROW(cpu().batch_norm_apply_add_relu({2, 2, 1}, DType::f32, nullptr, nullptr, nullptr,
-                                               nullptr, nullptr),
+                                               nullptr, nullptr, nullptr),
                std::logic_error);
+}
+
+TEST(KernelBackend16Bit, BatchNormAddReluStoresTheReluMaskAsBits) {
+  // Where the apply goes in packs ([n, c, inner] with inner % 8 == 0, or
+  // channels last with c % 8 == 0), batch_norm_apply_add_relu also stores the
+  // relu's mask, the stored y > 0, a bit per element; the backward from those
+  // bits gives the backward from y bit for bit (masked dy, dx, dgamma,
+  // dbeta), with the sums and without them (dx from running statistics
+  // only). Elsewhere it stores none and says so.
+  struct Case {
+    backend::BatchNormShape s;
+    bool packed;
+  };
+  for (const Case& k : {Case{{5, 3, 704}, true}, Case{{300, 40, 1}, true},
+                        Case{{300, 37, 1}, false}, Case{{5, 3, 700}, false}}) {
+    const backend::BatchNormShape s = k.s;
+    const auto n = static_cast<std::size_t>(s.n * s.c * s.inner);
+    const auto c = static_cast<std::size_t>(s.c);
+    const std::vector<float> scale_values = uniform(c, 501, 0.5F, 1.5F);
+    const std::vector<float> shift_values = uniform(c, 502);
+    const Dev<float> scale(scale_values), shift(shift_values);
+    const Dev<float> invstd(uniform(c, 503, 0.5F, 2.0F)), gamma(uniform(c, 504, 0.5F, 1.5F));
+    const Dev<float> mean(uniform(c, 505));
+    // Every 5th x at -shift / scale with no residual: the relu's input about
+    // 0, where rounding to the type decides the mask.
+    std::vector<float> x_values = uniform(n, 506, -2.0F, 2.0F);
+    std::vector<float> r_values = uniform(n, 507, -1.0F, 1.0F);
+    for (std::size_t t = 0; t < n; t += 5) {
+      const std::size_t ch = (t / static_cast<std::size_t>(s.inner)) % c;
+      x_values[t] = -shift_values[ch] / scale_values[ch];
+      r_values[t] = 0.0F;
+    }
+    for (const DType type : {DType::f32, DType::bf16, DType::f16}) {
+      SCOPED_TRACE(::testing::Message()
+                   << dtype_name(type) << " [" << s.n << ", " << s.c << ", " << s.inner << "]");
+      const std::size_t words = type == DType::f32 ? 2 * n : n;  // in 16-bit words
+      const Dev<std::uint16_t> x(stored_words(x_values, type)), r(stored_words(r_values, type)),
+          g(stored_words(uniform(n, 508), type));
+      const Dev<std::uint16_t> y(words);
+      const std::size_t bytes = (n + 7) / 8;
+      const Dev<std::uint8_t> bits(bytes);
+      const bool wrote = emu().batch_norm_apply_add_relu(s, type, x.get(), scale.get(), shift.get(),
+                                                         r.get(), y.get(), bits.get());
+      EXPECT_EQ(wrote, k.packed);
+      if (!wrote) {
+        EXPECT_EQ(bits.host(), poisoned<std::uint8_t>(bytes)) << "bits written where not packed";
+        continue;
+      }
+      const std::vector<float> yv = word_values(y.host(), type);
+      std::vector<std::uint8_t> want(bytes, 0);
+      std::size_t zeros = 0;
+      for (std::size_t e = 0; e < n; ++e) {
+        if (yv[e] > 0.0F) want[e / 8] = static_cast<std::uint8_t>(want[e / 8] | (1U << (e % 8)));
+        if (yv[e] == 0.0F) ++zeros;
+      }
+      EXPECT_EQ(bits.host(), want);
+      EXPECT_GT(zeros, n / 4) << "the relu cut too few elements to test its mask";
+
+      backend::BatchNormReluMask from_bits;
+      from_bits.bits = bits.get();
+      for (const bool sums : {true, false}) {
+        SCOPED_TRACE(sums ? "with the sums" : "dx from running statistics only");
+        const Dev<std::uint16_t> masked_y(words), masked_b(words), dx_y(words), dx_b(words);
+        const Dev<float> dg_y(c), db_y(c), dg_b(c), db_b(c);
+        emu().batch_norm_backward_relu(s, type, x.get(), {y.get()}, g.get(), mean.get(),
+                                       invstd.get(), DType::f32, gamma.get(), sums, dx_y.get(),
+                                       sums ? dg_y.get() : nullptr, sums ? db_y.get() : nullptr,
+                                       masked_y.get(), {});
+        emu().batch_norm_backward_relu(s, type, x.get(), from_bits, g.get(), mean.get(),
+                                       invstd.get(), DType::f32, gamma.get(), sums, dx_b.get(),
+                                       sums ? dg_b.get() : nullptr, sums ? db_b.get() : nullptr,
+                                       masked_b.get(), {});
+        EXPECT_EQ(masked_b.host(), masked_y.host()) << "masked dy";
+        EXPECT_EQ(dx_b.host(), dx_y.host()) << "dx";
+        if (sums) {
+          EXPECT_EQ(dg_b.host(), dg_y.host()) << "dgamma";
+          EXPECT_EQ(db_b.host(), db_y.host()) << "dbeta";
+        }
+        // dx straight from dy and the bits (no masked dy stored): the same.
+        const Dev<std::uint16_t> dx_direct(words);
+        emu().batch_norm_backward_relu(s, type, x.get(), from_bits, g.get(), mean.get(),
+                                       invstd.get(), DType::f32, gamma.get(), sums, dx_direct.get(),
+                                       nullptr, nullptr, nullptr, {});
+        EXPECT_EQ(dx_direct.host(), dx_y.host()) << "dx without masked dy";
+      }
+    }
+  }
 }
 
 // Max pooling on 16-bit x (forward with its index, backward) against the f32

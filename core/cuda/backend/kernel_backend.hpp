@@ -183,9 +183,9 @@ class KernelBackend final : public backend::Backend {
                 void* out) override;
   void batch_norm_apply_relu(const backend::BatchNormShape& s, DType type, const void* x,
                              const float* scale, const float* shift, void* y) override;
-  void batch_norm_apply_add_relu(const backend::BatchNormShape& s, DType type, const void* x,
+  bool batch_norm_apply_add_relu(const backend::BatchNormShape& s, DType type, const void* x,
                                  const float* scale, const float* shift, const void* residual,
-                                 void* y) override;
+                                 void* y, std::uint8_t* relu_bits) override;
   void batch_norm_backward_relu(const backend::BatchNormShape& s, DType type, const void* x,
                                 const backend::BatchNormReluMask& relu, const void* dy,
                                 const float* mean, const float* invstd, DType param_type,
@@ -405,10 +405,11 @@ class KernelBackend final : public backend::Backend {
                          void* weights, DType type);
   // Batch norm's apply and backward, with the relu (and before it a
   // residual's add) fused where asked (relu, residual non-null; a relu
-  // mask): see kernel_backend_batch_norm.cpp.
-  void batch_norm_apply_kernel(const backend::BatchNormShape& s, DType type, const void* x,
+  // mask): see kernel_backend_batch_norm.cpp. Whether it wrote relu_bits
+  // (where the kernel is packed).
+  bool batch_norm_apply_kernel(const backend::BatchNormShape& s, DType type, const void* x,
                                const float* scale, const float* shift, void* y, bool relu,
-                               const void* residual = nullptr);
+                               const void* residual = nullptr, std::uint8_t* relu_bits = nullptr);
   void batch_norm_stats_kernels(const backend::BatchNormShape& s, DType type, const void* x,
                                 float* mean, float* var, const backend::BatchNormPrepare* prepare);
   void batch_norm_backward_kernels(const backend::BatchNormShape& s, DType type, const void* x,

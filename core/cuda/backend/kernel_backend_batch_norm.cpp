@@ -91,21 +91,27 @@ void KernelBackend::batch_norm_apply_relu(const backend::BatchNormShape& s, DTyp
   batch_norm_apply_kernel(s, type, x, scale, shift, y, true);
 }
 
-void KernelBackend::batch_norm_apply_add_relu(const backend::BatchNormShape& s, DType type,
+bool KernelBackend::batch_norm_apply_add_relu(const backend::BatchNormShape& s, DType type,
                                               const void* x, const float* scale, const float* shift,
-                                              const void* residual, void* y) {
-  batch_norm_apply_kernel(s, type, x, scale, shift, y, true, residual);
+                                              const void* residual, void* y,
+                                              std::uint8_t* relu_bits) {
+  return batch_norm_apply_kernel(s, type, x, scale, shift, y, true, residual, relu_bits);
 }
 
-void KernelBackend::batch_norm_apply_kernel(const backend::BatchNormShape& s, DType type,
+bool KernelBackend::batch_norm_apply_kernel(const backend::BatchNormShape& s, DType type,
                                             const void* x, const float* scale, const float* shift,
-                                            void* y, bool relu, const void* residual) {
+                                            void* y, bool relu, const void* residual,
+                                            std::uint8_t* relu_bits) {
   kernels::BatchNormApply k{
       static_cast<const float*>(x), scale, shift, static_cast<float*>(y), s.n, s.c, s.inner};
   k.type = element_type(type, "batch_norm_apply");
   k.relu = relu;
   k.residual = static_cast<const float*>(residual);
+  // The mask's bits only where a thread writes a pack's 8 of them, a byte.
+  const bool bits = relu && relu_bits != nullptr && k.packed();
+  if (bits) k.relu_bits = relu_bits;
   run(k);
+  return bits;
 }
 
 void KernelBackend::batch_norm_backward(const backend::BatchNormShape& s, const float* x,
@@ -145,12 +151,14 @@ void KernelBackend::batch_norm_backward_kernels(
   const auto* dyf = static_cast<const float*>(dy);
   // The kernels' float* operands hold `type`'s values (16-bit ones too).
   kernels::batch_norm_detail::ReluMask mask{static_cast<const float*>(relu.y), relu.scale,
-                                            relu.shift};
-  if (mask.y == nullptr && (mask.scale == nullptr) != (mask.shift == nullptr)) {
+                                            relu.shift, relu.bits};
+  if (mask.y == nullptr && mask.bits == nullptr &&
+      (mask.scale == nullptr) != (mask.shift == nullptr)) {
     throw std::invalid_argument("batch_norm_backward_relu: the relu mask needs scale and shift");
   }
-  if (masked_dy != nullptr && mask.y == nullptr) {
-    throw std::invalid_argument("batch_norm_backward_relu: masked_dy needs the relu's output");
+  if (masked_dy != nullptr && mask.y == nullptr && mask.bits == nullptr) {
+    throw std::invalid_argument(
+        "batch_norm_backward_relu: masked_dy needs the relu's output or its mask bits");
   }
   if (accumulate.dx) {
     throw std::invalid_argument("batch_norm_backward: dx cannot be added into (accumulate.dx)");
@@ -163,12 +171,14 @@ void KernelBackend::batch_norm_backward_kernels(
   float* part = coef + 3 * s.c;
   const bool sums = dgamma != nullptr || dbeta != nullptr || (dx != nullptr && batch_stats);
   auto* mdf = static_cast<float*>(masked_dy);
-  if (mdf != nullptr && !sums) {
-    // No sums to take: relu's backward in a pass of its own.
+  // No sums to take: relu's backward in a pass of its own from y; from the
+  // mask's bits, the sums' pass (whose sums go unused) stores it.
+  const bool partial = sums || (mdf != nullptr && mask.y == nullptr);
+  if (mdf != nullptr && !partial) {
     unary_backward_16(backend::Unary::relu, type, dy, nullptr, relu.y, masked_dy,
                       s.n * s.c * s.inner, 0.0F);
   }
-  if (sums) {
+  if (partial) {
     kernels::BatchNormGradPartial k{xf, dyf, mean, s.n, s.c, s.inner, part, part + s.c * chunks};
     k.type = t;
     k.relu = mask;

@@ -146,23 +146,36 @@ Work work_of(const kernels::BatchNormStatsPartial& k) {
 Work work_of(const kernels::BatchNormApply& k) {
   const std::int64_t n = k.n * k.c * k.inner;
   const double operands = k.residual != nullptr ? 3.0 : 2.0;
-  return {fmt::format("{}{}", type_name(k.type), k.residual != nullptr ? ", + residual" : ""), n,
-          operands * static_cast<double>(n) * type_bytes(k.type)};
+  const bool bits = k.relu_bits != nullptr;  // a bit per element written
+  return {fmt::format("{}{}{}", type_name(k.type), k.residual != nullptr ? ", + residual" : "",
+                      bits ? ", relu bits" : ""),
+          n,
+          operands * static_cast<double>(n) * type_bytes(k.type) +
+              (bits ? static_cast<double>(n) / 8.0 : 0.0)};
 }
 // Where a relu followed, batch norm's backward reads the relu's output too,
-// or finds its mask from x (nothing more read); its first pass may store
-// relu's backward of dy (masked_dy).
+// or its mask's bits, or finds its mask from x (nothing more read); its
+// first pass may store relu's backward of dy (masked_dy).
 std::string relu_mask_name(const kernels::batch_norm_detail::ReluMask& relu) {
   if (relu.y != nullptr) return ", relu";
+  if (relu.bits != nullptr) return ", relu bits";
   return relu.scale != nullptr ? ", relu from x" : "";
+}
+// The bytes of the relu's output or its bits that batch norm's backward reads.
+double relu_mask_bytes(const kernels::batch_norm_detail::ReluMask& relu, std::int64_t n,
+                       kernels::ElementType type) {
+  if (relu.y != nullptr) return static_cast<double>(n) * type_bytes(type);
+  return relu.bits != nullptr ? static_cast<double>(n) / 8.0 : 0.0;
 }
 Work work_of(const kernels::BatchNormGradPartial& k) {
   const std::int64_t n = k.n * k.c * k.inner;
   const bool masked = k.masked_dy != nullptr;
-  const double operands = 2.0 + (k.relu.y != nullptr ? 1.0 : 0.0) + (masked ? 1.0 : 0.0);
-  return {fmt::format("{}{}{}", type_name(k.type), relu_mask_name(k.relu),
-                      masked ? ", masked dy stored" : ""),
-          n, operands * static_cast<double>(n) * type_bytes(k.type)};
+  const double operands = 2.0 + (masked ? 1.0 : 0.0);
+  return {
+      fmt::format("{}{}{}", type_name(k.type), relu_mask_name(k.relu),
+                  masked ? ", masked dy stored" : ""),
+      n,
+      operands * static_cast<double>(n) * type_bytes(k.type) + relu_mask_bytes(k.relu, n, k.type)};
 }
 Work work_of(const kernels::BatchNormStatsPartialPacked& k) {
   return work_of(static_cast<const kernels::BatchNormStatsPartial&>(k));
@@ -172,9 +185,8 @@ Work work_of(const kernels::BatchNormGradPartialPacked& k) {
 }
 Work work_of(const kernels::BatchNormBackwardDx& k) {
   const std::int64_t n = k.n * k.c * k.inner;
-  const double operands = k.relu.y != nullptr ? 4.0 : 3.0;
   return {fmt::format("{}{}", type_name(k.type), relu_mask_name(k.relu)), n,
-          operands * static_cast<double>(n) * type_bytes(k.type)};
+          3.0 * static_cast<double>(n) * type_bytes(k.type) + relu_mask_bytes(k.relu, n, k.type)};
 }
 Work work_of(const kernels::LayerNormForward& k) {
   const std::int64_t n = k.rows * k.d;

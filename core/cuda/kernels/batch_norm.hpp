@@ -43,12 +43,15 @@
 //        rounds the product (within an ulp of the larger term).
 //   batch_norm_apply_add_relu: BatchNormApply with `relu` and `residual`:
 //   relu(y + residual), y rounded to its type first: the bits of apply and
-//   then add_relu, one pass over y fewer each way.
+//   then add_relu, one pass over y fewer each way. Where packed, it also
+//   stores the relu's mask as bits (relu_bits), which the backward reads in
+//   place of the output (ReluMask::bits): 1/8 byte an element, not 2 or 4.
 //   batch_norm_apply_relu and batch_norm_backward_relu (a relu after the
 //   batch norm, fused): BatchNormApply with `relu`, and BatchNormGradPartial
 //   and BatchNormBackwardDx with `relu` (relu's backward folded into their
-//   reads of dy, its mask from the relu's output or recomputed from x with
-//   the forward's scale and shift: batch_norm_detail::ReluMask): the bits of
+//   reads of dy, its mask from the relu's output, from its bits, or
+//   recomputed from x with the forward's scale and shift:
+//   batch_norm_detail::ReluMask): the bits of
 //   the unfused kernels, two passes fewer. With `masked_dy`
 //   BatchNormGradPartial also stores relu's backward of dy (the residual's
 //   gradient of batch_norm_apply_add_relu), which BatchNormBackwardDx then
@@ -367,17 +370,37 @@ inline constexpr unsigned kRowUnroll = W == 1 ? static_cast<unsigned>(kUnroll) :
 // forward's scale and shift, the batch norm's output as stored
 // (BatchNormApply: rounded_to(type, fmaf(x, scale, shift))) > 0, the same
 // test on the same value, without reading y.
+// Or, where y is null and `bits` is set, the mask as BatchNormApply's
+// relu_bits stored it: a bit per element, y > 0 (1/8 byte, not y's 2 or 4).
 struct ReluMask {
-  const float* y = nullptr;      // [n, c, inner] of the kernel's type, or null
-  const float* scale = nullptr;  // [c], read where y is null; or null
-  const float* shift = nullptr;  // [c]
+  const float* y = nullptr;            // [n, c, inner] of the kernel's type, or null
+  const float* scale = nullptr;        // [c], read where y and bits are null; or null
+  const float* shift = nullptr;        // [c]
+  const std::uint8_t* bits = nullptr;  // bit e % 8 of byte e / 8: element e's
 };
 
+// Element e's bit of a relu mask (ReluMask::bits).
+RIG_HD_INLINE bool relu_bit(const std::uint8_t* bits, std::int64_t e) {
+  return ((static_cast<unsigned>(bits[e >> 3]) >> (e & 7)) & 1U) != 0;
+}
+
+// The mask bits of W consecutive elements from `at` (bit i: element at + i):
+// one byte where they are one (W == kPack from a multiple of 8: a pack).
+template <int W>
+RIG_HD_INLINE unsigned relu_bits_at(const std::uint8_t* bits, std::int64_t at) {
+  if (W == 8 && (at & 7) == 0) return bits[at >> 3];
+  unsigned out = 0;
+  for (int e = 0; e < W; ++e) out |= static_cast<unsigned>(relu_bit(bits, at + e)) << e;
+  return out;
+}
+
 // Whether dy passes the relu after the batch norm (true without one), given
-// the relu's output y there (read only when relu.y is set) and x (channel ch).
-RIG_HD_INLINE bool relu_passes(const ReluMask& relu, ElementType type, float y, float x,
+// the relu's output y there (read only when relu.y is set), its mask bit
+// (read only when relu.bits is set) and x (channel ch).
+RIG_HD_INLINE bool relu_passes(const ReluMask& relu, ElementType type, float y, bool bit, float x,
                                std::int64_t ch) {
   if (relu.y != nullptr) return y > 0.0F;
+  if (relu.bits != nullptr) return bit;
   if (relu.scale != nullptr)
     return rounded_to(type, ::fmaf(x, relu.scale[ch], relu.shift[ch])) > 0.0F;
   return true;
@@ -388,7 +411,8 @@ RIG_HD_INLINE bool relu_passes(const ReluMask& relu, ElementType type, float y, 
 RIG_HD_INLINE float grad_at(const float* dy, const ReluMask& relu, ElementType type,
                             std::int64_t at, float x_at, std::int64_t ch) {
   const float y = relu.y != nullptr ? load_element(relu.y, type, at) : 0.0F;
-  if (!relu_passes(relu, type, y, x_at, ch)) return 0.0F;
+  const bool bit = relu.bits != nullptr && relu_bit(relu.bits, at);
+  if (!relu_passes(relu, type, y, bit, x_at, ch)) return 0.0F;
   return load_element(dy, type, at);
 }
 
@@ -668,6 +692,10 @@ struct BatchNormApply {
   // [n, c, inner] of `type`, or null: y = relu(y as stored + residual) (with
   // relu): the bits of this kernel, then BinaryKernel's add with relu.
   const float* residual = nullptr;
+  // With relu, where packed() (the caller checks: a pack's 8 bits are one
+  // byte, which one thread writes): the mask of the stored y, y > 0, as
+  // ReluMask::bits, pack k's in byte k. Or null.
+  std::uint8_t* relu_bits = nullptr;
 
   // In packs (packed.hpp) where the shape and every operand allow.
   RIG_HD bool packed() const {
@@ -698,6 +726,7 @@ struct BatchNormApply {
     const float* sc = scale;
     const float* sh = shift;
     float* ys = y;
+    std::uint8_t* bits = relu_bits;
     const ElementType ty = type;
     const bool rl = relu;
     if (packed()) {  // uniform over the launch
@@ -706,10 +735,14 @@ struct BatchNormApply {
             const Pack<kPack> xv = load_pack<kPack>(xs, ty, k);
             const Pack<kPack> rv = rs != nullptr ? load_pack<kPack>(rs, ty, k) : Pack<kPack>{};
             Pack<kPack> out;
+            unsigned mask = 0;
             for (int e = 0; e < kPack; ++e) {
               out.v[e] = value(ty, rs != nullptr, rl, xv.v[e], rv.v[e], sc[ch[e]], sh[ch[e]]);
+              // With relu, value() is y as stored (relu_of_stored).
+              mask |= static_cast<unsigned>(out.v[e] > 0.0F) << e;
             }
             store_pack<kPack>(ys, ty, k, out);
+            if (bits != nullptr) bits[k] = static_cast<std::uint8_t>(mask);
           });
       return;
     }
@@ -825,9 +858,12 @@ struct BatchNormGradPartial {
                   Loaded l;
                   l.x = load_elements<W>(xs, ty, a);
                   const Pack<W> y = rm.y != nullptr ? load_elements<W>(rm.y, ty, a) : Pack<W>{};
+                  const unsigned mb =
+                      rm.bits != nullptr ? batch_norm_detail::relu_bits_at<W>(rm.bits, a) : 0U;
                   const Pack<W> d = load_elements<W>(gs, ty, a);
                   for (int e = 0; e < W; ++e) {
-                    l.g.v[e] = batch_norm_detail::relu_passes(rm, ty, y.v[e], l.x.v[e], ch + e)
+                    l.g.v[e] = batch_norm_detail::relu_passes(rm, ty, y.v[e], ((mb >> e) & 1U) != 0,
+                                                              l.x.v[e], ch + e)
                                    ? d.v[e]
                                    : 0.0F;
                   }
@@ -870,7 +906,7 @@ struct BatchNormGradPartial {
 };
 
 // The channels-last partial reductions in packs of kPack channels (W =
-// kPack), kernels of their own: their registers (ptxas sm_90: 80 and 122)
+// kPack), kernels of their own: their registers (ptxas sm_90: 80 and 128)
 // would halve the other paths' occupancy. Launch them through
 // launch_partial, where the kernel's packed() says.
 struct BatchNormStatsPartialPacked : BatchNormStatsPartial {
@@ -885,7 +921,7 @@ struct BatchNormStatsPartialPacked : BatchNormStatsPartial {
 
 struct BatchNormGradPartialPacked : BatchNormGradPartial {
   simt::LaunchShape plan(const simt::DeviceProperties& device) const {
-    return batch_norm_detail::plan_row_tiles(device, n, c, kPack, 122);  // ptxas: 122
+    return batch_norm_detail::plan_row_tiles(device, n, c, kPack, 128);  // ptxas: 128
   }
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
@@ -1007,11 +1043,14 @@ struct BatchNormBackwardDx {
             const Pack<kPack> xv = load_pack<kPack>(xs, ty, p);
             const Pack<kPack> gv = load_pack<kPack>(gs, ty, p);
             const Pack<kPack> yv = rm.y != nullptr ? load_pack<kPack>(rm.y, ty, p) : Pack<kPack>{};
+            const unsigned mb = rm.bits != nullptr ? rm.bits[p] : 0U;  // pack p's byte
             Pack<kPack> d;
             for (int e = 0; e < kPack; ++e) {
               const std::int64_t ce = ch[e];
-              const float g =
-                  batch_norm_detail::relu_passes(rm, ty, yv.v[e], xv.v[e], ce) ? gv.v[e] : 0.0F;
+              const float g = batch_norm_detail::relu_passes(rm, ty, yv.v[e], ((mb >> e) & 1U) != 0,
+                                                             xv.v[e], ce)
+                                  ? gv.v[e]
+                                  : 0.0F;
               d.v[e] = ::fmaf(g, a[ce], ::fmaf(xv.v[e], b[ce], k[ce]));
             }
             store_pack<kPack>(out, ty, p, d);

@@ -137,10 +137,17 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   }
   Tensor out = detail::empty_on(xc, x.shape(), type);
   const bool add_residual = residual.defined();
+  // With the residual, the relu's mask as bits where the back end stores
+  // them (its backward reads them instead of the output).
+  Tensor relu_bits;
   if (add_residual) {
     const Tensor rc = residual.detach().contiguous();
-    be.batch_norm_apply_add_relu(s, type, xc.raw_data(), scale.data<float>(), shift.data<float>(),
-                                 rc.raw_data(), out.raw_data());
+    relu_bits = detail::empty_on(xc, {(xc.numel() + 7) / 8}, DType::u8);
+    if (!be.batch_norm_apply_add_relu(s, type, xc.raw_data(), scale.data<float>(),
+                                      shift.data<float>(), rc.raw_data(), out.raw_data(),
+                                      relu_bits.data<std::uint8_t>())) {
+      relu_bits = Tensor();
+    }
   } else if (relu) {
     be.batch_norm_apply_relu(s, type, xc.raw_data(), scale.data<float>(), shift.data<float>(),
                              out.raw_data());
@@ -152,9 +159,10 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                            out.raw_data());
   }
   // With a relu, its output decides where dy passes (relu's backward): with
-  // a residual added, read from the output; without, recomputed from x and
-  // the scale and shift that made it (no read of the output).
-  const Tensor relu_y = add_residual ? out.detach() : Tensor();
+  // a residual added, read from the mask's bits or the output; without,
+  // recomputed from x and the scale and shift that made it (no read of the
+  // output).
+  const Tensor relu_y = add_residual && !relu_bits.defined() ? out.detach() : Tensor();
   const Tensor relu_scale = relu && !add_residual ? scale : Tensor();
   const Tensor relu_shift = relu && !add_residual ? shift : Tensor();
   return autograd::record(
@@ -163,8 +171,9 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
       : relu       ? "batch_norm_relu"
                    : kOp,
       {x, gamma, beta, residual},
-      [s, xc, relu_y, relu_scale, relu_shift, add_residual, g, mean, invstd, training, type,
-       param_type, need_x = x.requires_grad(), need_g = gamma.defined() && gamma.requires_grad(),
+      [s, xc, relu_y, relu_bits, relu_scale, relu_shift, add_residual, g, mean, invstd, training,
+       type, param_type, need_x = x.requires_grad(),
+       need_g = gamma.defined() && gamma.requires_grad(),
        need_b = beta.defined() && beta.requires_grad(),
        gamma_dtype = gamma.defined() ? gamma.dtype() : DType::f32,
        beta_dtype = beta.defined() ? beta.dtype() : DType::f32](const Tensor& grad) {
@@ -193,10 +202,12 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
         const void* gamma_data = g.defined() ? g.raw_data() : nullptr;
         void* dg_data = need_g ? dg.raw_data() : nullptr;
         void* db_data = need_b ? db.raw_data() : nullptr;
-        if (relu_y.defined() || relu_scale.defined()) {
+        if (relu_y.defined() || relu_bits.defined() || relu_scale.defined()) {
           backend::BatchNormReluMask mask;
           if (relu_y.defined()) {
             mask.y = relu_y.raw_data();
+          } else if (relu_bits.defined()) {
+            mask.bits = relu_bits.data<std::uint8_t>();
           } else {
             mask.scale = relu_scale.data<float>();
             mask.shift = relu_shift.data<float>();

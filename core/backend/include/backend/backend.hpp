@@ -251,12 +251,17 @@ class Backend {
   // block's last batch norm and its shortcut; ops::batch_norm_add_relu). Its
   // backward is batch_norm_backward_relu with masked_dy: the residual's
   // gradient, relu's backward of dy, written in the pass that reads dy.
-  virtual void batch_norm_apply_add_relu(const BatchNormShape& s, DType type, const void* x,
+  // relu_bits (or null): where the back end can, it also stores the relu's
+  // mask there, y > 0 as a bit per element (bit e % 8 of byte e / 8; (x's
+  // elements + 7) / 8 bytes), and returns true; the backward can then read
+  // the mask (BatchNormReluMask::bits) instead of y.
+  virtual bool batch_norm_apply_add_relu(const BatchNormShape& s, DType type, const void* x,
                                          const float* scale, const float* shift,
-                                         const void* residual, void* y);
-  // relu: the mask (BatchNormReluMask: the relu's output, or x with the
-  // forward's scale and shift); masked_dy (of `type`, x's shape; may be
-  // null, needs relu.y): relu's backward of dy written there too, its bits.
+                                         const void* residual, void* y, std::uint8_t* relu_bits);
+  // relu: the mask (BatchNormReluMask: the relu's output or its bits, or x
+  // with the forward's scale and shift); masked_dy (of `type`, x's shape;
+  // may be null, needs relu.y or relu.bits): relu's backward of dy written
+  // there too, its bits.
   virtual void batch_norm_backward_relu(const BatchNormShape& s, DType type, const void* x,
                                         const BatchNormReluMask& relu, const void* dy,
                                         const float* mean, const float* invstd, DType param_type,

@@ -178,13 +178,15 @@ struct BatchNormPrepare {
 
 // Where a relu followed a batch norm, how its fused backward
 // (batch_norm_backward_relu) finds where dy passes: from the relu's output y
-// (y > 0), or, where y is null, recomputed from x with the forward's scale
-// and shift (batch_norm_prepare's): the batch norm's output as stored > 0,
-// the same test on the same value, without reading y.
+// (y > 0), or, where y is null, from the mask bits batch_norm_apply_add_relu
+// stored (y > 0 too), or, where both are null, recomputed from x with the
+// forward's scale and shift (batch_norm_prepare's): the batch norm's output
+// as stored > 0, the same test on the same value, without reading y.
 struct BatchNormReluMask {
   const void* y = nullptr;       // x's shape and type, or null
-  const float* scale = nullptr;  // [c] each, where y is null
+  const float* scale = nullptr;  // [c] each, where y and bits are null
   const float* shift = nullptr;
+  const std::uint8_t* bits = nullptr;  // bit e % 8 of byte e / 8: element e's
 };
 
 struct Conv2dShape {
