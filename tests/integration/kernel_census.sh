@@ -181,11 +181,19 @@ if grep -Eq "BatchNorm(Stats|Grad)Partial " r50.txt; then
   fail "a batch norm's partial sums a channel a thread"
 fi
 # each residual block's end (relu(batch norm + shortcut)) stores its relu's
-# mask as bits, which its backward reads instead of the block's output
-grep -Eq "^ +16 .* BatchNormApply bf16, \+ residual, relu bits, packed$" r50.txt ||
-  fail "not 16 residual block ends storing their relu bits"
-grep -Eq "^ +16 .* BatchNormGradPartialPacked bf16, relu bits, masked dy stored$" r50.txt ||
-  fail "not 16 residual block ends' backward reading the relu bits"
+# mask as bits, which its backward reads instead of the block's output; the
+# 4 with a projection shortcut normalise it in the same pass (its batch norm's
+# output never written), and both their batch norms' backwards read dy
+# through the bits (no masked dy stored for the shortcut)
+grep -Eq "^ +12 .* BatchNormApply bf16, \+ residual, relu bits, packed$" r50.txt ||
+  fail "not 12 identity-shortcut block ends storing their relu bits"
+grep -Eq "^ +4 .* BatchNormApply bf16, \+ batch norm, relu bits, packed$" r50.txt ||
+  fail "not 4 projection-shortcut block ends normalising the shortcut in their pass"
+grep -Eq "^ +33 .* BatchNormApply bf16, packed$" r50.txt || fail "not 33 plain batch norm applies"
+grep -Eq "^ +12 .* BatchNormGradPartialPacked bf16, relu bits, masked dy stored$" r50.txt ||
+  fail "not 12 identity-shortcut block ends' backward reading the relu bits"
+grep -Eq "^ +8 .* BatchNormGradPartialPacked bf16, relu bits$" r50.txt ||
+  fail "not 8 projection-shortcut batch norms' backward reading the relu bits"
 if grep -Eq "BatchNorm.*bf16, relu(,|$)" r50.txt; then fail "a batch norm reading the relu's output"; fi
 # and so does the stem's max pooling (64 channels)
 grep -Eq "^ +1 .* MaxPool2dForward bf16, packed$" r50.txt || fail "max pooling element by element"

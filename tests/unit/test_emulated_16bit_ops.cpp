@@ -957,6 +957,68 @@ TEST(Emulated16BitOps, BatchNormAddReluHasTheBitsOfBatchNormThenAddRelu) {
   }
 }
 
+TEST(Emulated16BitOps, BatchNormAddBatchNormReluHasTheBitsOfBatchNormThenBatchNormAddRelu) {
+  // A residual block's end with a projection shortcut, fused on the CUDA
+  // back end (the shortcut's batch norm normalised in the add's pass, both
+  // backwards through the one relu mask): every output, gradient and running
+  // statistic keeps the bits of batch_norm on the shortcut and then
+  // batch_norm_add_relu; NCHW and channels-last rows, in packs (the mask as
+  // bits) and element by element; on the CPU it is that composition.
+  for (const rig::Device dev : {emulated_cuda(), rig::Device::cpu()}) {
+    for (const rig::Shape& shape : {rig::Shape{6, 3, 30, 30}, rig::Shape{300, 37},
+                                    rig::Shape{6, 3, 16, 16}, rig::Shape{300, 40}}) {
+      const std::int64_t c = shape[1];
+      const Tensor x = random(shape, 181, -2.0F, 4.0F), x2 = random(shape, 182, -3.0F, 2.0F);
+      const Tensor gamma = random({c}, 183, 0.5F, 1.5F), beta = random({c}, 184);
+      const Tensor gamma2 = random({c}, 185, 0.5F, 1.5F), beta2 = random({c}, 186);
+      const std::vector<DType> types =
+          dev.is_cpu() ? std::vector<DType>{DType::f32}
+                       : std::vector<DType>{DType::f32, DType::bf16, DType::f16};
+      for (const DType type : types) {
+        SCOPED_TRACE(::testing::Message() << rig::to_string(dev) << " " << rig::dtype_name(type)
+                                          << " x " << shape.size() << "-d, c " << c);
+        const Tensor up = random(shape, 187).to(dev).to(type);
+        // The running statistics of both batch norms, one set each run.
+        const auto stats = [&](std::uint32_t seed) {
+          return std::pair{random({c}, seed).to(dev), random({c}, seed + 1, 0.5F, 2.0F).to(dev)};
+        };
+        auto [mean_f, var_f] = stats(188);
+        auto [mean2_f, var2_f] = stats(190);
+        auto [mean_u, var_u] = stats(188);
+        auto [mean2_u, var2_u] = stats(190);
+        Tensor xf = leaf(x, type, dev), x2f = leaf(x2, type, dev), gf = leaf(gamma, type, dev),
+               bf = leaf(beta, type, dev), g2f = leaf(gamma2, type, dev),
+               b2f = leaf(beta2, type, dev);
+        const Tensor yf = rig::ops::batch_norm_add_batch_norm_relu(
+            xf, {gf, bf, mean_f, var_f, 0.1F, 1e-5F}, x2f, {g2f, b2f, mean2_f, var2_f, 0.2F, 1e-3F},
+            true);
+        rig::ops::sum(rig::ops::mul(yf, up)).backward();
+        Tensor xu = leaf(x, type, dev), x2u = leaf(x2, type, dev), gu = leaf(gamma, type, dev),
+               bu = leaf(beta, type, dev), g2u = leaf(gamma2, type, dev),
+               b2u = leaf(beta2, type, dev);
+        const Tensor shortcut =
+            rig::ops::batch_norm(x2u, g2u, b2u, mean2_u, var2_u, true, 0.2F, 1e-3F);
+        const Tensor yu =
+            rig::ops::batch_norm_add_relu(xu, shortcut, gu, bu, mean_u, var_u, true, 0.1F, 1e-5F);
+        rig::ops::sum(rig::ops::mul(yu, up)).backward();
+        const auto host = [](const Tensor& t) { return t.to_host().to(DType::f32).to_vector(); };
+        EXPECT_EQ(yf.dtype(), type);
+        EXPECT_EQ(host(yf.detach()), host(yu.detach())) << "y";
+        EXPECT_EQ(host(xf.grad()), host(xu.grad())) << "dx";
+        EXPECT_EQ(host(x2f.grad()), host(x2u.grad())) << "dx2";
+        EXPECT_EQ(host(gf.grad()), host(gu.grad())) << "dgamma";
+        EXPECT_EQ(host(bf.grad()), host(bu.grad())) << "dbeta";
+        EXPECT_EQ(host(g2f.grad()), host(g2u.grad())) << "dgamma2";
+        EXPECT_EQ(host(b2f.grad()), host(b2u.grad())) << "dbeta2";
+        EXPECT_EQ(host(mean_f), host(mean_u)) << "running mean";
+        EXPECT_EQ(host(var_f), host(var_u)) << "running var";
+        EXPECT_EQ(host(mean2_f), host(mean2_u)) << "running mean 2";
+        EXPECT_EQ(host(var2_f), host(var2_u)) << "running var 2";
+      }
+    }
+  }
+}
+
 TEST(Emulated16BitOps, AddReluHasTheBitsOfAddThenRelu) {
   // A ResNet block's output (same shapes) and a broadcast b, compared as bits
   // (a -0 that relu keeps must stay -0).

@@ -1754,35 +1754,50 @@ TEST(KernelBackend16Bit, BatchNormReluIsBatchNormThenRelu) {
 TEST(KernelBackend16Bit, BatchNormAddReluIsApplyThenAddRelu) {
   // The fused entry point against batch norm's apply and then add_relu with
   // the residual, bit for bit, on 16-bit storage and on f32; [n, c, inner]
-  // and channels-last rows (inner 1).
+  // and channels-last rows (inner 1), in packs and element by element. Also
+  // with the residual another batch norm's input (residual_scale and
+  // _shift): against that batch norm's apply, stored, as the residual.
   for (const backend::BatchNormShape s :
-       {backend::BatchNormShape{5, 3, 700}, backend::BatchNormShape{300, 37, 1}}) {
+       {backend::BatchNormShape{5, 3, 700}, backend::BatchNormShape{300, 37, 1},
+        backend::BatchNormShape{5, 3, 704}, backend::BatchNormShape{300, 40, 1}}) {
     const auto n = static_cast<std::size_t>(s.n * s.c * s.inner);
     const auto c = static_cast<std::size_t>(s.c);
     const Dev<float> scale(uniform(c, 491, 0.5F, 1.5F)), shift(uniform(c, 492));
+    const Dev<float> r_scale(uniform(c, 495, 0.5F, 1.5F)), r_shift(uniform(c, 496));
     const Shape shape{static_cast<std::int64_t>(n)};
     const Strides flat{1};
     const auto plan = backend::make_strided_plan<3>(shape, {&flat, &flat, &flat});
     for (const DType type : {DType::f32, DType::bf16, DType::f16}) {
-      SCOPED_TRACE(::testing::Message() << dtype_name(type) << " inner " << s.inner);
+      SCOPED_TRACE(::testing::Message()
+                   << dtype_name(type) << " [" << s.n << ", " << s.c << ", " << s.inner << "]");
       const std::size_t words = type == DType::f32 ? 2 * n : n;  // in 16-bit words
       const Dev<std::uint16_t> x(stored_words(uniform(n, 493, -2.0F, 2.0F), type)),
-          r(stored_words(uniform(n, 494, -1.0F, 1.0F), type)), y_bn(words), y(words),
-          y_fused(words);
-      if (type == DType::f32) {
-        emu().batch_norm_apply(s, reinterpret_cast<const float*>(x.get()), scale.get(), shift.get(),
-                               reinterpret_cast<float*>(y_bn.get()));
-      } else {
-        emu().batch_norm_apply_16(s, type, x.get(), scale.get(), shift.get(), y_bn.get());
-      }
+          r(stored_words(uniform(n, 494, -1.0F, 1.0F), type)), y_bn(words), r_bn(words), y(words),
+          y_fused(words), y_r(words), y_r_fused(words);
+      const auto apply = [&](const Dev<std::uint16_t>& in, const Dev<float>& sc,
+                             const Dev<float>& sh, const Dev<std::uint16_t>& out) {
+        if (type == DType::f32) {
+          emu().batch_norm_apply(s, reinterpret_cast<const float*>(in.get()), sc.get(), sh.get(),
+                                 reinterpret_cast<float*>(out.get()));
+        } else {
+          emu().batch_norm_apply_16(s, type, in.get(), sc.get(), sh.get(), out.get());
+        }
+      };
+      apply(x, scale, shift, y_bn);
       emu().add_relu(plan, type, y_bn.get(), r.get(), y.get());
       EXPECT_FALSE(emu().batch_norm_apply_add_relu(s, type, x.get(), scale.get(), shift.get(),
-                                                   r.get(), y_fused.get(), nullptr));
-      EXPECT_EQ(y_fused.host(), y.host());
+                                                   r.get(), nullptr, nullptr, y_fused.get(),
+                                                   nullptr));
+      EXPECT_EQ(y_fused.host(), y.host()) << "residual as read";
+      apply(r, r_scale, r_shift, r_bn);
+      emu().add_relu(plan, type, y_bn.get(), r_bn.get(), y_r.get());
+      emu().batch_norm_apply_add_relu(s, type, x.get(), scale.get(), shift.get(), r.get(),
+                                      r_scale.get(), r_shift.get(), y_r_fused.get(), nullptr);
+      EXPECT_EQ(y_r_fused.host(), y_r.host()) << "residual normalised";
     }
   }
   EXPECT_THROW(cpu().batch_norm_apply_add_relu({2, 2, 1}, DType::f32, nullptr, nullptr, nullptr,
-                                               nullptr, nullptr, nullptr),
+                                               nullptr, nullptr, nullptr, nullptr, nullptr),
                std::logic_error);
 }
 
@@ -1825,8 +1840,9 @@ TEST(KernelBackend16Bit, BatchNormAddReluStoresTheReluMaskAsBits) {
       const Dev<std::uint16_t> y(words);
       const std::size_t bytes = (n + 7) / 8;
       const Dev<std::uint8_t> bits(bytes);
-      const bool wrote = emu().batch_norm_apply_add_relu(s, type, x.get(), scale.get(), shift.get(),
-                                                         r.get(), y.get(), bits.get());
+      const bool wrote =
+          emu().batch_norm_apply_add_relu(s, type, x.get(), scale.get(), shift.get(), r.get(),
+                                          nullptr, nullptr, y.get(), bits.get());
       EXPECT_EQ(wrote, k.packed);
       if (!wrote) {
         EXPECT_EQ(bits.host(), poisoned<std::uint8_t>(bytes)) << "bits written where not packed";

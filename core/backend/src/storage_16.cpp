@@ -110,7 +110,8 @@ void Backend::batch_norm_apply_relu(const BatchNormShape&, DType, const void*, c
 }
 
 bool Backend::batch_norm_apply_add_relu(const BatchNormShape&, DType, const void*, const float*,
-                                        const float*, const void*, void*, std::uint8_t*) {
+                                        const float*, const void*, const float*, const float*,
+                                        void*, std::uint8_t*) {
   not_fused("batch_norm_apply_add_relu");
 }
 

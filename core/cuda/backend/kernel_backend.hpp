@@ -185,7 +185,8 @@ class KernelBackend final : public backend::Backend {
                              const float* scale, const float* shift, void* y) override;
   bool batch_norm_apply_add_relu(const backend::BatchNormShape& s, DType type, const void* x,
                                  const float* scale, const float* shift, const void* residual,
-                                 void* y, std::uint8_t* relu_bits) override;
+                                 const float* residual_scale, const float* residual_shift, void* y,
+                                 std::uint8_t* relu_bits) override;
   void batch_norm_backward_relu(const backend::BatchNormShape& s, DType type, const void* x,
                                 const backend::BatchNormReluMask& relu, const void* dy,
                                 const float* mean, const float* invstd, DType param_type,
@@ -407,9 +408,14 @@ class KernelBackend final : public backend::Backend {
   // residual's add) fused where asked (relu, residual non-null; a relu
   // mask): see kernel_backend_batch_norm.cpp. Whether it wrote relu_bits
   // (where the kernel is packed).
+  struct ApplyResidual {
+    const void* data = nullptr;    // null: none
+    const float* scale = nullptr;  // with shift: normalised first
+    const float* shift = nullptr;
+  };
   bool batch_norm_apply_kernel(const backend::BatchNormShape& s, DType type, const void* x,
                                const float* scale, const float* shift, void* y, bool relu,
-                               const void* residual = nullptr, std::uint8_t* relu_bits = nullptr);
+                               const ApplyResidual& residual, std::uint8_t* relu_bits);
   void batch_norm_stats_kernels(const backend::BatchNormShape& s, DType type, const void* x,
                                 float* mean, float* var, const backend::BatchNormPrepare* prepare);
   void batch_norm_backward_kernels(const backend::BatchNormShape& s, DType type, const void* x,

@@ -82,31 +82,39 @@ void KernelBackend::batch_norm_apply(const backend::BatchNormShape& s, const flo
 
 void KernelBackend::batch_norm_apply_16(const backend::BatchNormShape& s, DType type, const void* x,
                                         const float* scale, const float* shift, void* y) {
-  batch_norm_apply_kernel(s, type, x, scale, shift, y, false);
+  batch_norm_apply_kernel(s, type, x, scale, shift, y, false, {}, nullptr);
 }
 
 void KernelBackend::batch_norm_apply_relu(const backend::BatchNormShape& s, DType type,
                                           const void* x, const float* scale, const float* shift,
                                           void* y) {
-  batch_norm_apply_kernel(s, type, x, scale, shift, y, true);
+  batch_norm_apply_kernel(s, type, x, scale, shift, y, true, {}, nullptr);
 }
 
 bool KernelBackend::batch_norm_apply_add_relu(const backend::BatchNormShape& s, DType type,
                                               const void* x, const float* scale, const float* shift,
-                                              const void* residual, void* y,
+                                              const void* residual, const float* residual_scale,
+                                              const float* residual_shift, void* y,
                                               std::uint8_t* relu_bits) {
-  return batch_norm_apply_kernel(s, type, x, scale, shift, y, true, residual, relu_bits);
+  if ((residual_scale == nullptr) != (residual_shift == nullptr)) {
+    throw std::invalid_argument(
+        "batch_norm_apply_add_relu: a normalised residual needs its scale and shift");
+  }
+  return batch_norm_apply_kernel(s, type, x, scale, shift, y, true,
+                                 {residual, residual_scale, residual_shift}, relu_bits);
 }
 
 bool KernelBackend::batch_norm_apply_kernel(const backend::BatchNormShape& s, DType type,
                                             const void* x, const float* scale, const float* shift,
-                                            void* y, bool relu, const void* residual,
+                                            void* y, bool relu, const ApplyResidual& residual,
                                             std::uint8_t* relu_bits) {
   kernels::BatchNormApply k{
       static_cast<const float*>(x), scale, shift, static_cast<float*>(y), s.n, s.c, s.inner};
   k.type = element_type(type, "batch_norm_apply");
   k.relu = relu;
-  k.residual = static_cast<const float*>(residual);
+  k.residual = static_cast<const float*>(residual.data);
+  k.residual_scale = residual.scale;
+  k.residual_shift = residual.shift;
   // The mask's bits only where a thread writes a pack's 8 of them, a byte.
   const bool bits = relu && relu_bits != nullptr && k.packed();
   if (bits) k.relu_bits = relu_bits;

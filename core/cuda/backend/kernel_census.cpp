@@ -147,9 +147,10 @@ Work work_of(const kernels::BatchNormApply& k) {
   const std::int64_t n = k.n * k.c * k.inner;
   const double operands = k.residual != nullptr ? 3.0 : 2.0;
   const bool bits = k.relu_bits != nullptr;  // a bit per element written
-  return {fmt::format("{}{}{}", type_name(k.type), k.residual != nullptr ? ", + residual" : "",
-                      bits ? ", relu bits" : ""),
-          n,
+  const char* added = k.residual == nullptr         ? ""
+                      : k.residual_scale != nullptr ? ", + batch norm"  // of the residual
+                                                    : ", + residual";
+  return {fmt::format("{}{}{}", type_name(k.type), added, bits ? ", relu bits" : ""), n,
           operands * static_cast<double>(n) * type_bytes(k.type) +
               (bits ? static_cast<double>(n) / 8.0 : 0.0)};
 }

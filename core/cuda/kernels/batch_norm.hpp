@@ -692,6 +692,12 @@ struct BatchNormApply {
   // [n, c, inner] of `type`, or null: y = relu(y as stored + residual) (with
   // relu): the bits of this kernel, then BinaryKernel's add with relu.
   const float* residual = nullptr;
+  // [c] each, or null: the residual is another batch norm's input, and what
+  // is added is its output as this kernel would store it,
+  // rounded_to(type, fmaf(residual, residual_scale, residual_shift)) (a
+  // residual block's projection shortcut: its batch norm is never written).
+  const float* residual_scale = nullptr;
+  const float* residual_shift = nullptr;
   // With relu, where packed() (the caller checks: a pack's 8 bits are one
   // byte, which one thread writes): the mask of the stored y, y > 0, as
   // ReluMask::bits, pack k's in byte k. Or null.
@@ -715,6 +721,13 @@ struct BatchNormApply {
     if (residual) v = rounded_to(type, v) + rv;  // batch norm's y as stored, + residual
     return relu ? relu_of_stored(type, v) : v;
   }
+  // The residual added at channel ch: as read, or normalised (rscale: the
+  // kernel's residual_scale, rshift its residual_shift).
+  RIG_HD_INLINE static float residual_value(ElementType type, const float* rscale,
+                                            const float* rshift, float rv, std::int64_t ch) {
+    if (rscale == nullptr) return rv;
+    return rounded_to(type, ::fmaf(rv, rscale[ch], rshift[ch]));
+  }
 
   template <class Ctx>
   RIG_HD void operator()(Ctx& ctx) const {
@@ -723,6 +736,8 @@ struct BatchNormApply {
     };
     const float* xs = x;  // the lambdas capture locals, not the kernel's `this`
     const float* rs = residual;
+    const float* rsc = residual_scale;
+    const float* rsh = residual_shift;
     const float* sc = scale;
     const float* sh = shift;
     float* ys = y;
@@ -737,7 +752,8 @@ struct BatchNormApply {
             Pack<kPack> out;
             unsigned mask = 0;
             for (int e = 0; e < kPack; ++e) {
-              out.v[e] = value(ty, rs != nullptr, rl, xv.v[e], rv.v[e], sc[ch[e]], sh[ch[e]]);
+              const float r = rs != nullptr ? residual_value(ty, rsc, rsh, rv.v[e], ch[e]) : 0.0F;
+              out.v[e] = value(ty, rs != nullptr, rl, xv.v[e], r, sc[ch[e]], sh[ch[e]]);
               // With relu, value() is y as stored (relu_of_stored).
               mask |= static_cast<unsigned>(out.v[e] > 0.0F) << e;
             }
@@ -752,7 +768,8 @@ struct BatchNormApply {
           return Loaded{load_element(xs, ty, t), rs != nullptr ? load_element(rs, ty, t) : 0.0F};
         },
         [&](std::int64_t t, std::int64_t ch, const Loaded& l) {
-          store_element(ys, ty, t, value(ty, rs != nullptr, rl, l.x, l.r, sc[ch], sh[ch]));
+          const float r = rs != nullptr ? residual_value(ty, rsc, rsh, l.r, ch) : 0.0F;
+          store_element(ys, ty, t, value(ty, rs != nullptr, rl, l.x, r, sc[ch], sh[ch]));
         });
   }
 };

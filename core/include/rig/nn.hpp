@@ -230,8 +230,15 @@ class RIG_API BatchNorm2d : public Module {
   // relu(forward(x, training) + residual), fused where the back end can
   // (ops::batch_norm_add_relu): a residual block's end.
   Tensor forward_add_relu(const Tensor& x, const Tensor& residual, bool training) const;
+  // relu(forward(x, training) + shortcut.forward(shortcut_x, training)),
+  // fused where the back end can (ops::batch_norm_add_batch_norm_relu): a
+  // residual block's end with a projection shortcut.
+  Tensor forward_add_relu(const Tensor& x, const BatchNorm2d& shortcut, const Tensor& shortcut_x,
+                          bool training) const;
 
  private:
+  ops::BatchNormParams params() const;
+
   float momentum_;
   float eps_;
   Tensor gamma_, beta_, running_mean_, running_var_;

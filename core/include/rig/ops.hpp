@@ -134,6 +134,19 @@ Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor
                            const Tensor& beta, const Tensor& running_mean,
                            const Tensor& running_var, bool training, float momentum = 0.1F,
                            float eps = 1e-5F);
+// One batch norm's parameters, running statistics and settings, as
+// batch_norm takes them.
+struct BatchNormParams {
+  Tensor gamma, beta, running_mean, running_var;
+  float momentum = 0.1F, eps = 1e-5F;
+};
+// relu(batch_norm(x, bn...) + batch_norm(x2, bn2...)), a residual block's end
+// with a projection shortcut: batch_norm_add_relu of x with the shortcut's
+// batch norm, the same results and running statistics, which the CUDA back
+// end computes in one pass over x and x2 (neither batch norm's output is
+// written, nor the shortcut's gradient) when x2 has x's shape and dtype.
+Tensor batch_norm_add_batch_norm_relu(const Tensor& x, const BatchNormParams& bn, const Tensor& x2,
+                                      const BatchNormParams& bn2, bool training);
 
 // ---- Neural-network ops -----------------------------------------------------
 // weight [V, D], ids (i32/i64) [...] -> [..., D]; ids out of range throw.

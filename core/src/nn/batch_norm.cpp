@@ -37,4 +37,13 @@ Tensor BatchNorm2d::forward_add_relu(const Tensor& x, const Tensor& residual, bo
                                   momentum_, eps_);
 }
 
+Tensor BatchNorm2d::forward_add_relu(const Tensor& x, const BatchNorm2d& shortcut,
+                                     const Tensor& shortcut_x, bool training) const {
+  return ops::batch_norm_add_batch_norm_relu(x, params(), shortcut_x, shortcut.params(), training);
+}
+
+ops::BatchNormParams BatchNorm2d::params() const {
+  return {gamma_, beta_, running_mean_, running_var_, momentum_, eps_};
+}
+
 }  // namespace rig::nn

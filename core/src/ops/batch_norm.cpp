@@ -55,181 +55,249 @@ Tensor as_param(const Tensor& t, DType dtype) {
   return t.defined() ? t.detach().to(dtype).contiguous() : Tensor();
 }
 
-// batch_norm, and with `relu` (only where the back end fuses it) relu of it
-// in the same passes; with `residual` too (x's shape and dtype) relu of it
-// plus the residual.
-Tensor batch_norm_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                       const Tensor& running_mean, const Tensor& running_var, bool training,
-                       float momentum, float eps, bool relu, const Tensor& residual = {}) {
+// The checks every batch norm's x, parameters and settings pass; its shape
+// as the back end takes it.
+backend::BatchNormShape checked_shape(const Tensor& x, const BatchNormParams& p, bool training) {
   detail::require_floating(kOp, x, "x");
-  detail::require_same_device(kOp, {&x, &gamma, &beta, &running_mean, &running_var});
+  detail::require_same_device(kOp, {&x, &p.gamma, &p.beta, &p.running_mean, &p.running_var});
   if (x.dim() != 2 && x.dim() != 4) {
     throw std::invalid_argument(
         fmt::format("batch_norm: x {} must be [N, C, H, W] or [N, C]", to_string(x.shape())));
   }
-  require_channel_vector(x, gamma, "gamma", false);
-  require_channel_vector(x, beta, "beta", false);
-  require_channel_vector(x, running_mean, "running_mean", true);
-  require_channel_vector(x, running_var, "running_var", true);
-  require_updatable(running_mean, "running_mean");
-  require_updatable(running_var, "running_var");
-  if (!training && (!running_mean.defined() || !running_var.defined())) {
+  require_channel_vector(x, p.gamma, "gamma", false);
+  require_channel_vector(x, p.beta, "beta", false);
+  require_channel_vector(x, p.running_mean, "running_mean", true);
+  require_channel_vector(x, p.running_var, "running_var", true);
+  require_updatable(p.running_mean, "running_mean");
+  require_updatable(p.running_var, "running_var");
+  if (!training && (!p.running_mean.defined() || !p.running_var.defined())) {
     throw std::invalid_argument(fmt::format(
         "batch_norm: x {}: eval mode needs running_mean and running_var", to_string(x.shape())));
   }
-  if (!(eps >= 0.0F) || !(momentum >= 0.0F && momentum <= 1.0F)) {
+  if (!(p.eps >= 0.0F) || !(p.momentum >= 0.0F && p.momentum <= 1.0F)) {
     throw std::invalid_argument(
         fmt::format("batch_norm: x {}: eps {} must be >= 0 and momentum {} in [0, 1]",
-                    to_string(x.shape()), eps, momentum));
+                    to_string(x.shape()), p.eps, p.momentum));
   }
   backend::BatchNormShape s;
   s.n = x.size(0);
   s.c = x.size(1);
   s.inner = x.dim() == 4 ? x.size(2) * x.size(3) : 1;
-  const std::int64_t count = s.n * s.inner;
-  if (training && count < 2) {
+  if (training && s.n * s.inner < 2) {
     throw std::invalid_argument(fmt::format(
         "batch_norm: x {}: training needs more than one value per channel", to_string(x.shape())));
   }
-  backend::Backend& be = detail::backend_of(x);
-  if (x.dtype() != DType::f32 && !be.reads_16bit_storage()) {
-    // f16 / bf16 storage: compute in f32, round the result to x's dtype.
-    return batch_norm(detail::as_f32(x), gamma, beta, running_mean, running_var, training, momentum,
-                      eps)
-        .to(x.dtype());
-  }
+  return s;
+}
 
-  // f32, or (on a back end that reads it) x's 16-bit storage as it is: y,
-  // dx in that dtype, the f32 path's bits.
-  const DType type = x.dtype();
-  const Tensor xc = x.detach().contiguous();
-  const DType param_type = param_dtype(be, type, gamma, beta);
-  const Tensor g = as_param(gamma, param_type);
-  const Tensor b = as_param(beta, param_type);
-  Tensor mean = detail::empty_on(xc, {s.c});
-  Tensor invstd = detail::empty_on(xc, {s.c});
-  Tensor var = training ? detail::empty_on(xc, {s.c}) : Tensor();
+// One batch norm up to its coefficients, on f32 x or (on a back end that
+// reads it) x's 16-bit storage as it is: x contiguous, gamma and beta as
+// read, the batch's statistics (running statistics updated in place) or the
+// running ones, and y = x scale + shift's scale and shift.
+struct Normalised {
+  backend::BatchNormShape s;
+  DType type = DType::f32, param_type = DType::f32;
+  bool training = true;
+  Tensor xc, g, b, mean, invstd, scale, shift;
+  // What its backward gives: which gradients, in the parameters' own dtypes.
+  bool need_x = false, need_g = false, need_b = false;
+  DType gamma_dtype = DType::f32, beta_dtype = DType::f32;
+};
+
+Normalised normalise(const Tensor& x, const BatchNormParams& p, bool training,
+                     const backend::BatchNormShape& s, backend::Backend& be) {
+  Normalised n;
+  n.s = s;
+  n.training = training;
+  n.type = x.dtype();
+  n.xc = x.detach().contiguous();
+  n.param_type = param_dtype(be, n.type, p.gamma, p.beta);
+  n.g = as_param(p.gamma, n.param_type);
+  n.b = as_param(p.beta, n.param_type);
+  n.need_x = x.requires_grad();
+  n.need_g = p.gamma.defined() && p.gamma.requires_grad();
+  n.need_b = p.beta.defined() && p.beta.requires_grad();
+  n.gamma_dtype = p.gamma.defined() ? p.gamma.dtype() : DType::f32;
+  n.beta_dtype = p.beta.defined() ? p.beta.dtype() : DType::f32;
+  n.mean = detail::empty_on(n.xc, {s.c});
+  n.invstd = detail::empty_on(n.xc, {s.c});
+  Tensor var = training ? detail::empty_on(n.xc, {s.c}) : Tensor();
   // Handles share the buffers: the running statistics update in place, outside autograd.
-  Tensor running_mean_handle = running_mean;
-  Tensor running_var_handle = running_var;
+  Tensor running_mean_handle = p.running_mean;
+  Tensor running_var_handle = p.running_var;
   // y = x * scale + shift with scale = gamma invstd, shift = beta - mean scale.
-  Tensor scale = detail::empty_on(xc, {s.c});
-  Tensor shift = detail::empty_on(xc, {s.c});
+  n.scale = detail::empty_on(n.xc, {s.c});
+  n.shift = detail::empty_on(n.xc, {s.c});
   backend::BatchNormPrepare prepare;
   prepare.c = s.c;
   prepare.training = training;
-  prepare.momentum = momentum;
-  prepare.eps = eps;
+  prepare.momentum = p.momentum;
+  prepare.eps = p.eps;
+  const std::int64_t count = s.n * s.inner;
   prepare.unbias = static_cast<float>(count) / static_cast<float>(count - 1);
-  prepare.mean = mean.data<float>();
-  prepare.running_mean = running_mean.defined() ? running_mean_handle.data<float>() : nullptr;
-  prepare.running_var = running_var.defined() ? running_var_handle.data<float>() : nullptr;
-  prepare.gamma = g.defined() ? g.raw_data() : nullptr;
-  prepare.beta = b.defined() ? b.raw_data() : nullptr;
-  prepare.param_type = param_type;
-  prepare.invstd = invstd.data<float>();
-  prepare.scale = scale.data<float>();
-  prepare.shift = shift.data<float>();
+  prepare.mean = n.mean.data<float>();
+  prepare.running_mean = p.running_mean.defined() ? running_mean_handle.data<float>() : nullptr;
+  prepare.running_var = p.running_var.defined() ? running_var_handle.data<float>() : nullptr;
+  prepare.gamma = n.g.defined() ? n.g.raw_data() : nullptr;
+  prepare.beta = n.b.defined() ? n.b.raw_data() : nullptr;
+  prepare.param_type = n.param_type;
+  prepare.invstd = n.invstd.data<float>();
+  prepare.scale = n.scale.data<float>();
+  prepare.shift = n.shift.data<float>();
   if (training) {  // the batch's statistics, then the coefficients from them
-    be.batch_norm_stats_prepare(s, type, xc.raw_data(), var.data<float>(), prepare);
+    be.batch_norm_stats_prepare(s, n.type, n.xc.raw_data(), var.data<float>(), prepare);
   } else {
     be.batch_norm_prepare(prepare);
   }
-  Tensor out = detail::empty_on(xc, x.shape(), type);
-  const bool add_residual = residual.defined();
-  // With the residual, the relu's mask as bits where the back end stores
-  // them (its backward reads them instead of the output).
-  Tensor relu_bits;
-  if (add_residual) {
-    const Tensor rc = residual.detach().contiguous();
-    relu_bits = detail::empty_on(xc, {(xc.numel() + 7) / 8}, DType::u8);
-    if (!be.batch_norm_apply_add_relu(s, type, xc.raw_data(), scale.data<float>(),
-                                      shift.data<float>(), rc.raw_data(), out.raw_data(),
-                                      relu_bits.data<std::uint8_t>())) {
-      relu_bits = Tensor();
+  return n;
+}
+
+// How a relu after the batch norm finds its mask in the backward: from the
+// mask's bits, the output, or recomputed from x with scale and shift; none
+// defined: no relu.
+struct SavedReluMask {
+  Tensor bits, y, scale, shift;
+  bool defined() const { return bits.defined() || y.defined() || scale.defined(); }
+  backend::BatchNormReluMask view() const {
+    backend::BatchNormReluMask mask;
+    if (y.defined()) {
+      mask.y = y.raw_data();
+    } else if (bits.defined()) {
+      mask.bits = bits.data<std::uint8_t>();
+    } else {
+      mask.scale = scale.data<float>();
+      mask.shift = shift.data<float>();
     }
-  } else if (relu) {
-    be.batch_norm_apply_relu(s, type, xc.raw_data(), scale.data<float>(), shift.data<float>(),
-                             out.raw_data());
-  } else if (type == DType::f32) {
-    be.batch_norm_apply(s, xc.data<float>(), scale.data<float>(), shift.data<float>(),
-                        out.data<float>());
-  } else {
-    be.batch_norm_apply_16(s, type, xc.raw_data(), scale.data<float>(), shift.data<float>(),
-                           out.raw_data());
+    return mask;
   }
+};
+
+// One batch norm's dx, dgamma and dbeta from the upstream gradient gc (in
+// its output's dtype), with relu's backward first where `relu` is defined
+// (also written to masked_dy, where not null: of x's dtype and shape). The
+// node's inputs gamma_input and gamma_input + 1 are its gamma and beta.
+autograd::TensorList batch_norm_grads(const Normalised& n, const Tensor& gc,
+                                      const SavedReluMask& relu, Tensor masked_dy,
+                                      std::size_t gamma_input) {
+  // The CUDA back end's kernels (a back end that reads 16-bit storage) add
+  // dgamma and dbeta into the gradients gamma and beta already have (their
+  // .grad in the flat gradient buffer), in any dtype: no add of their own
+  // per parameter.
+  backend::Backend& be = detail::backend_of(gc);
+  const auto target = [&](bool needed, DType dtype, std::size_t input) {
+    return needed && be.reads_16bit_storage() && dtype == n.param_type
+               ? autograd::accumulation_target(input)
+               : Tensor();
+  };
+  const Tensor dg_into = target(n.need_g, n.gamma_dtype, gamma_input),
+               db_into = target(n.need_b, n.beta_dtype, gamma_input + 1);
+  const backend::NormGradAccumulation accumulate{false, dg_into.defined(), db_into.defined()};
+  Tensor dx = n.need_x ? detail::empty_on(gc, n.xc.shape(), n.type) : Tensor();
+  Tensor dg = detail::gradient_buffer(n.need_g, dg_into, gc, {n.s.c}, n.param_type);
+  Tensor db = detail::gradient_buffer(n.need_b, db_into, gc, {n.s.c}, n.param_type);
+  const void* gamma_data = n.g.defined() ? n.g.raw_data() : nullptr;
+  void* dx_data = n.need_x ? dx.raw_data() : nullptr;
+  void* dg_data = n.need_g ? dg.raw_data() : nullptr;
+  void* db_data = n.need_b ? db.raw_data() : nullptr;
+  const float* mean = n.mean.data<float>();
+  const float* invstd = n.invstd.data<float>();
+  if (relu.defined()) {
+    be.batch_norm_backward_relu(n.s, n.type, n.xc.raw_data(), relu.view(), gc.raw_data(), mean,
+                                invstd, n.param_type, gamma_data, n.training, dx_data, dg_data,
+                                db_data, masked_dy.defined() ? masked_dy.raw_data() : nullptr,
+                                accumulate);
+  } else if (!be.reads_16bit_storage()) {  // f32 on the CPU and sim
+    be.batch_norm_backward(n.s, n.xc.data<float>(), gc.data<float>(), mean, invstd,
+                           static_cast<const float*>(gamma_data), n.training,
+                           static_cast<float*>(dx_data), static_cast<float*>(dg_data),
+                           static_cast<float*>(db_data));
+  } else {  // the CUDA back end: f32 or 16-bit x, adding where asked
+    be.batch_norm_backward_16(n.s, n.type, n.xc.raw_data(), gc.raw_data(), mean, invstd,
+                              n.param_type, gamma_data, n.training, dx_data, dg_data, db_data,
+                              accumulate);
+  }
+  // Gradients in the parameters' own dtypes.
+  if (n.need_g && n.gamma_dtype != DType::f32) dg = dg.to(n.gamma_dtype);
+  if (n.need_b && n.beta_dtype != DType::f32) db = db.to(n.beta_dtype);
+  return {dx, dg, db};
+}
+
+// relu(apply(x) + residual) on the back end, the relu's mask kept as bits
+// where it stores them, else as the output: what the backward reads. With
+// `other` the residual is that batch norm's x, normalised in the same pass.
+Tensor apply_add_relu(backend::Backend& be, const Normalised& n, const Tensor& residual,
+                      const Normalised* other, SavedReluMask& mask) {
+  Tensor out = detail::empty_on(n.xc, n.xc.shape(), n.type);
+  const Tensor rc = other != nullptr ? other->xc : residual.detach().contiguous();
+  Tensor bits = detail::empty_on(n.xc, {(n.xc.numel() + 7) / 8}, DType::u8);
+  const bool wrote = be.batch_norm_apply_add_relu(
+      n.s, n.type, n.xc.raw_data(), n.scale.data<float>(), n.shift.data<float>(), rc.raw_data(),
+      other != nullptr ? other->scale.data<float>() : nullptr,
+      other != nullptr ? other->shift.data<float>() : nullptr, out.raw_data(),
+      bits.data<std::uint8_t>());
+  if (wrote) {
+    mask.bits = bits;
+  } else {
+    mask.y = out.detach();
+  }
+  return out;
+}
+
+// batch_norm, and with `relu` (only where the back end fuses it) relu of it
+// in the same passes; with `residual` too (x's shape and dtype) relu of it
+// plus the residual.
+Tensor batch_norm_impl(const Tensor& x, const BatchNormParams& p, bool training, bool relu,
+                       const Tensor& residual = {}) {
+  const backend::BatchNormShape s = checked_shape(x, p, training);
+  backend::Backend& be = detail::backend_of(x);
+  if (x.dtype() != DType::f32 && !be.reads_16bit_storage()) {
+    // f16 / bf16 storage: compute in f32, round the result to x's dtype.
+    return batch_norm(detail::as_f32(x), p.gamma, p.beta, p.running_mean, p.running_var, training,
+                      p.momentum, p.eps)
+        .to(x.dtype());
+  }
+  // f32, or (on a back end that reads it) x's 16-bit storage as it is: y,
+  // dx in that dtype, the f32 path's bits.
+  const Normalised n = normalise(x, p, training, s, be);
+  const bool add_residual = residual.defined();
   // With a relu, its output decides where dy passes (relu's backward): with
   // a residual added, read from the mask's bits or the output; without,
   // recomputed from x and the scale and shift that made it (no read of the
   // output).
-  const Tensor relu_y = add_residual && !relu_bits.defined() ? out.detach() : Tensor();
-  const Tensor relu_scale = relu && !add_residual ? scale : Tensor();
-  const Tensor relu_shift = relu && !add_residual ? shift : Tensor();
+  SavedReluMask mask;
+  Tensor out;
+  if (add_residual) {
+    out = apply_add_relu(be, n, residual, nullptr, mask);
+  } else {
+    out = detail::empty_on(n.xc, x.shape(), n.type);
+    if (relu) {
+      be.batch_norm_apply_relu(s, n.type, n.xc.raw_data(), n.scale.data<float>(),
+                               n.shift.data<float>(), out.raw_data());
+      mask.scale = n.scale;
+      mask.shift = n.shift;
+    } else if (n.type == DType::f32) {
+      be.batch_norm_apply(s, n.xc.data<float>(), n.scale.data<float>(), n.shift.data<float>(),
+                          out.data<float>());
+    } else {
+      be.batch_norm_apply_16(s, n.type, n.xc.raw_data(), n.scale.data<float>(),
+                             n.shift.data<float>(), out.raw_data());
+    }
+  }
   return autograd::record(
       std::move(out),
       add_residual ? "batch_norm_add_relu"
       : relu       ? "batch_norm_relu"
                    : kOp,
-      {x, gamma, beta, residual},
-      [s, xc, relu_y, relu_bits, relu_scale, relu_shift, add_residual, g, mean, invstd, training,
-       type, param_type, need_x = x.requires_grad(),
-       need_g = gamma.defined() && gamma.requires_grad(),
-       need_b = beta.defined() && beta.requires_grad(),
-       gamma_dtype = gamma.defined() ? gamma.dtype() : DType::f32,
-       beta_dtype = beta.defined() ? beta.dtype() : DType::f32](const Tensor& grad) {
+      {x, p.gamma, p.beta, residual}, [n, mask, add_residual](const Tensor& grad) {
         // grad comes in the output's dtype (autograd converts it).
         const Tensor gc = grad.contiguous();
         // With the residual: relu's backward of grad is the residual's
         // gradient (add_relu's bits), written by batch norm's backward in
         // its first pass over grad.
-        Tensor dz = add_residual ? detail::empty_on(gc, gc.shape(), type) : Tensor();
-        Tensor dx = need_x ? detail::empty_on(gc, xc.shape(), type) : Tensor();
-        // The CUDA back end's kernels (a back end that reads 16-bit storage)
-        // add dgamma and dbeta into the gradients gamma and beta already
-        // have (their .grad in the flat gradient buffer), in any dtype: no
-        // add of their own per parameter.
-        backend::Backend& be = detail::backend_of(gc);
-        const auto target = [&](bool needed, DType dtype, std::size_t input) {
-          return needed && be.reads_16bit_storage() && dtype == param_type
-                     ? autograd::accumulation_target(input)
-                     : Tensor();
-        };
-        const Tensor dg_into = target(need_g, gamma_dtype, 1),
-                     db_into = target(need_b, beta_dtype, 2);
-        const backend::NormGradAccumulation accumulate{false, dg_into.defined(), db_into.defined()};
-        Tensor dg = detail::gradient_buffer(need_g, dg_into, gc, {s.c}, param_type);
-        Tensor db = detail::gradient_buffer(need_b, db_into, gc, {s.c}, param_type);
-        const void* gamma_data = g.defined() ? g.raw_data() : nullptr;
-        void* dg_data = need_g ? dg.raw_data() : nullptr;
-        void* db_data = need_b ? db.raw_data() : nullptr;
-        if (relu_y.defined() || relu_bits.defined() || relu_scale.defined()) {
-          backend::BatchNormReluMask mask;
-          if (relu_y.defined()) {
-            mask.y = relu_y.raw_data();
-          } else if (relu_bits.defined()) {
-            mask.bits = relu_bits.data<std::uint8_t>();
-          } else {
-            mask.scale = relu_scale.data<float>();
-            mask.shift = relu_shift.data<float>();
-          }
-          be.batch_norm_backward_relu(
-              s, type, xc.raw_data(), mask, gc.raw_data(), mean.data<float>(), invstd.data<float>(),
-              param_type, gamma_data, training, need_x ? dx.raw_data() : nullptr, dg_data, db_data,
-              add_residual ? dz.raw_data() : nullptr, accumulate);
-        } else if (!be.reads_16bit_storage()) {  // f32 on the CPU and sim
-          be.batch_norm_backward(s, xc.data<float>(), gc.data<float>(), mean.data<float>(),
-                                 invstd.data<float>(), static_cast<const float*>(gamma_data),
-                                 training, need_x ? dx.data<float>() : nullptr,
-                                 static_cast<float*>(dg_data), static_cast<float*>(db_data));
-        } else {  // the CUDA back end: f32 or 16-bit x, adding where asked
-          be.batch_norm_backward_16(s, type, xc.raw_data(), gc.raw_data(), mean.data<float>(),
-                                    invstd.data<float>(), param_type, gamma_data, training,
-                                    need_x ? dx.raw_data() : nullptr, dg_data, db_data, accumulate);
-        }
-        // Gradients in the parameters' own dtypes.
-        if (need_g && gamma_dtype != DType::f32) dg = dg.to(gamma_dtype);
-        if (need_b && beta_dtype != DType::f32) db = db.to(beta_dtype);
-        return autograd::TensorList{dx, dg, db, dz};
+        const Tensor dz = add_residual ? detail::empty_on(gc, gc.shape(), n.type) : Tensor();
+        autograd::TensorList grads = batch_norm_grads(n, gc, mask, dz, 1);
+        grads.push_back(dz);
+        return grads;
       });
 }
 
@@ -238,7 +306,8 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
 Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                   const Tensor& running_mean, const Tensor& running_var, bool training,
                   float momentum, float eps) {
-  return batch_norm_impl(x, gamma, beta, running_mean, running_var, training, momentum, eps, false);
+  return batch_norm_impl(x, {gamma, beta, running_mean, running_var, momentum, eps}, training,
+                         false);
 }
 
 Tensor batch_norm_relu(const Tensor& x, const Tensor& gamma, const Tensor& beta,
@@ -247,11 +316,23 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   detail::require_floating(kOp, x, "x");
   const backend::Backend& be = detail::backend_of(x);
   if (be.fuses_relu() && (x.dtype() == DType::f32 || be.reads_16bit_storage())) {
-    return batch_norm_impl(x, gamma, beta, running_mean, running_var, training, momentum, eps,
+    return batch_norm_impl(x, {gamma, beta, running_mean, running_var, momentum, eps}, training,
                            true);
   }
   return relu(batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, eps));
 }
+
+namespace {
+
+// Whether the back end runs relu(batch_norm(x) + residual) as one op on
+// x, residual, (residual's dtype and shape, x's).
+bool fused_add_relu(const Tensor& x, const Tensor& residual) {
+  const backend::Backend& be = detail::backend_of(x);
+  return be.fuses_relu() && (x.dtype() == DType::f32 || be.reads_16bit_storage()) &&
+         residual.dtype() == x.dtype() && residual.shape() == x.shape();
+}
+
+}  // namespace
 
 Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& gamma,
                            const Tensor& beta, const Tensor& running_mean,
@@ -259,14 +340,46 @@ Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor
   detail::require_floating(kOp, x, "x");
   detail::require_floating("batch_norm_add_relu", residual, "residual");
   detail::require_same_device("batch_norm_add_relu", {&x, &residual});
-  const backend::Backend& be = detail::backend_of(x);
-  if (be.fuses_relu() && (x.dtype() == DType::f32 || be.reads_16bit_storage()) &&
-      residual.dtype() == x.dtype() && residual.shape() == x.shape()) {
-    return batch_norm_impl(x, gamma, beta, running_mean, running_var, training, momentum, eps, true,
-                           residual);
+  if (fused_add_relu(x, residual)) {
+    return batch_norm_impl(x, {gamma, beta, running_mean, running_var, momentum, eps}, training,
+                           true, residual);
   }
   return add_relu(batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, eps),
                   residual);
+}
+
+Tensor batch_norm_add_batch_norm_relu(const Tensor& x, const BatchNormParams& bn, const Tensor& x2,
+                                      const BatchNormParams& bn2, bool training) {
+  constexpr const char* kFused = "batch_norm_add_batch_norm_relu";
+  detail::require_floating(kOp, x, "x");
+  detail::require_floating(kFused, x2, "x2");
+  detail::require_same_device(kFused, {&x, &x2});
+  if (!fused_add_relu(x, x2)) {
+    const Tensor shortcut = batch_norm(x2, bn2.gamma, bn2.beta, bn2.running_mean, bn2.running_var,
+                                       training, bn2.momentum, bn2.eps);
+    return batch_norm_add_relu(x, shortcut, bn.gamma, bn.beta, bn.running_mean, bn.running_var,
+                               training, bn.momentum, bn.eps);
+  }
+  // Both batch norms' statistics (x2's first, as the composition runs
+  // them), then one pass: relu(apply(x) + apply(x2)), neither written.
+  const backend::BatchNormShape s2 = checked_shape(x2, bn2, training);
+  const backend::BatchNormShape s = checked_shape(x, bn, training);
+  backend::Backend& be = detail::backend_of(x);
+  const Normalised n2 = normalise(x2, bn2, training, s2, be);
+  const Normalised n = normalise(x, bn, training, s, be);
+  SavedReluMask mask;
+  Tensor out = apply_add_relu(be, n, Tensor(), &n2, mask);
+  // Both backwards read dy through the same relu mask: the shortcut's
+  // upstream gradient is relu's backward of dy, which is never stored.
+  return autograd::record(std::move(out), kFused, {x, bn.gamma, bn.beta, x2, bn2.gamma, bn2.beta},
+                          [n, n2, mask](const Tensor& grad) {
+                            const Tensor gc = grad.contiguous();
+                            autograd::TensorList grads = batch_norm_grads(n, gc, mask, {}, 1);
+                            for (Tensor& g : batch_norm_grads(n2, gc, mask, {}, 4)) {
+                              grads.push_back(std::move(g));
+                            }
+                            return grads;
+                          });
 }
 
 }  // namespace rig::ops

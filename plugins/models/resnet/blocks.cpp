@@ -36,6 +36,15 @@ Tensor batch_norm_add_relu(const rig::nn::BatchNorm2d& bn, const Tensor& x, cons
       .reshape(x.shape());
 }
 
+Tensor batch_norm_add_batch_norm_relu(const rig::nn::BatchNorm2d& bn, const Tensor& x,
+                                      const rig::nn::BatchNorm2d& shortcut_bn,
+                                      const Tensor& shortcut_x, bool channels_last, bool training) {
+  if (!channels_last) return bn.forward_add_relu(x, shortcut_bn, shortcut_x, training);
+  const std::int64_t c = x.size(3);
+  return bn.forward_add_relu(x.reshape({-1, c}), shortcut_bn, shortcut_x.reshape({-1, c}), training)
+      .reshape(x.shape());
+}
+
 Conv::Conv(rig::ParameterStore& store, const std::string& name, std::int64_t in, std::int64_t out,
            std::int64_t kernel, std::int64_t stride, std::int64_t pad, bool channels_last) {
   options_.stride_h = options_.stride_w = stride;
@@ -76,11 +85,7 @@ Block::Block(rig::ParameterStore& store, const std::string& name, const Architec
   }
 }
 
-Tensor Block::shortcut(const Tensor& x, bool training) const {
-  if (downsample_conv_) {
-    return batch_norm(*downsample_bn_, downsample_conv_->forward(x), channels_last_, false,
-                      training);
-  }
+Tensor Block::shortcut(const Tensor& x) const {
   if (stride_ == 1 && in_ == out_) return x;
   // Option A: x[:, :, ::stride, ::stride], zero channels added on both sides.
   const std::int64_t row_axis = channels_last_ ? 1 : 2;
@@ -104,10 +109,16 @@ Tensor Block::shortcut(const Tensor& x, bool training) const {
 Tensor Block::forward(const Tensor& x, bool training) const {
   Tensor h = batch_norm(bn1_, conv1_.forward(x), channels_last_, true, training);
   if (conv3_) h = batch_norm(bn2_, conv2_.forward(h), channels_last_, true, training);
-  // The last batch norm, the shortcut's add and the relu: one op.
+  // The last batch norm, the shortcut's add and the relu: one op, with a
+  // projection shortcut's batch norm too.
   const Conv& last_conv = conv3_ ? *conv3_ : conv2_;
   const rig::nn::BatchNorm2d& last_bn = conv3_ ? *bn3_ : bn2_;
-  const Tensor shortcut_out = shortcut(x, training);
+  if (downsample_conv_) {
+    const Tensor projected = downsample_conv_->forward(x);
+    return batch_norm_add_batch_norm_relu(last_bn, last_conv.forward(h), *downsample_bn_, projected,
+                                          channels_last_, training);
+  }
+  const Tensor shortcut_out = shortcut(x);
   return batch_norm_add_relu(last_bn, last_conv.forward(h), shortcut_out, channels_last_, training);
 }
 

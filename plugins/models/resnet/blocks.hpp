@@ -46,7 +46,9 @@ class Block {
   std::int64_t out_channels() const { return out_; }
 
  private:
-  rig::Tensor shortcut(const rig::Tensor& x, bool training) const;
+  // The identity or option A's zero-padded shortcut (a projection's conv and
+  // batch norm are part of forward's last op).
+  rig::Tensor shortcut(const rig::Tensor& x) const;
 
   bool channels_last_;
   std::int64_t in_;

@@ -254,10 +254,16 @@ class Backend {
   // relu_bits (or null): where the back end can, it also stores the relu's
   // mask there, y > 0 as a bit per element (bit e % 8 of byte e / 8; (x's
   // elements + 7) / 8 bytes), and returns true; the backward can then read
-  // the mask (BatchNormReluMask::bits) instead of y.
+  // the mask (BatchNormReluMask::bits) instead of y. residual_scale and
+  // residual_shift ([c] each, or null): the residual is another batch
+  // norm's input, normalised here as batch_norm_apply(_16) would store it
+  // (a projection shortcut's batch norm, never written; its backward is
+  // batch_norm_backward_relu with the same mask).
   virtual bool batch_norm_apply_add_relu(const BatchNormShape& s, DType type, const void* x,
                                          const float* scale, const float* shift,
-                                         const void* residual, void* y, std::uint8_t* relu_bits);
+                                         const void* residual, const float* residual_scale,
+                                         const float* residual_shift, void* y,
+                                         std::uint8_t* relu_bits);
   // relu: the mask (BatchNormReluMask: the relu's output or its bits, or x
   // with the forward's scale and shift); masked_dy (of `type`, x's shape;
   // may be null, needs relu.y or relu.bits): relu's backward of dy written
