@@ -230,6 +230,21 @@ std::vector<Case> cases() {
       }
     }
   }
+  // ResNet-20's f32 convolutions at matmul_precision tensorfloat32 (TF32
+  // allowed: tensor-core engines on f32 data), NCHW and NHWC, each way.
+  for (const bool channels_last : {false, true}) {
+    for (const Conv& c : convs) {
+      rig::backend::Conv2dShape shape = c.shape;
+      shape.channels_last = channels_last;
+      shape.allow_tf32 = true;
+      const std::string base = std::string("f32_tf32") + (channels_last ? "_nhwc_" : "_") + c.name;
+      out.push_back({"conv_fwd_" + base, dnn::conv2d_forward_graph(shape)});
+      if (c.shape.c_in != 3) {
+        out.push_back({"conv_dgrad_" + base, dnn::conv2d_backward_data_graph(shape)});
+      }
+      out.push_back({"conv_wgrad_" + base, dnn::conv2d_backward_filter_graph(shape)});
+    }
+  }
   // What the deterministic filter costs wgrad: the same graphs allowing
   // nondeterministic engines (as cuDNN's heuristics would pick them).
   for (const Conv& c : convs) {

@@ -129,8 +129,16 @@ EOF
 check "$rig" run "$exp" --logdir mm_f32 --matmul_precision=bfloat16 --max_steps=50 \
   --continue_learning > mm_resume.log
 grep -q "Resuming from .*ckpt-40 at step 40" mm_resume.log || fail "no resume across precisions"
-expect_error "^rig: error: command line \(--matmul_precision=float8\): matmul_precision: expected one of \[float32, bfloat16\], found 'float8'\$" \
+expect_error "^rig: error: command line \(--matmul_precision=float8\): matmul_precision: expected one of \[float32, tensorfloat32, bfloat16\], found 'float8'\$" \
   run "$exp" --logdir mm_bad --matmul_precision=float8
+
+echo "== matmul_precision tensorfloat32: said to do nothing on the CPU, float32's training"
+check "$rig" run "$exp" --logdir mm_tf32 --matmul_precision=tensorfloat32 > mm_tf32.log
+grep -q "^\*\*\* matmul_precision tensorfloat32: no effect on cpu" mm_tf32.log ||
+  fail "tensorfloat32 on the CPU not noted"
+grep -q "tensorfloat32" mm_f32.log && fail "a float32 run mentions tensorfloat32"
+cmp mm_f32/checkpoints/ckpt-40/model.safetensors mm_tf32/checkpoints/ckpt-40/model.safetensors ||
+  fail "tensorfloat32 changed the CPU's training"
 
 echo "== cudnn_benchmark: said to do nothing where there is no cuDNN; a run resumes across it"
 check "$rig" run "$exp" --logdir mm_f32 --cudnn_benchmark=true --max_steps=60 \

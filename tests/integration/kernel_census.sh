@@ -212,6 +212,17 @@ grep -Eq "^ +53 .* convolution filter gradient f32, added into dw$" r50-f32.txt 
 grep -Eq "^ +16 .* convolution data gradient f32, added into dx$" r50-f32.txt ||
   fail "not 16 f32 convolutions adding their dx"
 grep -Eq "^ +1 .* AddStrided f32 \+= f32$" r50-f32.txt || fail "not 1 add in a float32 step"
+if grep -q "(tf32)" r50-f32.txt; then fail "TF32 at matmul_precision float32"; fi
+
+echo "== the same at matmul_precision tensorfloat32: every convolution and product TF32"
+RIG_CUDA_EMULATOR_HOST_ONLY=1 check "$tool" "$rig" r50-tf32.txt -- "$resnet" \
+  --batch_size_per_gpu=2 --data_layer_params.image_size=32 --dtype=float32 \
+  --model_params.data_format=channels_first --matmul_precision=tensorfloat32
+grep -Eq "^ +53 .* convolution filter gradient f32 \(tf32\), added into dw$" r50-tf32.txt ||
+  fail "not 53 TF32 convolutions adding their dW"
+if grep -E "convolution|cuBLASLt matmul" r50-tf32.txt | grep -vq "(tf32)"; then
+  fail "a float32 convolution or product without TF32"
+fi
 
 echo "== host-only (RIG_CUDA_EMULATOR_HOST_ONLY=1): the same step queued, nothing run"
 RIG_CUDA_EMULATOR_FUSED_ATTENTION=1 RIG_CUDA_EMULATOR_HOST_ONLY=1 check "$tool" "$rig" \

@@ -3701,6 +3701,56 @@ TEST(KernelBackendConvZ, ForwardWithBias) {
 // cudnn_benchmark reaches the device: a GPU times cuDNN's engines from then on
 // (for the rest of this process: keep this test last) and its convolutions
 // still match the f32 path; the emulator has no engines to time.
+TEST(KernelBackendChecks, Tf32ProductsAndConvolutionsAreCloseToF32) {
+  // With set_tf32 the back end plans f32 products and convolutions with TF32
+  // allowed: on a GPU of compute capability 8.0 or later they run on TF32
+  // tensor cores (operands rounded to 10 mantissa bits: relative errors about
+  // 1e-3 on these sums of 64 and 72 terms), the emulator computes f32 (and
+  // says TF32 changes nothing); either way within TF32's error of the CPU's
+  // f32. Set back to off for the other tests.
+#ifdef RIG_KERNEL_BACKEND_ON_GPU
+  const Device device = Device::cuda(rig_gpu_test::kDevice);
+#else
+  const Device device = Device::cuda(0);
+#endif
+  struct Tf32Off {
+    Device device;
+    ~Tf32Off() { emu().set_tf32(device, false); }
+  } off{device};
+  const bool has_tf32 = emu().set_tf32(device, true);
+#ifndef RIG_KERNEL_BACKEND_ON_GPU
+  EXPECT_FALSE(has_tf32) << "the emulator computes f32";
+#endif
+  EXPECT_FALSE(cpu().set_tf32(Device::cpu(), true));
+  const float tol = has_tf32 ? 1e-2F : 1e-4F;
+  // A product: [48, 40] = [48, 64] x [64, 40].
+  const std::int64_t m = 48, n = 40, k = 64;
+  const std::vector<float> a = uniform(static_cast<std::size_t>(m * k), 471),
+                           b = uniform(static_cast<std::size_t>(k * n), 472);
+  std::vector<float> want(static_cast<std::size_t>(m * n));
+  const Dev<float> da(a), db(b), dc(want.size());
+  cpu().gemm({m, n, k, 1.0F, {a.data(), k}, {b.data(), n}, 0.0F, want.data(), n},
+             MatmulPrecision::f32);
+  emu().gemm({m, n, k, 1.0F, {da.get(), k}, {db.get(), n}, 0.0F, dc.get(), n},
+             MatmulPrecision::f32);
+  EXPECT_TRUE(close(dc.host(), want, tol, tol)) << "product";
+  // A convolution, forward and both gradients.
+  const backend::Conv2dShape s = padded_3x3_conv();
+  const auto nx = static_cast<std::size_t>(s.x_elements());
+  const auto nw = static_cast<std::size_t>(s.w_elements());
+  const auto ny = static_cast<std::size_t>(s.y_elements());
+  const std::vector<float> x = uniform(nx, 473), w = uniform(nw, 474), g = uniform(ny, 475);
+  std::vector<float> y_want(ny), dx_want(nx), dw_want(nw);
+  cpu().conv2d_forward(s, x.data(), w.data(), nullptr, y_want.data());
+  cpu().conv2d_backward(s, x.data(), w.data(), g.data(), dx_want.data(), dw_want.data(), nullptr);
+  const Dev<float> dx_(x), dw_(w), dg(g), y(ny), dx(nx), dw(nw);
+  emu().conv2d_forward(s, dx_.get(), dw_.get(), nullptr, y.get());
+  emu().conv2d_backward(s, dx_.get(), dw_.get(), dg.get(), dx.get(), dw.get(), nullptr);
+  EXPECT_TRUE(close(y.host(), y_want, tol, tol)) << "convolution";
+  EXPECT_TRUE(close(dx.host(), dx_want, tol, tol)) << "convolution dx";
+  EXPECT_TRUE(close(dw.host(), dw_want, 4 * tol, tol)) << "convolution dW (sums of 200 terms)";
+}
+
 TEST(KernelBackendConv, AutotuningIsTheDevicesToSay) {
 #ifdef RIG_KERNEL_BACKEND_ON_GPU
   ASSERT_TRUE(emu().set_convolution_autotuning(Device::cuda(rig_gpu_test::kDevice), true));

@@ -73,6 +73,12 @@ class KernelBackend final : public backend::Backend {
   bool set_convolution_autotuning(Device, bool on) override {
     return device_->set_convolution_autotuning(on);
   }
+  // f32 products and convolutions are then planned with TF32 allowed (the
+  // census says so on any device); the device says whether it has TF32.
+  bool set_tf32(Device, bool on) override {
+    tf32_ = on;
+    return on && device_->has_tf32();
+  }
   void to_host(void* host, const void* src, std::size_t bytes) override;
   // The device's own (on a GPU, not waiting for later work); raises no
   // queued index check: it is not a read of everything queued.
@@ -408,6 +414,7 @@ class KernelBackend final : public backend::Backend {
   // residual's add) fused where asked (relu, residual non-null; a relu
   // mask): see kernel_backend_batch_norm.cpp. Whether it wrote relu_bits
   // (where the kernel is packed).
+  backend::Conv2dShape tf32_allowed(const backend::Conv2dShape& s) const;
   struct ApplyResidual {
     const void* data = nullptr;    // null: none
     const float* scale = nullptr;  // with shift: normalised first
@@ -437,6 +444,7 @@ class KernelBackend final : public backend::Backend {
   std::unique_ptr<KernelDevice> device_;
   int index_ = 0;
   bool relu_masks_ = true;                                // RIG_CUDA_RELU_MASKS
+  bool tf32_ = false;                                     // set_tf32
   std::optional<bool> relu_masks_bf16_, relu_masks_f16_;  // gemm_relu_masks' answers
   // Queued index checks: (position, value) pairs on the device, in issue
   // order. A full queue is read at once: room for a few hundred steps of a

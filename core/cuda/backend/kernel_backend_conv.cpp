@@ -7,8 +7,17 @@
 
 namespace rig::cuda {
 
-void KernelBackend::conv2d_forward(const backend::Conv2dShape& s, const float* x, const float* w,
-                                   const float* b, float* y) {
+// s with TF32 allowed where set_tf32 asked for it (on top of bf16 matmul
+// precision's: 16-bit values are exact in TF32).
+backend::Conv2dShape KernelBackend::tf32_allowed(const backend::Conv2dShape& s) const {
+  backend::Conv2dShape t = s;
+  t.allow_tf32 = t.allow_tf32 || tf32_;
+  return t;
+}
+
+void KernelBackend::conv2d_forward(const backend::Conv2dShape& shape, const float* x,
+                                   const float* w, const float* b, float* y) {
+  const backend::Conv2dShape s = tf32_allowed(shape);
   if (s.n * s.c_out * s.out_h * s.out_w == 0) return;
   device_->conv2d_forward(s, x, w, y);
   if (b == nullptr) return;
@@ -33,8 +42,10 @@ void KernelBackend::conv2d_forward(const backend::Conv2dShape& s, const float* x
   binary(backend::Binary::add, plan, y, b, y);
 }
 
-void KernelBackend::conv2d_backward(const backend::Conv2dShape& s, const float* x, const float* w,
-                                    const float* dy, float* dx, float* dw, float* db) {
+void KernelBackend::conv2d_backward(const backend::Conv2dShape& shape, const float* x,
+                                    const float* w, const float* dy, float* dx, float* dw,
+                                    float* db) {
+  const backend::Conv2dShape s = tf32_allowed(shape);
   if (dx != nullptr) device_->conv2d_backward_data(s, w, dy, dx);
   if (dw != nullptr) device_->conv2d_backward_filter(s, x, dy, dw);
   if (db != nullptr) {
@@ -74,8 +85,9 @@ DeviceScratch KernelBackend::f32_copy(DType type, const void* src, std::int64_t 
   return out;
 }
 
-void KernelBackend::conv2d_forward_16(const backend::Conv2dShape& s, DType type, const void* x,
+void KernelBackend::conv2d_forward_16(const backend::Conv2dShape& shape, DType type, const void* x,
                                       const void* w, void* y) {
+  const backend::Conv2dShape s = tf32_allowed(shape);
   if (s.y_elements() == 0) return;
   if (device_->conv2d_16(s, type)) {
     device_->conv2d_forward_16(s, type, x, w, y);
@@ -93,9 +105,10 @@ void KernelBackend::conv2d_forward_16(const backend::Conv2dShape& s, DType type,
   copy_strided({s.y_elements()}, y, {1}, type, yf.as<float>(), {1}, DType::f32);
 }
 
-void KernelBackend::conv2d_backward_16(const backend::Conv2dShape& s, DType type, const void* x,
+void KernelBackend::conv2d_backward_16(const backend::Conv2dShape& shape, DType type, const void* x,
                                        const void* w, const void* dy, void* dx, void* dw,
                                        const backend::ConvGradAccumulation& accumulate) {
+  const backend::Conv2dShape s = tf32_allowed(shape);
   if (device_->conv2d_16(s, type)) {
     // make(out, add) writes a gradient of n elements into `into`, or adds
     // it where the device can (adds_in_place(), asked only then); else it

@@ -187,6 +187,7 @@ void KernelBackend::gemm(const backend::GemmProduct& p, MatmulPrecision precisio
     return;
   }
   GemmRequest request = request_of(p);
+  request.allow_tf32 = tf32_ && precision == MatmulPrecision::f32;  // set_tf32
   const Stored sa = stored_of(p.a, p.m, p.k), sb = stored_of(p.b, p.k, p.n);
   const void* a = p.a.data;
   const void* b = p.b.data;
@@ -262,6 +263,7 @@ void KernelBackend::gemm_batched(const backend::GemmProduct& first, std::int64_t
     return;
   }
   GemmRequest request = request_of(first);
+  request.allow_tf32 = tf32_ && precision == MatmulPrecision::f32;  // set_tf32
   request.batch_count = count;
   request.stride_a = stride_a;
   request.stride_b = stride_b;

@@ -329,7 +329,9 @@ Work counted(std::string_view name, const Kernel& kernel) {
 
 // A convolution's operand type, and " nhwc" for the channels-last layout.
 std::string conv_label(std::string_view type, const backend::Conv2dShape& s) {
-  return s.channels_last ? fmt::format("{} nhwc", type) : std::string(type);
+  // TF32 allowed matters only to f32 data (16-bit values are exact in TF32).
+  const char* tf32 = s.allow_tf32 && type == "f32" ? " (tf32)" : "";
+  return fmt::format("{}{}{}", type, s.channels_last ? " nhwc" : "", tf32);
 }
 
 // A convolution's shape as RIG_CUDA_CENSUS_SHAPES names it: x, the output
@@ -440,6 +442,10 @@ class CensusDevice final : public KernelDevice {
   backend::MemoryPool& memory() override { return device_->memory(); }
   const simt::DeviceProperties& properties() const override { return device_->properties(); }
   std::optional<double> utilisation() override { return device_->utilisation(); }
+  bool set_convolution_autotuning(bool on) override {
+    return device_->set_convolution_autotuning(on);
+  }
+  bool has_tf32() const override { return device_->has_tf32(); }
   bool computes() const override { return device_->computes(); }
   std::unique_ptr<QueueMark> mark() override { return device_->mark(); }
 

@@ -47,6 +47,9 @@ class KernelDevice {
   // Backend::set_convolution_autotuning: false where the device has no
   // engines to time (the emulator).
   virtual bool set_convolution_autotuning(bool /*on*/) { return false; }
+  // Backend::set_tf32: whether f32 products and convolutions planned with
+  // TF32 allowed run on TF32 tensor cores (the emulator computes f32).
+  virtual bool has_tf32() const { return false; }
   // False only for the emulator's host-only mode (EmulatedWork::host_only):
   // nothing runs, reads give zeros, and the index checks and gradient
   // statistics (whose zeros would stop training) are not read.

@@ -106,6 +106,9 @@ class GpuDevice final : public KernelDevice {
   // RIG_CUDNN_AUTOTUNE=1, the convolutions' engines are timed on their first
   // call, as PyTorch's cudnn.benchmark (CudnnGraphs::autotune_with). Once
   // on it stays on: the plans already tuned keep the engines they chose.
+  // TF32 tensor cores: compute capability 8.0 (Ampere) on.
+  bool has_tf32() const override { return properties_.major >= 8; }
+
   bool set_convolution_autotuning(bool on) override {
     if (on && !autotune_) {
       autotune_ = true;

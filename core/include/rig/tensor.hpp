@@ -29,6 +29,9 @@ std::optional<double> device_utilisation(Device device);
 // Backend::set_convolution_autotuning: true where DEVICE has convolution
 // engines to time (cuDNN on a GPU), false where the call changes nothing.
 bool set_convolution_autotuning(Device device, bool on);
+// Backend::set_tf32: true where DEVICE then computes float32 products and
+// convolutions on TF32 tensor cores (a GPU of compute capability 8.0 on).
+bool set_tf32(Device device, bool on);
 void reset_peak_bytes(Device device = Device::cpu());
 // Waits until DEVICE has run everything queued on it (a no-op on the CPU).
 void synchronize_device(Device device);

@@ -181,6 +181,21 @@ void build_model(const RunInputs& in, const DeviceChoice& device, BuiltModel& bu
     in.console.print(
         "*** Matrix products round their operands to bfloat16 and accumulate in float32 ({})", how);
   }
+  // Set either way: a back end keeps it for the process's later runs.
+  const bool tf32 = set_tf32(settings.device, settings.tf32_matmuls);
+  if (settings.tf32_matmuls) {
+    if (tf32) {
+      in.console.print(
+          "*** matmul_precision tensorfloat32: float32 matrix products and convolutions run on "
+          "the GPU's TF32 tensor cores (operands rounded to 10 mantissa bits, float32 "
+          "accumulation)");
+    } else {
+      in.console.print(
+          "*** matmul_precision tensorfloat32: no effect on {} (only a GPU of compute capability "
+          "8.0 or later has TF32; float32 as given)",
+          to_string(settings.device));
+    }
+  }
   if (settings.cudnn_benchmark) {
     if (set_convolution_autotuning(settings.device, true)) {
       in.console.print(

@@ -75,8 +75,9 @@ EngineSettings read_settings(const config::ResolvedConfig& config) {
   s.dtype = root["dtype"].as<std::string>();
   s.compute_dtype = compute_dtype_of(s.dtype, root["mixed_dtype"].as<std::string>());
   s.round_masters = s.dtype == "float16" || s.dtype == "bfloat16";
-  s.bf16_matmuls =
-      root["matmul_precision"].as<std::string>() == "bfloat16" || s.compute_dtype == DType::bf16;
+  const std::string precision = root["matmul_precision"].as<std::string>();
+  s.bf16_matmuls = precision == "bfloat16" || s.compute_dtype == DType::bf16;
+  s.tf32_matmuls = precision == "tensorfloat32" && !s.bf16_matmuls;
   s.cudnn_benchmark = root["cudnn_benchmark"].as<bool>();
   s.loss_scaling = node_or_null(root, "loss_scaling");
   s.loss_scaling_params = node_or_null(root, "loss_scaling_params");

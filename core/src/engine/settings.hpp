@@ -45,6 +45,7 @@ struct EngineSettings {
   DType compute_dtype = DType::f32;
   bool round_masters = false;      // float16 / bfloat16: weights stay representable in that type
   bool bf16_matmuls = false;       // matmul_precision bfloat16, or a bfloat16 compute dtype
+  bool tf32_matmuls = false;       // matmul_precision tensorfloat32 (and not bf16_matmuls)
   bool cudnn_benchmark = false;    // time cuDNN's convolution engines (cudnn.benchmark)
   YAML::Node loss_scaling;         // null, a number, Backoff or LogMax
   YAML::Node loss_scaling_params;  // may be null

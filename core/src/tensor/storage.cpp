@@ -16,6 +16,9 @@ std::optional<double> device_utilisation(Device device) {
 bool set_convolution_autotuning(Device device, bool on) {
   return backend::backend_for(device).set_convolution_autotuning(device, on);
 }
+bool set_tf32(Device device, bool on) {
+  return backend::backend_for(device).set_tf32(device, on);
+}
 void synchronize_device(Device device) {
   backend::backend_for(device).synchronize();
 }

@@ -53,6 +53,12 @@ class Backend {
   // Returns whether the device has engines to choose between: nothing to
   // tune on the CPU, sim or the emulator.
   virtual bool set_convolution_autotuning(Device, bool /*on*/) { return false; }
+  // Whether DEVICE's float32 matrix products (at MatmulPrecision::f32) and
+  // float32 convolutions may run on TF32 tensor cores from now on (operands
+  // rounded to TF32's 10 mantissa bits, float32 accumulation: PyTorch's
+  // allow_tf32). Returns whether that changes what the device computes: only
+  // a GPU of compute capability 8.0 or later has TF32.
+  virtual bool set_tf32(Device, bool /*on*/) { return false; }
   // Synchronous copies between this device's memory and host memory.
   virtual void to_host(void* host, const void* src, std::size_t bytes) = 0;
   virtual void from_host(void* dst, const void* host, std::size_t bytes) = 0;
