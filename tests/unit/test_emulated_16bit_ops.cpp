@@ -1014,6 +1014,15 @@ TEST(Emulated16BitOps, BatchNormAddBatchNormReluHasTheBitsOfBatchNormThenBatchNo
         EXPECT_EQ(host(var_f), host(var_u)) << "running var";
         EXPECT_EQ(host(mean2_f), host(mean2_u)) << "running mean 2";
         EXPECT_EQ(host(var2_f), host(var2_u)) << "running var 2";
+        // Without a backward (no mask kept): the same outputs, in eval mode.
+        const rig::NoGradGuard no_grad;
+        const Tensor ye = rig::ops::batch_norm_add_batch_norm_relu(
+            xf, {gf, bf, mean_f, var_f, 0.1F, 1e-5F}, x2f, {g2f, b2f, mean2_f, var2_f, 0.2F, 1e-3F},
+            false);
+        const Tensor ue = rig::ops::batch_norm_add_relu(
+            xu, rig::ops::batch_norm(x2u, g2u, b2u, mean2_u, var2_u, false, 0.2F, 1e-3F), gu, bu,
+            mean_u, var_u, false, 0.1F, 1e-5F);
+        EXPECT_EQ(host(ye), host(ue)) << "y in eval mode without grad";
       }
     }
   }

@@ -1,5 +1,7 @@
 // batch_norm: checks, running-statistics update, autograd, dispatch (cpu/batch_norm.hpp).
+#include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 
@@ -223,21 +225,28 @@ autograd::TensorList batch_norm_grads(const Normalised& n, const Tensor& gc,
 }
 
 // relu(apply(x) + residual) on the back end, the relu's mask kept as bits
-// where it stores them, else as the output: what the backward reads. With
-// `other` the residual is that batch norm's x, normalised in the same pass.
+// where it stores them, else as the output: what the backward reads (none
+// kept without a backward: `inputs` none needing a gradient, or no grad
+// mode). With `other` the residual is that batch norm's x, normalised in the
+// same pass.
 Tensor apply_add_relu(backend::Backend& be, const Normalised& n, const Tensor& residual,
-                      const Normalised* other, SavedReluMask& mask) {
+                      const Normalised* other, std::initializer_list<const Tensor*> inputs,
+                      SavedReluMask& mask) {
   Tensor out = detail::empty_on(n.xc, n.xc.shape(), n.type);
   const Tensor rc = other != nullptr ? other->xc : residual.detach().contiguous();
-  Tensor bits = detail::empty_on(n.xc, {(n.xc.numel() + 7) / 8}, DType::u8);
+  const bool backward =
+      grad_mode_enabled() && std::any_of(inputs.begin(), inputs.end(), [](const Tensor* t) {
+        return t->defined() && t->requires_grad();
+      });
+  Tensor bits = backward ? detail::empty_on(n.xc, {(n.xc.numel() + 7) / 8}, DType::u8) : Tensor();
   const bool wrote = be.batch_norm_apply_add_relu(
       n.s, n.type, n.xc.raw_data(), n.scale.data<float>(), n.shift.data<float>(), rc.raw_data(),
       other != nullptr ? other->scale.data<float>() : nullptr,
       other != nullptr ? other->shift.data<float>() : nullptr, out.raw_data(),
-      bits.data<std::uint8_t>());
+      backward ? bits.data<std::uint8_t>() : nullptr);
   if (wrote) {
     mask.bits = bits;
-  } else {
+  } else if (backward) {
     mask.y = out.detach();
   }
   return out;
@@ -267,7 +276,7 @@ Tensor batch_norm_impl(const Tensor& x, const BatchNormParams& p, bool training,
   SavedReluMask mask;
   Tensor out;
   if (add_residual) {
-    out = apply_add_relu(be, n, residual, nullptr, mask);
+    out = apply_add_relu(be, n, residual, nullptr, {&x, &p.gamma, &p.beta, &residual}, mask);
   } else {
     out = detail::empty_on(n.xc, x.shape(), n.type);
     if (relu) {
@@ -368,7 +377,8 @@ Tensor batch_norm_add_batch_norm_relu(const Tensor& x, const BatchNormParams& bn
   const Normalised n2 = normalise(x2, bn2, training, s2, be);
   const Normalised n = normalise(x, bn, training, s, be);
   SavedReluMask mask;
-  Tensor out = apply_add_relu(be, n, Tensor(), &n2, mask);
+  Tensor out = apply_add_relu(be, n, Tensor(), &n2,
+                              {&x, &bn.gamma, &bn.beta, &x2, &bn2.gamma, &bn2.beta}, mask);
   // Both backwards read dy through the same relu mask: the shortcut's
   // upstream gradient is relu's backward of dy, which is never stored.
   return autograd::record(std::move(out), kFused, {x, bn.gamma, bn.beta, x2, bn2.gamma, bn2.beta},
