@@ -211,6 +211,44 @@ TEST(OpsBatchNorm, AddReluMatchesFiniteDifferences) {
   EXPECT_EQ(op({x, residual, gamma, beta}).to_vector(), composed.to_vector());
 }
 
+TEST(OpsBatchNorm, AddBatchNormReluMatchesFiniteDifferences) {
+  // relu(batch_norm(x) + batch_norm(x2)), a residual block's end with a
+  // projection shortcut, with every input's gradient; away from relu's kink
+  // (x2 nudged until every |pre-relu sum| > 0.05).
+  const Shape shape{4, 3, 3, 3};
+  const Tensor x = random_tensor(shape, 31, -2.0F, 2.0F);
+  Tensor x2 = random_tensor(shape, 32, -1.0F, 1.0F);
+  const Tensor gamma = random_tensor({3}, 33, 0.5F, 1.5F), beta = random_tensor({3}, 34);
+  const Tensor gamma2 = random_tensor({3}, 35, 0.5F, 1.5F), beta2 = random_tensor({3}, 36);
+  const auto pre_relu = [&] {
+    return ops::add(ops::batch_norm(x, gamma, beta, {}, {}, true),
+                    ops::batch_norm(x2, gamma2, beta2, {}, {}, true, 0.2F, 1e-3F))
+        .to_vector();
+  };
+  for (int round = 0; round < 20; ++round) {
+    std::vector<float> v = x2.to_vector();
+    const std::vector<float> sums = pre_relu();
+    bool moved = false;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (std::fabs(sums[i]) < 0.05F) {
+        v[i] += 0.3F;
+        moved = true;
+      }
+    }
+    if (!moved) break;
+    x2 = Tensor::from_vector(v, shape);
+  }
+  for (const float s : pre_relu()) ASSERT_GE(std::fabs(s), 0.05F) << "x2 not moved off the kink";
+  const auto op = [](const std::vector<Tensor>& in) {
+    return ops::batch_norm_add_batch_norm_relu(in[0], {in[1], in[2], {}, {}, 0.1F, 1e-5F}, in[3],
+                                               {in[4], in[5], {}, {}, 0.2F, 1e-3F}, true);
+  };
+  EXPECT_TRUE(check_gradients(op, {x, gamma, beta, x2, gamma2, beta2}, 1e-2, 2e-2, 2e-3, 160));
+  const Tensor composed = ops::batch_norm_add_relu(
+      x, ops::batch_norm(x2, gamma2, beta2, {}, {}, true, 0.2F, 1e-3F), gamma, beta, {}, {}, true);
+  EXPECT_EQ(op({x, gamma, beta, x2, gamma2, beta2}).to_vector(), composed.to_vector());
+}
+
 TEST(OpsBatchNorm, ChannelsLastRowsAreTheNchwBatchNorm) {
   // A channels-last network normalises NHWC activations as [N H W, C] rows:
   // the same outputs, gradients and running statistics as NCHW, up to the
