@@ -33,12 +33,14 @@ set +e; wait "$pid"; code=$?; set -e
 ls term/checkpoints | grep -q ckpt- || fail "no checkpoint after SIGTERM"
 
 echo "== a second signal exits at once, without a checkpoint"
-# Steps of ~1 s (a wide MLP), so both signals land inside one step.
+# A wide MLP (steps of ~40 ms, a checkpoint of ~70 MB): the second signal,
+# 50 ms after the first, lands before the first one's step and checkpoint
+# are done (0.2 s was not always soon enough on an idle machine).
 "$rig" run "$exp" --logdir twice --max_steps=100000000 --batch_size_per_gpu=256 \
   --set 'model_params.hidden_sizes=[2048,2048,2048]' --print_loss_steps=1 > twice.log 2>&1 &
 pid=$!
 for _ in $(seq 300); do grep -q "Global step 1:" twice.log 2>/dev/null && break; sleep 0.1; done
-kill -INT "$pid"; sleep 0.2; kill -INT "$pid"
+kill -INT "$pid"; sleep 0.05; kill -INT "$pid"
 set +e; wait "$pid"; code=$?; set -e
 cat twice.log | tail -3
 [ "$code" -eq 130 ] || fail "second SIGINT exit $code, expected 130"
