@@ -410,11 +410,12 @@ class KernelBackend final : public backend::Backend {
   // and weights of `type` (each may be null).
   void attention_softmax(const backend::AttentionShape& s, const float* scores, float* probs,
                          void* weights, DType type);
+  // s with TF32 allowed where set_tf32 asked for it (kernel_backend_conv.cpp).
+  backend::Conv2dShape tf32_allowed(const backend::Conv2dShape& s) const;
   // Batch norm's apply and backward, with the relu (and before it a
   // residual's add) fused where asked (relu, residual non-null; a relu
-  // mask): see kernel_backend_batch_norm.cpp. Whether it wrote relu_bits
-  // (where the kernel is packed).
-  backend::Conv2dShape tf32_allowed(const backend::Conv2dShape& s) const;
+  // mask): see kernel_backend_batch_norm.cpp. The apply says whether it
+  // wrote relu_bits (where the kernel is packed).
   struct ApplyResidual {
     const void* data = nullptr;    // null: none
     const float* scale = nullptr;  // with shift: normalised first
