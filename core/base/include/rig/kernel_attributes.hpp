@@ -4,8 +4,11 @@
 // runs on old ones. Put it on plain (non-template, non-inline) functions.
 #pragma once
 
+// Not under the sanitizers: their instrumentation of the ifunc resolvers,
+// which run while the dynamic linker relocates librig, crashes ThreadSanitizer
+// builds there.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
-    !defined(__SANITIZE_ADDRESS__)
+    !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 #define RIG_CPU_KERNEL __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
 #else
 #define RIG_CPU_KERNEL
