@@ -36,6 +36,16 @@
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
+#if defined(__SANITIZE_THREAD__)
+#define RIG_SIMT_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define RIG_SIMT_TSAN 1
+#endif
+#endif
+#if defined(RIG_SIMT_TSAN)
+#include <sanitizer/tsan_interface.h>
+#endif
 
 #ifndef RIG_SIMT_SOURCE_ROOT
 #define RIG_SIMT_SOURCE_ROOT ""
@@ -274,6 +284,7 @@ struct Fiber {
   std::byte* stack = nullptr;
   std::size_t stack_size = 0;
   [[maybe_unused]] void* fake_stack = nullptr;  // ASan's fake stack while suspended
+  [[maybe_unused]] void* tsan_fiber = nullptr;  // ThreadSanitizer's record of it
   bool started = false;                         // entered fiber_main
   bool abort_thrown = false;
   State state = State::kFresh;
@@ -317,11 +328,24 @@ class Launch {
       f.stack = stacks_.stack(t);
       f.stack_size = stacks_.stack_size();
       f.context.prepare(f.stack, f.stack_size, &Launch::fiber_main);
+#if defined(RIG_SIMT_TSAN)
+      // Each fiber a thread of its own to ThreadSanitizer, which otherwise
+      // takes the switched stacks for one impossibly deep stack and fails.
+      f.tsan_fiber = __tsan_create_fiber(0);
+#endif
     }
+#if defined(RIG_SIMT_TSAN)
+    main_tsan_fiber_ = __tsan_get_current_fiber();
+#endif
   }
   Launch(const Launch&) = delete;
   Launch& operator=(const Launch&) = delete;
-  ~Launch() { shutdown(); }
+  ~Launch() {
+    shutdown();
+#if defined(RIG_SIMT_TSAN)
+    for (const Fiber& f : fibers_) __tsan_destroy_fiber(f.tsan_fiber);
+#endif
+  }
 
   void run() {
     tls_launch = this;
@@ -386,6 +410,9 @@ class Launch {
 #if defined(RIG_SIMT_ASAN)
     __sanitizer_start_switch_fiber(nullptr, self->main_bottom_, self->main_size_);
 #endif
+#if defined(RIG_SIMT_TSAN)
+    __tsan_switch_to_fiber(self->main_tsan_fiber_, 0);
+#endif
     FiberContext::switch_to(f.context, self->main_context_);
   }
 
@@ -403,6 +430,9 @@ class Launch {
 #if defined(RIG_SIMT_ASAN)
     __sanitizer_start_switch_fiber(&main_fake_stack_, f.stack, f.stack_size);
 #endif
+#if defined(RIG_SIMT_TSAN)
+    __tsan_switch_to_fiber(f.tsan_fiber, 0);
+#endif
     FiberContext::switch_to(main_context_, f.context);
 #if defined(RIG_SIMT_ASAN)
     __sanitizer_finish_switch_fiber(main_fake_stack_, nullptr, nullptr);
@@ -412,6 +442,9 @@ class Launch {
   void to_scheduler(Fiber& f) {
 #if defined(RIG_SIMT_ASAN)
     __sanitizer_start_switch_fiber(&f.fake_stack, main_bottom_, main_size_);
+#endif
+#if defined(RIG_SIMT_TSAN)
+    __tsan_switch_to_fiber(main_tsan_fiber_, 0);
 #endif
     FiberContext::switch_to(f.context, main_context_);
 #if defined(RIG_SIMT_ASAN)
@@ -579,6 +612,7 @@ class Launch {
   [[maybe_unused]] void* main_fake_stack_ = nullptr;
   [[maybe_unused]] const void* main_bottom_ = nullptr;
   [[maybe_unused]] std::size_t main_size_ = 0;
+  [[maybe_unused]] void* main_tsan_fiber_ = nullptr;  // the launching thread's
   unsigned current_ = 0;
   Dim3 block_;
   bool aborting_ = false;
