@@ -1,5 +1,6 @@
 // The CUDA caching allocator's bookkeeping, on the CPU with a fake device
-// memory source: size classes, reuse on the same stream without waiting,
+// memory source: size classes, large blocks as pieces of segments (split,
+// merged, reused across shapes), reuse on the same stream without waiting,
 // cross-stream uses held back until their markers complete, exact counters,
 // out-of-memory retries, caching off, empty_cache and thread safety.
 #include <gtest/gtest.h>
@@ -8,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <random>
 #include <set>
 #include <thread>
 #include <vector>
@@ -23,6 +25,7 @@ using rig::cuda::StreamId;
 
 constexpr StreamId kStreamA = 0x1000;
 constexpr StreamId kStreamB = 0x2000;
+constexpr std::size_t kMiB = std::size_t{1} << 20U;
 
 // Host memory standing in for a device, with a byte limit, and markers whose
 // completion the test controls: finish(stream) completes what was recorded on
@@ -83,6 +86,10 @@ class FakeDevice final : public DeviceMemorySource {
     std::lock_guard<std::mutex> lock(mutex_);
     return live_.size();
   }
+  std::size_t live_bytes() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return live_bytes_;
+  }
   std::size_t live_markers() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return markers_.size();
@@ -115,6 +122,14 @@ TEST(DeviceAllocator, SizeClasses) {
   EXPECT_EQ(DeviceCachingAllocator::round_size(4097), 4608U);  // 4096 + 4096 / 8
   EXPECT_EQ(DeviceCachingAllocator::round_size(1000000), 1048576U);
   EXPECT_EQ(DeviceCachingAllocator::round_size(900000), 917504U);
+  // Above 1 MiB: pieces of segments, multiples of 512 B.
+  EXPECT_EQ(DeviceCachingAllocator::round_size(kMiB + 1), kMiB + 512);
+  EXPECT_EQ(DeviceCachingAllocator::round_size(411041792), 411041792U);  // 256x64x112x112 bf16
+  EXPECT_EQ(DeviceCachingAllocator::segment_size(kMiB + 512), 20 * kMiB);
+  EXPECT_EQ(DeviceCachingAllocator::segment_size(10 * kMiB), 20 * kMiB);
+  EXPECT_EQ(DeviceCachingAllocator::segment_size(10 * kMiB + 512), 12 * kMiB);
+  EXPECT_EQ(DeviceCachingAllocator::segment_size(411041792), 392 * kMiB);  // exact
+  EXPECT_EQ(DeviceCachingAllocator::segment_size(411041793), 394 * kMiB);
   for (std::size_t bytes = 1; bytes < (std::size_t{1} << 40U); bytes = bytes * 3 / 2 + 1) {
     const auto r = DeviceCachingAllocator::round_size(bytes);
     EXPECT_GE(r, bytes);
@@ -127,7 +142,7 @@ TEST(DeviceAllocator, EverySizeClassIsReusedAndReleasedWithItsCapacity) {
   FakeDevice device;
   DeviceCachingAllocator a(device, true);
   std::vector<std::size_t> sizes;
-  for (std::size_t bytes = 1; bytes < (std::size_t{1} << 24U); bytes = bytes * 9 / 8 + 1) {
+  for (std::size_t bytes = 1; bytes <= kMiB; bytes = bytes * 9 / 8 + 1) {
     sizes.push_back(bytes);
   }
   std::vector<DeviceBlock> blocks;
@@ -154,6 +169,205 @@ TEST(DeviceAllocator, EverySizeClassIsReusedAndReleasedWithItsCapacity) {
   a.empty_cache();
   EXPECT_EQ(a.stats().cached_bytes, 0U);
   EXPECT_EQ(device.live_blocks(), 0U);
+}
+
+TEST(DeviceAllocator, LargeBlocksArePiecesOfASharedSegment) {
+  FakeDevice device;
+  DeviceCachingAllocator a(device, true);
+  const DeviceBlock first = a.allocate(3 * kMiB, kStreamA);
+  const DeviceBlock second = a.allocate(4 * kMiB + 1, kStreamA);
+  EXPECT_EQ(first.capacity, 3 * kMiB);  // no size class: exact to 512 B
+  EXPECT_EQ(second.capacity, 4 * kMiB + 512);
+  EXPECT_EQ(second.data, first.data + 3 * kMiB);  // the same 20 MiB segment
+  EXPECT_EQ(device.allocations, 1);
+  EXPECT_EQ(device.live_bytes(), 20 * kMiB);
+  auto s = a.stats();
+  EXPECT_EQ(s.current_bytes, 7 * kMiB + 512);
+  EXPECT_EQ(s.cached_bytes, 20 * kMiB - s.current_bytes);
+  EXPECT_EQ(s.system_allocations, 1U);
+  a.deallocate(first);
+  a.deallocate(second);
+  s = a.stats();
+  EXPECT_EQ(s.current_bytes, 0U);
+  EXPECT_EQ(s.cached_bytes, 20 * kMiB);
+  a.empty_cache();  // the pieces merged back into the whole segment
+  EXPECT_EQ(device.live_blocks(), 0U);
+  EXPECT_EQ(a.stats().cached_bytes, 0U);
+}
+
+TEST(DeviceAllocator, ARestOfAtMostOneMiBStaysWithTheBlock) {
+  FakeDevice device;
+  DeviceCachingAllocator a(device, true);
+  // 50 MiB + 1 B: a 52 MiB segment; the 2 MiB - 512 B left is split off.
+  const DeviceBlock split = a.allocate(50 * kMiB + 1, kStreamA);
+  EXPECT_EQ(split.capacity, 50 * kMiB + 512);
+  EXPECT_EQ(a.stats().cached_bytes, 2 * kMiB - 512);
+  // 19.5 MiB from a new 20 MiB segment: the 0.5 MiB left is too small to split.
+  const DeviceBlock whole = a.allocate(19 * kMiB + kMiB / 2, kStreamA);
+  EXPECT_EQ(whole.capacity, 20 * kMiB);
+  EXPECT_EQ(device.allocations, 2);
+  // The split-off rest serves a request that fits it.
+  const DeviceBlock rest = a.allocate(kMiB + kMiB / 2, kStreamA);
+  EXPECT_EQ(rest.data, split.data + split.capacity);
+  EXPECT_EQ(rest.capacity, 2 * kMiB - 512);
+  EXPECT_EQ(device.allocations, 2);
+  EXPECT_EQ(a.stats().cached_bytes, 0U);
+  for (const auto& b : {split, whole, rest}) a.deallocate(b);
+  a.empty_cache();
+  EXPECT_EQ(device.live_blocks(), 0U);
+}
+
+TEST(DeviceAllocator, FreedLargeBlocksServeOtherShapes) {
+  FakeDevice device;
+  DeviceCachingAllocator a(device, true);
+  constexpr std::size_t kActivation = 411041792;  // 256 x 64 x 112 x 112 bf16
+  const DeviceBlock big = a.allocate(kActivation, kStreamA);
+  a.deallocate(big);
+  // Two halves, then a quarter and a three-quarter block: all from the one segment.
+  const DeviceBlock h1 = a.allocate(kActivation / 2, kStreamA);
+  const DeviceBlock h2 = a.allocate(kActivation / 2, kStreamA);
+  EXPECT_EQ(h1.data, big.data);
+  EXPECT_EQ(h2.data, big.data + kActivation / 2);
+  a.deallocate(h1);
+  a.deallocate(h2);  // merges with h1 and the segment's rest
+  const DeviceBlock q = a.allocate(kActivation / 4, kStreamA);
+  const DeviceBlock q3 = a.allocate(3 * (kActivation / 4), kStreamA);
+  EXPECT_EQ(q.data, big.data);
+  EXPECT_EQ(q3.data, big.data + kActivation / 4);
+  EXPECT_EQ(device.allocations, 1);
+  EXPECT_EQ(a.stats().system_allocations, 1U);
+  // Smallest piece that fits: freeing q and asking for less takes q's piece,
+  // not the segment's larger rest.
+  a.deallocate(q);
+  const DeviceBlock small = a.allocate(kActivation / 8, kStreamA);
+  EXPECT_EQ(small.data, big.data);
+  for (const auto& b : {q3, small}) a.deallocate(b);
+  EXPECT_EQ(a.stats().cached_bytes, 392 * kMiB);
+  a.empty_cache();
+  EXPECT_EQ(device.live_blocks(), 0U);
+}
+
+TEST(DeviceAllocator, LargePiecesStayWithTheirStream) {
+  FakeDevice device;
+  DeviceCachingAllocator a(device, true);
+  const DeviceBlock on_a = a.allocate(64 * kMiB, kStreamA);
+  a.deallocate(on_a);
+  const DeviceBlock on_b = a.allocate(32 * kMiB, kStreamB);
+  EXPECT_NE(on_b.data, on_a.data);
+  EXPECT_EQ(device.allocations, 2);
+  EXPECT_EQ(a.allocate(32 * kMiB, kStreamA).data, on_a.data);
+  a.deallocate(on_b);
+}
+
+TEST(DeviceAllocator, ALargePieceUsedOnAnotherStreamWaitsAndDoesNotMerge) {
+  FakeDevice device;
+  DeviceCachingAllocator a(device, true);
+  const DeviceBlock first = a.allocate(4 * kMiB, kStreamA);
+  const DeviceBlock second = a.allocate(4 * kMiB, kStreamA);
+  const StreamId used_on[] = {kStreamB};
+  a.deallocate(first, used_on);
+  a.deallocate(second);  // free, but cannot merge with the pending first
+  EXPECT_EQ(device.live_markers(), 1U);
+  // Stream B has not finished: the request takes the free rest, not `first`.
+  const DeviceBlock while_busy = a.allocate(6 * kMiB, kStreamA);
+  EXPECT_EQ(while_busy.data, second.data);
+  device.finish(kStreamB);
+  const DeviceBlock after = a.allocate(4 * kMiB, kStreamA);
+  EXPECT_EQ(after.data, first.data);
+  EXPECT_EQ(device.live_markers(), 0U);
+  EXPECT_EQ(device.waits, 0);
+  EXPECT_EQ(device.allocations, 1);
+  a.deallocate(while_busy);
+  a.deallocate(after);
+  a.empty_cache();
+  EXPECT_EQ(device.live_blocks(), 0U);
+}
+
+TEST(DeviceAllocator, LargeOutOfMemoryGivesFreeSegmentsBackAndWaitsForPendingPieces) {
+  FakeDevice device(64 * kMiB);
+  DeviceCachingAllocator a(device, true);
+  a.deallocate(a.allocate(30 * kMiB, kStreamA));
+  // 30 MiB cached on stream A + 40 MiB > 64 MiB: refused, the free segment
+  // goes back, then the retry fits.
+  const DeviceBlock on_b = a.allocate(40 * kMiB, kStreamB);
+  EXPECT_EQ(device.refused, 1);
+  EXPECT_EQ(a.stats().cached_bytes, 0U);
+  // A piece pending on stream A is freed after waiting for A: the second retry.
+  const StreamId used_on[] = {kStreamA};
+  a.deallocate(on_b, used_on);
+  const DeviceBlock next = a.allocate(60 * kMiB, kStreamA);
+  EXPECT_EQ(device.refused, 3);
+  EXPECT_EQ(device.waits, 1);
+  EXPECT_EQ(a.stats().current_bytes, 60 * kMiB);
+  EXPECT_EQ(device.live_markers(), 0U);
+  a.deallocate(next);
+}
+
+TEST(DeviceAllocator, LargeOutOfMemoryReusesAPieceThatWaitingFreed) {
+  FakeDevice device(64 * kMiB);
+  DeviceCachingAllocator a(device, true);
+  const DeviceBlock held = a.allocate(32 * kMiB, kStreamA);
+  const DeviceBlock shared = a.allocate(32 * kMiB, kStreamA);
+  const StreamId used_on[] = {kStreamB};
+  a.deallocate(shared, used_on);
+  // No room for a new segment, and the only cached piece is pending on B:
+  // after waiting for B it is free, and the request takes it.
+  const DeviceBlock again = a.allocate(32 * kMiB, kStreamA);
+  EXPECT_EQ(again.data, shared.data);
+  EXPECT_EQ(device.waits, 1);
+  a.deallocate(held);
+  a.deallocate(again);
+}
+
+// Random large and small requests on two streams: blocks never overlap, the
+// counters always add up to what the source holds, and everything goes back.
+TEST(DeviceAllocator, RandomRequestsKeepBlocksDisjointAndCountersExact) {
+  FakeDevice device;
+  DeviceCachingAllocator a(device, true);
+  std::mt19937_64 random(7);
+  std::map<std::byte*, DeviceBlock> live;
+  std::size_t peak = 0;
+  for (int i = 0; i < 4000; ++i) {
+    if (live.size() < 40 && (live.empty() || random() % 3 != 0)) {
+      const std::size_t bytes =
+          random() % 4 == 0 ? 1 + random() % kMiB : 1 + random() % (48 * kMiB);
+      const StreamId stream = random() % 5 == 0 ? kStreamB : kStreamA;
+      const DeviceBlock b = a.allocate(bytes, stream);
+      ASSERT_GE(b.capacity, bytes);
+      ASSERT_EQ(b.stream, stream);
+      ASSERT_EQ(reinterpret_cast<std::uintptr_t>(b.data) % 512, 0U);
+      // Disjoint from its neighbours by address.
+      const auto next = live.lower_bound(b.data);
+      if (next != live.end()) {
+        ASSERT_LE(b.data + b.capacity, next->first);
+      }
+      if (next != live.begin()) {
+        const auto& before = std::prev(next)->second;
+        ASSERT_LE(before.data + before.capacity, b.data);
+      }
+      live[b.data] = b;
+    } else {
+      auto it = live.begin();
+      std::advance(it, static_cast<std::ptrdiff_t>(random() % live.size()));
+      const StreamId used_on[] = {kStreamB};
+      a.deallocate(it->second, random() % 4 == 0 ? std::span<const StreamId>(used_on)
+                                                 : std::span<const StreamId>());
+      live.erase(it);
+      if (random() % 7 == 0) device.finish(kStreamB);
+    }
+    std::size_t in_use = 0;
+    for (const auto& [data, b] : live) in_use += b.capacity;
+    const auto s = a.stats();
+    ASSERT_EQ(s.current_bytes, in_use);
+    ASSERT_EQ(s.current_bytes + s.cached_bytes, device.live_bytes());
+    peak = std::max(peak, in_use);
+  }
+  EXPECT_EQ(a.stats().peak_bytes, peak);
+  for (const auto& [data, b] : live) a.deallocate(b);
+  a.empty_cache();
+  EXPECT_EQ(device.live_blocks(), 0U);
+  EXPECT_EQ(device.live_markers(), 0U);
+  EXPECT_EQ(a.stats().cached_bytes, 0U);
 }
 
 TEST(DeviceAllocator, ReusesOnTheSameStreamWithoutWaiting) {
@@ -324,7 +538,9 @@ TEST(DeviceAllocator, ThreadsOnTheirOwnStreams) {
       const StreamId stream = 0x100 * static_cast<StreamId>(t + 1);
       std::vector<DeviceBlock> held;
       for (int i = 0; i < 2000; ++i) {
-        held.push_back(a.allocate(static_cast<std::size_t>(512 * (1 + (i * 7 + t) % 40)), stream));
+        // Every fifth request large: a piece of a segment.
+        const std::size_t bytes = static_cast<std::size_t>(512 * (1 + (i * 7 + t) % 40));
+        held.push_back(a.allocate(i % 5 == 0 ? bytes * 200 : bytes, stream));
         if (held.size() > 8) {
           a.deallocate(held.front());
           held.erase(held.begin());

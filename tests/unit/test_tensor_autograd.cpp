@@ -84,6 +84,38 @@ TEST(TensorAutograd, AnInputNoBackwardSavedIsFreedDuringForward) {
   EXPECT_EQ(x.grad().to_vector(), expected);
 }
 
+// Each node's backward function, and the tensors it saved, goes as soon as it
+// has run (as PyTorch frees saved variables): when the first layer's backward
+// runs, what the second layer saved is already freed.
+TEST(TensorAutograd, ANodesSavedTensorsAreFreedOnceItsBackwardHasRun) {
+  Tensor x = Tensor::full({4}, 1.0F).set_requires_grad(true);
+  std::weak_ptr<rig::Storage> saved_by_second;
+  bool freed_when_first_ran = false;
+  Tensor y;
+  {
+    const Tensor saved = Tensor::full({1024}, 2.0F);
+    saved_by_second = saved.impl()->storage;
+    const Tensor first =
+        rig::autograd::record(x.detach().clone(), "first", {x},
+                              [&saved_by_second, &freed_when_first_ran](const Tensor& g) {
+                                freed_when_first_ran = saved_by_second.expired();
+                                return rig::TensorList{g};
+                              });
+    const Tensor second =
+        rig::autograd::record(first.detach().clone(), "second", {first}, [saved](const Tensor& g) {
+          EXPECT_EQ(saved.numel(), 1024);
+          return rig::TensorList{g};
+        });
+    y = ops::sum(second);
+  }
+  EXPECT_FALSE(saved_by_second.expired());  // the graph holds it until backward
+  y.backward();
+  EXPECT_TRUE(freed_when_first_ran);
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<float>{1, 1, 1, 1}));
+  EXPECT_TRUE(contains(error_of<std::logic_error>([&] { y.backward(); }),
+                       "graph through 'sum' was already released"));
+}
+
 TEST(TensorAutograd, DeepChainIsTraversedAndFreedIteratively) {
   Tensor x = Tensor::full({1}, 0.5F).set_requires_grad(true);
   Tensor y = x;

@@ -11,12 +11,24 @@
 // user's have finished. A block that was also used on other streams is held
 // back until the work queued on those streams at the time of the free has
 // completed (a marker recorded on each).
+//
+// Two pools. Requests up to 1 MiB get size classes (8 per power of two) and
+// whole allocations of their class. Larger ones, the activations, take pieces
+// of segments: a segment is one allocation from the source (20 MiB, or the
+// request rounded up to 2 MiB); a request takes the smallest free piece of
+// its stream that fits, split when more than 1 MiB would be left over, and a
+// freed piece merges with free neighbours. So a large block wastes at most
+// 1 MiB instead of up to 12.5%, and memory freed by one shape serves another
+// (a 392 MiB activation's block serves two 196 MiB ones).
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <mutex>
+#include <set>
 #include <span>
 #include <vector>
 
@@ -53,9 +65,9 @@ struct DeviceBlock {
 struct DeviceAllocatorStats {
   std::size_t current_bytes = 0;  // handed out, by block capacity
   std::size_t peak_bytes = 0;     // highest current_bytes since construction or reset_peak
-  std::size_t cached_bytes = 0;   // freed and kept for reuse
+  std::size_t cached_bytes = 0;   // held from the source and not handed out
   std::uint64_t requests = 0;
-  std::uint64_t system_allocations = 0;  // requests the source served (not reused)
+  std::uint64_t system_allocations = 0;  // allocations from the source (blocks and segments)
 };
 
 class DeviceCachingAllocator {
@@ -80,10 +92,16 @@ class DeviceCachingAllocator {
   // Gives every cached block back to the source (waiting for pending ones).
   void empty_cache();
 
-  // The block size a request of `bytes` gets: multiples of 512 B up to 4 KiB,
-  // then 8 steps per power of two (at most 12.5% waste). 512 B keeps every
+  // The size a request of `bytes` is served at: multiples of 512 B up to
+  // 4 KiB, then 8 steps per power of two (at most 12.5% waste) up to 1 MiB,
+  // then multiples of 512 B again (a large block may still be up to 1 MiB
+  // more: the rest of a piece too small to split off). 512 B keeps every
   // block aligned for vectorised loads wherever cudaMalloc placed it.
   static std::size_t round_size(std::size_t bytes);
+  // The segment a large request of `rounded` bytes allocates when no free
+  // piece fits: 20 MiB up to 10 MiB (shared by several), else `rounded`
+  // rounded up to 2 MiB.
+  static std::size_t segment_size(std::size_t rounded);
 
  private:
   struct CachedBlock {
@@ -91,20 +109,52 @@ class DeviceCachingAllocator {
     StreamId stream = 0;
     std::vector<DeviceMemorySource::Marker> pending;  // other streams' work still using it
   };
-  static constexpr std::size_t kClasses = 8 + 52 * 8;
+  // A large block: a piece of a segment, in use, pending (freed, but other
+  // streams' work may still use it) or free.
+  struct Piece {
+    std::byte* data = nullptr;
+    std::size_t size = 0;
+    StreamId stream = 0;
+    Piece* previous = nullptr;  // the neighbours in its segment, by address
+    Piece* next = nullptr;
+    bool in_use = false;
+    std::vector<DeviceMemorySource::Marker> pending;
+  };
+  struct SmallestFirst {  // the free pieces' order: by stream, then size, then address
+    bool operator()(const Piece* a, const Piece* b) const;
+  };
+
+  static constexpr std::size_t kClasses = 8 + 8 * 8;  // the small pool's: up to 1 MiB
+  static bool is_large(std::size_t rounded);
   static std::size_t class_index(std::size_t rounded);
   static std::size_t class_capacity(std::size_t index);  // class_index's inverse
 
-  // Whether `block` may be handed out now; releases its completed markers.
-  bool ready_locked(CachedBlock& block);
+  // Whether `markers` have all completed; releases the completed ones.
+  bool completed_locked(std::vector<DeviceMemorySource::Marker>& markers);
   void count_handed_out_locked(std::size_t capacity);
-  // Gives cached blocks back to the source: the ready ones, or all (waiting).
+  DeviceBlock allocate_small(std::size_t rounded, StreamId stream);
+  DeviceBlock allocate_large_locked(std::size_t rounded, StreamId stream);
+  // The smallest free piece of `stream` of at least `rounded` bytes, or null.
+  Piece* best_fit_locked(std::size_t rounded, StreamId stream);
+  // `piece` (free) handed out for `rounded` bytes; the rest split off when large.
+  DeviceBlock hand_out_locked(Piece* piece, std::size_t rounded);
+  void free_large_locked(Piece* piece, std::span<const StreamId> also_used_on);
+  // `piece` joins the free pieces, merged with its free neighbours.
+  void make_free_locked(Piece* piece);
+  // Pending pieces whose markers have completed (all of them, waiting, if
+  // `wait`) become free.
+  void settle_pending_locked(bool wait);
+  // Gives cached blocks and wholly free segments back to the source: the
+  // ready ones, or all (waiting for pending work).
   void release_cached_locked(bool wait_for_pending);
 
   DeviceMemorySource& source_;
   const bool caching_;
   mutable std::mutex mutex_;
   std::array<std::vector<CachedBlock>, kClasses> free_;
+  std::map<std::byte*, std::unique_ptr<Piece>> pieces_;  // every large piece, by address
+  std::set<Piece*, SmallestFirst> free_pieces_;
+  std::vector<Piece*> pending_pieces_;
   DeviceAllocatorStats stats_;
 };
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/caching_allocator.hpp"
+#include "cuda/allocator/allocator_pool.hpp"
 #include "cuda/backend/kernel_backend.hpp"
 #include "cuda/emulated/emulated_attention.hpp"
 #include "cuda/gemm/lt_interpreter.hpp"
@@ -37,12 +38,25 @@ std::vector<float> widened(DType type, const void* src, std::int64_t n) {
   return out;
 }
 
+// Host memory as the emulated device's, for the GPU's caching allocator. One
+// stream, whose work is done when queued: every marker has completed.
+class HostAsDeviceMemory final : public DeviceMemorySource {
+ public:
+  std::byte* allocate(std::size_t bytes) override { return backend::host_memory().allocate(bytes); }
+  void release(std::byte* data) noexcept override { backend::host_memory().release(data); }
+  Marker record(StreamId /*stream*/) override { return 0; }
+  bool completed(Marker /*marker*/) override { return true; }
+  void wait(Marker /*marker*/) override {}
+  void release_marker(Marker /*marker*/) noexcept override {}
+};
+
 class EmulatedDevice final : public KernelDevice {
  public:
   EmulatedDevice(EmulatedConvolutions convolutions, EmulatedAttention attention,
                  EmulatedEpilogues epilogues)
       : properties_(simt::DeviceProperties::h100_sxm()),
-        pool_(backend::host_memory(), backend::caching_enabled(), backend::cache_limit()),
+        allocator_(host_as_device_, backend::caching_enabled()),
+        pool_(allocator_, 0),
         convolutions_(convolutions),
         attention_(attention),
         epilogues_(epilogues) {}
@@ -161,7 +175,9 @@ class EmulatedDevice final : public KernelDevice {
   }
 
   simt::DeviceProperties properties_;
-  backend::CachingAllocator pool_;
+  HostAsDeviceMemory host_as_device_;
+  DeviceCachingAllocator allocator_;
+  AllocatorPool pool_;
   EmulatedConvolutions convolutions_;
   EmulatedAttention attention_;
   EmulatedEpilogues epilogues_;

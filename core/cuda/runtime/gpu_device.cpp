@@ -21,6 +21,7 @@
 
 #include <fmt/format.h>
 
+#include "cuda/allocator/allocator_pool.hpp"
 #include "cuda/backend/kernel_backend.hpp"
 #include "cuda/backend_abi.hpp"
 #include "cuda/dnn/cudnn_graphs.hpp"
@@ -52,35 +53,19 @@ class GpuMark final : public QueueMark {
   Event event_{Event::Timing::on};
 };
 
-// backend::MemoryPool over the device's caching allocator, blocks for the
-// back end's stream.
-class GpuPool final : public backend::MemoryPool {
+// The device's caching allocator for the back end's stream; cudaMalloc on
+// that device.
+class GpuPool final : public AllocatorPool {
  public:
-  GpuPool(int device, StreamId stream) : device_(device), stream_(stream) {}
+  GpuPool(int device, StreamId stream)
+      : AllocatorPool(device_allocator(device), stream), device_(device) {}
   backend::Block allocate(std::size_t bytes) override {
     const DeviceGuard guard(device_);
-    const DeviceBlock block = device_allocator(device_).allocate(bytes, stream_);
-    return {block.data, block.capacity, block.stream};
+    return AllocatorPool::allocate(bytes);
   }
-  void deallocate(const backend::Block& block) noexcept override {
-    device_allocator(device_).deallocate({block.data, block.capacity, block.stream});
-  }
-  AllocatorStats stats() const override {
-    const DeviceAllocatorStats s = device_allocator(device_).stats();
-    AllocatorStats out;
-    out.current_bytes = s.current_bytes;
-    out.peak_bytes = s.peak_bytes;
-    out.cached_bytes = s.cached_bytes;
-    out.requests = s.requests;
-    out.system_allocations = s.system_allocations;
-    return out;
-  }
-  void reset_peak() override { device_allocator(device_).reset_peak(); }
-  void empty_cache() override { device_allocator(device_).empty_cache(); }
 
  private:
   int device_;
-  StreamId stream_;
 };
 
 class GpuDevice final : public KernelDevice {

@@ -339,7 +339,7 @@ void backward(const Tensor& root) {
       if (t_leaf_grad_listener != nullptr) t_leaf_grad_listener->leaf_grad_ready(*vertex.leaf);
       continue;
     }
-    const Node& node = *vertex.node;
+    Node& node = *vertex.node;
     if (!node.backward) {
       throw std::logic_error(fmt::format(
           "backward: the graph through '{}' was already released by an earlier backward()",
@@ -347,9 +347,14 @@ void backward(const Tensor& root) {
     }
     TensorList input_grads;
     {
+      // The function and the tensors it saved go as soon as it has run, as
+      // PyTorch frees a node's saved variables: the activations of the layers
+      // behind are gone before the next ones' gradients are made.
+      const BackwardFn backward_fn = std::move(node.backward);
+      node.backward = nullptr;
       const RunningNode running{&s, &node};
       const RunningScope scope(running);
-      input_grads = node.backward(grad);
+      input_grads = backward_fn(grad);
     }
     // Let go of the targets before any sole_owner() test below.
     s.offered.clear();
