@@ -46,7 +46,8 @@ for e in events:
     assert e.value == f32(latest[e.step]), (e.step, e.value, latest[e.step])
 for tag in ["learning_rate", "global_gradient_norm", "loss_scale", "objects_per_second",
             "time/data", "time/forward", "time/backward", "time/communication",
-            "time/optimizer", "time/step", "memory/peak_allocated_MiB", "memory/cached_MiB"]:
+            "time/optimizer", "time/step", "memory/peak_allocated_MiB", "memory/peak_reserved_MiB",
+            "memory/cached_MiB"]:
     assert [e.step for e in acc.Scalars(tag)] == steps, tag
 print("tensorboard reads", len(events), "train_loss points once each, equal to metrics.jsonl")
 PY

@@ -327,6 +327,7 @@ TEST(DeviceAllocator, RandomRequestsKeepBlocksDisjointAndCountersExact) {
   std::mt19937_64 random(7);
   std::map<std::byte*, DeviceBlock> live;
   std::size_t peak = 0;
+  std::size_t reserved_peak = 0;
   for (int i = 0; i < 4000; ++i) {
     if (live.size() < 40 && (live.empty() || random() % 3 != 0)) {
       const std::size_t bytes =
@@ -361,8 +362,10 @@ TEST(DeviceAllocator, RandomRequestsKeepBlocksDisjointAndCountersExact) {
     ASSERT_EQ(s.current_bytes, in_use);
     ASSERT_EQ(s.current_bytes + s.cached_bytes, device.live_bytes());
     peak = std::max(peak, in_use);
+    reserved_peak = std::max(reserved_peak, device.live_bytes());
   }
   EXPECT_EQ(a.stats().peak_bytes, peak);
+  EXPECT_EQ(a.stats().peak_reserved_bytes, reserved_peak);
   for (const auto& [data, b] : live) a.deallocate(b);
   a.empty_cache();
   EXPECT_EQ(device.live_blocks(), 0U);
@@ -435,9 +438,11 @@ TEST(DeviceAllocator, CountsExactly) {
   EXPECT_EQ(s.current_bytes, b1.capacity);
   EXPECT_EQ(s.peak_bytes, b1.capacity + b2.capacity);
   EXPECT_EQ(s.cached_bytes, b2.capacity);
+  EXPECT_EQ(s.peak_reserved_bytes, b1.capacity + b2.capacity);
   a.reset_peak();
   EXPECT_EQ(a.stats().peak_bytes, b1.capacity);
-  const DeviceBlock b3 = a.allocate(99000, kStreamA);  // b2's class
+  EXPECT_EQ(a.stats().peak_reserved_bytes, b1.capacity + b2.capacity);  // b2 is cached
+  const DeviceBlock b3 = a.allocate(99000, kStreamA);                   // b2's class
   s = a.stats();
   EXPECT_EQ(b3.data, b2.data);
   EXPECT_EQ(s.requests, 3U);

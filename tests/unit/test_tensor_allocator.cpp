@@ -77,10 +77,12 @@ TEST(TensorAllocator, ReusesBlocksAndCountsExactly) {
     EXPECT_EQ(p3, p2);
     EXPECT_EQ(a.stats().system_allocations, 2U);
     EXPECT_EQ(a.stats().cached_bytes, 0U);
+    EXPECT_EQ(a.stats().peak_reserved_bytes, c1 + c2);  // reuse takes nothing more
     a.deallocate({p3, c3});
     a.deallocate({p1, c1});
     a.reset_peak();
     EXPECT_EQ(a.stats().peak_bytes, 0U);
+    EXPECT_EQ(a.stats().peak_reserved_bytes, c1 + c2);  // all of it cached
     EXPECT_EQ(a.stats().cached_bytes, c1 + c2);
     EXPECT_EQ(raw.live, 2);
     a.empty_cache();

@@ -115,7 +115,8 @@ def main():
         "_deterministic" if args.deterministic else "")
     print(f"measure={measure} dtype={args.dtype} batch={args.batch} "
           f"ms_median={1e3 * seconds:.2f} images_per_s={args.batch / seconds:.0f} "
-          f"peak_allocated_MiB={torch.cuda.max_memory_allocated() / 2 ** 20:.0f}")
+          f"peak_allocated_MiB={torch.cuda.max_memory_allocated() / 2 ** 20:.0f} "
+          f"peak_reserved_MiB={torch.cuda.max_memory_reserved() / 2 ** 20:.0f}")
     if args.profile:
         torch_profile.profile(measure, step)
 

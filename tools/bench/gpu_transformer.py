@@ -106,7 +106,8 @@ def transformer(args):
     print(f"measure=torch_transformer_base dtype={args.dtype} sentences={args.sentences} "
           f"length={args.length} ms_median={1e3 * seconds:.2f} "
           f"target_tokens_per_s={tokens / seconds:.0f} model_tflops={flops / seconds / 1e12:.1f} "
-          f"peak_allocated_MiB={torch.cuda.max_memory_allocated() / 2 ** 20:.0f}")
+          f"peak_allocated_MiB={torch.cuda.max_memory_allocated() / 2 ** 20:.0f} "
+          f"peak_reserved_MiB={torch.cuda.max_memory_reserved() / 2 ** 20:.0f}")
     if args.profile:
         torch_profile.profile("torch_transformer_base", step)
 

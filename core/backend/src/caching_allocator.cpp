@@ -102,6 +102,8 @@ Block CachingAllocator::allocate(std::size_t bytes) {
     }
     stats_.current_bytes += capacity;
     stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.current_bytes);
+    stats_.peak_reserved_bytes =
+        std::max(stats_.peak_reserved_bytes, stats_.current_bytes + stats_.cached_bytes);
   }
   if (data != nullptr) return {data, capacity};
   try {
@@ -153,6 +155,7 @@ AllocatorStats CachingAllocator::stats() const {
 void CachingAllocator::reset_peak() {
   std::lock_guard<std::mutex> lock(mutex_);
   stats_.peak_bytes = stats_.current_bytes;
+  stats_.peak_reserved_bytes = stats_.current_bytes + stats_.cached_bytes;
 }
 
 void CachingAllocator::empty_cache() {

@@ -28,6 +28,7 @@ class AllocatorPool : public backend::MemoryPool {
     out.current_bytes = s.current_bytes;
     out.peak_bytes = s.peak_bytes;
     out.cached_bytes = s.cached_bytes;
+    out.peak_reserved_bytes = s.peak_reserved_bytes;
     out.requests = s.requests;
     out.system_allocations = s.system_allocations;
     return out;

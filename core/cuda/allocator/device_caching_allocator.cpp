@@ -130,6 +130,9 @@ DeviceBlock DeviceCachingAllocator::allocate_small(std::size_t rounded, StreamId
 void DeviceCachingAllocator::count_handed_out_locked(std::size_t capacity) {
   stats_.current_bytes += capacity;
   stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.current_bytes);
+  // Called after every allocation from the source too, so this sees each rise.
+  stats_.peak_reserved_bytes =
+      std::max(stats_.peak_reserved_bytes, stats_.current_bytes + stats_.cached_bytes);
 }
 
 DeviceBlock DeviceCachingAllocator::allocate_large_locked(std::size_t rounded, StreamId stream) {
@@ -286,6 +289,7 @@ DeviceAllocatorStats DeviceCachingAllocator::stats() const {
 void DeviceCachingAllocator::reset_peak() {
   std::lock_guard<std::mutex> lock(mutex_);
   stats_.peak_bytes = stats_.current_bytes;
+  stats_.peak_reserved_bytes = stats_.current_bytes + stats_.cached_bytes;
 }
 
 void DeviceCachingAllocator::empty_cache() {

@@ -66,6 +66,8 @@ struct DeviceAllocatorStats {
   std::size_t current_bytes = 0;  // handed out, by block capacity
   std::size_t peak_bytes = 0;     // highest current_bytes since construction or reset_peak
   std::size_t cached_bytes = 0;   // held from the source and not handed out
+  // highest current_bytes + cached_bytes (held from the source), as peak_bytes
+  std::size_t peak_reserved_bytes = 0;
   std::uint64_t requests = 0;
   std::uint64_t system_allocations = 0;  // allocations from the source (blocks and segments)
 };

@@ -567,9 +567,12 @@ void TrainingLoop::write_summaries() {
       {"time/step", t.step / n},
   };
   // The device's allocator: what the step holds at its peak (PyTorch's
-  // max_memory_allocated) and what the allocator keeps cached.
+  // max_memory_allocated), the most it has held from the device (PyTorch's
+  // max_memory_reserved) and what it keeps cached.
   const AllocatorStats memory = allocator_stats(device_);
   scalars.emplace_back("memory/peak_allocated_MiB", static_cast<double>(memory.peak_bytes) / kMiB);
+  scalars.emplace_back("memory/peak_reserved_MiB",
+                       static_cast<double>(memory.peak_reserved_bytes) / kMiB);
   scalars.emplace_back("memory/cached_MiB", static_cast<double>(memory.cached_bytes) / kMiB);
   if (const std::optional<double> u = sample_utilisation()) {
     scalars.emplace_back("device/utilisation_percent", *u);
@@ -823,12 +826,14 @@ TrainResult TrainingLoop::run() {
         utilisation_samples_);
   }
   const AllocatorStats memory = allocator_stats(device_);
-  // cached_bytes is what the caching allocator holds free at the end, not a
-  // peak: PyTorch's "reserved" would be the live bytes plus it.
+  // Allocated: PyTorch's max_memory_allocated; held: its max_memory_reserved
+  // (what nvidia-smi shows, less the CUDA context). cached_bytes is what the
+  // allocator holds free at the end, not a peak.
   console_.print(
-      "*** Peak memory on {}: {} allocated by tensors ({} free in the allocator's cache at the "
-      "end)",
-      to_string(device_), readable_bytes(memory.peak_bytes), readable_bytes(memory.cached_bytes));
+      "*** Peak memory on {}: {} allocated by tensors, {} held by the allocator ({} free in its "
+      "cache at the end)",
+      to_string(device_), readable_bytes(memory.peak_bytes),
+      readable_bytes(memory.peak_reserved_bytes), readable_bytes(memory.cached_bytes));
   if (result_.skipped_steps > 0) {
     console_.print("*** Skipped {} step(s) on loss-scale overflow", result_.skipped_steps);
   }
