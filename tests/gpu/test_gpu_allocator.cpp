@@ -1,10 +1,12 @@
 // The caching device allocator on a real device: reuse on the allocation
-// stream, another stream's own block, a block another stream still uses held
-// back until that stream is done, counters, and out of memory.
+// stream, another stream's own block, large blocks as pieces of a segment, a
+// block another stream still uses held back until that stream is done,
+// counters, and out of memory.
 #include <gtest/gtest.h>
 
 #include <new>
 #include <optional>
+#include <vector>
 
 #include "cuda/runtime/device_memory.hpp"
 #include "cuda/runtime/stream.hpp"
@@ -70,6 +72,36 @@ TEST_F(GpuAllocator, AnotherStreamGetsAnotherBlock) {
   EXPECT_NE(b.data(), freed);
   DeviceBuffer c(4 << 20, one);
   EXPECT_EQ(c.data(), freed);
+}
+
+// Large blocks are pieces of one cudaMalloc'd segment: written through
+// separately, merged when freed, and the merged piece serves a larger block.
+TEST_F(GpuAllocator, LargeBlocksArePiecesOfASegment) {
+  constexpr std::size_t kMiB = std::size_t{1} << 20U;
+  auto& allocator = rig::cuda::device_allocator(kDevice);
+  Stream stream(kDevice);
+  const auto before = allocator.stats();
+  std::byte* first = nullptr;
+  {
+    DeviceBuffer a(4 * kMiB, stream);
+    DeviceBuffer b(4 * kMiB, stream);
+    first = a.data();
+    EXPECT_EQ(b.data(), a.data() + 4 * kMiB);
+    EXPECT_EQ(allocator.stats().system_allocations, before.system_allocations + 1);
+    ASSERT_EQ(cudaMemsetAsync(a.data(), 1, 4 * kMiB, stream.native()), cudaSuccess);
+    ASSERT_EQ(cudaMemsetAsync(b.data(), 2, 4 * kMiB, stream.native()), cudaSuccess);
+    std::vector<unsigned char> edge(2);
+    ASSERT_EQ(
+        cudaMemcpyAsync(edge.data(), b.data() - 1, 2, cudaMemcpyDeviceToHost, stream.native()),
+        cudaSuccess);
+    stream.synchronize();
+    EXPECT_EQ(edge, (std::vector<unsigned char>{1, 2}));
+  }
+  DeviceBuffer merged(12 * kMiB, stream);
+  EXPECT_EQ(merged.data(), first);
+  EXPECT_EQ(allocator.stats().system_allocations, before.system_allocations + 1);
+  ASSERT_EQ(cudaMemsetAsync(merged.data(), 0, 12 * kMiB, stream.native()), cudaSuccess);
+  stream.synchronize();
 }
 
 TEST_F(GpuAllocator, ABlockAnotherStreamUsesWaitsForThatStream) {
