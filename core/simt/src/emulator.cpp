@@ -47,6 +47,18 @@
 #include <sanitizer/tsan_interface.h>
 #endif
 
+namespace {
+
+// Tells ThreadSanitizer that execution moves to `fiber` (its record of a
+// fiber or of the launching thread); nothing without ThreadSanitizer.
+inline void tsan_switch_to([[maybe_unused]] void* fiber) {
+#if defined(RIG_SIMT_TSAN)
+  __tsan_switch_to_fiber(fiber, 0);
+#endif
+}
+
+}  // namespace
+
 #ifndef RIG_SIMT_SOURCE_ROOT
 #define RIG_SIMT_SOURCE_ROOT ""
 #endif
@@ -284,7 +296,7 @@ struct Fiber {
   std::byte* stack = nullptr;
   std::size_t stack_size = 0;
   [[maybe_unused]] void* fake_stack = nullptr;  // ASan's fake stack while suspended
-  [[maybe_unused]] void* tsan_fiber = nullptr;  // ThreadSanitizer's record of it
+  void* tsan_fiber = nullptr;                   // ThreadSanitizer's record of it
   bool started = false;                         // entered fiber_main
   bool abort_thrown = false;
   State state = State::kFresh;
@@ -410,9 +422,7 @@ class Launch {
 #if defined(RIG_SIMT_ASAN)
     __sanitizer_start_switch_fiber(nullptr, self->main_bottom_, self->main_size_);
 #endif
-#if defined(RIG_SIMT_TSAN)
-    __tsan_switch_to_fiber(self->main_tsan_fiber_, 0);
-#endif
+    tsan_switch_to(self->main_tsan_fiber_);
     FiberContext::switch_to(f.context, self->main_context_);
   }
 
@@ -430,9 +440,7 @@ class Launch {
 #if defined(RIG_SIMT_ASAN)
     __sanitizer_start_switch_fiber(&main_fake_stack_, f.stack, f.stack_size);
 #endif
-#if defined(RIG_SIMT_TSAN)
-    __tsan_switch_to_fiber(f.tsan_fiber, 0);
-#endif
+    tsan_switch_to(f.tsan_fiber);
     FiberContext::switch_to(main_context_, f.context);
 #if defined(RIG_SIMT_ASAN)
     __sanitizer_finish_switch_fiber(main_fake_stack_, nullptr, nullptr);
@@ -443,9 +451,7 @@ class Launch {
 #if defined(RIG_SIMT_ASAN)
     __sanitizer_start_switch_fiber(&f.fake_stack, main_bottom_, main_size_);
 #endif
-#if defined(RIG_SIMT_TSAN)
-    __tsan_switch_to_fiber(main_tsan_fiber_, 0);
-#endif
+    tsan_switch_to(main_tsan_fiber_);
     FiberContext::switch_to(f.context, main_context_);
 #if defined(RIG_SIMT_ASAN)
     __sanitizer_finish_switch_fiber(f.fake_stack, &main_bottom_, &main_size_);
@@ -612,7 +618,7 @@ class Launch {
   [[maybe_unused]] void* main_fake_stack_ = nullptr;
   [[maybe_unused]] const void* main_bottom_ = nullptr;
   [[maybe_unused]] std::size_t main_size_ = 0;
-  [[maybe_unused]] void* main_tsan_fiber_ = nullptr;  // the launching thread's
+  void* main_tsan_fiber_ = nullptr;  // the launching thread's
   unsigned current_ = 0;
   Dim3 block_;
   bool aborting_ = false;
