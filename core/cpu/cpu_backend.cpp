@@ -195,6 +195,29 @@ void CpuBackend::conv2d_forward(const backend::Conv2dShape& s, const float* x, c
   cpu::conv2d_forward(s, x, w, b, y);
 }
 
+bool CpuBackend::convolves_16bit(DType type) const {
+  return type == DType::bf16 && cpu::conv2d_bf16_supported();
+}
+
+void CpuBackend::conv2d_forward_16(const backend::Conv2dShape& s, DType type, const void* x,
+                                   const void* w, void* y) {
+  if (!convolves_16bit(type)) return Backend::conv2d_forward_16(s, type, x, w, y);  // throws
+  cpu::conv2d_forward_bf16(s, static_cast<const std::uint16_t*>(x),
+                           static_cast<const std::uint16_t*>(w), static_cast<std::uint16_t*>(y));
+}
+
+void CpuBackend::conv2d_backward_16(const backend::Conv2dShape& s, DType type, const void* x,
+                                    const void* w, const void* dy, void* dx, void* dw,
+                                    const backend::ConvGradAccumulation& accumulate) {
+  if (!convolves_16bit(type)) {
+    return Backend::conv2d_backward_16(s, type, x, w, dy, dx, dw, accumulate);  // throws
+  }
+  cpu::conv2d_backward_bf16(s, static_cast<const std::uint16_t*>(x),
+                            static_cast<const std::uint16_t*>(w),
+                            static_cast<const std::uint16_t*>(dy), static_cast<std::uint16_t*>(dx),
+                            static_cast<std::uint16_t*>(dw), accumulate);
+}
+
 void CpuBackend::conv2d_backward(const backend::Conv2dShape& s, const float* x, const float* w,
                                  const float* dy, float* dx, float* dw, float* db) {
   cpu::conv2d_backward(s, x, w, dy, dx, dw, db);

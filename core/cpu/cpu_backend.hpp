@@ -76,6 +76,12 @@ class CpuBackend : public backend::Backend {
                       float* y) override;
   void conv2d_backward(const backend::Conv2dShape& s, const float* x, const float* w,
                        const float* dy, float* dx, float* dw, float* db) override;
+  bool convolves_16bit(DType type) const override;
+  void conv2d_forward_16(const backend::Conv2dShape& s, DType type, const void* x, const void* w,
+                         void* y) override;
+  void conv2d_backward_16(const backend::Conv2dShape& s, DType type, const void* x, const void* w,
+                          const void* dy, void* dx, void* dw,
+                          const backend::ConvGradAccumulation& accumulate) override;
   void max_pool2d_forward(const backend::Pool2dShape& s, const float* x, float* y,
                           std::int32_t* index) override;
   void max_pool2d_backward(const backend::Pool2dShape& s, const std::int32_t* index,

@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
+#include "backend/backend.hpp"
 #include "golden.hpp"
 #include "gradcheck.hpp"
 #include "rig/ops.hpp"
@@ -316,6 +318,101 @@ TEST(OpsConv, HalfPrecisionComputesInFloat) {
                                 conv_options(1, 1, 1, 1, 1, 1, 1));
   EXPECT_EQ(yh.dtype(), rig::DType::bf16);
   EXPECT_TRUE(tensors_close(yh.to(rig::DType::f32), y, 3e-2, 3e-2));
+}
+
+// On a CPU with AVX512-BF16, a bf16 convolution without bias runs oneDNN's
+// bf16 kernels (products of bf16 values summed in f32, each result rounded
+// once): the f32 path's results on the same values, rounded, up to the order
+// of the sums (one bf16 ulp, 2^-7 relative at most). NCHW and NHWC.
+class OpsConvBf16 : public ::testing::TestWithParam<ConvConfig> {};
+
+TEST_P(OpsConvBf16, MatchesTheF32PathOnTheSameValues) {
+  if (!rig::backend::cpu_backend().convolves_16bit(rig::DType::bf16)) {
+    GTEST_SKIP() << "this CPU has no AVX512-BF16: bf16 convolutions compute in f32 there";
+  }
+  const ConvConfig& cfg = GetParam();
+  for (const bool last : {false, true}) {
+    SCOPED_TRACE(last ? "channels_last" : "channels_first");
+    ops::Conv2dOptions o = cfg.o;
+    o.channels_last = last;
+    // bf16 values, held in f32 for the reference.
+    Tensor x = random_tensor(cfg.x, 1).to(rig::DType::bf16).to(rig::DType::f32);
+    if (last) x = x.permute({0, 2, 3, 1}).contiguous();
+    const Tensor w = random_tensor(cfg.w, 2).to(rig::DType::bf16).to(rig::DType::f32);
+    const Tensor xf = x.detach().set_requires_grad(true);
+    const Tensor wf = w.detach().set_requires_grad(true);
+    const Tensor y = ops::conv2d(xf, wf, {}, o);
+    const Tensor r = random_tensor(y.shape(), 3).to(rig::DType::bf16).to(rig::DType::f32);
+    ops::sum(ops::mul(y, r)).backward();
+
+    const Tensor xb = x.to(rig::DType::bf16).set_requires_grad(true);
+    const Tensor wb = w.to(rig::DType::bf16).set_requires_grad(true);
+    const Tensor yb = ops::conv2d(xb, wb, {}, o);
+    ops::sum(ops::mul(yb, r.to(rig::DType::bf16))).backward();
+    EXPECT_EQ(yb.dtype(), rig::DType::bf16);
+    EXPECT_EQ(xb.grad().dtype(), rig::DType::bf16);
+    EXPECT_TRUE(tensors_close(yb.to(rig::DType::f32), y, 8e-3, 1e-3));
+    EXPECT_TRUE(tensors_close(xb.grad().to(rig::DType::f32), xf.grad(), 8e-3, 2e-3));
+    EXPECT_TRUE(tensors_close(wb.grad().to(rig::DType::f32), wf.grad(), 8e-3, 2e-3));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, OpsConvBf16,
+    ::testing::Values(
+        // Odd batches split into uneven chunks; 3 input channels as a stem's.
+        ConvConfig{
+            "basic", {5, 16, 9, 9}, {32, 16, 3, 3}, false, conv_options(1, 1, 1, 1, 1, 1, 1)},
+        ConvConfig{
+            "stride2", {3, 8, 10, 10}, {16, 8, 3, 3}, false, conv_options(2, 2, 1, 1, 1, 1, 1)},
+        ConvConfig{
+            "pointwise", {4, 32, 7, 7}, {64, 32, 1, 1}, false, conv_options(1, 1, 0, 0, 1, 1, 1)},
+        ConvConfig{"grouped", {2, 8, 6, 6}, {8, 4, 3, 3}, false, conv_options(1, 1, 1, 1, 1, 1, 2)},
+        ConvConfig{"stem", {3, 3, 11, 11}, {5, 3, 3, 3}, false, conv_options(2, 2, 1, 1, 1, 1, 1)}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// The CPU back end's bf16 kernels themselves: y as the f32 path's rounded;
+// the gradients with `accumulate` made in f32, added to what dx and dw hold,
+// rounded once.
+TEST(OpsConv, Bf16KernelsOfTheCpuBackEnd) {
+  rig::backend::Backend& cpu = rig::backend::cpu_backend();
+  if (!cpu.convolves_16bit(rig::DType::bf16)) {
+    GTEST_SKIP() << "this CPU has no AVX512-BF16: bf16 convolutions compute in f32 there";
+  }
+  rig::backend::Conv2dShape s;
+  s.n = 3;
+  s.c_in = 8;
+  s.h = s.w = 6;
+  s.c_out = 16;
+  s.kernel_h = s.kernel_w = 3;
+  s.pad_h = s.pad_w = 1;
+  s.out_h = s.out_w = 6;
+  const auto bf16_values = [](const Shape& shape, std::uint64_t seed) {
+    return random_tensor(shape, seed).to(rig::DType::bf16).to(rig::DType::f32);
+  };
+  const Tensor x = bf16_values({3, 8, 6, 6}, 1), w = bf16_values({16, 8, 3, 3}, 2),
+               dy = bf16_values({3, 16, 6, 6}, 3), dx_old = bf16_values({3, 8, 6, 6}, 4),
+               dw_old = bf16_values({16, 8, 3, 3}, 5);
+  const Tensor xb = x.to(rig::DType::bf16), wb = w.to(rig::DType::bf16),
+               dyb = dy.to(rig::DType::bf16);
+  Tensor y = Tensor::zeros(dy.shape()), yb = Tensor::zeros(dy.shape(), rig::DType::bf16);
+  cpu.conv2d_forward(s, x.data<float>(), w.data<float>(), nullptr, y.data<float>());
+  cpu.conv2d_forward_16(s, rig::DType::bf16, xb.raw_data(), wb.raw_data(), yb.raw_data());
+  EXPECT_TRUE(tensors_close(yb.to(rig::DType::f32), y, 8e-3, 1e-3));
+
+  Tensor dx_made = Tensor::zeros(x.shape()), dw_made = Tensor::zeros(w.shape());
+  cpu.conv2d_backward(s, x.data<float>(), w.data<float>(), dy.data<float>(), dx_made.data<float>(),
+                      dw_made.data<float>(), nullptr);
+  Tensor dx = dx_old.to(rig::DType::bf16), dw = dw_old.to(rig::DType::bf16);
+  cpu.conv2d_backward_16(s, rig::DType::bf16, xb.raw_data(), wb.raw_data(), dyb.raw_data(),
+                         dx.raw_data(), dw.raw_data(), {true, true});
+  EXPECT_TRUE(tensors_close(dx.to(rig::DType::f32), ops::add(dx_made, dx_old), 8e-3, 2e-3));
+  EXPECT_TRUE(tensors_close(dw.to(rig::DType::f32), ops::add(dw_made, dw_old), 8e-3, 2e-3));
+  // Without accumulate they are overwritten.
+  cpu.conv2d_backward_16(s, rig::DType::bf16, xb.raw_data(), wb.raw_data(), dyb.raw_data(),
+                         dx.raw_data(), dw.raw_data(), {false, false});
+  EXPECT_TRUE(tensors_close(dx.to(rig::DType::f32), dx_made, 8e-3, 2e-3));
+  EXPECT_TRUE(tensors_close(dw.to(rig::DType::f32), dw_made, 8e-3, 2e-3));
 }
 
 TEST(OpsConv, ErrorsNameTheShapes) {

@@ -128,10 +128,12 @@ Tensor conv2d_in_storage_type(const Tensor& x, const Tensor& weight,
 Tensor conv2d_checked(const Tensor& x, const Tensor& weight, const Tensor& bias,
                       const backend::Conv2dShape& s) {
   // x and weight of one dtype and no bias, on a back end that reads 16-bit
-  // storage: y, dx and dW in that dtype (16-bit: no f32 copies), dx and dW
-  // added into the gradients autograd offers.
+  // storage (or convolves that dtype: the CPU's bf16): y, dx and dW in that
+  // dtype (16-bit: no f32 copies), dx and dW added into the gradients
+  // autograd offers.
+  const backend::Backend& device = detail::backend_of(x);
   if (x.dtype() == weight.dtype() && !bias.defined() &&
-      detail::backend_of(x).reads_16bit_storage()) {
+      (device.reads_16bit_storage() || device.convolves_16bit(x.dtype()))) {
     return conv2d_in_storage_type(x, weight, s);
   }
   if (x.dtype() != DType::f32 || weight.dtype() != DType::f32 ||

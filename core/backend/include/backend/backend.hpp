@@ -294,6 +294,10 @@ class Backend {
   // are added in place as well.
   virtual void conv2d_forward_16(const Conv2dShape& s, DType type, const void* x, const void* w,
                                  void* y);
+  // Whether the two above take x and w of `type` on a back end that does not
+  // otherwise read 16-bit storage (the CPU's bf16 convolutions, where it has
+  // AVX512-BF16): the ops then send it such convolutions without bias.
+  virtual bool convolves_16bit(DType /*type*/) const { return false; }
   virtual void conv2d_backward_16(const Conv2dShape& s, DType type, const void* x, const void* w,
                                   const void* dy, void* dx, void* dw,
                                   const ConvGradAccumulation& accumulate);
