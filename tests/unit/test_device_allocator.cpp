@@ -488,6 +488,16 @@ TEST(DeviceAllocator, OutOfMemoryWaitsForBlocksOtherStreamsStillUse) {
   a.deallocate(next);
 }
 
+TEST(DeviceAllocator, ARequestNearTheEndOfTheAddressSpaceIsRefused) {
+  FakeDevice device;
+  DeviceCachingAllocator a(device, true);
+  // Rounding them up (to a segment of 2 MiB steps, to 512 B) would wrap around.
+  EXPECT_THROW(a.allocate(~std::size_t{0} - kMiB, kStreamA), std::bad_alloc);
+  EXPECT_THROW(a.allocate(~std::size_t{0}, kStreamA), std::bad_alloc);
+  EXPECT_EQ(device.allocations, 0);
+  EXPECT_EQ(a.stats().current_bytes, 0U);
+}
+
 TEST(DeviceAllocator, OutOfMemoryWithNothingCachedThrowsAndCountsNothing) {
   FakeDevice device(4096);
   DeviceCachingAllocator a(device, true);

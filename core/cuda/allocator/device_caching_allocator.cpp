@@ -141,6 +141,7 @@ DeviceBlock DeviceCachingAllocator::allocate_large_locked(std::size_t rounded, S
   // A new segment. Out of memory: first give back what can go at once, then
   // wait for the rest (pending pieces may then also fit).
   const std::size_t bytes = segment_size(rounded);
+  if (bytes < rounded) throw std::bad_alloc();  // overflowed
   std::byte* data = nullptr;
   for (int attempt = 0; data == nullptr; ++attempt) {
     try {
