@@ -45,7 +45,7 @@
 
 #include "cpu/dnnl_util.hpp"
 #include "cpu/parallel.hpp"
-#include "rig/half.hpp"
+#include "cpu/tensor_copy.hpp"
 
 namespace rig::cpu {
 
@@ -464,20 +464,6 @@ void backward(const Conv2dShape& s, DataType type, const void* x_data, const voi
   if (db) reduce(db, w_numel, s.c_out);
 }
 
-// out = round(made + (add ? out : 0)) to bf16, n elements.
-void store_bf16(std::uint16_t* out, const float* made, std::int64_t n, bool add) {
-  parallel_for(n, 1 << 14, [&](std::int64_t begin, std::int64_t end) {
-    // Two loops, not a test per element, so that each vectorises.
-    if (add) {
-      for (std::int64_t i = begin; i < end; ++i) {
-        out[i] = float_to_bfloat16_bits(made[i] + bfloat16_bits_to_float(out[i]));
-      }
-    } else {
-      for (std::int64_t i = begin; i < end; ++i) out[i] = float_to_bfloat16_bits(made[i]);
-    }
-  });
-}
-
 }  // namespace
 
 void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* b,
@@ -516,8 +502,12 @@ void conv2d_backward_bf16(const Conv2dShape& s, const std::uint16_t* x, const st
   if (dw) dw_made = Scratch(static_cast<std::size_t>(w_numel) * sizeof(float));
   backward(s, DataType::bf16, x, w, dy, dx ? dx_made.as<float>() : nullptr,
            dw ? dw_made.as<float>() : nullptr, nullptr);
-  if (dx) store_bf16(dx, dx_made.as<float>(), x_numel, accumulate.dx);
-  if (dw) store_bf16(dw, dw_made.as<float>(), w_numel, accumulate.dw);
+  // out = made rounded, or out + made summed in f32 and rounded.
+  const auto store = [](std::uint16_t* out, const float* made, std::int64_t n, bool add) {
+    (add ? add_strided : copy_strided)({n}, out, {1}, DType::bf16, made, {1}, DType::f32);
+  };
+  if (dx) store(dx, dx_made.as<float>(), x_numel, accumulate.dx);
+  if (dw) store(dw, dw_made.as<float>(), w_numel, accumulate.dw);
 }
 
 }  // namespace rig::cpu

@@ -22,17 +22,7 @@ class AllocatorPool : public backend::MemoryPool {
   void deallocate(const backend::Block& block) noexcept override {
     allocator_.deallocate({block.data, block.capacity, block.stream});
   }
-  AllocatorStats stats() const override {
-    const DeviceAllocatorStats s = allocator_.stats();
-    AllocatorStats out;
-    out.current_bytes = s.current_bytes;
-    out.peak_bytes = s.peak_bytes;
-    out.cached_bytes = s.cached_bytes;
-    out.peak_reserved_bytes = s.peak_reserved_bytes;
-    out.requests = s.requests;
-    out.system_allocations = s.system_allocations;
-    return out;
-  }
+  AllocatorStats stats() const override { return allocator_.stats(); }
   void reset_peak() override { allocator_.reset_peak(); }
   void empty_cache() override { allocator_.empty_cache(); }
 

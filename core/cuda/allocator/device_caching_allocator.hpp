@@ -32,6 +32,8 @@
 #include <span>
 #include <vector>
 
+#include "rig/allocator_stats.hpp"
+
 namespace rig::cuda {
 
 // A CUDA stream (cudaStream_t) as a number; 0 is the default stream.
@@ -62,15 +64,11 @@ struct DeviceBlock {
   StreamId stream = 0;       // the stream it was allocated on
 };
 
-struct DeviceAllocatorStats {
-  std::size_t current_bytes = 0;  // handed out, by block capacity
-  std::size_t peak_bytes = 0;     // highest current_bytes since construction or reset_peak
-  std::size_t cached_bytes = 0;   // held from the source and not handed out
-  // highest current_bytes + cached_bytes (held from the source), as peak_bytes
-  std::size_t peak_reserved_bytes = 0;
-  std::uint64_t requests = 0;
-  std::uint64_t system_allocations = 0;  // allocations from the source (blocks and segments)
-};
+// Every device's counters, as the tensors' MemoryPool reports them: here
+// current_bytes counts blocks by capacity, cached_bytes what is held from the
+// source and not handed out, and system_allocations the source's blocks and
+// segments.
+using DeviceAllocatorStats = AllocatorStats;
 
 class DeviceCachingAllocator {
  public:
