@@ -1,7 +1,6 @@
 // The caching allocator and aligned host memory.
 #include "backend/caching_allocator.hpp"
 
-#include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -15,9 +14,6 @@ namespace rig::backend {
 namespace {
 
 constexpr std::size_t kAlignment = 64;  // a cache line; what AVX-512 loads like
-constexpr std::size_t kSmallLimit = 4096;
-constexpr unsigned kSmallBits = 12;  // log2(kSmallLimit)
-constexpr unsigned kSubSteps = 8;    // size classes per power of two above kSmallLimit
 constexpr std::size_t kInitialFreeListCapacity = 32;
 
 class HostMemory final : public RawMemory {
@@ -52,27 +48,16 @@ bool caching_enabled() {
 }
 
 CachingAllocator::CachingAllocator(RawMemory& raw, bool caching, std::size_t limit)
-    : raw_(raw), caching_(caching), cache_limit_(limit) {}
+    : raw_(raw), caching_(caching), cache_limit_(limit), segments_(size_classes::kLargeAbove) {}
 
 CachingAllocator::~CachingAllocator() {
   std::lock_guard<std::mutex> lock(mutex_);
-  release_all_cached_locked();
+  release_cached_locked(0);
 }
 
 std::size_t CachingAllocator::round_size(std::size_t bytes) {
-  if (bytes <= kSmallLimit)
-    return bytes == 0 ? kAlignment : (bytes + kAlignment - 1) & ~(kAlignment - 1);
-  // 2^p < bytes <= 2^(p+1): round up to a multiple of 2^p / kSubSteps.
-  const unsigned p = static_cast<unsigned>(std::bit_width(bytes - 1)) - 1;
-  const std::size_t step = std::size_t{1} << (p - 3);
-  return (bytes + step - 1) & ~(step - 1);
-}
-
-std::size_t CachingAllocator::class_index(std::size_t rounded) {
-  if (rounded <= kSmallLimit) return rounded / kAlignment - 1;
-  const unsigned p = static_cast<unsigned>(std::bit_width(rounded - 1)) - 1;
-  const std::size_t k = rounded >> (p - 3);  // kSubSteps + 1 .. 2 kSubSteps
-  return kSmallLimit / kAlignment + (p - kSmallBits) * kSubSteps + (k - kSubSteps - 1);
+  static_assert(kClasses == size_classes::class_count(kAlignment));
+  return size_classes::round_size(bytes, kAlignment);
 }
 
 RawMemory& host_memory() {
@@ -85,12 +70,13 @@ RawMemory& host_memory() {
 Block CachingAllocator::allocate(std::size_t bytes) {
   const std::size_t capacity = round_size(bytes);
   if (capacity < bytes) throw std::bad_alloc();  // overflowed
+  if (caching_ && size_classes::is_large(capacity)) return allocate_large(capacity);
   std::byte* data = nullptr;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ++stats_.requests;
     if (caching_) {
-      auto& list = free_[class_index(capacity)];
+      auto& list = free_[size_classes::class_index(capacity, kAlignment)];
       if (!list.empty()) {
         data = list.back();
         list.pop_back();
@@ -100,10 +86,7 @@ Block CachingAllocator::allocate(std::size_t bytes) {
     if (data == nullptr) {
       ++stats_.system_allocations;
     }
-    stats_.current_bytes += capacity;
-    stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.current_bytes);
-    stats_.peak_reserved_bytes =
-        std::max(stats_.peak_reserved_bytes, stats_.current_bytes + stats_.cached_bytes);
+    count_handed_out_locked(capacity);
   }
   if (data != nullptr) return {data, capacity};
   try {
@@ -111,7 +94,7 @@ Block CachingAllocator::allocate(std::size_t bytes) {
   } catch (...) {
     // Out of memory: give the cache back and try once more.
     std::lock_guard<std::mutex> lock(mutex_);
-    release_all_cached_locked();
+    release_cached_locked(0);
   }
   try {
     return {raw_.allocate(capacity), capacity};
@@ -122,6 +105,45 @@ Block CachingAllocator::allocate(std::size_t bytes) {
   }
 }
 
+Block CachingAllocator::allocate_large(std::size_t rounded) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++stats_.requests;
+  if (const auto piece = segments_.take(rounded, 0)) {
+    stats_.cached_bytes -= piece->size;
+    count_handed_out_locked(piece->size);
+    return {piece->data, piece->size};
+  }
+  const std::size_t bytes = size_classes::segment_size(rounded);
+  if (bytes < rounded) throw std::bad_alloc();  // overflowed
+  std::byte* data = nullptr;
+  try {
+    data = raw_.allocate(bytes);
+  } catch (const std::bad_alloc&) {
+    // Out of memory: give the cache back and try once more.
+    if (stats_.cached_bytes == 0) throw;
+    release_cached_locked(0);
+    data = raw_.allocate(bytes);
+  }
+  SegmentPool::Piece piece;
+  try {
+    piece = segments_.take_from_new_segment(data, bytes, rounded, 0);
+  } catch (...) {
+    raw_.release(data);  // no room to remember it
+    throw;
+  }
+  ++stats_.system_allocations;
+  stats_.cached_bytes += bytes - piece.size;
+  count_handed_out_locked(piece.size);
+  return {piece.data, piece.size};
+}
+
+void CachingAllocator::count_handed_out_locked(std::size_t capacity) {
+  stats_.current_bytes += capacity;
+  stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.current_bytes);
+  stats_.peak_reserved_bytes =
+      std::max(stats_.peak_reserved_bytes, stats_.current_bytes + stats_.cached_bytes);
+}
+
 void CachingAllocator::deallocate(const Block& block) noexcept {
   std::byte* data = block.data;
   const std::size_t capacity = block.capacity;
@@ -130,8 +152,20 @@ void CachingAllocator::deallocate(const Block& block) noexcept {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stats_.current_bytes -= capacity;
+    if (caching_ && size_classes::is_large(capacity)) {
+      if (!segments_.size_in_use(data)) return;  // not this allocator's block
+      try {
+        segments_.give_back(data);
+        stats_.cached_bytes += capacity;
+      } catch (...) {
+        // No room to remember the merged piece: it stays out of use (it is
+        // part of a segment and cannot go back alone).
+      }
+      if (stats_.cached_bytes > cache_limit_) release_cached_locked(cache_limit_);
+      return;
+    }
     if (caching_ && stats_.cached_bytes + capacity <= cache_limit_) {
-      auto& list = free_[class_index(capacity)];
+      auto& list = free_[size_classes::class_index(capacity, kAlignment)];
       try {
         // Room for a few blocks at once, so that the list of a size class
         // rarely grows (an allocation) once a training loop is warm.
@@ -160,16 +194,26 @@ void CachingAllocator::reset_peak() {
 
 void CachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mutex_);
-  release_all_cached_locked();
+  release_cached_locked(0);
 }
 
-void CachingAllocator::release_all_cached_locked() noexcept {
-  for (auto& list : free_) {
-    for (std::byte* p : list) raw_.release(p);
-    list.clear();
-    list.shrink_to_fit();
+void CachingAllocator::release_cached_locked(std::size_t keep) noexcept {
+  if (stats_.cached_bytes <= keep) return;
+  stats_.cached_bytes -= segments_.release_free_segments(
+      [this](std::byte* data, std::size_t /*size*/) { raw_.release(data); },
+      stats_.cached_bytes - keep);
+  // Then the small blocks, largest first.
+  for (std::size_t c = kClasses; c-- > 0 && stats_.cached_bytes > keep;) {
+    auto& list = free_[c];
+    while (!list.empty() && stats_.cached_bytes > keep) {
+      raw_.release(list.back());
+      list.pop_back();
+      stats_.cached_bytes -= size_classes::class_capacity(c, kAlignment);
+    }
+    if (list.empty()) {
+      list.shrink_to_fit();
+    }
   }
-  stats_.cached_bytes = 0;
 }
 
 }  // namespace rig::backend

@@ -1,31 +1,19 @@
 #include "cuda/allocator/device_caching_allocator.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <new>
 
 namespace rig::cuda {
 namespace {
 
+namespace classes = backend::size_classes;
+// 512 B keeps every block aligned for vectorised loads wherever cudaMalloc placed it.
 constexpr std::size_t kGranularity = 512;
-constexpr std::size_t kSmallLimit = 4096;
-constexpr unsigned kSmallBits = 12;  // log2(kSmallLimit)
-constexpr unsigned kSubSteps = 8;    // size classes per power of two above kSmallLimit
-constexpr std::size_t kMiB = std::size_t{1} << 20U;
-constexpr std::size_t kLargeAbove = kMiB;  // larger requests take pieces of segments
-// Up to this, a request's segment is kSharedSegment, which several share.
-constexpr std::size_t kSharedSegmentUpTo = 10 * kMiB;
-constexpr std::size_t kSharedSegment = 20 * kMiB;
-constexpr std::size_t kSegmentGranularity = 2 * kMiB;
-
-std::size_t round_up(std::size_t bytes, std::size_t granularity) {
-  return (bytes + granularity - 1) & ~(granularity - 1);
-}
 
 }  // namespace
 
 DeviceCachingAllocator::DeviceCachingAllocator(DeviceMemorySource& source, bool caching)
-    : source_(source), caching_(caching) {}
+    : source_(source), caching_(caching), segments_(classes::kLargeAbove) {}
 
 DeviceCachingAllocator::~DeviceCachingAllocator() {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -38,40 +26,12 @@ DeviceCachingAllocator::~DeviceCachingAllocator() {
 }
 
 std::size_t DeviceCachingAllocator::round_size(std::size_t bytes) {
-  if (bytes <= kSmallLimit || bytes > kLargeAbove) {
-    return bytes == 0 ? kGranularity : round_up(bytes, kGranularity);
-  }
-  // 2^p < bytes <= 2^(p+1): round up to a multiple of 2^p / kSubSteps.
-  const unsigned p = static_cast<unsigned>(std::bit_width(bytes - 1)) - 1;
-  return round_up(bytes, std::size_t{1} << (p - 3));
+  static_assert(kClasses == classes::class_count(kGranularity));
+  return classes::round_size(bytes, kGranularity);
 }
 
 std::size_t DeviceCachingAllocator::segment_size(std::size_t rounded) {
-  return rounded <= kSharedSegmentUpTo ? kSharedSegment : round_up(rounded, kSegmentGranularity);
-}
-
-bool DeviceCachingAllocator::is_large(std::size_t rounded) {
-  return rounded > kLargeAbove;
-}
-
-bool DeviceCachingAllocator::SmallestFirst::operator()(const Piece* a, const Piece* b) const {
-  if (a->stream != b->stream) return a->stream < b->stream;
-  if (a->size != b->size) return a->size < b->size;
-  return a->data < b->data;
-}
-
-std::size_t DeviceCachingAllocator::class_capacity(std::size_t index) {
-  if (index < kSmallLimit / kGranularity) return (index + 1) * kGranularity;
-  const std::size_t j = index - kSmallLimit / kGranularity;
-  const std::size_t p = kSmallBits + j / kSubSteps;
-  return (kSubSteps + 1 + j % kSubSteps) << (p - 3);
-}
-
-std::size_t DeviceCachingAllocator::class_index(std::size_t rounded) {
-  if (rounded <= kSmallLimit) return rounded / kGranularity - 1;
-  const unsigned p = static_cast<unsigned>(std::bit_width(rounded - 1)) - 1;
-  const std::size_t k = rounded >> (p - 3);  // kSubSteps + 1 .. 2 kSubSteps
-  return kSmallLimit / kGranularity + (p - kSmallBits) * kSubSteps + (k - kSubSteps - 1);
+  return classes::segment_size(rounded);
 }
 
 bool DeviceCachingAllocator::completed_locked(std::vector<DeviceMemorySource::Marker>& markers) {
@@ -86,7 +46,7 @@ bool DeviceCachingAllocator::completed_locked(std::vector<DeviceMemorySource::Ma
 DeviceBlock DeviceCachingAllocator::allocate(std::size_t bytes, StreamId stream) {
   const std::size_t rounded = round_size(bytes);
   if (rounded < bytes) throw std::bad_alloc();  // overflowed
-  if (caching_ && is_large(rounded)) {
+  if (caching_ && classes::is_large(rounded)) {
     std::lock_guard<std::mutex> lock(mutex_);
     ++stats_.requests;
     return allocate_large_locked(rounded, stream);
@@ -100,7 +60,7 @@ DeviceBlock DeviceCachingAllocator::allocate_small(std::size_t rounded, StreamId
     std::lock_guard<std::mutex> lock(mutex_);
     ++stats_.requests;
     // Newest first: the block most likely still in the GPU's caches.
-    auto& list = free_[caching_ ? class_index(block.capacity) : 0];
+    auto& list = free_[caching_ ? classes::class_index(block.capacity, kGranularity) : 0];
     for (auto it = list.rbegin(); it != list.rend(); ++it) {
       if (it->stream == stream && completed_locked(it->pending)) {
         block.data = it->data;
@@ -137,7 +97,7 @@ void DeviceCachingAllocator::count_handed_out_locked(std::size_t capacity) {
 
 DeviceBlock DeviceCachingAllocator::allocate_large_locked(std::size_t rounded, StreamId stream) {
   settle_pending_locked(false);
-  if (Piece* piece = best_fit_locked(rounded, stream)) return hand_out_locked(piece, rounded);
+  if (auto block = take_large_locked(rounded, stream)) return *block;
   // A new segment. Out of memory: first give back what can go at once, then
   // wait for the rest (pending pieces may then also fit).
   const std::size_t bytes = segment_size(rounded);
@@ -151,95 +111,59 @@ DeviceBlock DeviceCachingAllocator::allocate_large_locked(std::size_t rounded, S
       // A pending piece that fits, once its markers complete, is used as it
       // is; else the cache goes back to make room.
       settle_pending_locked(attempt == 1);
-      if (Piece* piece = best_fit_locked(rounded, stream)) return hand_out_locked(piece, rounded);
+      if (auto block = take_large_locked(rounded, stream)) return *block;
       release_cached_locked(attempt == 1);
     }
   }
-  auto owned = std::make_unique<Piece>();
-  Piece* piece = owned.get();
-  piece->data = data;
-  piece->size = bytes;
-  piece->stream = stream;
-  pieces_.emplace(data, std::move(owned));
-  free_pieces_.insert(piece);
-  ++stats_.system_allocations;
-  stats_.cached_bytes += bytes;
-  return hand_out_locked(piece, rounded);
-}
-
-DeviceCachingAllocator::Piece* DeviceCachingAllocator::best_fit_locked(std::size_t rounded,
-                                                                       StreamId stream) {
-  Piece key;
-  key.size = rounded;
-  key.stream = stream;
-  const auto it = free_pieces_.lower_bound(&key);
-  return it != free_pieces_.end() && (*it)->stream == stream ? *it : nullptr;
-}
-
-DeviceBlock DeviceCachingAllocator::hand_out_locked(Piece* piece, std::size_t rounded) {
-  free_pieces_.erase(piece);
-  if (piece->size - rounded > kLargeAbove) {
-    auto rest = std::make_unique<Piece>();
-    rest->data = piece->data + rounded;
-    rest->size = piece->size - rounded;
-    rest->stream = piece->stream;
-    rest->previous = piece;
-    rest->next = piece->next;
-    if (piece->next != nullptr) piece->next->previous = rest.get();
-    piece->next = rest.get();
-    piece->size = rounded;
-    free_pieces_.insert(rest.get());
-    pieces_.emplace(rest->data, std::move(rest));
+  backend::SegmentPool::Piece piece;
+  try {
+    piece = segments_.take_from_new_segment(data, bytes, rounded, stream);
+  } catch (...) {
+    source_.release(data);  // no room to remember it
+    throw;
   }
-  piece->in_use = true;
+  ++stats_.system_allocations;
+  stats_.cached_bytes += bytes - piece.size;
+  count_handed_out_locked(piece.size);
+  return {piece.data, piece.size, stream};
+}
+
+std::optional<DeviceBlock> DeviceCachingAllocator::take_large_locked(std::size_t rounded,
+                                                                     StreamId stream) {
+  const auto piece = segments_.take(rounded, stream);
+  if (!piece) return std::nullopt;
   stats_.cached_bytes -= piece->size;
   count_handed_out_locked(piece->size);
-  return {piece->data, piece->size, piece->stream};
+  return DeviceBlock{piece->data, piece->size, stream};
 }
 
-void DeviceCachingAllocator::free_large_locked(Piece* piece,
+void DeviceCachingAllocator::free_large_locked(const DeviceBlock& block,
                                                std::span<const StreamId> also_used_on) {
-  piece->in_use = false;
-  stats_.cached_bytes += piece->size;
-  for (StreamId other : also_used_on) {
-    if (other != piece->stream) piece->pending.push_back(source_.record(other));
+  PendingPiece pending{block.data, {}};
+  try {
+    for (StreamId other : also_used_on) {
+      if (other != block.stream) pending.markers.push_back(source_.record(other));
+    }
+    if (pending.markers.empty()) {
+      segments_.give_back(block.data);
+      return;
+    }
+    pending_pieces_.push_back(std::move(pending));
+  } catch (...) {
+    for (auto marker : pending.markers) source_.release_marker(marker);
+    segments_.hold(block.data);  // out of use for good (see deallocate)
+    throw;
   }
-  if (piece->pending.empty()) {
-    make_free_locked(piece);
-  } else {
-    pending_pieces_.push_back(piece);
-  }
-}
-
-void DeviceCachingAllocator::make_free_locked(Piece* piece) {
-  const auto is_free = [](const Piece* p) {
-    return p != nullptr && !p->in_use && p->pending.empty();
-  };
-  // Takes `second` (free, after `first`) into `first`.
-  const auto merge = [this](Piece* first, Piece* second) {
-    free_pieces_.erase(second);
-    first->size += second->size;
-    first->next = second->next;
-    if (second->next != nullptr) second->next->previous = first;
-    pieces_.erase(second->data);
-  };
-  if (is_free(piece->next)) merge(piece, piece->next);
-  if (is_free(piece->previous)) {
-    Piece* previous = piece->previous;
-    free_pieces_.erase(previous);
-    merge(previous, piece);
-    piece = previous;
-  }
-  free_pieces_.insert(piece);
+  segments_.hold(block.data);
 }
 
 void DeviceCachingAllocator::settle_pending_locked(bool wait) {
-  std::erase_if(pending_pieces_, [&](Piece* piece) {
+  std::erase_if(pending_pieces_, [&](PendingPiece& piece) {
     if (wait) {
-      for (auto marker : piece->pending) source_.wait(marker);
+      for (auto marker : piece.markers) source_.wait(marker);
     }
-    if (!completed_locked(piece->pending)) return false;
-    make_free_locked(piece);
+    if (!completed_locked(piece.markers)) return false;
+    segments_.give_back(piece.data);
     return true;
   });
 }
@@ -249,12 +173,12 @@ void DeviceCachingAllocator::deallocate(const DeviceBlock& block,
   if (block.data == nullptr) return;
   std::lock_guard<std::mutex> lock(mutex_);
   stats_.current_bytes -= block.capacity;
-  if (caching_ && is_large(block.capacity)) {
-    const auto found = pieces_.find(block.data);
-    if (found == pieces_.end()) return;  // not this allocator's block
-    Piece* piece = found->second.get();
+  if (caching_ && classes::is_large(block.capacity)) {
+    const auto size = segments_.size_in_use(block.data);
+    if (!size) return;  // not this allocator's block
+    stats_.cached_bytes += *size;
     try {
-      free_large_locked(piece, also_used_on);
+      free_large_locked(block, also_used_on);
     } catch (...) {
       // A marker could not be made or remembered (a failing context): the
       // piece stays out of use for good, as reusing it could race with work
@@ -270,7 +194,7 @@ void DeviceCachingAllocator::deallocate(const DeviceBlock& block,
       for (StreamId other : also_used_on) {
         if (other != block.stream) cached.pending.push_back(source_.record(other));
       }
-      free_[class_index(block.capacity)].push_back(std::move(cached));
+      free_[classes::class_index(block.capacity, kGranularity)].push_back(std::move(cached));
       stats_.cached_bytes += block.capacity;
       return;
     } catch (...) {
@@ -300,18 +224,8 @@ void DeviceCachingAllocator::empty_cache() {
 
 void DeviceCachingAllocator::release_cached_locked(bool wait_for_pending) {
   settle_pending_locked(wait_for_pending);
-  for (auto it = free_pieces_.begin(); it != free_pieces_.end();) {
-    Piece* piece = *it;
-    if (piece->previous != nullptr || piece->next != nullptr) {
-      ++it;
-      continue;
-    }
-    // The whole segment is free.
-    it = free_pieces_.erase(it);
-    source_.release(piece->data);
-    stats_.cached_bytes -= piece->size;
-    pieces_.erase(piece->data);
-  }
+  stats_.cached_bytes -= segments_.release_free_segments(
+      [this](std::byte* data, std::size_t /*size*/) { source_.release(data); });
   for (std::size_t c = 0; c < kClasses; ++c) {
     std::erase_if(free_[c], [&](CachedBlock& block) {
       if (wait_for_pending) {
@@ -323,7 +237,7 @@ void DeviceCachingAllocator::release_cached_locked(bool wait_for_pending) {
       }
       if (!completed_locked(block.pending)) return false;
       source_.release(block.data);
-      stats_.cached_bytes -= class_capacity(c);
+      stats_.cached_bytes -= classes::class_capacity(c, kGranularity);
       return true;
     });
   }

@@ -25,13 +25,13 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <map>
-#include <memory>
 #include <mutex>
-#include <set>
+#include <optional>
 #include <span>
 #include <vector>
 
+#include "backend/segment_pool.hpp"
+#include "backend/size_classes.hpp"
 #include "rig/allocator_stats.hpp"
 
 namespace rig::cuda {
@@ -109,38 +109,23 @@ class DeviceCachingAllocator {
     StreamId stream = 0;
     std::vector<DeviceMemorySource::Marker> pending;  // other streams' work still using it
   };
-  // A large block: a piece of a segment, in use, pending (freed, but other
-  // streams' work may still use it) or free.
-  struct Piece {
+  // A large block freed while other streams' work may still use it.
+  struct PendingPiece {
     std::byte* data = nullptr;
-    std::size_t size = 0;
-    StreamId stream = 0;
-    Piece* previous = nullptr;  // the neighbours in its segment, by address
-    Piece* next = nullptr;
-    bool in_use = false;
-    std::vector<DeviceMemorySource::Marker> pending;
-  };
-  struct SmallestFirst {  // the free pieces' order: by stream, then size, then address
-    bool operator()(const Piece* a, const Piece* b) const;
+    std::vector<DeviceMemorySource::Marker> markers;
   };
 
-  static constexpr std::size_t kClasses = 8 + 8 * 8;  // the small pool's: up to 1 MiB
-  static bool is_large(std::size_t rounded);
-  static std::size_t class_index(std::size_t rounded);
-  static std::size_t class_capacity(std::size_t index);  // class_index's inverse
+  // The small pool's classes, for 512-byte granularity (checked where it is used).
+  static constexpr std::size_t kClasses = backend::size_classes::class_count(512);
 
   // Whether `markers` have all completed; releases the completed ones.
   bool completed_locked(std::vector<DeviceMemorySource::Marker>& markers);
   void count_handed_out_locked(std::size_t capacity);
   DeviceBlock allocate_small(std::size_t rounded, StreamId stream);
   DeviceBlock allocate_large_locked(std::size_t rounded, StreamId stream);
-  // The smallest free piece of `stream` of at least `rounded` bytes, or null.
-  Piece* best_fit_locked(std::size_t rounded, StreamId stream);
-  // `piece` (free) handed out for `rounded` bytes; the rest split off when large.
-  DeviceBlock hand_out_locked(Piece* piece, std::size_t rounded);
-  void free_large_locked(Piece* piece, std::span<const StreamId> also_used_on);
-  // `piece` joins the free pieces, merged with its free neighbours.
-  void make_free_locked(Piece* piece);
+  // The smallest free piece of `stream` of at least `rounded` bytes, handed out.
+  std::optional<DeviceBlock> take_large_locked(std::size_t rounded, StreamId stream);
+  void free_large_locked(const DeviceBlock& block, std::span<const StreamId> also_used_on);
   // Pending pieces whose markers have completed (all of them, waiting, if
   // `wait`) become free.
   void settle_pending_locked(bool wait);
@@ -152,9 +137,8 @@ class DeviceCachingAllocator {
   const bool caching_;
   mutable std::mutex mutex_;
   std::array<std::vector<CachedBlock>, kClasses> free_;
-  std::map<std::byte*, std::unique_ptr<Piece>> pieces_;  // every large piece, by address
-  std::set<Piece*, SmallestFirst> free_pieces_;
-  std::vector<Piece*> pending_pieces_;
+  backend::SegmentPool segments_;  // the large pool
+  std::vector<PendingPiece> pending_pieces_;
   DeviceAllocatorStats stats_;
 };
 

@@ -1,7 +1,11 @@
 // The caching allocator behind Storage on the CPU and on the sim device (CUDA
 // has its own, stream-aware one in core/cuda/allocator). Freed blocks are kept
-// in per-size-class free lists and handed out again, so once a training loop
-// is warm, a tensor allocation takes no memory from the system.
+// and handed out again, so once a training loop is warm, a tensor allocation
+// takes no memory from the system. Two pools, as on the GPU: blocks up to
+// 1 MiB have size classes and free lists; larger ones are pieces of segments
+// (SegmentPool), best fit, split and merged, so that a loop whose shapes vary
+// (a Transformer's bucketed batches) reuses one shape's memory for another
+// instead of caching a block of every size it has seen.
 #pragma once
 
 #include <array>
@@ -10,6 +14,8 @@
 #include <vector>
 
 #include "backend/memory.hpp"
+#include "backend/segment_pool.hpp"
+#include "backend/size_classes.hpp"
 #include "rig/allocator_stats.hpp"
 
 namespace rig::backend {
@@ -37,20 +43,26 @@ class CachingAllocator final : public MemoryPool {
   void reset_peak() override;
   void empty_cache() override;
 
-  // The block size a request of `bytes` gets: multiples of 64 B up to 4 KiB,
-  // then 8 steps per power of two (at most 12.5% waste).
+  // The block size a request of `bytes` gets (size_classes.hpp with 64-byte
+  // granularity; a large block may be up to 1 MiB more: the rest of a free
+  // piece too small to split off).
   static std::size_t round_size(std::size_t bytes);
 
  private:
-  static constexpr std::size_t kClasses = 64 + 52 * 8;
-  static std::size_t class_index(std::size_t rounded);
-  void release_all_cached_locked() noexcept;
+  // The small pool's classes, for 64-byte granularity (checked where it is used).
+  static constexpr std::size_t kClasses = size_classes::class_count(64);
+  Block allocate_large(std::size_t rounded);
+  void count_handed_out_locked(std::size_t capacity);
+  // Gives cached blocks back until at most `keep` bytes are cached (wholly
+  // free segments go first, largest first).
+  void release_cached_locked(std::size_t keep) noexcept;
 
   RawMemory& raw_;
   const bool caching_;
   const std::size_t cache_limit_;
   mutable std::mutex mutex_;
   std::array<std::vector<std::byte*>, kClasses> free_;
+  SegmentPool segments_;  // the large pool
   AllocatorStats stats_;
 };
 
