@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
 #include <vector>
 
 #include "golden.hpp"
@@ -316,6 +317,53 @@ TEST(OpsBatchNorm, HalfPrecisionKeepsTheDtype) {
   const Tensor y32 = ops::batch_norm(x.to(rig::DType::bf16).to(rig::DType::f32), Tensor::ones({3}),
                                      Tensor::zeros({3}), rm2, rv2, true);
   EXPECT_TRUE(tensors_close(y.to(rig::DType::f32), y32, 1e-2, 1e-2));
+}
+
+// 16-bit x on the CPU (a back end that computes f32 only): batch_norm and
+// relu give the bits of their f32 ops on cast copies, forward and backward,
+// and keep the 16-bit tensors for the backward rather than f32 copies.
+TEST(OpsBatchNorm, SixteenBitOnTheCpuHasTheCastCompositionsBitsAndKeeps16BitTensors) {
+  const rig::Shape shape{8, 16, 8, 8};
+  const Tensor values = random_tensor(shape, 11, -2.0F, 2.0F);
+  const Tensor upstream = random_tensor(shape, 12);
+  for (const rig::DType dtype : {rig::DType::bf16, rig::DType::f16}) {
+    SCOPED_TRACE(std::string(rig::dtype_name(dtype)));
+    const auto run = [&](bool composed, Tensor& rm, Tensor& rv) {
+      Tensor x = leaf(values.to(dtype));
+      Tensor gamma = leaf(random_tensor({16}, 13, 0.5F, 1.5F));
+      Tensor beta = leaf(random_tensor({16}, 14));
+      const std::size_t before = rig::allocator_stats().current_bytes;
+      Tensor y;
+      if (composed) {  // what these ops did before: differentiable casts around f32 ops
+        const Tensor normed =
+            ops::batch_norm(x.to(rig::DType::f32), gamma, beta, rm, rv, true).to(dtype);
+        y = ops::relu(normed.to(rig::DType::f32)).to(dtype);
+      } else {
+        y = ops::relu(ops::batch_norm(x, gamma, beta, rm, rv, true));
+      }
+      const std::size_t held = rig::allocator_stats().current_bytes - before;
+      grads_of(y, upstream.to(dtype), {x, gamma, beta});
+      return std::tuple{y, x.grad(), gamma.grad(), beta.grad(), held};
+    };
+    Tensor rm = Tensor::zeros({16}), rv = Tensor::ones({16});
+    Tensor rm_ref = Tensor::zeros({16}), rv_ref = Tensor::ones({16});
+    const auto [y, dx, dgamma, dbeta, held] = run(false, rm, rv);
+    const auto [y_ref, dx_ref, dgamma_ref, dbeta_ref, held_ref] = run(true, rm_ref, rv_ref);
+    EXPECT_EQ(y.dtype(), dtype);
+    EXPECT_EQ(dx.dtype(), dtype);
+    EXPECT_TRUE(same_values(y.to(rig::DType::f32), y_ref.to(rig::DType::f32)));
+    EXPECT_TRUE(same_values(dx.to(rig::DType::f32), dx_ref.to(rig::DType::f32)));
+    EXPECT_TRUE(same_values(dgamma, dgamma_ref));
+    EXPECT_TRUE(same_values(dbeta, dbeta_ref));
+    EXPECT_TRUE(same_values(rm, rm_ref));
+    EXPECT_TRUE(same_values(rv, rv_ref));
+    // Held after the forward: batch norm's 16-bit output (relu's saved
+    // input) and relu's output, 2 x 16 KiB, and the per-channel vectors;
+    // the composition held f32 copies of x and of relu's output besides.
+    const std::size_t bytes16 = static_cast<std::size_t>(values.numel()) * 2;
+    EXPECT_LT(held, 2 * bytes16 + 4096);
+    EXPECT_GT(held_ref, 4 * bytes16);
+  }
 }
 
 TEST(OpsBatchNorm, ErrorsNameTheShapes) {

@@ -252,6 +252,32 @@ Tensor apply_add_relu(backend::Backend& be, const Normalised& n, const Tensor& r
   return out;
 }
 
+// batch_norm of f16 / bf16 x on a back end that computes f32 only (the CPU,
+// sim): the f32 batch norm of a copy of x, its output rounded to x's dtype,
+// the numbers of batch_norm(x.to(f32)).to(x's dtype). The backward keeps x's
+// 16-bit storage rather than the f32 copy and makes the copy again (x's
+// values are exact in f32), so a 16-bit model's saved activations take half
+// the bytes.
+Tensor batch_norm_on_f32_copy(const Tensor& x, const BatchNormParams& p, bool training,
+                              const backend::BatchNormShape& s, backend::Backend& be) {
+  const DType type = x.dtype();
+  Normalised n = normalise(x.detach().to(DType::f32), p, training, s, be);
+  n.need_x = x.requires_grad();
+  Tensor out = detail::empty_on(n.xc, n.xc.shape(), DType::f32);
+  be.batch_norm_apply(s, n.xc.data<float>(), n.scale.data<float>(), n.shift.data<float>(),
+                      out.data<float>());
+  out = out.to(type);
+  n.xc = x.detach().contiguous();
+  return autograd::record(std::move(out), kOp, {x, p.gamma, p.beta}, [n, type](const Tensor& grad) {
+    Normalised on_f32 = n;
+    on_f32.xc = n.xc.to(DType::f32);
+    autograd::TensorList grads =
+        batch_norm_grads(on_f32, grad.to(DType::f32).contiguous(), SavedReluMask{}, Tensor(), 1);
+    if (grads[0].defined()) grads[0] = grads[0].to(type);
+    return grads;
+  });
+}
+
 // batch_norm, and with `relu` (only where the back end fuses it) relu of it
 // in the same passes; with `residual` too (x's shape and dtype) relu of it
 // plus the residual.
@@ -260,10 +286,7 @@ Tensor batch_norm_impl(const Tensor& x, const BatchNormParams& p, bool training,
   const backend::BatchNormShape s = checked_shape(x, p, training);
   backend::Backend& be = detail::backend_of(x);
   if (x.dtype() != DType::f32 && !be.reads_16bit_storage()) {
-    // f16 / bf16 storage: compute in f32, round the result to x's dtype.
-    return batch_norm(detail::as_f32(x), p.gamma, p.beta, p.running_mean, p.running_var, training,
-                      p.momentum, p.eps)
-        .to(x.dtype());
+    return batch_norm_on_f32_copy(x, p, training, s, be);
   }
   // f32, or (on a back end that reads it) x's 16-bit storage as it is: y,
   // dx in that dtype, the f32 path's bits.

@@ -1,8 +1,9 @@
 // Elementwise ops: broadcasting arithmetic, scalar ops and activations.
-// f16/bf16 inputs are computed in f32 (a differentiable cast) and the result
-// is cast back to the input's dtype; add and mul of one 16-bit dtype, and
-// the unary ops whose derivative does not read a rounded output, run on it
-// directly where the back end reads 16-bit storage (the same bits).
+// f16/bf16 inputs are computed in f32 (a differentiable cast; for the unary
+// ops one node that keeps the 16-bit input) and the result is cast back to
+// the input's dtype; add and mul of one 16-bit dtype, and the unary ops whose
+// derivative does not read a rounded output, run on it directly where the
+// back end reads 16-bit storage (the same bits).
 #include <stdexcept>
 #include <string>
 
@@ -59,12 +60,40 @@ bool unary_on_16bit(const Tensor& a, Unary op) {
          backend_of(a).reads_16bit_storage();
 }
 
-Tensor unary_op(const char* name, const Tensor& a, Unary op, float scalar = 0.0F) {
+Tensor unary_op(const char* name, const Tensor& a, Unary op, float scalar = 0.0F);
+
+// op of f16 / bf16 a computed in f32 (a back end that computes f32 only, or
+// a derivative that would read a rounded output): the f32 op of a copy of a,
+// rounded to a's dtype, the numbers of op(a.to(f32)).to(a's dtype). The
+// backward keeps a's 16-bit storage rather than an f32 input or output and
+// makes them again (a's values are exact in f32): half the saved bytes.
+Tensor unary_on_f32_copy(const char* name, const Tensor& a, Unary op, float scalar) {
+  const DType type = a.dtype();
+  Tensor out = unary_op(name, a.detach().to(DType::f32), op, scalar).to(type);
+  if (!grad_mode_enabled() || !a.requires_grad()) return out;
+  Tensor saved = a.detach();
+  return autograd::record(
+      std::move(out), name, {a}, [saved = std::move(saved), op, scalar, type](const Tensor& g) {
+        const Tensor x = saved.to(DType::f32).contiguous();
+        const std::int64_t n = x.numel();
+        backend::Backend& be = backend_of(x);
+        Tensor y;
+        if (reads_output(op)) {
+          y = empty_on(x, x.shape(), DType::f32);
+          be.unary(op, x.data<float>(), y.data<float>(), n, scalar);
+        }
+        const Tensor gc = g.to(DType::f32).contiguous();
+        Tensor dx = empty_on(gc, gc.shape(), DType::f32);
+        be.unary_backward(op, gc.data<float>(), reads_input(op) ? x.data<float>() : nullptr,
+                          y.defined() ? y.data<float>() : nullptr, dx.data<float>(), n, scalar);
+        return autograd::TensorList{dx.to(type)};
+      });
+}
+
+Tensor unary_op(const char* name, const Tensor& a, Unary op, float scalar) {
   require_floating(name, a, "x");
   const bool on_16bit = unary_on_16bit(a, op);
-  if (a.dtype() != DType::f32 && !on_16bit) {
-    return unary_op(name, a.to(DType::f32), op, scalar).to(a.dtype());
-  }
+  if (a.dtype() != DType::f32 && !on_16bit) return unary_on_f32_copy(name, a, op, scalar);
   const DType type = a.dtype();
   const Tensor x = a.contiguous();
   Tensor out = empty_on(x, x.shape(), type);
