@@ -211,9 +211,11 @@ TEST(ConfigLoad, EnumViolationListsAllowedValues) {
   EXPECT_EQ(parse_error("base_params:\n  dtype: float8\n"),
             "bad.yaml:2:10: base_params.dtype: expected one of [float32, float16, bfloat16, "
             "mixed], found 'float8'");
-  EXPECT_EQ(
-      parse_error("base_params:\n  device: gpu\n"),
-      "bad.yaml:2:11: base_params.device: expected one of [auto, cpu, cuda, sim], found 'gpu'");
+  // With the schema's hint (x-enum-hint): how to choose a GPU.
+  EXPECT_EQ(parse_error("base_params:\n  device: cuda:1\n"),
+            "bad.yaml:2:11: base_params.device: expected one of [auto, cpu, cuda, sim], found "
+            "'cuda:1'; a process uses one GPU, the visible one of its local rank: choose it with "
+            "CUDA_VISIBLE_DEVICES (CUDA_VISIBLE_DEVICES=1 rig run EXP runs on GPU 1; docs/gpu.md)");
 }
 
 TEST(ConfigLoad, BaseParamsIsRequired) {

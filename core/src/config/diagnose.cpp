@@ -103,8 +103,11 @@ class Walker {
         shown.push_back(item.IsScalar() ? item.Scalar() : emit(item));
       }
       if (!ok) {
-        return bad_value(path, fmt::format("expected one of [{}], found {}", fmt::join(shown, ", "),
-                                           describe_found(data)));
+        // x-enum-hint: the schema's word on what the user probably meant.
+        const YAML::Node hint = s["x-enum-hint"];
+        return bad_value(path, fmt::format("expected one of [{}], found {}{}",
+                                           fmt::join(shown, ", "), describe_found(data),
+                                           hint && hint.IsScalar() ? "; " + hint.Scalar() : ""));
       }
     }
     return std::nullopt;
