@@ -5,7 +5,10 @@
 //     padding mask, dropout, residual adds, feed-forward) with a Linear +
 //     cross_entropy head, and
 //   - a ResNet basic block (conv2d, batch_norm, relu) + max_pool2d +
-//     global_avg_pool2d with a Linear + cross_entropy head.
+//     global_avg_pool2d with a Linear + cross_entropy head, and
+//   - Linear + relu + Linear + cross_entropy on activations over 1 MiB, at
+//     three batch sizes in turn (the caching allocator's pieces of segments,
+//     split and merged every step).
 // Each allocation is attributed to rig or to oneDNN (when a oneDNN frame is
 // on the stack: its primitive execution allocates internally, which rig
 // cannot avoid). rig's must be zero.
@@ -351,6 +354,32 @@ int main() {
                      const Tensor h = ops::max_pool2d(block.forward(input, training), pool);
                      const Tensor logits = head.forward(ops::global_avg_pool2d(h));
                      return ops::cross_entropy(logits, labels);
+                   },
+                   [&] { store.zero_grad(); }});
+  }
+
+  {  // Linear + relu + Linear + cross_entropy on activations over 1 MiB (the
+     // caching allocator's pieces of segments), three batch sizes in turn.
+    constexpr std::int64_t kIn = 64, kHidden = 1024, kClasses = 16;
+    rig::ParameterStore store;
+    const rig::nn::Linear up(store, "up", kIn, kHidden);
+    const rig::nn::Linear down(store, "down", kHidden, kClasses);
+    store.allocate(3);
+    std::vector<Tensor> inputs, targets;
+    for (std::int64_t rows : {512, 640, 768}) {
+      inputs.push_back(random_tensor({rows, kIn}, 3));
+      std::vector<std::int64_t> label_values(static_cast<std::size_t>(rows));
+      for (std::size_t r = 0; r < label_values.size(); ++r) {
+        label_values[r] = static_cast<std::int64_t>(r % kClasses);
+      }
+      targets.push_back(Tensor::from_vector(label_values, {rows}));
+    }
+    ok &= measure({"linear + relu + linear + cross_entropy on activations over 1 MiB",
+                   [&](int i, bool training) {
+                     const auto which = static_cast<std::size_t>(i % 3);
+                     const Tensor input = training ? leaf(inputs[which]) : inputs[which];
+                     const Tensor h = ops::relu(up.forward(input));
+                     return ops::cross_entropy(down.forward(h), targets[which]);
                    },
                    [&] { store.zero_grad(); }});
   }

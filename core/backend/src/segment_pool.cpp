@@ -13,6 +13,55 @@ bool SegmentPool::SmallestFirst::operator()(const Node* a, const Node* b) const 
   return a->data < b->data;
 }
 
+SegmentPool::Node* SegmentPool::add_node(std::byte* data, std::size_t size, Owner owner,
+                                         Node* previous, Node* next) {
+  const Node fields{data, size, owner, previous, next, State::free};
+  if (spare_nodes_.empty()) {
+    auto owned = std::make_unique<Node>(fields);
+    Node* node = owned.get();
+    nodes_.emplace(data, std::move(owned));
+    return node;
+  }
+  NodeMap::node_type spare = std::move(spare_nodes_.back());
+  spare_nodes_.pop_back();
+  spare.key() = data;
+  *spare.mapped() = fields;
+  Node* node = spare.mapped().get();
+  nodes_.insert(std::move(spare));
+  return node;
+}
+
+void SegmentPool::erase_node(const std::byte* data) {
+  NodeMap::node_type spare = nodes_.extract(data);
+  if (spare.empty()) return;
+  try {
+    spare_nodes_.push_back(std::move(spare));
+  } catch (...) {
+    // No room to keep it: it is freed instead.
+  }
+}
+
+void SegmentPool::insert_free(Node* node) {
+  if (spare_free_.empty()) {
+    free_.insert(node);
+    return;
+  }
+  FreeSet::node_type spare = std::move(spare_free_.back());
+  spare_free_.pop_back();
+  spare.value() = node;
+  free_.insert(std::move(spare));
+}
+
+void SegmentPool::erase_free(Node* node) {
+  FreeSet::node_type spare = free_.extract(node);  // empty when `node` is not free
+  if (spare.empty()) return;
+  try {
+    spare_free_.push_back(std::move(spare));
+  } catch (...) {
+    // No room to keep it: it is freed instead.
+  }
+}
+
 std::optional<SegmentPool::Piece> SegmentPool::take(std::size_t bytes, Owner owner) {
   Node key;
   key.size = bytes;
@@ -24,36 +73,26 @@ std::optional<SegmentPool::Piece> SegmentPool::take(std::size_t bytes, Owner own
 
 SegmentPool::Piece SegmentPool::take_from_new_segment(std::byte* data, std::size_t size,
                                                       std::size_t bytes, Owner owner) {
-  auto owned = std::make_unique<Node>();
-  Node* node = owned.get();
-  node->data = data;
-  node->size = size;
-  node->owner = owner;
-  nodes_.emplace(data, std::move(owned));
-  free_.insert(node);
+  Node* node = add_node(data, size, owner, nullptr, nullptr);
+  try {
+    insert_free(node);
+  } catch (...) {
+    erase_node(data);
+    throw;
+  }
   free_bytes_ += size;
   ++segments_;
   return hand_out(node, bytes);
 }
 
 SegmentPool::Piece SegmentPool::hand_out(Node* node, std::size_t bytes) {
-  // The rest is made first: if that throws, nothing has changed.
-  std::unique_ptr<Node> rest;
+  erase_free(node);
   if (node->size - bytes > split_above_) {
-    rest = std::make_unique<Node>();
-    rest->data = node->data + bytes;
-    rest->size = node->size - bytes;
-    rest->owner = node->owner;
-  }
-  free_.erase(node);
-  if (rest != nullptr) {
-    rest->previous = node;
-    rest->next = node->next;
-    if (node->next != nullptr) node->next->previous = rest.get();
-    node->next = rest.get();
+    Node* rest = add_node(node->data + bytes, node->size - bytes, node->owner, node, node->next);
+    if (node->next != nullptr) node->next->previous = rest;
+    node->next = rest;
     node->size = bytes;
-    free_.insert(rest.get());
-    nodes_.emplace(rest->data, std::move(rest));
+    insert_free(rest);
   }
   node->state = State::in_use;
   free_bytes_ -= node->size;
@@ -84,22 +123,22 @@ void SegmentPool::make_free(Node* node) {
   const auto is_free = [](const Node* n) { return n != nullptr && n->state == State::free; };
   // Takes `second` (free, right after `first`) into `first`.
   const auto merge = [this](Node* first, Node* second) {
-    free_.erase(second);
+    erase_free(second);
     first->size += second->size;
     first->next = second->next;
     if (second->next != nullptr) second->next->previous = first;
-    nodes_.erase(second->data);
+    erase_node(second->data);
   };
   node->state = State::free;
   free_bytes_ += node->size;
   if (is_free(node->next)) merge(node, node->next);
   if (is_free(node->previous)) {
     Node* previous = node->previous;
-    free_.erase(previous);
+    erase_free(previous);
     merge(previous, node);
     node = previous;
   }
-  free_.insert(node);
+  insert_free(node);
 }
 
 std::size_t SegmentPool::release_free_segments(

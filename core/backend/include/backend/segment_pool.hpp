@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <vector>
 
 namespace rig::backend {
 
@@ -75,13 +76,25 @@ class SegmentPool {
     bool operator()(const Node* a, const Node* b) const;
   };
 
+  using NodeMap = std::map<const std::byte*, std::unique_ptr<Node>>;
+  using FreeSet = std::set<Node*, SmallestFirst>;
+
   Node* node_in_use(const std::byte* data) const;
   Piece hand_out(Node* node, std::size_t bytes);
   void make_free(Node* node);
+  // A piece's record and its place among the free pieces, made from the
+  // spares that erased ones left where there are any: once a training loop
+  // is warm, splitting and merging take no memory from the heap.
+  Node* add_node(std::byte* data, std::size_t size, Owner owner, Node* previous, Node* next);
+  void erase_node(const std::byte* data);
+  void insert_free(Node* node);
+  void erase_free(Node* node);
 
   const std::size_t split_above_;
-  std::map<const std::byte*, std::unique_ptr<Node>> nodes_;  // every piece, by address
-  std::set<Node*, SmallestFirst> free_;
+  NodeMap nodes_;  // every piece, by address
+  FreeSet free_;
+  std::vector<NodeMap::node_type> spare_nodes_;
+  std::vector<FreeSet::node_type> spare_free_;
   std::size_t free_bytes_ = 0;
   std::size_t segments_ = 0;
 };
