@@ -19,7 +19,9 @@
 // its stream that fits, split when more than 1 MiB would be left over, and a
 // freed piece merges with free neighbours. So a large block wastes at most
 // 1 MiB instead of up to 12.5%, and memory freed by one shape serves another
-// (a 392 MiB activation's block serves two 196 MiB ones).
+// (a 392 MiB activation's block serves two 196 MiB ones). The sizes are
+// backend/size_classes.hpp's and the pieces' bookkeeping backend::SegmentPool,
+// both shared with the host's caching allocator.
 #pragma once
 
 #include <array>
