@@ -153,9 +153,8 @@ void CachingAllocator::deallocate(const Block& block) noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
     stats_.current_bytes -= capacity;
     if (caching_ && size_classes::is_large(capacity)) {
-      if (!segments_.size_in_use(data)) return;  // not this allocator's block
       try {
-        segments_.give_back(data);
+        if (!segments_.give_back(data)) return;  // not this allocator's block
         stats_.cached_bytes += capacity;
       } catch (...) {
         // No room to remember the merged piece: it stays out of use (it is

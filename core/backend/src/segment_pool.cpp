@@ -115,8 +115,11 @@ void SegmentPool::hold(std::byte* data) {
   if (Node* node = node_in_use(data)) node->state = State::held;
 }
 
-void SegmentPool::give_back(std::byte* data) {
-  if (Node* node = node_in_use(data)) make_free(node);
+bool SegmentPool::give_back(std::byte* data) {
+  Node* node = node_in_use(data);
+  if (node == nullptr) return false;
+  make_free(node);
+  return true;
 }
 
 void SegmentPool::make_free(Node* node) {

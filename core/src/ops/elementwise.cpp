@@ -60,7 +60,36 @@ bool unary_on_16bit(const Tensor& a, Unary op) {
          backend_of(a).reads_16bit_storage();
 }
 
-Tensor unary_op(const char* name, const Tensor& a, Unary op, float scalar = 0.0F);
+// op of contiguous x into a new tensor of x's dtype (f32, or 16-bit where
+// the back end reads it), no history.
+Tensor unary_kernel(Unary op, const Tensor& x, float scalar) {
+  Tensor out = empty_on(x, x.shape(), x.dtype());
+  if (x.dtype() == DType::f32) {
+    backend_of(x).unary(op, x.data<float>(), out.data<float>(), x.numel(), scalar);
+  } else {
+    backend_of(x).unary_16(op, x.dtype(), x.raw_data(), out.raw_data(), x.numel(), scalar);
+  }
+  return out;
+}
+
+// op's dx from contiguous g and the x and y its derivative reads (the others
+// undefined), all of g's dtype, no history.
+Tensor unary_backward_kernel(Unary op, const Tensor& g, const Tensor& x, const Tensor& y,
+                             float scalar) {
+  Tensor dx = empty_on(g, g.shape(), g.dtype());
+  const auto data = [](const Tensor& t) -> const void* {
+    return t.defined() ? t.raw_data() : nullptr;
+  };
+  if (g.dtype() == DType::f32) {
+    backend_of(g).unary_backward(op, g.data<float>(), static_cast<const float*>(data(x)),
+                                 static_cast<const float*>(data(y)), dx.data<float>(), dx.numel(),
+                                 scalar);
+  } else {
+    backend_of(g).unary_backward_16(op, g.dtype(), g.raw_data(), data(x), data(y), dx.raw_data(),
+                                    dx.numel(), scalar);
+  }
+  return dx;
+}
 
 // op of f16 / bf16 a computed in f32 (a back end that computes f32 only, or
 // a derivative that would read a rounded output): the f32 op of a copy of a,
@@ -69,60 +98,34 @@ Tensor unary_op(const char* name, const Tensor& a, Unary op, float scalar = 0.0F
 // makes them again (a's values are exact in f32): half the saved bytes.
 Tensor unary_on_f32_copy(const char* name, const Tensor& a, Unary op, float scalar) {
   const DType type = a.dtype();
-  Tensor out = unary_op(name, a.detach().to(DType::f32), op, scalar).to(type);
+  Tensor out = unary_kernel(op, a.detach().to(DType::f32).contiguous(), scalar).to(type);
   if (!grad_mode_enabled() || !a.requires_grad()) return out;
   Tensor saved = a.detach();
   return autograd::record(
       std::move(out), name, {a}, [saved = std::move(saved), op, scalar, type](const Tensor& g) {
         const Tensor x = saved.to(DType::f32).contiguous();
-        const std::int64_t n = x.numel();
-        backend::Backend& be = backend_of(x);
-        Tensor y;
-        if (reads_output(op)) {
-          y = empty_on(x, x.shape(), DType::f32);
-          be.unary(op, x.data<float>(), y.data<float>(), n, scalar);
-        }
-        const Tensor gc = g.to(DType::f32).contiguous();
-        Tensor dx = empty_on(gc, gc.shape(), DType::f32);
-        be.unary_backward(op, gc.data<float>(), reads_input(op) ? x.data<float>() : nullptr,
-                          y.defined() ? y.data<float>() : nullptr, dx.data<float>(), n, scalar);
+        const Tensor y = reads_output(op) ? unary_kernel(op, x, scalar) : Tensor();
+        const Tensor dx = unary_backward_kernel(op, g.to(DType::f32).contiguous(),
+                                                reads_input(op) ? x : Tensor(), y, scalar);
         return autograd::TensorList{dx.to(type)};
       });
 }
 
-Tensor unary_op(const char* name, const Tensor& a, Unary op, float scalar) {
+Tensor unary_op(const char* name, const Tensor& a, Unary op, float scalar = 0.0F) {
   require_floating(name, a, "x");
-  const bool on_16bit = unary_on_16bit(a, op);
-  if (a.dtype() != DType::f32 && !on_16bit) return unary_on_f32_copy(name, a, op, scalar);
-  const DType type = a.dtype();
-  const Tensor x = a.contiguous();
-  Tensor out = empty_on(x, x.shape(), type);
-  if (type == DType::f32) {
-    backend_of(x).unary(op, x.data<float>(), out.data<float>(), x.numel(), scalar);
-  } else {
-    backend_of(x).unary_16(op, type, x.raw_data(), out.raw_data(), x.numel(), scalar);
+  if (a.dtype() != DType::f32 && !unary_on_16bit(a, op)) {
+    return unary_on_f32_copy(name, a, op, scalar);
   }
+  const Tensor x = a.contiguous();
+  Tensor out = unary_kernel(op, x, scalar);
   if (!grad_mode_enabled() || !a.requires_grad()) return out;
   Tensor saved_x = reads_input(op) ? x.detach() : Tensor();
   Tensor saved_y = reads_output(op) ? out.detach() : Tensor();
   return autograd::record(
-      std::move(out), name, {a}, [saved_x, saved_y, op, scalar, type](const Tensor& g) {
+      std::move(out), name, {a}, [saved_x, saved_y, op, scalar](const Tensor& g) {
         // g comes in the output's dtype (autograd converts it).
-        const Tensor gc = g.contiguous();
-        Tensor dx = empty_on(gc, gc.shape(), type);
-        const auto data = [](const Tensor& t) -> const void* {
-          return t.defined() ? t.raw_data() : nullptr;
-        };
-        if (type == DType::f32) {
-          backend_of(gc).unary_backward(op, gc.data<float>(),
-                                        saved_x.defined() ? saved_x.data<float>() : nullptr,
-                                        saved_y.defined() ? saved_y.data<float>() : nullptr,
-                                        dx.data<float>(), dx.numel(), scalar);
-        } else {
-          backend_of(gc).unary_backward_16(op, type, gc.raw_data(), data(saved_x), data(saved_y),
-                                           dx.raw_data(), dx.numel(), scalar);
-        }
-        return autograd::TensorList{dx};
+        return autograd::TensorList{
+            unary_backward_kernel(op, g.contiguous(), saved_x, saved_y, scalar)};
       });
 }
 

@@ -47,8 +47,9 @@ class SegmentPool {
   // The size of the piece in use that starts at `data`; nullopt when there
   // is none (not this pool's block).
   std::optional<std::size_t> size_in_use(const std::byte* data) const;
-  // The piece in use at `data` is free again, merged with free neighbours.
-  void give_back(std::byte* data);
+  // The piece in use (or held) at `data` is free again, merged with free
+  // neighbours; false when there is none (not this pool's block).
+  bool give_back(std::byte* data);
   // The piece in use at `data` is out of use but not free yet (a GPU stream
   // may still use it): it neither serves requests nor merges until
   // give_back(data).
