@@ -31,6 +31,13 @@ if(TARGET rig-communicator-nccl)
   set_tests_properties(cli.nccl_fake PROPERTIES LABELS "integration;mpi;no_sanitize" TIMEOUT 600
     SKIP_RETURN_CODE 77)
 endif()
+# Out of memory on an emulated GPU of 64 MiB and on the host: one line that
+# says where, what did not fit and what to change (exit 2): see out_of_memory.sh.
+# Not under the sanitizers, whose allocators refuse huge requests their own way.
+add_test(NAME cli.out_of_memory
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/out_of_memory.sh $<TARGET_FILE:rig_cli>
+          ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/tiny.yaml ${CMAKE_CURRENT_BINARY_DIR}/work/out_of_memory)
+set_tests_properties(cli.out_of_memory PROPERTIES LABELS "integration;no_sanitize" TIMEOUT 300)
 # tools/kernel-census on the emulated CUDA device: one step's kernels, counted
 # (RIG_CUDA_CENSUS): see kernel_census.sh.
 add_test(NAME cli.kernel_census

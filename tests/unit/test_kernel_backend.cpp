@@ -16,6 +16,8 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <new>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -288,6 +290,22 @@ void check_matmul(const Mat& a, const Mat& b, const Shape& out_shape) {
     EXPECT_TRUE(close(got, naive_matmul(a, b, out_shape, precision), kGemmAbs, kGemmRel))
         << "against the definition";
   }
+}
+
+// The device's memory for the message of an allocation that fails
+// (cudaMemGetInfo on a GPU; RIG_CUDA_EMULATOR_MEMORY_MB, 80 GiB unset, on the
+// emulator), and a request beyond it refused as std::bad_alloc, after which
+// the pool serves as before.
+TEST(KernelBackendMemory, KnowsTheDevicesSizeAndRefusesMoreThanIt) {
+  backend::MemoryPool& pool = emu().memory(Device::cuda(0));
+  const std::optional<backend::DeviceCapacity> capacity = pool.capacity();
+  ASSERT_TRUE(capacity.has_value());
+  EXPECT_GT(capacity->total, std::size_t{1} << 30U);
+  EXPECT_LE(capacity->available, capacity->total);
+  EXPECT_THROW((void)pool.allocate(2 * capacity->total), std::bad_alloc);
+  const backend::Block block = pool.allocate(4096);
+  EXPECT_NE(block.data, nullptr);
+  pool.deallocate(block);
 }
 
 TEST(KernelBackendMatmul, BroadcastBatchOnEitherSide) {

@@ -9,21 +9,30 @@
 
 #include <fmt/format.h>
 
+#include "backend/host_capacity.hpp"
+
 namespace rig::backend {
 
 namespace {
 
 constexpr std::size_t kAlignment = 64;  // a cache line; what AVX-512 loads like
 constexpr std::size_t kInitialFreeListCapacity = 32;
+// Requests from here up are checked against what the host can still give.
+constexpr std::size_t kCheckedAbove = std::size_t{16} << 20U;
 
 class HostMemory final : public RawMemory {
  public:
   std::byte* allocate(std::size_t bytes) override {
+    if (bytes >= kCheckedAbove) {
+      const std::optional<DeviceCapacity> host = host_capacity();
+      if (host && bytes > host->available) throw std::bad_alloc();
+    }
     void* p = std::aligned_alloc(kAlignment, bytes);
     if (p == nullptr) throw std::bad_alloc();
     return static_cast<std::byte*>(p);
   }
   void release(std::byte* data) noexcept override { std::free(data); }
+  std::optional<DeviceCapacity> capacity() const override { return host_capacity(); }
 };
 
 }  // namespace

@@ -1,7 +1,9 @@
 // Dtype, device and shape helpers.
 #include <algorithm>
+#include <charconv>
 #include <cstdlib>
 #include <stdexcept>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -58,6 +60,24 @@ bool cuda_emulator_host_only_requested() {
   return environment_switch("RIG_CUDA_EMULATOR_HOST_ONLY",
                             "queue every kernel but run none, to time the host's part of a "
                             "step");
+}
+
+std::size_t cuda_emulator_memory_bytes() {
+  constexpr std::size_t kMiB = std::size_t{1} << 20U;
+  constexpr std::size_t kDefaultMiB = 81920;
+  const char* value = std::getenv("RIG_CUDA_EMULATOR_MEMORY_MB");
+  const std::string_view text = value == nullptr ? "" : value;
+  if (text.empty()) return kDefaultMiB * kMiB;
+  std::size_t mib = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), mib);
+  if (error != std::errc() || end != text.data() + text.size() || mib == 0 ||
+      mib > (std::size_t{1} << 40U)) {
+    throw std::invalid_argument(fmt::format(
+        "RIG_CUDA_EMULATOR_MEMORY_MB={}: expected the emulated GPU's memory as a whole number "
+        "of MiB (16384 for a 16 GB GPU; unset: 81920, an 80 GB H100's)",
+        text));
+  }
+  return mib * kMiB;
 }
 
 std::string to_string(Device device) {

@@ -25,6 +25,7 @@ class AllocatorPool : public backend::MemoryPool {
   AllocatorStats stats() const override { return allocator_.stats(); }
   void reset_peak() override { allocator_.reset_peak(); }
   void empty_cache() override { allocator_.empty_cache(); }
+  std::optional<backend::DeviceCapacity> capacity() const override { return allocator_.capacity(); }
 
  private:
   DeviceCachingAllocator& allocator_;

@@ -32,6 +32,7 @@
 #include <span>
 #include <vector>
 
+#include "backend/memory.hpp"
 #include "backend/segment_pool.hpp"
 #include "backend/size_classes.hpp"
 #include "rig/allocator_stats.hpp"
@@ -57,6 +58,9 @@ class DeviceMemorySource {
   virtual bool completed(Marker marker) = 0;
   virtual void wait(Marker marker) = 0;  // blocks the calling thread until it completes
   virtual void release_marker(Marker marker) noexcept = 0;
+  // The device's memory (cudaMemGetInfo), for the message of an allocation
+  // that failed; nothing where it is not known.
+  virtual std::optional<backend::DeviceCapacity> capacity() const { return std::nullopt; }
 };
 
 // One allocation: the caller keeps it and hands it back to deallocate.
@@ -90,6 +94,7 @@ class DeviceCachingAllocator {
   void deallocate(const DeviceBlock& block, std::span<const StreamId> also_used_on = {}) noexcept;
 
   DeviceAllocatorStats stats() const;
+  std::optional<backend::DeviceCapacity> capacity() const { return source_.capacity(); }
   void reset_peak();
   // Gives every cached block back to the source (waiting for pending ones).
   void empty_cache();

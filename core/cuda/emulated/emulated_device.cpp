@@ -3,8 +3,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -13,6 +17,7 @@
 #include "cuda/backend/kernel_backend.hpp"
 #include "cuda/emulated/emulated_attention.hpp"
 #include "cuda/gemm/lt_interpreter.hpp"
+#include "rig/device.hpp"
 #include "simt/emulator.hpp"
 
 namespace rig::cuda {
@@ -38,16 +43,57 @@ std::vector<float> widened(DType type, const void* src, std::int64_t n) {
   return out;
 }
 
-// Host memory as the emulated device's, for the GPU's caching allocator. One
-// stream, whose work is done when queued: every marker has completed.
+// Host memory as the emulated device's, for the GPU's caching allocator, of
+// at most `total` bytes (RIG_CUDA_EMULATOR_MEMORY_MB): beyond it allocations
+// fail as cudaMalloc's do, so the allocator's retry and the out-of-memory
+// message run as on a GPU. One stream, whose work is done when queued: every
+// marker has completed.
 class HostAsDeviceMemory final : public DeviceMemorySource {
  public:
-  std::byte* allocate(std::size_t bytes) override { return backend::host_memory().allocate(bytes); }
-  void release(std::byte* data) noexcept override { backend::host_memory().release(data); }
+  explicit HostAsDeviceMemory(std::size_t total) : total_(total) {}
+
+  std::byte* allocate(std::size_t bytes) override {
+    {
+      const std::lock_guard lock(mutex_);
+      if (bytes > total_ - used_) throw std::bad_alloc();
+      used_ += bytes;
+    }
+    try {
+      std::byte* data = backend::host_memory().allocate(bytes);
+      const std::lock_guard lock(mutex_);
+      sizes_.emplace(data, bytes);
+      return data;
+    } catch (...) {
+      const std::lock_guard lock(mutex_);
+      used_ -= bytes;
+      throw;
+    }
+  }
+  void release(std::byte* data) noexcept override {
+    {
+      const std::lock_guard lock(mutex_);
+      const auto found = sizes_.find(data);
+      if (found != sizes_.end()) {
+        used_ -= found->second;
+        sizes_.erase(found);
+      }
+    }
+    backend::host_memory().release(data);
+  }
+  std::optional<backend::DeviceCapacity> capacity() const override {
+    const std::lock_guard lock(mutex_);
+    return backend::DeviceCapacity{total_, total_ - used_};
+  }
   Marker record(StreamId /*stream*/) override { return 0; }
   bool completed(Marker /*marker*/) override { return true; }
   void wait(Marker /*marker*/) override {}
   void release_marker(Marker /*marker*/) noexcept override {}
+
+ private:
+  const std::size_t total_;
+  mutable std::mutex mutex_;
+  std::size_t used_ = 0;
+  std::unordered_map<const std::byte*, std::size_t> sizes_;  // the source's blocks
 };
 
 class EmulatedDevice final : public KernelDevice {
@@ -55,6 +101,7 @@ class EmulatedDevice final : public KernelDevice {
   EmulatedDevice(EmulatedConvolutions convolutions, EmulatedAttention attention,
                  EmulatedEpilogues epilogues)
       : properties_(simt::DeviceProperties::h100_sxm()),
+        host_as_device_(cuda_emulator_memory_bytes()),
         allocator_(host_as_device_, backend::caching_enabled()),
         pool_(allocator_, 0),
         convolutions_(convolutions),

@@ -41,6 +41,17 @@ std::byte* CudaMemorySource::allocate(std::size_t bytes) {
   return static_cast<std::byte*>(p);
 }
 
+std::optional<backend::DeviceCapacity> CudaMemorySource::capacity() const {
+  DeviceGuard guard(device_);
+  std::size_t free = 0;
+  std::size_t total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+    cudaGetLastError();
+    return std::nullopt;
+  }
+  return backend::DeviceCapacity{total, free};
+}
+
 void CudaMemorySource::release(std::byte* data) noexcept {
   // cudaFree waits for the work still using the block.
   cudaFree(data);

@@ -28,6 +28,7 @@ class CudaMemorySource final : public DeviceMemorySource {
   bool completed(Marker marker) override;
   void wait(Marker marker) override;
   void release_marker(Marker marker) noexcept override;
+  std::optional<backend::DeviceCapacity> capacity() const override;
 
  private:
   int device_;

@@ -140,6 +140,7 @@ DeviceChoice choose_run_device(const config::ResolvedConfig& config, const std::
     // stops the run here, before anything is built.
     (void)gemm_autotune_requested();
     (void)census_shapes_requested();
+    if (emulate) (void)cuda_emulator_memory_bytes();
     (void)relu_masks_enabled();
   } catch (const std::invalid_argument& e) {
     throw UserError(e.what());

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/activity.hpp"
 #include "engine/gather_lines.hpp"
 #include "rig/error.hpp"
 
@@ -80,6 +81,7 @@ EvalOptions eval_options(const DataLayer& data, bool eval_bleu, int print_sample
 
 EvalResult evaluate(Model& model, DataLayer& data, Communicator& comm, const EvalOptions& options) {
   const auto start = std::chrono::steady_clock::now();
+  const ActivityScope activity("evaluation");
   NoGradGuard no_grad;
   EvalResult result;
   bleu::Stats bleu_stats;

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/activity.hpp"
 #include "engine/gather_lines.hpp"
 #include "rig/error.hpp"
 
@@ -15,6 +16,7 @@ namespace rig::engine {
 
 std::int64_t infer(Model& model, DataLayer& data, Communicator& comm,
                    const std::filesystem::path& output) {
+  const ActivityScope activity("inference");
   NoGradGuard no_grad;
   IndexedLines lines;
   data.start_epoch(0);

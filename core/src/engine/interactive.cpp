@@ -5,12 +5,14 @@
 
 #include <fmt/format.h>
 
+#include "engine/activity.hpp"
 #include "rig/error.hpp"
 
 namespace rig::engine {
 
 std::int64_t interactive_infer(Model& model, const DataLayer& data, std::istream& in,
                                std::ostream& out, const Console& console) {
+  const ActivityScope activity("inference");
   NoGradGuard no_grad;
   // A data layer that does not support this mode refuses before any input is read.
   data.encode_lines({});

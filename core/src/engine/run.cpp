@@ -5,10 +5,12 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <new>
 
 #include <fmt/format.h>
 
 #include "config/resolved_config.hpp"
+#include "engine/activity.hpp"
 #include "engine/checkpoint.hpp"
 #include "engine/console.hpp"
 #include "engine/device_choice.hpp"
@@ -17,6 +19,7 @@
 #include "engine/gpu_dtype_check.hpp"
 #include "engine/inferencer.hpp"
 #include "engine/interactive.hpp"
+#include "engine/out_of_memory_advice.hpp"
 #include "engine/ps/serve.hpp"
 #include "engine/rank_agreement.hpp"
 #include "engine/resolve.hpp"
@@ -162,11 +165,17 @@ void build_model(const RunInputs& in, const DeviceChoice& device, BuiltModel& bu
   const std::string& mode = in.options.mode;
   const Mode plugin_mode = trains(mode) ? Mode::train : (mode == "eval" ? Mode::eval : Mode::infer);
   built.place = ProcessPlace{in.comm.rank(), in.comm.size()};
-  built.data =
-      on_device(make_data_layer(in.primary, plugin_mode, settings, built.place), settings.device);
+  {
+    const ActivityScope activity("the data layer's start");
+    built.data =
+        on_device(make_data_layer(in.primary, plugin_mode, settings, built.place), settings.device);
+  }
   built.model =
       make_model(in.primary, plugin_mode, settings, built.place, *built.data, built.params);
-  built.params.allocate(settings.random_seed, settings.compute_dtype, settings.device);
+  {
+    const ActivityScope activity("the model's parameters");
+    built.params.allocate(settings.random_seed, settings.compute_dtype, settings.device);
+  }
   check_ranks_agree(
       in.comm, {in.primary.config.to_yaml(), plugin_versions(in.primary), built.params.numel()});
   if (!device.note.empty()) in.console.print("*** {}", device.note);
@@ -266,10 +275,24 @@ int run(const RunOptions& options) {
                               ? Console(comm->rank() == 0, false, stderr)
                               : Console(comm->rank() == 0, resolved.progress);
   const RunInputs inputs{options, resolved.primary, resolved.eval, settings, *comm, console};
+  // Where it happened, and what to change.
+  const auto explained = [&](const OutOfMemoryError& e) {
+    const std::string where = e.where().empty() ? activity_that_failed() : e.where();
+    std::optional<std::int64_t> eval_batch;
+    if (resolved.eval) eval_batch = read_settings(resolved.eval->config).batch_size_per_gpu;
+    return e.within(where, out_of_memory_advice(options.mode, where, settings, eval_batch));
+  };
   return with_failure_handling(*comm, console, [&]() -> int {
-    BuiltModel built;
-    build_model(inputs, device, built);
-    return trains(options.mode) ? train_model(inputs, built) : run_trained_model(inputs, built);
+    try {
+      BuiltModel built;
+      build_model(inputs, device, built);
+      return trains(options.mode) ? train_model(inputs, built) : run_trained_model(inputs, built);
+    } catch (const OutOfMemoryError& e) {
+      throw explained(e);
+    } catch (const std::bad_alloc&) {
+      // Host memory a tensor's storage did not ask for (a data layer's buffers).
+      throw explained(OutOfMemoryError("the host", "an allocation of host memory failed."));
+    }
   });
 }
 

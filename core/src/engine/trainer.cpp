@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/activity.hpp"
 #include "engine/bottleneck.hpp"
 #include "engine/device_data.hpp"
 #include "engine/evaluator.hpp"
@@ -17,6 +18,7 @@
 #include "engine/stop_signals.hpp"
 #include "launch/progress_beacon.hpp"
 #include "launch/test_faults.hpp"
+#include "rig/byte_size.hpp"
 #include "rig/error.hpp"
 #include "rig/ops.hpp"
 
@@ -24,15 +26,6 @@ namespace rig::engine {
 namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
-
-// "812 B", "3.4 KiB", "96.0 MiB", "12.41 GiB".
-std::string readable_bytes(std::size_t bytes) {
-  const auto b = static_cast<double>(bytes);
-  if (b < 1024.0) return fmt::format("{} B", bytes);
-  if (b < kMiB) return fmt::format("{:.1f} KiB", b / 1024.0);
-  if (b < 1024.0 * kMiB) return fmt::format("{:.1f} MiB", b / kMiB);
-  return fmt::format("{:.2f} GiB", b / (1024.0 * kMiB));
-}
 
 using Clock = std::chrono::steady_clock;
 
@@ -318,6 +311,7 @@ bool TrainingLoop::step(PhaseTimes& times) {
   }
   if (s_.iter_size > 1)
     step_loss = ops::mul_scalar(step_loss, 1.0F / static_cast<float>(s_.iter_size));
+  const ActivityScope activity("the optimizer update", state_.step);
   const std::optional<GradientStats> grads = finish_gradients(step_loss, times);
   if (grads && (!grads->loss_finite || !std::isfinite(grads->norm))) {
     skip_update(*grads, loss_scale);
@@ -339,7 +333,10 @@ std::optional<Tensor> TrainingLoop::forward_backward(std::int64_t micro, PhaseTi
   const auto world = static_cast<std::uint32_t>(p_.comm.size());
   const auto rank = static_cast<std::uint32_t>(p_.comm.rank());
   const auto t0 = Clock::now();
-  std::optional<Batch> next = next_batch(micro);
+  std::optional<Batch> next = [&] {
+    const ActivityScope activity("the data layer's batch", step);
+    return next_batch(micro);
+  }();
   if (!next) return std::nullopt;
   Batch batch = std::move(*next);
   // Keyed on the micro-batch's place in the global batch, not on the rank:
@@ -347,11 +344,17 @@ std::optional<Tensor> TrainingLoop::forward_backward(std::int64_t micro, PhaseTi
   batch.rng = RandomKey{s_.random_seed, static_cast<std::uint64_t>(step), 0,
                         static_cast<std::uint32_t>(micro) * world + rank};
   const auto t1 = Clock::now();
-  ModelOutput out = p_.model.forward(batch, Mode::train);
+  ModelOutput out = [&] {
+    const ActivityScope activity("the forward pass", step);
+    return p_.model.forward(batch, Mode::train);
+  }();
   const auto forward_end = Clock::now();
   // The next batch's host work while the device runs this forward, its copy
   // alongside this backward (device_data.hpp).
-  const bool fetched = fetch_ahead(p_.data);
+  const bool fetched = [&] {
+    const ActivityScope activity("the data layer's next batch", step);
+    return fetch_ahead(p_.data);
+  }();
   const auto t2 = Clock::now();
   // The loss is scaled for float16 gradients and averaged over micro-batches,
   // like one batch iter_size times larger. A non-finite loss is found with the
@@ -368,6 +371,7 @@ std::optional<Tensor> TrainingLoop::forward_backward(std::int64_t micro, PhaseTi
     if (reducer != nullptr && micro + 1 == s_.iter_size) {
       listening.emplace(*reducer);
     }
+    const ActivityScope activity("the backward pass", step);
     scaled.backward();
   }
   const auto t3 = Clock::now();

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <new>
 #include <system_error>
 
 #include <fmt/format.h>
@@ -105,6 +106,11 @@ std::shared_ptr<T> PluginLibrary::make(PluginKind expected, Factory factory,
   std::unique_ptr<T> object;
   try {
     object = factory(params, ctx);
+  } catch (const OutOfMemoryError&) {
+    throw;
+  } catch (const std::bad_alloc&) {
+    throw OutOfMemoryError("the host", fmt::format("{} '{}' could not allocate what it needs.",
+                                                   to_string(kind()), name()));
   } catch (const std::exception& e) {
     // A factory throws when its params or inputs are unusable: the user's to fix.
     throw UserError(

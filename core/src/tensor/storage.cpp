@@ -2,8 +2,11 @@
 // counters per device.
 #include <fmt/format.h>
 
+#include <new>
+
 #include "backend/backend.hpp"
 #include "rig/tensor.hpp"
+#include "tensor/out_of_memory.hpp"
 
 namespace rig {
 
@@ -30,7 +33,13 @@ void empty_allocator_cache(Device device) {
 }
 
 Storage::Storage(std::size_t bytes, Device device) : size_(bytes), device_(device) {
-  const backend::Block block = backend::backend_for(device).memory(device).allocate(bytes);
+  backend::MemoryPool& pool = backend::backend_for(device).memory(device);
+  backend::Block block;
+  try {
+    block = pool.allocate(bytes);
+  } catch (const std::bad_alloc&) {
+    throw out_of_memory(device, bytes, pool.stats(), pool.capacity());
+  }
   data_ = block.data;
   capacity_ = block.capacity;
   stream_ = block.stream;

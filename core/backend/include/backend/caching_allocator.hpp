@@ -11,6 +11,7 @@
 #include <array>
 #include <cstddef>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "backend/memory.hpp"
@@ -25,6 +26,8 @@ struct RawMemory {
   virtual ~RawMemory() = default;
   virtual std::byte* allocate(std::size_t bytes) = 0;  // throws std::bad_alloc
   virtual void release(std::byte* data) noexcept = 0;
+  // The memory behind it (MemoryPool::capacity); nothing where unknown.
+  virtual std::optional<DeviceCapacity> capacity() const { return std::nullopt; }
 };
 
 class CachingAllocator final : public MemoryPool {
@@ -42,6 +45,7 @@ class CachingAllocator final : public MemoryPool {
   AllocatorStats stats() const override;
   void reset_peak() override;
   void empty_cache() override;
+  std::optional<DeviceCapacity> capacity() const override { return raw_.capacity(); }
 
   // The block size a request of `bytes` gets (size_classes.hpp with 64-byte
   // granularity; a large block may be up to 1 MiB more: the rest of a free
@@ -72,7 +76,11 @@ bool caching_enabled();
 // RIG_ALLOCATOR_CACHE_MB: the bytes a pool keeps for reuse (default 4 GiB).
 std::size_t cache_limit();
 
-// Aligned host memory (std::aligned_alloc): the CPU's RawMemory.
+// Aligned host memory (std::aligned_alloc): the CPU's RawMemory. A request
+// of 16 MiB or more (a new segment, never a warm loop's) that is larger than
+// what the host can still give (host_capacity) is refused with
+// std::bad_alloc, which the caller turns into a message, rather than taken
+// and, once written, met by the kernel's OOM killer.
 RawMemory& host_memory();
 
 }  // namespace rig::backend

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "rig/allocator_stats.hpp"
 
@@ -20,6 +21,14 @@ struct Block {
   StreamId stream = 0;        // the stream it was allocated for (stream-ordered reuse)
 };
 
+// How much memory a device has: all of it, and what is free for more
+// allocations now (for the host: what Linux and its cgroup would still give
+// this process without swapping or killing it).
+struct DeviceCapacity {
+  std::size_t total = 0;
+  std::size_t available = 0;
+};
+
 class MemoryPool {
  public:
   virtual ~MemoryPool() = default;
@@ -29,6 +38,9 @@ class MemoryPool {
   virtual AllocatorStats stats() const = 0;
   virtual void reset_peak() = 0;
   virtual void empty_cache() = 0;  // gives cached blocks back to the device
+  // The device's memory, for the message of an allocation that failed;
+  // nothing where it is not known.
+  virtual std::optional<DeviceCapacity> capacity() const { return std::nullopt; }
 };
 
 }  // namespace rig::backend

@@ -2,6 +2,7 @@
 // device whose memory the host cannot touch (core/sim).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -27,5 +28,11 @@ bool cuda_emulator_requested();
 // runs none (cuda::EmulatedWork::host_only), to time the host's part of a
 // step. Unset or 0: no. Anything else throws std::invalid_argument.
 bool cuda_emulator_host_only_requested();
+// RIG_CUDA_EMULATOR_MEMORY_MB: the emulated device's memory, in MiB: an
+// allocation beyond it fails as on a GPU of that size, so whether a batch
+// fits a 16 GB GPU is known without one. Unset or empty: 81920 (80 GiB, an
+// H100's). Anything but a whole number from 1 on throws
+// std::invalid_argument naming the variable.
+std::size_t cuda_emulator_memory_bytes();
 
 }  // namespace rig

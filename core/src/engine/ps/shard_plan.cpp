@@ -31,6 +31,7 @@
 
 #include <fmt/format.h>
 
+#include "rig/byte_size.hpp"
 #include "rig/error.hpp"
 
 namespace rig::engine::ps {
@@ -193,17 +194,7 @@ std::vector<std::string> describe_shards(const std::vector<Shard>& shards) {
     const Shard& shard = shards[i];
     const auto partial = std::count_if(shard.pieces.begin(), shard.pieces.end(),
                                        [](const ShardPiece& piece) { return !piece.whole(); });
-    const double bytes = static_cast<double>(shard.numel()) * 4.0;  // f32
-    std::string size;
-    if (bytes < 1024.0) {
-      size = fmt::format("{} B", shard.numel() * 4);
-    } else if (bytes < 1024.0 * 1024.0) {
-      size = fmt::format("{:.1f} KiB", bytes / 1024.0);
-    } else if (bytes < 1024.0 * 1024.0 * 1024.0) {
-      size = fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024.0));
-    } else {
-      size = fmt::format("{:.2f} GiB", bytes / (1024.0 * 1024.0 * 1024.0));
-    }
+    const std::string size = readable_bytes(static_cast<std::size_t>(shard.numel()) * 4);  // f32
     lines.push_back(fmt::format("server {}: elements [{}, {}), {} parameter(s){}, {}", i,
                                 shard.begin, shard.end, shard.pieces.size(),
                                 partial > 0 ? fmt::format(" ({} partial)", partial) : "", size));

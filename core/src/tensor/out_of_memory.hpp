@@ -1,0 +1,19 @@
+// What a failed allocation tells the user: how much more did not fit, what
+// rig held on the device (tensors, and the allocator's cache it gave back
+// before the last try), and the device's size and free memory where known.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+
+#include "backend/memory.hpp"
+#include "rig/allocator_stats.hpp"
+#include "rig/device.hpp"
+#include "rig/error.hpp"
+
+namespace rig {
+
+OutOfMemoryError out_of_memory(Device device, std::size_t requested, const AllocatorStats& held,
+                               const std::optional<backend::DeviceCapacity>& capacity);
+
+}  // namespace rig
