@@ -38,6 +38,12 @@ add_test(NAME cli.out_of_memory
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/out_of_memory.sh $<TARGET_FILE:rig_cli>
           ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/tiny.yaml ${CMAKE_CURRENT_BINARY_DIR}/work/out_of_memory)
 set_tests_properties(cli.out_of_memory PROPERTIES LABELS "integration;no_sanitize" TIMEOUT 300)
+# tools/largest-batch on an emulated GPU of 64 MiB: see largest_batch.sh.
+add_test(NAME cli.largest_batch
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/largest_batch.sh ${PROJECT_SOURCE_DIR}/tools/largest-batch
+          $<TARGET_FILE:rig_cli> ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/tiny.yaml
+          ${CMAKE_CURRENT_BINARY_DIR}/work/largest_batch)
+set_tests_properties(cli.largest_batch PROPERTIES LABELS "integration;no_sanitize" TIMEOUT 300)
 # tools/kernel-census on the emulated CUDA device: one step's kernels, counted
 # (RIG_CUDA_CENSUS): see kernel_census.sh.
 add_test(NAME cli.kernel_census
