@@ -101,7 +101,7 @@ std::shared_ptr<RequestState> CommThread::submit(Collective op) {
 }
 
 void CommThread::abort(const std::string& reason, int exit_code) {
-  print_line(fmt::format("rig: mpi: {}: {}; ending the job", census_->describe(rank_), reason));
+  print_line(census_->ending_line("mpi", rank_, reason));
   if (thread_level_ == MPI_THREAD_MULTIPLE) MPI_Abort(mpi_.comm, exit_code);
   abort_exit_code_.store(exit_code);
   abort_requested_.store(true);

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <fstream>
 #include <set>
+#include <string>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -104,6 +106,12 @@ void RankCensus::announce(std::uint64_t seq) {
 std::string RankCensus::describe(int rank) const {
   const auto& peer = peers_.at(static_cast<std::size_t>(rank));
   return fmt::format("rank {} (pid {} on host {})", rank, peer.pid, peer.host);
+}
+
+std::string RankCensus::ending_line(const char* who, int rank, const std::string& reason) const {
+  std::string_view why = reason;
+  if (why.ends_with('.')) why.remove_suffix(1);
+  return fmt::format("rig: {}: {}: {}; ending the job", who, describe(rank), why);
 }
 
 int RankCensus::host_count() const {

@@ -34,6 +34,10 @@ class RankCensus {
 
   // "rank 0 (pid 1233 on host a)"
   std::string describe(int rank) const;
+  // The line a rank prints as it ends the job: "rig: mpi: rank 0 (pid 1233
+  // on host a): REASON; ending the job" (`who`: mpi or nccl), REASON's final
+  // period dropped.
+  std::string ending_line(const char* who, int rank, const std::string& reason) const;
   int host_count() const;
 
  private:

@@ -220,8 +220,7 @@ class Nccl final : public rig::Communicator {
       start_nccl();
     } catch (const std::exception& e) {
       // The other ranks would wait for this one: end the job.
-      print_line(
-          fmt::format("rig: nccl: {}: {}; ending the job", census_->describe(rank_), e.what()));
+      print_line(census_->ending_line("nccl", rank_, e.what()));
       end_job(kFailureExitCode);
     }
     monitor_ = std::thread([this] { monitor(); });
@@ -329,7 +328,7 @@ class Nccl final : public rig::Communicator {
   }
 
   [[noreturn]] void abort(const std::string& reason, int exit_code) override {
-    print_line(fmt::format("rig: nccl: {}: {}; ending the job", census_->describe(rank_), reason));
+    print_line(census_->ending_line("nccl", rank_, reason));
     end_job(exit_code);
   }
 
