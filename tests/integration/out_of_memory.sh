@@ -26,6 +26,11 @@ big=(--batch_size_per_gpu=1000000 --data_layer_params/num_samples=1000000
   expect_error '^rig: error: RIG_CUDA_EMULATOR_MEMORY_MB=64GB: expected the emulated GPU.s memory as a whole number of MiB' \
     run "$tiny" --device=cuda --logdir bad
 )
+(
+  export RIG_HOST_MEMORY_CHECK=yes
+  expect_error '^rig: error: RIG_HOST_MEMORY_CHECK=yes: expected 0 ' run "$tiny" --device=cpu \
+    --logdir host-check
+)
 # The host: a data set of twice its memory. Where Linux overcommits without
 # limit (vm.overcommit_memory 1) it would be given and then killed for: skipped.
 if [ "$(cat /proc/sys/vm/overcommit_memory 2>/dev/null || echo 0)" = 1 ]; then

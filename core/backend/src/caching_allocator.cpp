@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "backend/host_capacity.hpp"
+#include "rig/environment_switch.hpp"
 
 namespace rig::backend {
 
@@ -20,10 +21,23 @@ constexpr std::size_t kInitialFreeListCapacity = 32;
 // Requests from here up are checked against what the host can still give.
 constexpr std::size_t kCheckedAbove = std::size_t{16} << 20U;
 
+// host_memory_check_enabled, read once; a bad value is refused where the
+// engine reads it first (device_choice.cpp).
+bool checks_host_memory() {
+  static const bool on = [] {
+    try {
+      return host_memory_check_enabled();
+    } catch (const std::invalid_argument&) {
+      return true;
+    }
+  }();
+  return on;
+}
+
 class HostMemory final : public RawMemory {
  public:
   std::byte* allocate(std::size_t bytes) override {
-    if (bytes >= kCheckedAbove) {
+    if (bytes >= kCheckedAbove && checks_host_memory()) {
       const std::optional<DeviceCapacity> host = host_capacity();
       if (host && bytes > host->available) throw std::bad_alloc();
     }

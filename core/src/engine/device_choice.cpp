@@ -128,6 +128,11 @@ DeviceChoice choose_device(const std::string& request, const cuda::CudaProbe& pr
 }
 
 DeviceChoice choose_run_device(const config::ResolvedConfig& config, const std::string& request) {
+  try {
+    (void)host_memory_check_enabled();  // every device's host memory
+  } catch (const std::invalid_argument& e) {
+    throw UserError(e.what());
+  }
   if (request == "cpu") return {};
   if (request == "sim") return sim_choice();
   const auto where = config.where("device");

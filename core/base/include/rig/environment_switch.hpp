@@ -49,4 +49,13 @@ inline bool relu_masks_enabled() {
                             "products' epilogues) or 1 (the default)");
 }
 
+// RIG_HOST_MEMORY_CHECK=0: a new host segment is taken without checking that
+// the host can still give it (backend::host_memory), for a machine whose cache
+// Linux does not count as available (ZFS's ARC). On unless 0.
+inline bool host_memory_check_enabled() {
+  return environment_switch("RIG_HOST_MEMORY_CHECK", true,
+                            "0 (take host memory without checking what the host can still give) "
+                            "or 1 (the default)");
+}
+
 }  // namespace rig
