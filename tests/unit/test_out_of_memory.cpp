@@ -168,6 +168,11 @@ TEST(OutOfMemoryAdvice, NamesTheKeysOfWhatFailed) {
             "process and update; or train in mixed precision (dtype: mixed, mixed_dtype: "
             "bfloat16), which halves the activations.");
   s.compute_dtype = rig::DType::bf16;
+  EXPECT_EQ(out_of_memory_advice("train", "the forward pass of step 0", s, std::nullopt, true),
+            "To fit, lower batch_size_per_gpu (now 256) and raise iter_size (now 2) to keep the "
+            "global batch: batch_size_per_gpu 128 with iter_size 4 accumulates 512 samples per "
+            "process and update; or keep fewer activations (model_params: recompute_activations: "
+            "true, about a third more compute a step).");
   s.batch_size_per_gpu = 1;
   EXPECT_EQ(out_of_memory_advice("train", "the backward pass of step 4", s, std::nullopt),
             "batch_size_per_gpu is 1 already: the model and its optimizer state do not fit "

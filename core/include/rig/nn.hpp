@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -243,5 +244,21 @@ class RIG_API BatchNorm2d : public Module {
   float eps_;
   Tensor gamma_, beta_, running_mean_, running_var_;
 };
+
+// A segment of a network whose activations are not kept for the backward
+// pass: `fn(inputs)` runs as usual, but only `inputs` are saved; the backward
+// pass runs `fn` again and backpropagates through that second run, so one
+// more forward of the segment buys the memory of its activations (PyTorch's
+// torch.utils.checkpoint, Megatron's activation recomputation). Both runs
+// read detached copies of the inputs, so they take the same code paths and
+// give the same bits: the gradients are those without recomputation. `fn`
+// must compute the same values twice: its dropout keyed on the batch's
+// RandomKey (as every rig layer's is), no state updated (not batch norm in
+// training, whose running statistics would move twice), and tensors it reads
+// besides `inputs` captured by value. The parameters it reads get their
+// gradients in the second run; the inputs that require one get theirs.
+// Without grad mode, or when no input requires a gradient, it is fn(inputs).
+RIG_API Tensor recompute(const std::function<Tensor(const TensorList&)>& fn,
+                         const TensorList& inputs);
 
 }  // namespace rig::nn

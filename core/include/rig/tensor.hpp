@@ -197,6 +197,18 @@ class RIG_API NoGradGuard {
  private:
   bool previous_;
 };
+// While alive, ops record autograd history on this thread again: inside a
+// backward function that recomputes a forward pass (nn::recompute).
+class RIG_API EnableGradGuard {
+ public:
+  EnableGradGuard();
+  ~EnableGradGuard();
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
 bool grad_mode_enabled();
 
 }  // namespace rig

@@ -6,7 +6,7 @@ namespace rig::engine {
 
 namespace {
 
-std::string training_advice(const EngineSettings& s) {
+std::string training_advice(const EngineSettings& s, bool can_recompute) {
   const std::int64_t batch = s.batch_size_per_gpu;
   std::string text;
   if (batch > 1) {
@@ -27,6 +27,11 @@ std::string training_advice(const EngineSettings& s) {
         "; or train in mixed precision (dtype: mixed, mixed_dtype: bfloat16), which "
         "halves the activations";
   }
+  if (can_recompute) {
+    text +=
+        "; or keep fewer activations (model_params: recompute_activations: true, about a "
+        "third more compute a step)";
+  }
   return text + ".";
 }
 
@@ -39,7 +44,7 @@ std::string batch_advice(const char* section, std::optional<std::int64_t> batch)
 
 std::string out_of_memory_advice(const std::string& mode, const std::string& activity,
                                  const EngineSettings& settings,
-                                 std::optional<std::int64_t> eval_batch) {
+                                 std::optional<std::int64_t> eval_batch, bool can_recompute) {
   if (activity == "the model's parameters") {
     return fmt::format("The model's parameters alone do not fit {}: choose a smaller model.",
                        to_string(settings.device));
@@ -51,7 +56,7 @@ std::string out_of_memory_advice(const std::string& mode, const std::string& act
   }
   if (mode == "train" || mode == "train_eval") {
     if (activity == "evaluation") return batch_advice("eval_params", eval_batch);
-    return training_advice(settings);
+    return training_advice(settings, can_recompute);
   }
   if (mode == "eval") return batch_advice("eval_params", settings.batch_size_per_gpu);
   return batch_advice("infer_params", settings.batch_size_per_gpu);

@@ -280,7 +280,11 @@ int run(const RunOptions& options) {
     const std::string where = e.where().empty() ? activity_that_failed() : e.where();
     std::optional<std::int64_t> eval_batch;
     if (resolved.eval) eval_batch = read_settings(resolved.eval->config).batch_size_per_gpu;
-    return e.within(where, out_of_memory_advice(options.mode, where, settings, eval_batch));
+    const YAML::Node recompute =
+        resolved.primary.params(PluginKind::model)["recompute_activations"];
+    const bool can_recompute = recompute.IsScalar() && !recompute.as<bool>();
+    return e.within(where,
+                    out_of_memory_advice(options.mode, where, settings, eval_batch, can_recompute));
   };
   return with_failure_handling(*comm, console, [&]() -> int {
     try {

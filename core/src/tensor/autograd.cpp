@@ -316,6 +316,18 @@ void backward(const Tensor& root) {
     throw std::invalid_argument(fmt::format("backward: needs one floating element, got {} {}",
                                             dtype_name(root.dtype()), to_string(root.shape())));
   }
+  backward(root, Tensor::full(root.shape(), 1.0F, root.dtype(), root.device()));
+}
+
+void backward(const Tensor& root, const Tensor& grad) {
+  if (!root.defined() || !grad.defined()) {
+    throw std::logic_error("backward: the tensor or its gradient is undefined");
+  }
+  if (grad.shape() != root.shape() || grad.dtype() != root.dtype()) {
+    throw std::invalid_argument(fmt::format("backward: a gradient of {} {} for a tensor of {} {}",
+                                            dtype_name(grad.dtype()), to_string(grad.shape()),
+                                            dtype_name(root.dtype()), to_string(root.shape())));
+  }
   if (!root.requires_grad()) {
     throw std::invalid_argument(
         "backward: the tensor does not require a gradient (no input of the ops that computed it "
@@ -327,7 +339,7 @@ void backward(const Tensor& root) {
   Scratch& s = *lease;
   collect_graph(s, {root.impl()->grad_fn.get(), root.impl()->grad_fn ? nullptr : root.impl()});
   s.grads.resize(s.order.size());
-  s.grads.back() = {Tensor::full(root.shape(), 1.0F, root.dtype(), root.device()), true};
+  s.grads.back() = {grad, false};  // not ours: added into only after a clone
 
   for (std::size_t pos = s.order.size(); pos-- > 0;) {
     const Vertex vertex = s.order[pos];

@@ -395,6 +395,12 @@ NoGradGuard::NoGradGuard() : previous_(g_grad_mode) {
 NoGradGuard::~NoGradGuard() {
   g_grad_mode = previous_;
 }
+EnableGradGuard::EnableGradGuard() : previous_(g_grad_mode) {
+  g_grad_mode = true;
+}
+EnableGradGuard::~EnableGradGuard() {
+  g_grad_mode = previous_;
+}
 bool grad_mode_enabled() {
   return g_grad_mode;
 }

@@ -154,6 +154,7 @@ Network::Network(rig::ParameterStore& store, const Params& params, rig::DType dt
       hidden_size_(params.encoder.hidden_size),
       pad_id_(params.pad_id),
       remove_padding_(params.remove_padding),
+      recompute_(params.recompute_activations),
       dtype_(dtype),
       embedding_(store.declare(
           "embedding_and_softmax.weights", {params.vocab_size, params.encoder.hidden_size},
@@ -202,7 +203,17 @@ Encoded Network::encode(const Tensor& source_ids, const Tensor& source_lengths, 
                       position_encoding(length, hidden_size_, source_ids.device()).to(dtype_));
   x = encoder_input_dropout_.forward(x, training, key);
   for (const EncoderLayer& layer : encoder_layers_) {
-    x = layer.forward(x, encoded, ffn_mask, training, key);
+    if (recompute_ && training) {
+      // Only x is kept; the masks are captured (by value: the backward pass
+      // runs after this function has returned).
+      x = rig::nn::recompute(
+          [&layer, encoded, ffn_mask, key](const rig::TensorList& in) {
+            return layer.forward(in[0], encoded, ffn_mask, true, key);
+          },
+          {x});
+    } else {
+      x = layer.forward(x, encoded, ffn_mask, training, key);
+    }
   }
   encoded.output = encoder_norm_.forward(x);
   return encoded;
@@ -219,7 +230,22 @@ Tensor Network::decode(const Tensor& target_ids, const Encoded& encoded, bool tr
                          1);
   x = ops::add(x, position_encoding(length, hidden_size_, target_ids.device()).to(dtype_));
   x = decoder_input_dropout_.forward(x, training, key);
-  for (const DecoderLayer& layer : decoder_layers_) x = layer.forward(x, encoded, training, key);
+  Encoded masks = encoded;  // what the recomputed layers capture: the masks, not the output
+  masks.output = Tensor();
+  for (const DecoderLayer& layer : decoder_layers_) {
+    if (recompute_ && training) {
+      // x and the encoder's output are kept (the latter once for every layer).
+      x = rig::nn::recompute(
+          [&layer, masks, key](const rig::TensorList& in) {
+            Encoded with_output = masks;
+            with_output.output = in[1];
+            return layer.forward(in[0], with_output, true, key);
+          },
+          {x, encoded.output});
+    } else {
+      x = layer.forward(x, encoded, training, key);
+    }
+  }
   return logits(decoder_norm_.forward(x));
 }
 

@@ -145,6 +145,7 @@ class Network {
   std::int64_t hidden_size_;
   std::int64_t pad_id_;
   bool remove_padding_;
+  bool recompute_;  // training's layers through rig::nn::recompute
   rig::DType dtype_;
   rig::Tensor embedding_;  // [V, d]
   rig::nn::Dropout encoder_input_dropout_;

@@ -86,6 +86,7 @@ Params parse_params(const YAML::Node& params, const YAML::Node& info) {
         p.encoder.hidden_size, p.decoder.hidden_size));
   }
   p.remove_padding = enc["remove_padding"].as<bool>();
+  p.recompute_activations = params["recompute_activations"].as<bool>();
   p.beam_size = dec["beam_size"].as<std::int64_t>();
   p.alpha = dec["alpha"].as<float>();
   p.extra_decode_length = dec["extra_decode_length"].as<std::int64_t>();

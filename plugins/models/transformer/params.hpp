@@ -23,7 +23,9 @@ struct StackParams {
 struct Params {
   StackParams encoder;
   StackParams decoder;
-  bool remove_padding = true;        // zero the encoder FFN output at padding positions
+  bool remove_padding = true;  // zero the encoder FFN output at padding positions
+  bool recompute_activations =
+      false;                         // layers run again in backward instead of keeping activations
   std::int64_t vocab_size = 0;       // the shared embedding's rows (padded to 8 if asked)
   std::int64_t data_vocab_size = 0;  // the data layer's vocabulary
   std::int64_t beam_size = 1;

@@ -74,7 +74,7 @@ struct Tiny {
   std::int64_t hidden = 16, heads = 2, filter = 32, encoder_layers = 1, decoder_layers = 1;
   float dropout = 0.0F, smoothing = 0.1F, alpha = 0.6F;
   std::int64_t beam = 1, extra = 3;
-  bool remove_padding = true, pad_to_eight = true;
+  bool remove_padding = true, pad_to_eight = true, recompute = false;
 
   std::string yaml() const {
     const std::string stack = fmt::format(
@@ -82,11 +82,12 @@ struct Tiny {
         "{}, layer_postprocess_dropout: {}",
         hidden, heads, filter, dropout, dropout, dropout);
     return fmt::format(
-        "{{encoder_params: {{encoder_layers: {}, {}, remove_padding: {}, pad_embeddings_2_eight: "
-        "{}}}, decoder_params: {{num_hidden_layers: {}, {}, beam_size: {}, alpha: {}, "
-        "extra_decode_length: {}}}, loss_params: {{label_smoothing: {}}}}}",
-        encoder_layers, stack, remove_padding, pad_to_eight, decoder_layers, stack, beam, alpha,
-        extra, smoothing);
+        "{{recompute_activations: {}, encoder_params: {{encoder_layers: {}, {}, remove_padding: "
+        "{}, pad_embeddings_2_eight: {}}}, decoder_params: {{num_hidden_layers: {}, {}, "
+        "beam_size: {}, alpha: {}, extra_decode_length: {}}}, loss_params: {{label_smoothing: "
+        "{}}}}}",
+        recompute, encoder_layers, stack, remove_padding, pad_to_eight, decoder_layers, stack,
+        beam, alpha, extra, smoothing);
   }
 };
 
@@ -411,6 +412,39 @@ TEST_F(PluginTransformer, RemovePaddingDoesNotChangeTheLoss) {
   const float loss_a = net_a->forward(batch, rig::Mode::eval).loss.item();
   const float loss_b = net_b->forward(batch, rig::Mode::eval).loss.item();
   EXPECT_NEAR(loss_a, loss_b, 1e-6);
+}
+
+TEST_F(PluginTransformer, RecomputedActivationsGiveTheSameLossAndGradients) {
+  // Two layers each side, dropout everywhere (keyed on the batch: the second
+  // run of each layer draws the first's masks), in f32 and in bf16.
+  rig::Batch batch =
+      text_batch({{5, 6, 7, 1}, {8, 9, 1}, {4, 1}}, {{9, 8, 1}, {5, 6, 7, 4, 1}, {1}});
+  batch.rng = {3, 11, 0, 0};
+  for (const rig::DType dtype : {rig::DType::f32, rig::DType::bf16}) {
+    Tiny plain;
+    plain.encoder_layers = plain.decoder_layers = 2;
+    plain.dropout = 0.1F;
+    Tiny recomputed = plain;
+    recomputed.recompute = true;
+    rig::ParameterStore a, b;
+    auto net_a = model(plain.yaml(), text_info(16, 16), a, dtype);
+    auto net_b = model(recomputed.yaml(), text_info(16, 16), b, dtype);
+    a.allocate(5, dtype);
+    b.allocate(5, dtype);
+    const rig::ModelOutput out_a = net_a->forward(batch, rig::Mode::train);
+    const rig::ModelOutput out_b = net_b->forward(batch, rig::Mode::train);
+    EXPECT_EQ(out_b.loss.to(rig::DType::f32).item(), out_a.loss.to(rig::DType::f32).item());
+    out_a.loss.backward();
+    out_b.loss.backward();
+    const auto& pa = a.parameters();
+    const auto& pb = b.parameters();
+    ASSERT_EQ(pa.size(), pb.size());
+    for (std::size_t i = 0; i < pa.size(); ++i) {
+      ASSERT_TRUE(pb[i].value.grad().defined()) << pb[i].name;
+      EXPECT_EQ(pb[i].value.grad().to_vector(), pa[i].value.grad().to_vector())
+          << pa[i].name << " in " << rig::dtype_name(dtype);
+    }
+  }
 }
 
 TEST_F(PluginTransformer, LowPrecisionComputeFollowsF32) {

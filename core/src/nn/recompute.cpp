@@ -1,0 +1,57 @@
+// nn::recompute: a segment's activations recomputed in the backward pass
+// instead of kept.
+#include "rig/autograd.hpp"
+#include "rig/nn.hpp"
+
+namespace rig::nn {
+
+namespace {
+
+// Detached copies of `inputs` that require a gradient where the inputs do:
+// the leaves of one run of the segment, apart from the graph outside it.
+TensorList detached_leaves(const TensorList& inputs) {
+  TensorList leaves;
+  for (const Tensor& input : inputs) {
+    if (input.defined() && input.requires_grad()) {
+      Tensor leaf = input.detach();
+      leaf.set_requires_grad(true);
+      leaves.push_back(leaf);
+    } else {
+      leaves.push_back(input);
+    }
+  }
+  return leaves;
+}
+
+}  // namespace
+
+Tensor recompute(const std::function<Tensor(const TensorList&)>& fn, const TensorList& inputs) {
+  bool needs_grad = false;
+  for (const Tensor& input : inputs) needs_grad |= input.defined() && input.requires_grad();
+  if (!grad_mode_enabled() || !needs_grad) return fn(inputs);
+  // The first run records its graph as the second will (the same code
+  // paths), and drops it with `first`: its activations go at once.
+  Tensor output;
+  {
+    const Tensor first = fn(detached_leaves(inputs));
+    output = first.detach();
+  }
+  return autograd::record(output, "recompute", inputs,
+                          [fn, inputs](const Tensor& grad) -> TensorList {
+                            const TensorList leaves = detached_leaves(inputs);
+                            Tensor again;
+                            {
+                              const EnableGradGuard recording;
+                              again = fn(leaves);
+                            }
+                            if (again.requires_grad()) autograd::backward(again, grad);
+                            TensorList grads;
+                            for (std::size_t i = 0; i < inputs.size(); ++i) {
+                              const bool wanted = inputs[i].defined() && inputs[i].requires_grad();
+                              grads.push_back(wanted ? leaves[i].grad() : Tensor());
+                            }
+                            return grads;
+                          });
+}
+
+}  // namespace rig::nn
