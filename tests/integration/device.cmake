@@ -38,6 +38,15 @@ add_test(NAME cli.out_of_memory
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/out_of_memory.sh $<TARGET_FILE:rig_cli>
           ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/tiny.yaml ${CMAKE_CURRENT_BINARY_DIR}/work/out_of_memory)
 set_tests_properties(cli.out_of_memory PROPERTIES LABELS "integration;no_sanitize" TIMEOUT 300)
+# The transformer's recompute_activations: the same bits as without on the CPU,
+# in two processes and on the emulated GPU (bf16, fused attention): see recompute.sh.
+add_test(NAME cli.recompute
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/recompute.sh $<TARGET_FILE:rig_cli>
+          ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/tiny-transformer.yaml
+          ${CMAKE_CURRENT_BINARY_DIR}/work/recompute
+          # Open MPI's leaks at exit fail sanitizer runs: their two-rank part is skipped.
+          $<IF:$<BOOL:${RIG_SANITIZE}>,no-mpi,with-mpi>)
+set_tests_properties(cli.recompute PROPERTIES LABELS integration TIMEOUT 600)
 # tools/largest-batch on an emulated GPU of 64 MiB: see largest_batch.sh.
 add_test(NAME cli.largest_batch
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/largest_batch.sh ${PROJECT_SOURCE_DIR}/tools/largest-batch

@@ -95,8 +95,10 @@ RIG_API void set_output_grad_home(const Tensor& output, Tensor home);
 RIG_API void backward(const Tensor& root);
 // Runs backward from `root` of any shape with seed gradient `grad` (its
 // shape and dtype): a backward function that backpropagates through a
-// forward pass it ran again (nn::recompute).
-RIG_API void backward(const Tensor& root, const Tensor& grad);
+// forward pass it ran again (nn::recompute). The pass holds `grad` as a
+// node holds its output's gradient: moved in, ops may add into it in place
+// once nothing else holds it.
+RIG_API void backward(const Tensor& root, Tensor grad);
 
 // Inside a backward function: a gradient that input `input` already has, into
 // which this backward may add its own in place (a product's beta = 1, a

@@ -23,6 +23,38 @@ TensorList detached_leaves(const TensorList& inputs) {
   return leaves;
 }
 
+// The backward pass of a recomputed segment: `fn` run again on fresh leaves
+// and backpropagated from `grad`. Its gradients go where the plain graph's
+// would, so that its ops make the same choices and roundings (a product that
+// adds into a pending 16-bit gradient rounds once, a separate add twice):
+// into the gradient the outer pass already holds for an input (the
+// encoder's output, which every decoder layer reads), and from a seed this
+// pass owns, as a node owns its output's gradient.
+TensorList run_again(const std::function<Tensor(const TensorList&)>& fn, const TensorList& inputs,
+                     const Tensor& grad) {
+  const TensorList leaves = detached_leaves(inputs);
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined() || !inputs[i].requires_grad()) continue;
+    const Tensor pending = autograd::accumulation_target(i);
+    if (pending.defined()) {
+      Tensor leaf = leaves[i];
+      leaf.set_grad(pending);
+    }
+  }
+  Tensor again;
+  {
+    const EnableGradGuard recording;
+    again = fn(leaves);
+  }
+  if (again.requires_grad()) autograd::backward(again, grad.clone());
+  TensorList grads;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const bool wanted = inputs[i].defined() && inputs[i].requires_grad();
+    grads.push_back(wanted ? leaves[i].grad() : Tensor());
+  }
+  return grads;
+}
+
 }  // namespace
 
 Tensor recompute(const std::function<Tensor(const TensorList&)>& fn, const TensorList& inputs) {
@@ -37,21 +69,7 @@ Tensor recompute(const std::function<Tensor(const TensorList&)>& fn, const Tenso
     output = first.detach();
   }
   return autograd::record(output, "recompute", inputs,
-                          [fn, inputs](const Tensor& grad) -> TensorList {
-                            const TensorList leaves = detached_leaves(inputs);
-                            Tensor again;
-                            {
-                              const EnableGradGuard recording;
-                              again = fn(leaves);
-                            }
-                            if (again.requires_grad()) autograd::backward(again, grad);
-                            TensorList grads;
-                            for (std::size_t i = 0; i < inputs.size(); ++i) {
-                              const bool wanted = inputs[i].defined() && inputs[i].requires_grad();
-                              grads.push_back(wanted ? leaves[i].grad() : Tensor());
-                            }
-                            return grads;
-                          });
+                          [fn, inputs](const Tensor& grad) { return run_again(fn, inputs, grad); });
 }
 
 }  // namespace rig::nn

@@ -319,7 +319,7 @@ void backward(const Tensor& root) {
   backward(root, Tensor::full(root.shape(), 1.0F, root.dtype(), root.device()));
 }
 
-void backward(const Tensor& root, const Tensor& grad) {
+void backward(const Tensor& root, Tensor grad) {
   if (!root.defined() || !grad.defined()) {
     throw std::logic_error("backward: the tensor or its gradient is undefined");
   }
@@ -339,7 +339,8 @@ void backward(const Tensor& root, const Tensor& grad) {
   Scratch& s = *lease;
   collect_graph(s, {root.impl()->grad_fn.get(), root.impl()->grad_fn ? nullptr : root.impl()});
   s.grads.resize(s.order.size());
-  s.grads.back() = {grad, false};  // not ours: added into only after a clone
+  // Not marked ours: added into in place only once nothing else holds it.
+  s.grads.back() = {std::move(grad), false};
 
   for (std::size_t pos = s.order.size(); pos-- > 0;) {
     const Vertex vertex = s.order[pos];
