@@ -238,7 +238,8 @@ class RIG_API BatchNorm2d : public Module {
                           bool training) const;
 
  private:
-  ops::BatchNormParams params() const;
+  // Without the running statistics in a recomputed segment's second run.
+  ops::BatchNormParams params(bool training) const;
 
   float momentum_;
   float eps_;
@@ -254,11 +255,15 @@ class RIG_API BatchNorm2d : public Module {
 // give the same bits: the gradients are those without recomputation. `fn`
 // must compute the same values twice: its dropout keyed on the batch's
 // RandomKey (as every rig layer's is), no state updated (not batch norm in
-// training, whose running statistics would move twice), and tensors it reads
+// training, unless through BatchNorm2d, which knows recomputing()), and tensors it reads
 // besides `inputs` captured by value. The parameters it reads get their
 // gradients in the second run; the inputs that require one get theirs.
 // Without grad mode, or when no input requires a gradient, it is fn(inputs).
 RIG_API Tensor recompute(const std::function<Tensor(const TensorList&)>& fn,
                          const TensorList& inputs);
+// True on this thread while recompute runs a segment the second time: state a
+// layer updates in training (batch norm's running statistics, which
+// BatchNorm2d leaves alone then) was updated by the first run.
+RIG_API bool recomputing();
 
 }  // namespace rig::nn

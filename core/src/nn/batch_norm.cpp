@@ -24,25 +24,33 @@ BatchNorm2d::BatchNorm2d(ParameterStore& store, std::string name, std::int64_t c
 }
 
 Tensor BatchNorm2d::forward(const Tensor& x, bool training) const {
-  return ops::batch_norm(x, gamma_, beta_, running_mean_, running_var_, training, momentum_, eps_);
+  const ops::BatchNormParams p = params(training);
+  return ops::batch_norm(x, p.gamma, p.beta, p.running_mean, p.running_var, training, momentum_,
+                         eps_);
 }
 
 Tensor BatchNorm2d::forward_relu(const Tensor& x, bool training) const {
-  return ops::batch_norm_relu(x, gamma_, beta_, running_mean_, running_var_, training, momentum_,
-                              eps_);
+  const ops::BatchNormParams p = params(training);
+  return ops::batch_norm_relu(x, p.gamma, p.beta, p.running_mean, p.running_var, training,
+                              momentum_, eps_);
 }
 
 Tensor BatchNorm2d::forward_add_relu(const Tensor& x, const Tensor& residual, bool training) const {
-  return ops::batch_norm_add_relu(x, residual, gamma_, beta_, running_mean_, running_var_, training,
-                                  momentum_, eps_);
+  const ops::BatchNormParams p = params(training);
+  return ops::batch_norm_add_relu(x, residual, p.gamma, p.beta, p.running_mean, p.running_var,
+                                  training, momentum_, eps_);
 }
 
 Tensor BatchNorm2d::forward_add_relu(const Tensor& x, const BatchNorm2d& shortcut,
                                      const Tensor& shortcut_x, bool training) const {
-  return ops::batch_norm_add_batch_norm_relu(x, params(), shortcut_x, shortcut.params(), training);
+  return ops::batch_norm_add_batch_norm_relu(x, params(training), shortcut_x,
+                                             shortcut.params(training), training);
 }
 
-ops::BatchNormParams BatchNorm2d::params() const {
+ops::BatchNormParams BatchNorm2d::params(bool training) const {
+  // A segment's second run (nn::recompute) normalises with the batch's
+  // statistics as the first did, but the running ones moved once already.
+  if (training && recomputing()) return {gamma_, beta_, Tensor(), Tensor(), momentum_, eps_};
   return {gamma_, beta_, running_mean_, running_var_, momentum_, eps_};
 }
 

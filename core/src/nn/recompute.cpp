@@ -7,6 +7,8 @@ namespace rig::nn {
 
 namespace {
 
+thread_local bool t_recomputing = false;
+
 // Detached copies of `inputs` that require a gradient where the inputs do:
 // the leaves of one run of the segment, apart from the graph outside it.
 TensorList detached_leaves(const TensorList& inputs) {
@@ -44,7 +46,15 @@ TensorList run_again(const std::function<Tensor(const TensorList&)>& fn, const T
   Tensor again;
   {
     const EnableGradGuard recording;
-    again = fn(leaves);
+    const bool outer = t_recomputing;
+    t_recomputing = true;
+    try {
+      again = fn(leaves);
+    } catch (...) {
+      t_recomputing = outer;
+      throw;
+    }
+    t_recomputing = outer;
   }
   if (again.requires_grad()) autograd::backward(again, grad.clone());
   TensorList grads;
@@ -56,6 +66,10 @@ TensorList run_again(const std::function<Tensor(const TensorList&)>& fn, const T
 }
 
 }  // namespace
+
+bool recomputing() {
+  return t_recomputing;
+}
 
 Tensor recompute(const std::function<Tensor(const TensorList&)>& fn, const TensorList& inputs) {
   bool needs_grad = false;

@@ -51,6 +51,7 @@ class Resnet final : public rig::Model {
         channels_(info_int(ctx.data_info, "channels")),
         num_classes_(info_int(ctx.data_info, "num_classes")),
         label_smoothing_(params["label_smoothing"].as<float>()),
+        recompute_(params["recompute_activations"].as<bool>()),
         dtype_(ctx.run.dtype),
         conv1_(ctx.params, "conv1", channels_, arch_.stem_width, arch_.imagenet_stem ? 7 : 3,
                arch_.imagenet_stem ? 2 : 1, arch_.imagenet_stem ? 3 : 1, arch_.channels_last),
@@ -124,7 +125,14 @@ class Resnet final : public rig::Model {
         last ? images.permute({0, 2, 3, 1}).to(dtype_).contiguous() : images.to(dtype_);
     Tensor h = rig_resnet::batch_norm(bn1_, conv1_.forward(x), last, true, training);
     if (arch_.imagenet_stem) h = ops::max_pool2d(h, {3, 3, 2, 2, 1, 1, last});
-    for (const Block& block : blocks_) h = block.forward(h, training);
+    for (const Block& block : blocks_) {
+      if (recompute_ && training) {
+        h = rig::nn::recompute(
+            [&block](const rig::TensorList& in) { return block.forward(in[0], true); }, {h});
+      } else {
+        h = block.forward(h, training);
+      }
+    }
     return fc_.forward(ops::global_avg_pool2d(h, last));
   }
 
@@ -173,6 +181,7 @@ class Resnet final : public rig::Model {
   std::int64_t channels_;
   std::int64_t num_classes_;
   float label_smoothing_;
+  bool recompute_;  // training's residual blocks through rig::nn::recompute
   rig::DType dtype_;
   Conv conv1_;
   rig::nn::BatchNorm2d bn1_;

@@ -405,6 +405,40 @@ TEST_F(PluginResnet, ChannelsLastTrainsAsChannelsFirst) {
   }
 }
 
+TEST_F(PluginResnet, RecomputedActivationsGiveTheSameBitsAndRunningStatistics) {
+  // ResNet-20 with projection shortcuts (their batch norms fused into the
+  // block's last), both layouts, f32 and bf16: the loss, every gradient and
+  // the running statistics (moved once, not twice) are the plain run's bits.
+  const rig::Batch batch = image_batch(random_images({4, 3, 16, 16}, 6), {1, 9, 0, 4});
+  for (const char* layout : {"channels_first", "channels_last"}) {
+    for (const rig::DType dtype : {rig::DType::f32, rig::DType::bf16}) {
+      std::vector<rig::ParameterStore> stores(2);
+      std::vector<float> losses;
+      for (std::size_t i = 0; i < 2; ++i) {
+        auto net = model(fmt::format("{{style: cifar, depth: 20, shortcut: B, data_format: {}, "
+                                     "recompute_activations: {}}}",
+                                     layout, i == 1),
+                         image_info(3, 10), stores[i], dtype);
+        stores[i].allocate(2, dtype);
+        rig::ModelOutput out = net->forward(batch, rig::Mode::train);
+        out.loss.backward();
+        losses.push_back(out.loss.to(rig::DType::f32).item());
+      }
+      const std::string what = fmt::format("{} {}", layout, rig::dtype_name(dtype));
+      EXPECT_EQ(losses[1], losses[0]) << what;
+      for (const rig::ParameterInfo& info : stores[0].parameters()) {
+        const Tensor b = stores[1].find(info.name).value.grad();
+        ASSERT_TRUE(b.defined()) << info.name;
+        EXPECT_EQ(b.to_vector(), info.value.grad().to_vector()) << info.name << " " << what;
+      }
+      for (const rig::ParameterInfo& info : stores[0].buffer_infos()) {
+        EXPECT_EQ(stores[1].find(info.name).value.to_vector(), info.value.to_vector())
+            << info.name << " " << what;
+      }
+    }
+  }
+}
+
 TEST_F(PluginResnet, ChannelsLastCifarShortcutA) {
   // Option A's subsampled, zero-padded shortcut on the channel axis of NHWC.
   const rig::Batch batch = image_batch(random_images({3, 1, 12, 12}, 6), {0, 1, 2});
