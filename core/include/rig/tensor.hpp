@@ -186,28 +186,24 @@ class RIG_API Tensor {
 // A few tensors (op inputs, gradients), kept inline up to four.
 using TensorList = SmallVector<Tensor, 4>;
 
-// While alive, ops record no autograd history on this thread.
-class RIG_API NoGradGuard {
+// While alive, ops record autograd history on this thread or not, as
+// `enabled` says; the mode before comes back at its end. GradModeGuard(true)
+// records again inside a backward function that recomputes a forward pass
+// (nn::recompute).
+class RIG_API GradModeGuard {
  public:
-  NoGradGuard();
-  ~NoGradGuard();
-  NoGradGuard(const NoGradGuard&) = delete;
-  NoGradGuard& operator=(const NoGradGuard&) = delete;
+  explicit GradModeGuard(bool enabled);
+  ~GradModeGuard();
+  GradModeGuard(const GradModeGuard&) = delete;
+  GradModeGuard& operator=(const GradModeGuard&) = delete;
 
  private:
   bool previous_;
 };
-// While alive, ops record autograd history on this thread again: inside a
-// backward function that recomputes a forward pass (nn::recompute).
-class RIG_API EnableGradGuard {
+// While alive, ops record no autograd history on this thread.
+class RIG_API NoGradGuard : public GradModeGuard {
  public:
-  EnableGradGuard();
-  ~EnableGradGuard();
-  EnableGradGuard(const EnableGradGuard&) = delete;
-  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
-
- private:
-  bool previous_;
+  NoGradGuard() : GradModeGuard(false) {}
 };
 bool grad_mode_enabled();
 

@@ -9,6 +9,18 @@ namespace {
 
 thread_local bool t_recomputing = false;
 
+// Sets t_recomputing for a segment's second run, restoring an outer one's.
+class RecomputingScope {
+ public:
+  RecomputingScope() : outer_(t_recomputing) { t_recomputing = true; }
+  ~RecomputingScope() { t_recomputing = outer_; }
+  RecomputingScope(const RecomputingScope&) = delete;
+  RecomputingScope& operator=(const RecomputingScope&) = delete;
+
+ private:
+  bool outer_;
+};
+
 // Detached copies of `inputs` that require a gradient where the inputs do:
 // the leaves of one run of the segment, apart from the graph outside it.
 TensorList detached_leaves(const TensorList& inputs) {
@@ -45,16 +57,9 @@ TensorList run_again(const std::function<Tensor(const TensorList&)>& fn, const T
   }
   Tensor again;
   {
-    const EnableGradGuard recording;
-    const bool outer = t_recomputing;
-    t_recomputing = true;
-    try {
-      again = fn(leaves);
-    } catch (...) {
-      t_recomputing = outer;
-      throw;
-    }
-    t_recomputing = outer;
+    const GradModeGuard recording(true);
+    const RecomputingScope second_run;
+    again = fn(leaves);
   }
   if (again.requires_grad()) autograd::backward(again, grad.clone());
   TensorList grads;

@@ -389,16 +389,10 @@ Tensor Tensor::detach() const {
   return Tensor(std::move(impl));
 }
 
-NoGradGuard::NoGradGuard() : previous_(g_grad_mode) {
-  g_grad_mode = false;
+GradModeGuard::GradModeGuard(bool enabled) : previous_(g_grad_mode) {
+  g_grad_mode = enabled;
 }
-NoGradGuard::~NoGradGuard() {
-  g_grad_mode = previous_;
-}
-EnableGradGuard::EnableGradGuard() : previous_(g_grad_mode) {
-  g_grad_mode = true;
-}
-EnableGradGuard::~EnableGradGuard() {
+GradModeGuard::~GradModeGuard() {
   g_grad_mode = previous_;
 }
 bool grad_mode_enabled() {

@@ -86,8 +86,8 @@ struct Tiny {
         "{}, pad_embeddings_2_eight: {}}}, decoder_params: {{num_hidden_layers: {}, {}, "
         "beam_size: {}, alpha: {}, extra_decode_length: {}}}, loss_params: {{label_smoothing: "
         "{}}}}}",
-        recompute, encoder_layers, stack, remove_padding, pad_to_eight, decoder_layers, stack,
-        beam, alpha, extra, smoothing);
+        recompute, encoder_layers, stack, remove_padding, pad_to_eight, decoder_layers, stack, beam,
+        alpha, extra, smoothing);
   }
 };
 

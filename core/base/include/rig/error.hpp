@@ -29,7 +29,6 @@ class RIG_API OutOfMemoryError : public UserError {
   // wins) and `advice` (appended).
   OutOfMemoryError within(const std::string& where, const std::string& advice) const;
   const std::string& device() const { return device_; }
-  const std::string& facts() const { return facts_; }
   const std::string& where() const { return where_; }
 
  private:
