@@ -3448,6 +3448,8 @@ TEST(KernelBackendIndexing, TopK) {
   EXPECT_THROW(
       emu().topk({ex.get(), DType::f32, {rows, n}}, rows, n, 65, evalues.get(), eindices.get()),
       std::invalid_argument);
+  EXPECT_EQ(emu().topk_max_k(), 64);  // what ops::topk asks before it selects on the host
+  EXPECT_EQ(cpu().topk_max_k(), std::numeric_limits<std::int64_t>::max());
 }
 
 // ---- Optimizer updates, LARC --------------------------------------------------------------------

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -198,6 +199,27 @@ TEST(OpsSelection, TopkMatchesStableSortOnVocabularyRows) {
   EXPECT_EQ(ops::argmax(x).to_int_vector()[0], vocab - 1);
   EXPECT_EQ(ops::argmax(x).to_int_vector()[1], 0);
   EXPECT_EQ(ops::argmax(x).to_int_vector()[2], 0);
+}
+
+// On a device whose kernel selects at most 64 (the emulated GPU's), a wider k
+// is selected on the host: the CPU's values and indices, on the device.
+TEST(OpsSelection, TopkWiderThanTheDeviceKernelSelectsOnTheHost) {
+  setenv("RIG_CUDA_EMULATOR", "1", 1);  // each ctest test is a process of its own
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> level(0, 50);
+  std::vector<float> data(3 * 200);
+  for (auto& x : data) x = static_cast<float>(level(rng));  // many ties
+  const Tensor x = Tensor::from_vector(data, {3, 200});
+  const Tensor on_device = x.to(rig::Device::cuda(0));
+  for (const std::int64_t k : {64, 65, 200}) {
+    SCOPED_TRACE(k);
+    const auto [values, indices] = ops::topk(x, k);
+    const auto [device_values, device_indices] = ops::topk(on_device, k);
+    EXPECT_EQ(device_values.device(), rig::Device::cuda(0));
+    EXPECT_EQ(device_indices.device(), rig::Device::cuda(0));
+    EXPECT_EQ(device_values.to_vector(), values.to_vector());
+    EXPECT_EQ(device_indices.to_int_vector(), indices.to_int_vector());
+  }
 }
 
 TEST(OpsSelection, Errors) {

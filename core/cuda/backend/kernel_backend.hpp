@@ -324,6 +324,7 @@ class KernelBackend final : public backend::Backend {
               std::int64_t* out) override;
   void topk(const backend::ConstBuffer& x, std::int64_t rows, std::int64_t n, std::int64_t k,
             void* values, std::int64_t* indices) override;
+  std::int64_t topk_max_k() const override;
 
   bool rounds_bf16_operands() const override { return true; }
   bool gemm_writes_bf16() const override { return true; }

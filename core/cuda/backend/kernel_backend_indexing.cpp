@@ -177,4 +177,8 @@ void KernelBackend::topk(const backend::ConstBuffer& x, std::int64_t rows, std::
   run(kernels::TopK{x.data, x.dtype, rows, n, k, values, indices});
 }
 
+std::int64_t KernelBackend::topk_max_k() const {
+  return kernels::kTopKMaxK;
+}
+
 }  // namespace rig::cuda

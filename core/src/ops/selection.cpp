@@ -138,6 +138,12 @@ std::pair<Tensor, Tensor> topk(const Tensor& x, std::int64_t k, std::int64_t axi
         fmt::format("topk: k = {} out of range [0, {}] for {} along axis {}", k, n,
                     to_string(x.shape()), axis));
   }
+  if (k > backend_of(x).topk_max_k()) {
+    // Wider than the device's kernel selects (a GPU's 64: beam search with
+    // more than 32 beams): on the host, the result back on x's device.
+    auto [values, indices] = topk(x.detach().to(Device::cpu()), k, axis);
+    return {values.to(x.device()), indices.to(x.device())};
+  }
   const std::int64_t last = x.dim() - 1;
   Tensor data = x.detach();
   if (data.dtype() == DType::f16 || data.dtype() == DType::bf16) data = data.to(DType::f32);

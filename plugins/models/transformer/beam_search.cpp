@@ -22,28 +22,56 @@ using Sequence = std::vector<std::int64_t>;
 constexpr float kInf = 32768.0F;
 constexpr float kMinusInfinity = -std::numeric_limits<float>::infinity();
 
-// The indices of the k largest values, best first; ties: lower index first (tf.nn.top_k).
-std::vector<std::int64_t> top_k(const float* values, std::int64_t n, std::int64_t k) {
+// Whether (value a, index ia) comes before (value b, index ib): the larger
+// value first, ties to the lower index (tf.nn.top_k), NaN largest as
+// ops::topk orders it, so the host's picks agree with the device's.
+bool ranks_before(float a, std::int64_t ia, float b, std::int64_t ib) {
+  const bool a_nan = std::isnan(a), b_nan = std::isnan(b);
+  if (a_nan != b_nan) return a_nan;
+  if (!a_nan && a != b) return a > b;
+  return ia < ib;
+}
+
+// The positions of the k first pairs (values[i], ids[i]) in ranks_before's
+// order, best first; without ids, a pair's id is its position.
+std::vector<std::int64_t> top_k(const float* values, const std::int64_t* ids, std::int64_t n,
+                                std::int64_t k) {
   std::vector<std::int64_t> index(static_cast<std::size_t>(n));
   std::iota(index.begin(), index.end(), 0);
-  const auto better = [&](std::int64_t a, std::int64_t b) {
-    return values[a] > values[b] || (values[a] == values[b] && a < b);
-  };
-  std::partial_sort(index.begin(), index.begin() + k, index.end(), better);
+  const auto id = [&](std::int64_t i) { return ids == nullptr ? i : ids[i]; };
+  std::partial_sort(index.begin(), index.begin() + k, index.end(),
+                    [&](std::int64_t a, std::int64_t b) {
+                      return ranks_before(values[a], id(a), values[b], id(b));
+                    });
   index.resize(static_cast<std::size_t>(k));
   return index;
 }
 
-// Row-wise log-softmax of the step's logits, on the host: [N * V].
-std::vector<float> log_probs(const StepFunction& step, const std::vector<std::int64_t>& ids,
-                             std::int64_t vocab, rig::Device device) {
+// Each of the step's n hypotheses' k best next tokens by log p(token) plus
+// the hypothesis' `base` score (none when base is empty), chosen where the
+// step ran: only n x k scores and tokens reach the host, not the n x V
+// log-probabilities (on a GPU, a 16 MB copy and a host sort of every
+// hypothesis' whole vocabulary at each step for transformer-base's 32768
+// tokens and 128 hypotheses).
+struct BestNext {
+  std::int64_t k = 0;
+  std::vector<float> scores;         // [n, k], best first
+  std::vector<std::int64_t> tokens;  // [n, k]
+};
+
+BestNext best_next(const StepFunction& step, const std::vector<std::int64_t>& ids,
+                   const std::vector<float>& base, std::int64_t vocab, std::int64_t k,
+                   rig::Device device) {
   const auto n = static_cast<std::int64_t>(ids.size());
   const Tensor logits = step(Tensor::from_vector(ids, {n}, device));
   if (logits.dim() != 2 || logits.size(0) != n || logits.size(1) != vocab) {
     throw std::logic_error(fmt::format("beam search: step logits {} must be [{},{}]",
                                        rig::to_string(logits.shape()), n, vocab));
   }
-  return rig::ops::log_softmax(logits.to(rig::DType::f32), -1).to_vector();
+  Tensor scores = rig::ops::log_softmax(logits.to(rig::DType::f32), -1);
+  if (!base.empty()) scores = rig::ops::add(scores, Tensor::from_vector(base, {n, 1}, device));
+  const auto [values, tokens] = rig::ops::topk(scores, k);
+  return {k, values.to_vector(), tokens.to_int_vector()};
 }
 
 SearchResult greedy(const SearchParams& p, const StepFunction& step) {
@@ -55,16 +83,15 @@ SearchResult greedy(const SearchParams& p, const StepFunction& step) {
   std::vector<std::int64_t> ids(static_cast<std::size_t>(batch), p.pad_id);
   for (std::int64_t i = 0; i < p.max_decode_length; ++i) {
     if (std::all_of(done.begin(), done.end(), [](bool d) { return d; })) break;
-    const std::vector<float> lp = log_probs(step, ids, p.vocab_size, p.device);
+    const BestNext next = best_next(step, ids, {}, p.vocab_size, 1, p.device);
     for (std::int64_t b = 0; b < batch; ++b) {
       const auto row = static_cast<std::size_t>(b);
-      const float* r = lp.data() + b * p.vocab_size;
-      const std::int64_t best = top_k(r, p.vocab_size, 1)[0];
+      const std::int64_t best = next.tokens[row];
       // Finished rows keep decoding in the batch; their tokens are dropped.
       ids[row] = done[row] ? p.pad_id : best;
       if (done[row]) continue;
       result.sequences[row].push_back(best);
-      log_prob[row] += static_cast<double>(r[best]);
+      log_prob[row] += static_cast<double>(next.scores[row]);
       done[row] = best == p.eos_id;
     }
   }
@@ -147,33 +174,41 @@ class BeamSearch {
     const std::int64_t vocab = p_.vocab_size;
     const std::int64_t keep = 2 * beam;
     std::vector<std::int64_t> ids;
+    std::vector<float> base;
     for (const RowState& row : rows_) {
       for (const Sequence& s : row.alive_seq) ids.push_back(s.back());
+      base.insert(base.end(), row.alive_log_probs.begin(), row.alive_log_probs.end());
     }
-    const std::vector<float> lp = log_probs(step_, ids, vocab, p_.device);
+    // Each hypothesis' `keep` best extensions hold every row's `keep` best:
+    // within hypothesis j a row's order (score, then j x vocab + token) is the
+    // order of scores with ties to the lower token, so whatever precedes one of
+    // a row's best in its hypothesis precedes it in the row too.
+    const BestNext next = best_next(step_, ids, base, vocab, std::min(keep, vocab), p_.device);
     const float norm = length_penalty(p_.alpha, i + 1);
     std::vector<std::int64_t> cache_index;
-    std::vector<float> candidates(static_cast<std::size_t>(beam * vocab));
+    const auto per_row = static_cast<std::size_t>(beam * next.k);
+    std::vector<float> candidates(per_row);
+    std::vector<std::int64_t> candidate_ids(per_row);  // j x vocab + token, the row's index
     for (std::size_t b = 0; b < rows_.size(); ++b) {
       RowState& row = rows_[b];
       // _grow_alive_seq: the 2 x beam best extensions of the alive hypotheses.
-      for (std::int64_t j = 0; j < beam; ++j) {
-        const float base = row.alive_log_probs[static_cast<std::size_t>(j)];
-        const float* r = lp.data() + (static_cast<std::int64_t>(b) * beam + j) * vocab;
-        for (std::int64_t v = 0; v < vocab; ++v) {
-          candidates[static_cast<std::size_t>(j * vocab + v)] = r[v] + base;
-        }
+      for (std::size_t c = 0; c < per_row; ++c) {
+        const std::size_t at = b * per_row + c;
+        candidates[c] = next.scores[at];
+        candidate_ids[c] = static_cast<std::int64_t>(c) / next.k * vocab + next.tokens[at];
       }
-      const std::vector<std::int64_t> top = top_k(candidates.data(), beam * vocab, keep);
+      const std::vector<std::int64_t> top =
+          top_k(candidates.data(), candidate_ids.data(), static_cast<std::int64_t>(per_row), keep);
       std::vector<Sequence> top_seq;
       std::vector<float> top_log_probs;
       std::vector<std::int64_t> top_beam;
       std::vector<bool> ends;
-      for (const std::int64_t c : top) {
+      for (const std::int64_t t : top) {
+        const std::int64_t c = candidate_ids[static_cast<std::size_t>(t)];
         const std::int64_t j = c / vocab;
         top_seq.push_back(row.alive_seq[static_cast<std::size_t>(j)]);
         top_seq.back().push_back(c % vocab);
-        top_log_probs.push_back(candidates[static_cast<std::size_t>(c)]);
+        top_log_probs.push_back(candidates[static_cast<std::size_t>(t)]);
         top_beam.push_back(j);
         ends.push_back(c % vocab == p_.eos_id);
       }
@@ -183,7 +218,7 @@ class BeamSearch {
       for (std::size_t c = 0; c < alive_scores.size(); ++c) {
         if (ends[c]) alive_scores[c] += -kInf;
       }
-      const std::vector<std::int64_t> alive = top_k(alive_scores.data(), keep, beam);
+      const std::vector<std::int64_t> alive = top_k(alive_scores.data(), nullptr, keep, beam);
       std::vector<Sequence> new_alive_seq;
       std::vector<float> new_alive_log_probs;
       for (const std::int64_t c : alive) {
@@ -204,7 +239,7 @@ class BeamSearch {
         all_flags.push_back(ends[c]);
       }
       const std::vector<std::int64_t> finished =
-          top_k(all_scores.data(), static_cast<std::int64_t>(all_scores.size()), beam);
+          top_k(all_scores.data(), nullptr, static_cast<std::int64_t>(all_scores.size()), beam);
       RowState next;
       next.alive_seq = std::move(new_alive_seq);
       next.alive_log_probs = std::move(new_alive_log_probs);

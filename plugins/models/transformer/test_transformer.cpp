@@ -740,6 +740,80 @@ TEST(TransformerBeamSearch, ToyModelGreedyAndBeam) {
   EXPECT_EQ(t.to_int_vector(), (std::vector<std::int64_t>{3, 1, 1, kPad}));
 }
 
+// Ties between hypotheses are broken as one list of the row's beam x vocab
+// extensions would break them: by hypothesis, then token. Vocabulary 8, beam
+// 2 (4 extensions kept). After PAD the best tokens are 3 and 4, equally; after
+// 3 they are 5, 6, 7 and after 4 they are 2, 3, 7, all with the same
+// log-probability. The row's kept extensions are then 3-5, 3-6, 3-7, 4-2, so
+// the alive pair is 3-5, 3-6 (both from hypothesis 0), not 4-2, 4-3 as a
+// token-first order would have it. The search selects each hypothesis' best
+// on the step's device and merges them on the host: this checks the merge.
+TEST(TransformerBeamSearch, TiesGoToTheEarlierHypothesisThenTheLowerToken) {
+  std::vector<std::vector<std::int64_t>> seen;  // the ids of each step
+  const auto step = [&](const Tensor& ids) {
+    const std::vector<std::int64_t> v = ids.to_int_vector();
+    seen.push_back(v);
+    std::vector<float> logits;
+    for (const std::int64_t previous : v) {
+      std::vector<std::int64_t> best{5, 6, 7};
+      if (previous == kPad) best = {3, 4};
+      if (previous == 4) best = {2, 3, 7};
+      for (std::int64_t token = 0; token < 8; ++token) {
+        const bool top = std::find(best.begin(), best.end(), token) != best.end();
+        logits.push_back(top ? 0.0F : -30.0F);
+      }
+    }
+    return Tensor::from_vector(logits, {static_cast<std::int64_t>(v.size()), 8});
+  };
+  std::vector<std::vector<std::int64_t>> reorders;
+  rig_transformer::SearchParams p;
+  p.batch_size = 1;
+  p.beam_size = 2;
+  p.max_decode_length = 3;
+  p.vocab_size = 8;
+  p.eos_id = kEos;
+  p.pad_id = kPad;
+  const rig_transformer::SearchResult r = rig_transformer::search(
+      p, step, [&](const Tensor& index) { reorders.push_back(index.to_int_vector()); });
+  ASSERT_EQ(seen.size(), 3U);
+  EXPECT_EQ(seen[1], (std::vector<std::int64_t>{3, 4}));
+  EXPECT_EQ(seen[2], (std::vector<std::int64_t>{5, 6}));
+  ASSERT_GE(reorders.size(), 2U);
+  EXPECT_EQ(reorders[1], (std::vector<std::int64_t>{0, 0}));
+  // EOS (token 1) is the first step's fourth extension kept: the only finished
+  // hypothesis, which OpenSeq2Seq returns ahead of any alive one.
+  EXPECT_EQ(r.sequences[0], (std::vector<std::int64_t>{kEos}));
+}
+
+// A vocabulary smaller than the 2 x beam extensions kept: each hypothesis
+// offers all of its tokens. Vocabulary 3 {PAD, EOS, a}, beam 3 (6 kept).
+TEST(TransformerBeamSearch, VocabularySmallerThanTheExtensionsKept) {
+  const auto step = [](const Tensor& ids) {
+    const std::vector<std::int64_t> v = ids.to_int_vector();
+    std::vector<float> logits;
+    for (std::size_t h = 0; h < v.size(); ++h) {
+      // Hypothesis state is not tracked: every step the same distribution,
+      // favouring a (0.7) over EOS (0.2) and PAD (0.1).
+      for (const double q : {0.1, 0.2, 0.7}) logits.push_back(static_cast<float>(std::log(q)));
+    }
+    return Tensor::from_vector(logits, {static_cast<std::int64_t>(v.size()), 3});
+  };
+  rig_transformer::SearchParams p;
+  p.batch_size = 2;
+  p.beam_size = 3;
+  p.alpha = 0.0F;
+  p.max_decode_length = 4;
+  p.vocab_size = 3;
+  p.eos_id = kEos;
+  p.pad_id = kPad;
+  const rig_transformer::SearchResult r = rig_transformer::search(p, step, [](const Tensor&) {});
+  // With alpha 0 the first EOS (0.2) beats every longer ending (0.7^k x 0.2).
+  for (std::size_t b = 0; b < 2; ++b) {
+    EXPECT_EQ(r.sequences[b], (std::vector<std::int64_t>{kEos}));
+    EXPECT_NEAR(r.scores[b], std::log(0.2), 1e-5);
+  }
+}
+
 TEST_F(TransformerNetwork, BeamOneIsGreedyAndBeamScoresAreAtLeastGreedys) {
   rig::NoGradGuard no_grad;
   const Rows sources{with_eos(random_tokens(31, 5, kVocab)), with_eos(random_tokens(32, 2, kVocab)),

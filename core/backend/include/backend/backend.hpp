@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -504,6 +505,8 @@ class Backend {
   // sorted descending, ties by lower index, NaN largest.
   virtual void topk(const ConstBuffer& x, std::int64_t rows, std::int64_t n, std::int64_t k,
                     void* values, std::int64_t* indices) = 0;
+  // The largest k topk takes here; ops::topk selects a larger one on the host.
+  virtual std::int64_t topk_max_k() const { return std::numeric_limits<std::int64_t>::max(); }
 
   // ---- Matrix products (f32 data, f32 accumulation) -------------------------------------
   // Whether bf16 precision wants its operands rounded ahead of the product
