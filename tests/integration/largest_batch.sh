@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tools/largest-batch on an emulated GPU of 64 MiB: the batch it reports fits
-# and the next one runs out of memory when rig is run by hand; --max reached
+# (with what its peak held) and the next one runs out of memory when rig is
+# run by hand; --max reached
 # exits 1; bad usage and a try that fails for another reason exit 2.
 # Usage: largest_batch.sh TOOL RIG TINY_EXPERIMENT WORKDIR
 set -euo pipefail
@@ -15,6 +16,9 @@ cat search.log
 answer="$(sed -n 's/.* of 64 MiB is \([0-9]*\) (.*); \([0-9]*\) runs out of memory$/\1 \2/p' search.log)"
 read -r good bad <<<"$answer" || true
 [ -n "${good:-}" ] && [ "$bad" -eq $((good + 1)) ] || fail "no answer of neighbours in search.log"
+grep -q '^  Tensors at the peak, .*, by what made them:$' search.log &&
+  grep -Eq '^    the forward pass +[0-9.]+ [KMG]?i?B: ' search.log ||
+  fail "search.log does not say what the answer's peak held"
 # Checked by hand, as the tool's tries are made.
 export RIG_CUDA_EMULATOR=1 RIG_CUDA_EMULATOR_HOST_ONLY=1 RIG_CUDA_EMULATOR_MEMORY_MB=64 \
   RIG_CUDA_EMULATOR_FUSED_ATTENTION=1

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Running out of memory exits 2 with one line that says where (the pass and
 # step, evaluation, the data layer's start), what did not fit against the
-# device's memory, and which keys to change: on an emulated GPU of 64 MiB
+# device's memory, which of the engine's phases made the tensors it held,
+# and which keys to change (and a run that fits says what its peak held):
+# on an emulated GPU of 64 MiB
 # (RIG_CUDA_EMULATOR_MEMORY_MB, host-only: nothing runs, so it is quick) in
 # training and in evaluation, and on the host for a data set larger than it.
 # Usage: out_of_memory.sh RIG TINY_EXPERIMENT WORKDIR
@@ -15,10 +17,15 @@ big=(--batch_size_per_gpu=1000000 --data_layer_params/num_samples=1000000
      --data_layer_params/num_eval_samples=1000000)
 (
   export RIG_CUDA_EMULATOR=1 RIG_CUDA_EMULATOR_HOST_ONLY=1 RIG_CUDA_EMULATOR_MEMORY_MB=64
-  expect_error '^rig: error: out of memory on cuda:0 in the forward pass of step 0: a tensor of [0-9.]+ MiB did not fit\. cuda:0 has 64\.0 MiB: rig.s tensors hold .*, [0-9.]+ MiB is free\. To fit, lower batch_size_per_gpu \(now 1000000\) and raise iter_size \(now 1\) .*batch_size_per_gpu 500000 with iter_size 2 .*dtype: mixed' \
+  expect_error '^rig: error: out of memory on cuda:0 in the forward pass of step 0: a tensor of [0-9.]+ MiB did not fit\. cuda:0 has 64\.0 MiB: rig.s tensors hold [0-9.]+ [KMG]?i?B \(made by the data layer.s batch [0-9.]+ MiB, the model.s parameters [^)]*\), .*[0-9.]+ MiB is free\. To fit, lower batch_size_per_gpu \(now 1000000\) and raise iter_size \(now 1\) .*batch_size_per_gpu 500000 with iter_size 2 .*dtype: mixed' \
     run "$tiny" --device=cuda --logdir train "${big[@]}"
   # The same size at the experiment's batch trains; its evaluation at a large one does not.
   check "$rig" run "$tiny" --device=cuda --logdir ok --max_steps=2 > ok.log
+  # What the peak was made of, after training.
+  grep -q "^\*\*\* Tensors at the peak, .*, by what made them:$" ok.log ||
+    fail "ok.log does not say what the peak memory was made of"
+  grep -Eq "^\*\*\*   the forward pass +[0-9.]+ [KMG]?i?B: " ok.log ||
+    fail "ok.log's peak memory has no forward pass line"
   expect_error '^rig: error: out of memory on cuda:0 in evaluation: a tensor of .* did not fit\. .* To fit, lower batch_size_per_gpu in eval_params \(now 1000000\)\.$' \
     run "$tiny" --mode eval --device=cuda --logdir ok "${big[@]}"
   grep -q bad_alloc err.txt && fail "the message names std::bad_alloc"

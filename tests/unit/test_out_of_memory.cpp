@@ -186,6 +186,10 @@ TEST(OutOfMemoryAdvice, NamesTheKeysOfWhatFailed) {
             "To fit, lower batch_size_per_gpu in infer_params (now 8).");
   EXPECT_EQ(out_of_memory_advice("train", "the model's parameters", s, std::nullopt),
             "The model's parameters alone do not fit cuda:0: choose a smaller model.");
+  EXPECT_EQ(out_of_memory_advice("train", "the optimizer's state", s, std::nullopt),
+            "The model's parameters and its optimizer's state do not fit cuda:0: choose a smaller "
+            "model or an optimizer that keeps less state (sgd with momentum keeps one buffer the "
+            "size of the parameters, adam two).");
 }
 
 }  // namespace

@@ -39,9 +39,16 @@ void empty_allocator_cache(Device device = Device::cpu());  // give cached block
 
 // Bytes of one tensor's data, from the device's caching allocator (blocks are
 // returned to it, not to the system). Several tensors may share one storage.
+namespace detail {
+struct LedgerEntry;
+}
+
 class RIG_API Storage {
  public:
   Storage(std::size_t bytes, Device device);
+  // Counted as a tensor of `dtype` and `shape` in rig/memory_labels.hpp's
+  // pictures (the other constructor: as u8 [bytes]).
+  Storage(std::size_t bytes, Device device, DType dtype, const Shape& shape);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -60,6 +67,7 @@ class RIG_API Storage {
   std::size_t capacity_ = 0;  // the allocator's block size
   Device device_;
   std::uintptr_t stream_ = 0;
+  detail::LedgerEntry* ledger_entry_ = nullptr;  // where memory_labels.hpp counts it
 };
 
 class Tensor;

@@ -26,7 +26,8 @@ std::string describe(const Activity& a) {
 ActivityScope::ActivityScope(const char* what, std::optional<std::int64_t> step)
     : previous_what_(current.what),
       previous_step_(current.step),
-      uncaught_(std::uncaught_exceptions()) {
+      uncaught_(std::uncaught_exceptions()),
+      label_(what) {
   failed = {};  // a failure before this scope began was handled
   current = {what, step};
 }

@@ -3,11 +3,15 @@
 // was the backward pass of step 12. Scopes nest; the innermost is current.
 // A scope left by an exception remembers itself (the innermost such) for
 // the handler that catches it outside every scope: activity_that_failed().
+// The storages allocated in a scope are counted under its `what` (a
+// MemoryLabel), for the picture of the peak memory.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+
+#include "rig/memory_labels.hpp"
 
 namespace rig::engine {
 
@@ -23,6 +27,7 @@ class ActivityScope {
   const char* previous_what_;
   std::optional<std::int64_t> previous_step_;
   int uncaught_;
+  MemoryLabel label_;
 };
 
 // "the backward pass of step 12", "evaluation"; empty outside every scope.

@@ -49,6 +49,13 @@ std::string out_of_memory_advice(const std::string& mode, const std::string& act
     return fmt::format("The model's parameters alone do not fit {}: choose a smaller model.",
                        to_string(settings.device));
   }
+  if (activity == "the optimizer's state") {
+    return fmt::format(
+        "The model's parameters and its optimizer's state do not fit {}: choose a smaller model "
+        "or an optimizer that keeps less state (sgd with momentum keeps one buffer the size of "
+        "the parameters, adam two).",
+        to_string(settings.device));
+  }
   if (activity == "the data layer's start") {
     return fmt::format(
         "To fit, lower batch_size_per_gpu (now {}) or what data_layer_params hold in memory.",

@@ -12,6 +12,7 @@
 #include "engine/device_data.hpp"
 #include "engine/evaluator.hpp"
 #include "engine/gradient_norm.hpp"
+#include "engine/memory_at_peak.hpp"
 #include "engine/ps/protocol.hpp"
 #include "engine/ps/staleness_report.hpp"
 #include "engine/queued_gradient_stats.hpp"
@@ -838,6 +839,9 @@ TrainResult TrainingLoop::run() {
       "cache at the end)",
       to_string(device_), readable_bytes(memory.peak_bytes),
       readable_bytes(memory.peak_reserved_bytes), readable_bytes(memory.cached_bytes));
+  for (const std::string& line : memory_at_peak_lines(memory_at_peak(device_))) {
+    console_.print("*** {}", line);
+  }
   if (result_.skipped_steps > 0) {
     console_.print("*** Skipped {} step(s) on loss-scale overflow", result_.skipped_steps);
   }

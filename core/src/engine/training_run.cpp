@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/activity.hpp"
 #include "engine/checkpoint.hpp"
 #include "engine/device_data.hpp"
 #include "engine/gradient_reducer.hpp"
@@ -241,8 +242,12 @@ int train_model(const RunInputs& in, BuiltModel& built) {
   const std::string identity = identity_yaml(in.primary.config);
   const ResumePoint resume = start_weights(in, built, identity);
 
-  auto optimizer = make_optimizer(in.primary, settings, built.place, built.params);
-  if (resume.checkpoint) optimizer->load_state(resume.checkpoint->optimizer);
+  auto optimizer = [&] {
+    const ActivityScope activity("the optimizer's state");
+    auto made = make_optimizer(in.primary, settings, built.place, built.params);
+    if (resume.checkpoint) made->load_state(resume.checkpoint->optimizer);
+    return made;
+  }();
   const StepPlan plan =
       plan_steps(settings, built.data->epoch_size(), built.place,
                  options.benchmark ? std::optional(options.bench_steps) : std::nullopt);

@@ -68,7 +68,7 @@ Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
   impl->strides = contiguous_strides(shape);
   impl->shape = std::move(shape);
   impl->dtype = dtype;
-  impl->storage = detail::make_pooled<Storage>(bytes, device);
+  impl->storage = detail::make_pooled<Storage>(bytes, device, dtype, impl->shape);
   return Tensor(std::move(impl));
 }
 
