@@ -210,6 +210,40 @@ TEST(TensorOps, PaddedCrossEntropyOfAPerfectModelIsZero) {
   EXPECT_EQ(ops::padded_cross_entropy(bad, labels, f32({0, 0}, {1, 2}), s).item(), 0.0F);
 }
 
+// The logits' gradient is written over the logits when nothing but the loss
+// holds them: backward then allocates one tensor fewer, and the gradients are
+// the same bits as when another handle keeps the logits alive.
+TEST(TensorOps, CrossEntropysGradientTakesTheLogitsMemoryWhenNothingElseHoldsThem) {
+  std::vector<float> hv(6 * 3), wv(3 * 50);
+  for (std::size_t i = 0; i < hv.size(); ++i) hv[i] = std::sin(0.7F * static_cast<float>(i));
+  for (std::size_t i = 0; i < wv.size(); ++i) wv[i] = std::cos(0.3F * static_cast<float>(i));
+  for (const bool padded : {false, true}) {
+    SCOPED_TRACE(padded ? "padded_cross_entropy" : "cross_entropy");
+    std::vector<float> grads[2];
+    std::size_t requests[2] = {0, 0};
+    for (const bool keep : {false, true}) {
+      Tensor h = f32(hv, {6, 3}), w = f32(wv, {3, 50});
+      h.set_requires_grad(true);
+      w.set_requires_grad(true);
+      Tensor logits = ops::matmul(h, w);  // [6, 50]: its backward makes no tensor of that size
+      const Tensor kept = keep ? logits : Tensor();
+      const Tensor loss = padded ? ops::padded_cross_entropy(logits.reshape({2, 3, 50}),
+                                                             i64({1, 2, 3, 4, 5, 0}, {2, 3}),
+                                                             f32({1, 1, 1, 1, 0, 1}, {2, 3}), 0.1F)
+                                 : ops::cross_entropy(logits, i64({1, 2, 3, 4, 5, 0}, {6}), 0.1F);
+      logits = Tensor();
+      const std::size_t before = rig::allocator_stats().requests;
+      loss.backward();
+      requests[keep ? 1 : 0] = rig::allocator_stats().requests - before;
+      grads[keep ? 1 : 0] = h.grad().to_vector();
+      const std::vector<float> dw = w.grad().to_vector();
+      grads[keep ? 1 : 0].insert(grads[keep ? 1 : 0].end(), dw.begin(), dw.end());
+    }
+    EXPECT_EQ(grads[0], grads[1]);
+    EXPECT_EQ(requests[0] + 1, requests[1]);
+  }
+}
+
 TEST(TensorOps, Comparisons) {
   Tensor a = i64({1, 2, 3, 4}, {2, 2});
   Tensor eq = ops::equal(a, i64({1, 4}, {2}));

@@ -131,6 +131,9 @@ class RIG_API Tensor {
   bool is_contiguous() const;
   // Two tensors that may read or write the same bytes.
   bool shares_storage(const Tensor& other) const;
+  // Whether nothing but this handle reaches its memory (no other handle of
+  // its tensor, no other tensor of its storage): it may be written over.
+  bool sole_owner() const;
 
   // Typed pointer to the first element (storage + offset) in the address
   // space of the tensor's device: host code may dereference it only for CPU

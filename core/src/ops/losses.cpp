@@ -4,7 +4,8 @@
 // backend kernel each. Logits in f16/bf16 are read as they are where the
 // back end can (CUDA: the gradient comes back in their dtype), else through
 // an f32 copy; the math is f32 either way. Losses are f32 scalars on the
-// logits' device, and backward never reads the device.
+// logits' device, and backward never reads the device. The logits' gradient
+// is written over them when nothing else holds them.
 #include <cmath>
 #include <stdexcept>
 
@@ -64,13 +65,17 @@ XentResult xent_forward(const Tensor& logits, const Tensor& labels, float on, fl
 }
 
 // dx (x's dtype and shape) of the loss over logits x [rows, classes]: every
-// element written.
+// element written. Written over x itself where nothing else reaches x's
+// memory (the loss's backward, which runs once, holds the logits' last
+// handle): the logits' gradient then takes no memory of its own, as llm.c's
+// fused classifier (each element is read before it is written, by the one
+// thread that writes it).
 Tensor xent_backward(const Tensor& x, const Shape& shape, const Tensor& labels, const Tensor& lse,
                      const float* row_scale, const float* scale_factor, float on, float off) {
   const std::int64_t rows = x.size(0);
   const std::int64_t classes = x.size(1);
   if (rows == 0) return detail::zeros_on(x, shape, x.dtype());
-  Tensor dx = detail::empty_on(x, shape, x.dtype());
+  Tensor dx = x.sole_owner() ? x.reshape(shape) : detail::empty_on(x, shape, x.dtype());
   backend::Backend& be = detail::backend_of(x);
   if (x.dtype() == DType::f32) {
     be.cross_entropy_backward(x.data<float>(), labels.data<std::int64_t>(), lse.data<float>(),

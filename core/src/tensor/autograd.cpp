@@ -37,14 +37,6 @@ void add_into(Tensor& dst, const Tensor& src) {
                    src.strides(), src.dtype());
 }
 
-// Whether nothing but this handle reaches t's memory, so that a gradient may
-// be added into it in place. A backward function may return a tensor it also
-// keeps, or the same tensor for two inputs (add gives both its upstream
-// gradient); by the time a second gradient arrives, the other holders have
-// usually been consumed. Saves a copy per residual connection.
-bool sole_owner(const Tensor& t) {
-  return t.impl_ptr().use_count() == 1 && t.impl()->storage.use_count() == 1;
-}
 
 // A vertex of the backward graph: a node, or a leaf that accumulates into .grad.
 struct Vertex {
@@ -230,7 +222,7 @@ void accumulate_into_leaf(TensorImpl& leaf, const Tensor& grad) {
 // and dense, else a leaf's .grad when nothing is pending for the leaf yet.
 Tensor accumulation_target_of(const Edge& edge, const PendingGrad& slot) {
   if (slot.value.defined()) {
-    const bool ours = slot.owned || sole_owner(slot.value);
+    const bool ours = slot.owned || slot.value.sole_owner();
     return ours && slot.value.dtype() == edge.dtype && slot.value.is_contiguous() ? slot.value
                                                                                   : Tensor();
   }
@@ -398,7 +390,11 @@ void backward(const Tensor& root, Tensor grad) {
         slot = {std::move(g), false};
         continue;
       }
-      if (!slot.owned && !sole_owner(slot.value)) slot.value = slot.value.clone();
+      // A backward function may return a tensor it also keeps, or the same
+      // tensor for two inputs (add gives both its upstream gradient); by the
+      // time a second gradient arrives, the other holders have usually been
+      // consumed. Saves a copy per residual connection.
+      if (!slot.owned && !slot.value.sole_owner()) slot.value = slot.value.clone();
       slot.owned = true;
       add_into(slot.value, g);
     }

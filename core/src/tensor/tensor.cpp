@@ -169,6 +169,11 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
+bool Tensor::sole_owner() const {
+  return impl_ != nullptr && impl_.use_count() == 1 && impl_->storage != nullptr &&
+         impl_->storage.use_count() == 1;
+}
+
 bool Tensor::shares_storage(const Tensor& other) const {
   const auto& a = checked(impl_, "shares_storage");
   const auto& b = checked(other.impl_, "shares_storage");
