@@ -6,7 +6,7 @@
 # mpi communicator; a slowed worker is held within max_staleness and is not
 # with it unbounded; 2-bit compression trains; a stopped worker is dropped as
 # a straggler and the run completes; a killed server or worker ends the job; what
-# mpi_ps refuses.
+# mpi_ps refuses; a server out of memory says so.
 # Usage: parameter_server.sh RIG EXPERIMENT WORKDIR   (EXPERIMENT: fixtures/tiny.yaml)
 set -euo pipefail
 export LC_ALL=C
@@ -182,4 +182,14 @@ expect_code 2 timeout 60 "${mpi[@]}" -n 3 "$rig" run "$exp" --logdir refused --c
   --communicator_params/max_staleness=-1 --checkpoint_every_s=60
 grep -q "checkpoint_every_s needs the workers to agree" err.txt out.txt ||
   fail "checkpoint_every_s on asynchronous workers not refused"
+# A server out of memory (its address space capped at 1.2 GB: a 95 MiB shard's
+# messages and tensors do not fit) ends the job with exit 2, naming it by its
+# rank in the job and saying how to fit.
+ps_args=(run "$exp" --logdir ps-oom --communicator=mpi_ps --data_layer_params/num_features=4000
+         --model_params/hidden_sizes=[6250] --max_steps=2)
+expect_code 2 timeout 120 "${mpi[@]}" -n 1 "$rig" "${ps_args[@]}" : -n 1 \
+  bash -c 'ulimit -v 1200000; exec "$0" "$@"' "$rig" "${ps_args[@]}"
+grep -Eq "^rig: mpi: rank 1 \(pid [0-9]+ on host [^)]+\): error: out of memory on (cpu|the host) in parameter server 0: .*To fit, run more servers \(communicator_params/servers, now 1\)" err.txt ||
+  fail "the server's running out of memory is not explained"
+grep -q "bad_alloc" err.txt && fail "the message names std::bad_alloc"
 echo "PASS"

@@ -43,11 +43,15 @@ TEST(PsProtocol, CutShortPackIsRefused) {
   EXPECT_THROW(ps::unpack(bytes), std::runtime_error);
 }
 
-TEST(PsProtocol, FloatsFromChecksTheSize) {
+TEST(PsProtocol, CopyFloatsWritesTheSliceAndChecksTheSize) {
   rig::PsMessage m;
   m.payload = ps::bytes_of(Tensor::from_vector(std::vector<float>{1.0F, 2.0F}, {2}));
-  EXPECT_EQ(floats(ps::floats_from(m, 2)), (std::vector<float>{1.0F, 2.0F}));
-  EXPECT_THROW(ps::floats_from(m, 3), std::runtime_error);
+  // Room for a transport's header after the bytes, so appending it moves nothing.
+  EXPECT_GE(m.payload.capacity(), m.payload.size() + rig::kPsPayloadRoom);
+  Tensor buffer = Tensor::zeros({5});
+  ps::copy_floats(m, buffer.slice(0, 2, 4));
+  EXPECT_EQ(floats(buffer), (std::vector<float>{0.0F, 0.0F, 1.0F, 2.0F, 0.0F}));
+  EXPECT_THROW(ps::copy_floats(m, buffer.slice(0, 0, 3)), std::runtime_error);
 }
 
 // MXNet's semantics: at or beyond +-threshold an element is sent as

@@ -244,6 +244,31 @@ TEST(TensorOps, CrossEntropysGradientTakesTheLogitsMemoryWhenNothingElseHoldsThe
   }
 }
 
+// In place, the bits of the ops that make a new tensor (a parameter server
+// sums its workers' gradients in its gradient buffer with them).
+TEST(TensorOps, AddAndScaleInPlaceGiveTheBitsOfAddAndMulScalar) {
+  std::vector<float> av(1001), bv(1001);
+  for (std::size_t i = 0; i < av.size(); ++i) {
+    av[i] = std::sin(1.3F * static_cast<float>(i)) * 1e3F;
+    bv[i] = std::cos(0.7F * static_cast<float>(i)) * 1e-3F;
+  }
+  const Tensor a = f32(av, {1001}), b = f32(bv, {1001});
+  Tensor t = a.clone();
+  ops::add_(t, b);
+  EXPECT_EQ(t.to_vector(), ops::add(a, b).to_vector());
+  ops::scale_(t, 1.0F / 3.0F);
+  EXPECT_EQ(t.to_vector(), ops::mul_scalar(ops::add(a, b), 1.0F / 3.0F).to_vector());
+  EXPECT_TRUE(contains(error_of([&] {
+                         ops::add_(t, f32({1, 2}, {2}));
+                       }),
+                       "add_: other must be contiguous with 1001 elements, got [2]"));
+  Tensor strided = f32({1, 2, 3, 4}, {2, 2}).transpose(0, 1);
+  EXPECT_TRUE(contains(error_of([&] {
+                         ops::add_(strided, f32({1, 2, 3, 4}, {2, 2}));
+                       }),
+                       "(strided)"));
+}
+
 TEST(TensorOps, Comparisons) {
   Tensor a = i64({1, 2, 3, 4}, {2, 2});
   Tensor eq = ops::equal(a, i64({1, 4}, {2}));

@@ -335,6 +335,9 @@ std::uint64_t end_uploads(Device device);
 void use_uploads(Device device, std::uint64_t ticket);
 // t *= factor for a contiguous f32 tensor (gradient clipping).
 void scale_(Tensor& t, float factor);
+// t += other for contiguous f32 tensors of one size (a parameter server's sum
+// of its workers' gradients): the bits of ops::add, without a new tensor.
+void add_(Tensor& t, const Tensor& other);
 // LARC's per-parameter trust ratios applied to grads (rig/op_types.hpp), each
 // slice one parameter of the flat values / grads buffers.
 void larc_(Tensor& grads, const Tensor& values, const std::vector<FlatSlice>& slices,

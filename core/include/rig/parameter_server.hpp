@@ -16,6 +16,10 @@
 
 namespace rig {
 
+// Room a payload keeps after its bytes (its vector's capacity) for a
+// transport that appends its header there: then nothing is moved or copied.
+inline constexpr std::size_t kPsPayloadRoom = 64;
+
 // One message. `kind` and the numbers mean what the engine's protocol says.
 struct PsMessage {
   std::int32_t kind = 0;

@@ -262,8 +262,23 @@ int run(const RunOptions& options) {
   if (link != nullptr && link->is_server()) {
     const Console quiet(false, ProgressBar::off);
     const RunInputs inputs{options, resolved.primary, resolved.eval, settings, *comm, quiet};
+    // A server holds its shard of the parameters and of the optimizer's state.
+    const auto explained = [&](const OutOfMemoryError& e) {
+      return e.within(
+          fmt::format("parameter server {}", link->self() - link->workers()),
+          fmt::format("To fit, run more servers (communicator_params/servers, now {}): each "
+                      "holds 1/servers of the parameters, their gradients and the optimizer's "
+                      "state.",
+                      link->servers()));
+    };
     try {
       return ps::serve_parameters(inputs, *link);
+    } catch (const OutOfMemoryError& e) {
+      comm->abort(fmt::format("error: {}", explained(e).what()), 2);
+    } catch (const std::bad_alloc&) {
+      // Host memory a tensor's storage did not ask for (a message's bytes).
+      const OutOfMemoryError e("the host", "an allocation of host memory failed.");
+      comm->abort(fmt::format("error: {}", explained(e).what()), 2);
     } catch (const UserError& e) {
       comm->abort(fmt::format("error: {}", e.what()), 2);
     } catch (const std::exception& e) {

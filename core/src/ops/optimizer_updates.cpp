@@ -190,6 +190,20 @@ void scale_(Tensor& t, float factor) {
                               t.numel(), factor);
 }
 
+void add_(Tensor& t, const Tensor& other) {
+  constexpr std::string_view kOp = "add_";
+  detail::require_defined(kOp, t, "t");
+  detail::require_defined(kOp, other, "other");
+  require_flat_f32(kOp, t, "t", t.numel());
+  require_flat_f32(kOp, other, "other", t.numel());
+  detail::require_same_device(kOp, {&t, &other});
+  const Shape shape{t.numel()};
+  const Strides dense = contiguous_strides(shape);
+  const auto plan = backend::make_strided_plan<3>(shape, {&dense, &dense, &dense});
+  detail::backend_of(t).binary(backend::Binary::add, plan, t.data<float>(), other.data<float>(),
+                               t.data<float>());
+}
+
 void larc_(Tensor& grads, const Tensor& values, const std::vector<FlatSlice>& slices,
            const LarcOptions& options) {
   constexpr std::string_view kOp = "larc_";

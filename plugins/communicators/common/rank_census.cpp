@@ -103,15 +103,16 @@ void RankCensus::announce(std::uint64_t seq) {
     std::atomic_ref<std::uint64_t>(*mine_).store(seq, std::memory_order_relaxed);
 }
 
-std::string RankCensus::describe(int rank) const {
+std::string RankCensus::describe(int rank, std::optional<int> shown) const {
   const auto& peer = peers_.at(static_cast<std::size_t>(rank));
-  return fmt::format("rank {} (pid {} on host {})", rank, peer.pid, peer.host);
+  return fmt::format("rank {} (pid {} on host {})", shown.value_or(rank), peer.pid, peer.host);
 }
 
-std::string RankCensus::ending_line(const char* who, int rank, const std::string& reason) const {
+std::string RankCensus::ending_line(const char* who, int rank, const std::string& reason,
+                                    std::optional<int> shown) const {
   std::string_view why = reason;
   if (why.ends_with('.')) why.remove_suffix(1);
-  return fmt::format("rig: {}: {}: {}; ending the job", who, describe(rank), why);
+  return fmt::format("rig: {}: {}: {}; ending the job", who, describe(rank, shown), why);
 }
 
 int RankCensus::host_count() const {

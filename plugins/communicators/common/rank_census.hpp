@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,12 +33,14 @@ class RankCensus {
   // started it (its last collective was #56)", or that no rank here is at fault.
   std::string absent_ranks(std::uint64_t seq) const;
 
-  // "rank 0 (pid 1233 on host a)"
-  std::string describe(int rank) const;
+  // "rank 0 (pid 1233 on host a)"; `shown` as in ending_line.
+  std::string describe(int rank, std::optional<int> shown = std::nullopt) const;
   // The line a rank prints as it ends the job: "rig: mpi: rank 0 (pid 1233
   // on host a): REASON; ending the job" (`who`: mpi or nccl), REASON's final
-  // period dropped.
-  std::string ending_line(const char* who, int rank, const std::string& reason) const;
+  // period dropped. `shown`: the number to print for `rank` where it differs
+  // (a parameter server's rank in the job, not among the servers).
+  std::string ending_line(const char* who, int rank, const std::string& reason,
+                          std::optional<int> shown = std::nullopt) const;
   int host_count() const;
 
  private:

@@ -6,10 +6,12 @@
 #include <array>
 #include <climits>
 #include <cstring>
+#include <new>
 
 #include <fmt/format.h>
 
 #include "collective.hpp"
+#include "rig/byte_size.hpp"
 #include "rig/error.hpp"
 
 namespace rig_mpi {
@@ -77,7 +79,7 @@ void PsLink::send(rig::PsMessage message) {
   }
   {
     std::lock_guard lock(mutex_);
-    if (!error_.empty()) throw rig::RunError(error_);
+    if (!error_.empty()) throw_failure();
     outbox_.push_back(std::move(message));
   }
   sent_or_queued_.notify_all();
@@ -86,7 +88,7 @@ void PsLink::send(rig::PsMessage message) {
 std::optional<rig::PsMessage> PsLink::receive(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mutex_);
   arrived_.wait_for(lock, timeout, [this] { return !inbox_.empty() || !error_.empty(); });
-  if (!error_.empty()) throw rig::RunError(error_);
+  if (!error_.empty()) throw_failure();
   if (inbox_.empty()) return std::nullopt;
   rig::PsMessage m = std::move(inbox_.front());
   inbox_.pop_front();
@@ -97,13 +99,28 @@ void PsLink::flush() {
   std::unique_lock lock(mutex_);
   sent_or_queued_.wait(lock,
                        [this] { return (outbox_.empty() && in_flight_ == 0) || !error_.empty(); });
-  if (!error_.empty()) throw rig::RunError(error_);
+  if (!error_.empty()) throw_failure();
 }
 
-void PsLink::fail(const std::string& what) {
+void PsLink::throw_failure() const {
+  // The user's to fix (a message that did not fit in memory) as it was thrown;
+  // anything else as the run's failure.
+  try {
+    if (failure_) std::rethrow_exception(failure_);
+  } catch (const rig::UserError&) {
+    throw;
+  } catch (...) {
+  }
+  throw rig::RunError(error_);
+}
+
+void PsLink::fail(const std::string& what, std::exception_ptr failure) {
   {
     std::lock_guard lock(mutex_);
-    if (error_.empty()) error_ = what;
+    if (error_.empty()) {
+      error_ = what;
+      failure_ = std::move(failure);
+    }
   }
   arrived_.notify_all();
   sent_or_queued_.notify_all();
@@ -119,7 +136,7 @@ void PsLink::main() {
       busy = finish_sends() || busy;
       busy = receive_one() || busy;
     } catch (const std::exception& e) {
-      fail(e.what());
+      fail(e.what(), std::current_exception());
       return;
     }
     std::unique_lock lock(mutex_);
@@ -157,11 +174,12 @@ bool PsLink::start_sends() {
     h.clock = m.clock;
     h.offset = m.offset;
     h.count = m.count;
-    out.bytes.resize(sizeof h + m.payload.size());
-    std::memcpy(out.bytes.data(), &h, sizeof h);
-    if (!m.payload.empty()) {
-      std::memcpy(out.bytes.data() + sizeof h, m.payload.data(), m.payload.size());
-    }
+    // The header goes after the payload, so the payload's own bytes are sent
+    // (and received) without a copy of the whole message.
+    out.bytes = std::move(m.payload);
+    const std::size_t at = out.bytes.size();
+    out.bytes.resize(at + sizeof h);
+    std::memcpy(out.bytes.data() + at, &h, sizeof h);
     const int rc = MPI_Isend(out.bytes.data(), static_cast<int>(out.bytes.size()), MPI_BYTE, m.peer,
                              kTag, comm_, &out.request);
     if (rc != MPI_SUCCESS) {
@@ -208,7 +226,15 @@ bool PsLink::receive_one() {
   if (flag == 0) return false;
   int bytes = 0;
   MPI_Get_count(&status, MPI_BYTE, &bytes);
-  std::vector<std::byte> buffer(static_cast<std::size_t>(bytes));
+  std::vector<std::byte> buffer;
+  try {
+    buffer.resize(static_cast<std::size_t>(bytes));
+  } catch (const std::bad_alloc&) {
+    throw rig::OutOfMemoryError("the host",
+                                fmt::format("a message of {} from {} did not fit.",
+                                            rig::readable_bytes(static_cast<std::size_t>(bytes)),
+                                            describe(status.MPI_SOURCE)));
+  }
   rc = MPI_Mrecv(buffer.data(), bytes, MPI_BYTE, &handle, MPI_STATUS_IGNORE);
   if (rc != MPI_SUCCESS) {
     throw rig::RunError(fmt::format("mpi_ps: receiving from {} failed: {}",
@@ -218,15 +244,16 @@ bool PsLink::receive_one() {
     throw rig::RunError(fmt::format("mpi_ps: a {}-byte message from {} is not ours", bytes,
                                     describe(status.MPI_SOURCE)));
   }
-  WireHeader h;
-  std::memcpy(&h, buffer.data(), sizeof h);
+  WireHeader h;  // after the payload (start_sends)
+  std::memcpy(&h, buffer.data() + buffer.size() - sizeof h, sizeof h);
+  buffer.resize(buffer.size() - sizeof h);
   rig::PsMessage m;
   m.kind = h.kind;
   m.peer = status.MPI_SOURCE;
   m.clock = h.clock;
   m.offset = h.offset;
   m.count = h.count;
-  m.payload.assign(buffer.begin() + static_cast<std::ptrdiff_t>(sizeof h), buffer.end());
+  m.payload = std::move(buffer);
   {
     std::lock_guard lock(mutex_);
     inbox_.push_back(std::move(m));

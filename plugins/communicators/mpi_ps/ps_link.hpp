@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
+#include <exception>
 #include <list>
 #include <mutex>
 #include <optional>
@@ -51,7 +52,8 @@ class PsLink final : public rig::ParameterServerTransport {
   bool start_sends();
   bool finish_sends();
   bool receive_one();
-  void fail(const std::string& what);
+  void fail(const std::string& what, std::exception_ptr failure);
+  [[noreturn]] void throw_failure() const;  // mutex_ held, error_ set
 
   MPI_Comm comm_;
   int rank_ = 0;
@@ -67,6 +69,7 @@ class PsLink final : public rig::ParameterServerTransport {
   std::deque<rig::PsMessage> inbox_;
   std::size_t in_flight_ = 0;  // sends started, not finished
   std::string error_;
+  std::exception_ptr failure_;  // what the thread caught, for a user's error to reach the engine
   bool stopping_ = false;
   std::list<Outgoing> sending_;  // the thread's own
   std::thread thread_;

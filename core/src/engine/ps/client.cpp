@@ -143,7 +143,7 @@ PullResult Client::pull(std::int64_t clock) {
   Tensor host = on_host ? values : Tensor::empty({params_.numel()}, DType::f32, Device::cpu());
   for (std::size_t s = 0; s < replies.size(); ++s) {
     const Shard& shard = shards_[s];
-    host.slice(0, shard.begin, shard.end).copy_from(floats_from(replies[s], shard.numel()));
+    copy_floats(replies[s], host.slice(0, shard.begin, shard.end));
     result.applied_pushes = std::min(result.applied_pushes, replies[s].count);
     bytes_pulled_ += static_cast<std::int64_t>(replies[s].payload.size());
     result.staleness = std::max(result.staleness, replies[s].offset);

@@ -45,19 +45,20 @@ Tensor host_contiguous(const Tensor& t) {
 std::vector<std::byte> bytes_of(const Tensor& t) {
   const Tensor host = host_contiguous(t);
   const std::byte* begin = host.raw_data();
-  return {begin, begin + host.nbytes()};
+  std::vector<std::byte> bytes;
+  bytes.reserve(host.nbytes() + kPsPayloadRoom);
+  bytes.assign(begin, begin + host.nbytes());
+  return bytes;
 }
 
-Tensor floats_from(const PsMessage& m, std::int64_t count) {
-  const auto expected = static_cast<std::size_t>(count) * sizeof(float);
+void copy_floats(const PsMessage& m, Tensor dst) {
+  const auto expected = static_cast<std::size_t>(dst.numel()) * sizeof(float);
   if (m.payload.size() != expected) {
     throw std::runtime_error(fmt::format(
         "parameter server: a {} message from process {} holds {} bytes, expected {} ({} floats)",
-        kind_name(m.kind), m.peer, m.payload.size(), expected, count));
+        kind_name(m.kind), m.peer, m.payload.size(), expected, dst.numel()));
   }
-  Tensor t = Tensor::empty({count}, DType::f32, Device::cpu());
-  if (expected > 0) std::memcpy(t.raw_data(), m.payload.data(), expected);
-  return t;
+  if (expected > 0) std::memcpy(dst.data<float>(), m.payload.data(), expected);
 }
 
 const Tensor& Pack::at(const std::string& name) const {
@@ -83,12 +84,19 @@ std::vector<std::byte> pack(const YAML::Node& meta, const NamedTensors& tensors)
   out << YAML::Flow << header;
   const std::string text = out.c_str();
   const std::uint64_t length = text.size();
-  std::vector<std::byte> bytes(sizeof length + text.size());
+  std::size_t total = sizeof length + text.size();
+  for (const Tensor& h : hosts) total += h.nbytes();
+  // Sized once (with the transport's room): growing by insertion could hold
+  // twice the tensors' bytes.
+  std::vector<std::byte> bytes;
+  bytes.reserve(total + kPsPayloadRoom);
+  bytes.resize(total);
   std::memcpy(bytes.data(), &length, sizeof length);
   std::memcpy(bytes.data() + sizeof length, text.data(), text.size());
+  std::size_t at = sizeof length + text.size();
   for (const Tensor& h : hosts) {
-    const std::byte* begin = h.raw_data();
-    bytes.insert(bytes.end(), begin, begin + h.nbytes());
+    if (h.nbytes() > 0) std::memcpy(bytes.data() + at, h.raw_data(), h.nbytes());
+    at += h.nbytes();
   }
   return bytes;
 }

@@ -45,9 +45,10 @@ PsMessage message(Kind kind, int peer, std::int64_t clock = 0, std::int64_t offs
 Tensor host_contiguous(const Tensor& t);
 // A contiguous tensor's bytes (read from the device when it lives there).
 std::vector<std::byte> bytes_of(const Tensor& t);
-// `count` f32 values from a payload, as a CPU tensor; throws when the payload
+// A payload's f32 values into `dst` (a contiguous f32 CPU tensor, a slice of
+// the buffer they belong in: no tensor of their own); throws when the payload
 // holds another number of bytes.
-Tensor floats_from(const PsMessage& m, std::int64_t count);
+void copy_floats(const PsMessage& m, Tensor dst);
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "config/resolved_config.hpp"
+#include "engine/memory_at_peak.hpp"
 #include "engine/ps/server.hpp"
 #include "engine/resume.hpp"
 
@@ -32,6 +33,11 @@ int serve_parameters(const RunInputs& in, ParameterServerTransport& link) {
   fmt::print(stderr, "rig: parameter server {} finished: {} update(s) from {} push(es){}\n", index,
              report.updates, report.pushes,
              report.refused_pushes > 0 ? fmt::format(", {} refused", report.refused_pushes) : "");
+  // What the server's memory held at its peak: the shard, its gradient, the
+  // optimizer's state and each worker's incoming gradient, as tensors.
+  for (const std::string& line : memory_at_peak_lines(memory_at_peak(Device::cpu()))) {
+    fmt::print(stderr, "rig: parameter server {}: {}\n", index, line);
+  }
   return 0;
 }
 

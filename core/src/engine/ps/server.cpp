@@ -10,6 +10,7 @@
 #include "engine/ps/shard_state.hpp"
 #include "engine/ps/two_bit.hpp"
 #include "rig/error.hpp"
+#include "rig/memory_labels.hpp"
 #include "rig/ops.hpp"
 
 namespace rig::engine::ps {
@@ -98,6 +99,7 @@ void ShardServer::handle(PsMessage& m) {
 
 void ShardServer::init(const PsMessage& m) {
   if (initialized_) throw RunError("parameter server: a second init message");
+  const MemoryLabel label("the server's shard");
   const Pack p = unpack(m.payload);
   const YAML::Node& meta = p.meta;
   if (meta["config_hash"].as<std::string>() != config_hash_) {
@@ -125,7 +127,10 @@ void ShardServer::init(const PsMessage& m) {
                                store_.numel(), shard_.numel()));
   }
   store_.values().copy_from(p.at("values"));
-  update_ = make_update_(store_, meta);
+  update_ = [&] {
+    const MemoryLabel state("the optimizer's state");
+    return make_update_(store_, meta);
+  }();
   OptimizerState state;
   for (const auto& [name, t] : p.tensors) {
     if (name.rfind("optimizer/", 0) == 0) state[name.substr(10)] = t;
@@ -166,17 +171,13 @@ void ShardServer::push(PsMessage& m) {
     throw RunError(fmt::format("parameter server: worker {} pushed for clock {} but is at {}",
                                worker, m.clock, push_clock_[w]));
   }
-  Tensor piece;
+  // Straight into the worker's incoming gradient (a contiguous slice).
+  Tensor piece = incoming_[w].slice(0, m.offset - shard_.begin, m.offset - shard_.begin + m.count);
   if (settings_.two_bit_threshold > 0.0F) {
-    piece = Tensor::empty({m.count}, DType::f32, Device::cpu());
-    decompress_2bit(m.payload, m.count, settings_.two_bit_threshold,
-                    reinterpret_cast<float*>(piece.raw_data()));
+    decompress_2bit(m.payload, m.count, settings_.two_bit_threshold, piece.data<float>());
   } else {
-    piece = floats_from(m, m.count);
+    copy_floats(m, piece);
   }
-  incoming_[w]
-      .slice(0, m.offset - shard_.begin, m.offset - shard_.begin + m.count)
-      .copy_from(piece);
   received_[w] += m.count;
   if (received_[w] == shard_.numel()) complete_push(worker);
 }
@@ -191,7 +192,8 @@ void ShardServer::complete_push(int worker) {
     gate_->pushed(worker);
     apply_synchronous_if_complete();
   } else {
-    apply(incoming_[w]);
+    store_.grads().copy_from(incoming_[w]);
+    apply_grads();
     applied_pushes_ += 1;
     gate_->pushed(worker);
   }
@@ -203,20 +205,26 @@ void ShardServer::apply_synchronous_if_complete() {
   if (settings_.max_staleness != 0) return;
   const bool any = std::any_of(contributed_.begin(), contributed_.end(), [](bool c) { return c; });
   if (!any || gate_->slowest() <= global_step()) return;
-  Tensor sum;
+  // Summed and scaled in the gradient buffer itself: no shard-sized temporaries.
+  Tensor grads = store_.grads();
   int contributors = 0;
   for (std::size_t w = 0; w < contributed_.size(); ++w) {
     if (!contributed_[w]) continue;
-    sum = sum.defined() ? ops::add(sum, incoming_[w]) : incoming_[w].clone();
+    if (contributors == 0) {
+      grads.copy_from(incoming_[w]);
+    } else {
+      ops::add_(grads, incoming_[w]);
+    }
     contributed_[w] = false;
     ++contributors;
   }
-  apply(ops::mul_scalar(sum, 1.0F / static_cast<float>(contributors)));
+  ops::scale_(grads, 1.0F / static_cast<float>(contributors));
+  apply_grads();
   applied_pushes_ += workers_;
 }
 
-void ShardServer::apply(const Tensor& gradient) {
-  store_.grads().copy_from(gradient);
+void ShardServer::apply_grads() {
+  const MemoryLabel label("the optimizer update");
   const double lr = update_.lr_policy->learning_rate(global_step());
   if (update_.larc) apply_larc(store_, *update_.larc, lr);
   update_.optimizer->step(lr);
@@ -257,6 +265,7 @@ bool ShardServer::snapshot_ready(const Pending& p) const {
 }
 
 void ShardServer::send_snapshot(const Pending& p) {
+  const MemoryLabel label("a checkpoint's snapshot");
   YAML::Node meta;
   meta["global_step"] = global_step();
   meta["updates"] = report_.updates;

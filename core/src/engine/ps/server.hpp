@@ -69,7 +69,8 @@ class ShardServer {
   void push(PsMessage& m);
   void complete_push(int worker);
   void apply_synchronous_if_complete();
-  void apply(const Tensor& gradient);
+  // One update of the optimizer from the gradient in store_.grads().
+  void apply_grads();
   void serve();
   bool snapshot_ready(const Pending& p) const;
   void send_snapshot(const Pending& p);
