@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "rig/error.hpp"
+#include "rig/memory_labels.hpp"
 #include "rig/ops.hpp"
 #include "rig/plugin.hpp"
 
@@ -39,7 +40,11 @@ class Sgd final : public rig::Optimizer {
 
   void step_mixed(double learning_rate, const rig::MixedPrecisionStep& mixed) override {
     const bool first = momentum_ != 0.0 && !buffer_.defined();
-    if (first) buffer_ = Tensor::empty({values_.numel()}, rig::DType::f32, values_.device());
+    if (first) {
+      // Made at the first step (PyTorch's lazily made buffer), but state all the same.
+      const rig::MemoryLabel label("the optimizer's state");
+      buffer_ = Tensor::empty({values_.numel()}, rig::DType::f32, values_.device());
+    }
     rig::ops::sgd_update(values_, grads_, buffer_,
                          {static_cast<float>(learning_rate), static_cast<float>(weight_decay_),
                           static_cast<float>(momentum_), nesterov_, first},
