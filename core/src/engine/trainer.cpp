@@ -543,6 +543,9 @@ void TrainingLoop::print_bottleneck() {
 }
 
 void TrainingLoop::print_sample(const Batch& batch) {
+  // Its whole batch is decoded (beam search for a translation model): at a
+  // large batch, the run's peak memory may be here.
+  const ActivityScope activity("printing a training sample", state_.step);
   NoGradGuard no_grad;
   const Tensor predictions = p_.model.infer(batch);
   const std::vector<std::string> lines = p_.data.decode(batch, predictions);
