@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "rig/device.hpp"
@@ -58,5 +59,8 @@ struct LabelledStorages {
   std::vector<LiveStorages> storages;  // largest first
 };
 RIG_API std::vector<LabelledStorages> by_label(const MemoryPicture& picture);
+// A label as messages show it: the empty label (storages made outside every
+// MemoryLabel) as "code outside the engine's phases".
+RIG_API std::string_view shown_label(std::string_view label);
 
 }  // namespace rig

@@ -45,9 +45,7 @@ struct LedgerEntry;
 
 class RIG_API Storage {
  public:
-  Storage(std::size_t bytes, Device device);
-  // Counted as a tensor of `dtype` and `shape` in rig/memory_labels.hpp's
-  // pictures (the other constructor: as u8 [bytes]).
+  // Counted as a tensor of `dtype` and `shape` in rig/memory_labels.hpp's pictures.
   Storage(std::size_t bytes, Device device, DType dtype, const Shape& shape);
   ~Storage();
   Storage(const Storage&) = delete;

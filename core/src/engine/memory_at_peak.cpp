@@ -10,10 +10,6 @@ namespace rig::engine {
 
 namespace {
 
-std::string label_text(const std::string& label) {
-  return label.empty() ? "outside the engine's phases" : label;
-}
-
 // "36 x bf16 [64,125,2048] 563 MiB"
 std::string tensors_text(const LiveStorages& s) {
   return fmt::format("{}{} {} {}", s.count > 1 ? fmt::format("{} x ", s.count) : std::string(),
@@ -32,11 +28,11 @@ std::vector<std::string> memory_at_peak_lines(const MemoryPicture& picture, std:
   std::size_t width = 0;
   const std::size_t shown = std::min(max_labels, labels.size());
   for (std::size_t i = 0; i < shown; ++i)
-    width = std::max(width, label_text(labels[i].label).size());
+    width = std::max(width, shown_label(labels[i].label).size());
   for (std::size_t i = 0; i < shown; ++i) {
     const LabelledStorages& l = labels[i];
     std::string line =
-        fmt::format("  {:<{}} {:>10}:", label_text(l.label), width, readable_bytes(l.bytes));
+        fmt::format("  {:<{}} {:>10}:", shown_label(l.label), width, readable_bytes(l.bytes));
     const std::size_t n = std::min(tensors_per_label, l.storages.size());
     for (std::size_t j = 0; j < n; ++j) {
       line += fmt::format("{} {}", j == 0 ? "" : ",", tensors_text(l.storages[j]));

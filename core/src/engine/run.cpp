@@ -36,6 +36,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// A bad_alloc from host memory that no tensor's storage asked for (a data
+// layer's buffers, a parameter server's message bytes).
+OutOfMemoryError host_allocation_failed() {
+  return OutOfMemoryError("the host", "an allocation of host memory failed.");
+}
+
 bool trains(const std::string& mode) {
   return mode == "train" || mode == "train_eval";
 }
@@ -276,9 +282,7 @@ int run(const RunOptions& options) {
     } catch (const OutOfMemoryError& e) {
       comm->abort(fmt::format("error: {}", explained(e).what()), 2);
     } catch (const std::bad_alloc&) {
-      // Host memory a tensor's storage did not ask for (a message's bytes).
-      const OutOfMemoryError e("the host", "an allocation of host memory failed.");
-      comm->abort(fmt::format("error: {}", explained(e).what()), 2);
+      comm->abort(fmt::format("error: {}", explained(host_allocation_failed()).what()), 2);
     } catch (const UserError& e) {
       comm->abort(fmt::format("error: {}", e.what()), 2);
     } catch (const std::exception& e) {
@@ -309,8 +313,7 @@ int run(const RunOptions& options) {
     } catch (const OutOfMemoryError& e) {
       throw explained(e);
     } catch (const std::bad_alloc&) {
-      // Host memory a tensor's storage did not ask for (a data layer's buffers).
-      throw explained(OutOfMemoryError("the host", "an allocation of host memory failed."));
+      throw explained(host_allocation_failed());
     }
   });
 }

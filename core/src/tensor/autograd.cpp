@@ -37,7 +37,6 @@ void add_into(Tensor& dst, const Tensor& src) {
                    src.strides(), src.dtype());
 }
 
-
 // A vertex of the backward graph: a node, or a leaf that accumulates into .grad.
 struct Vertex {
   Node* node = nullptr;

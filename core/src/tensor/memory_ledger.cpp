@@ -224,6 +224,10 @@ MemoryPicture memory_now(Device device) {
   return detail::ledger_of(device).now();
 }
 
+std::string_view shown_label(std::string_view label) {
+  return label.empty() ? "code outside the engine's phases" : label;
+}
+
 std::vector<LabelledStorages> by_label(const MemoryPicture& picture) {
   std::vector<LabelledStorages> labels;
   std::map<std::string, std::size_t> at;

@@ -20,8 +20,7 @@ OutOfMemoryError out_of_memory(Device device, std::size_t requested, const Alloc
   // What made them (rig/memory_labels.hpp): the engine's phases, largest first.
   std::string made_by;
   for (std::size_t i = 0; i < live.size() && i < 3; ++i) {
-    made_by += fmt::format("{}{} {}", i == 0 ? "" : ", ",
-                           live[i].label.empty() ? "code outside the engine's phases" : live[i].label,
+    made_by += fmt::format("{}{} {}", i == 0 ? "" : ", ", shown_label(live[i].label),
                            readable_bytes(live[i].bytes));
   }
   if (!made_by.empty()) facts += fmt::format(" (made by {})", made_by);

@@ -35,9 +35,6 @@ void empty_allocator_cache(Device device) {
   backend::backend_for(device).memory(device).empty_cache();
 }
 
-Storage::Storage(std::size_t bytes, Device device)
-    : Storage(bytes, device, DType::u8, {static_cast<std::int64_t>(bytes)}) {}
-
 Storage::Storage(std::size_t bytes, Device device, DType dtype, const Shape& shape)
     : size_(bytes), device_(device) {
   backend::MemoryPool& pool = backend::backend_for(device).memory(device);
@@ -45,8 +42,7 @@ Storage::Storage(std::size_t bytes, Device device, DType dtype, const Shape& sha
   try {
     block = pool.allocate(bytes);
   } catch (const std::bad_alloc&) {
-    throw out_of_memory(device, bytes, pool.stats(), pool.capacity(),
-                        by_label(memory_now(device)));
+    throw out_of_memory(device, bytes, pool.stats(), pool.capacity(), by_label(memory_now(device)));
   }
   data_ = block.data;
   capacity_ = block.capacity;

@@ -101,10 +101,8 @@ std::shared_ptr<RequestState> CommThread::submit(Collective op) {
 }
 
 void CommThread::abort(const std::string& reason, int exit_code) {
-  // The rank mpirun gave the process: a parameter server's rank among the
-  // servers (rank_) would name a worker.
   try {
-    print_line(census_->ending_line("mpi", rank_, reason, world_rank_));
+    print_line(census_->ending_line("mpi", rank_, reason));
   } catch (...) {  // the job must end even if the line cannot be made
     std::fprintf(stderr, "rig: mpi: rank %d: %s; ending the job\n", world_rank_, reason.c_str());
   }

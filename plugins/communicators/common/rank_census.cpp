@@ -18,12 +18,16 @@ namespace {
 
 struct Identity {
   std::int64_t pid;
+  std::int64_t job_rank;  // in MPI_COMM_WORLD: what mpirun and its messages call the process
   char host[64];
 };
 
 Identity my_identity() {
   Identity me{};
   me.pid = static_cast<std::int64_t>(::getpid());
+  int job_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &job_rank);
+  me.job_rank = job_rank;
   if (::gethostname(me.host, sizeof(me.host) - 1) != 0) std::strcpy(me.host, "?");
   me.host[sizeof(me.host) - 1] = '\0';
   return me;
@@ -55,6 +59,7 @@ RankCensus::RankCensus(MPI_Comm comm, MPI_Comm local) {
   peers_.resize(all.size());
   for (std::size_t r = 0; r < all.size(); ++r) {
     peers_[r].pid = static_cast<long>(all[r].pid);
+    peers_[r].job_rank = static_cast<int>(all[r].job_rank);
     peers_[r].host = all[r].host;
   }
 
@@ -103,16 +108,15 @@ void RankCensus::announce(std::uint64_t seq) {
     std::atomic_ref<std::uint64_t>(*mine_).store(seq, std::memory_order_relaxed);
 }
 
-std::string RankCensus::describe(int rank, std::optional<int> shown) const {
+std::string RankCensus::describe(int rank) const {
   const auto& peer = peers_.at(static_cast<std::size_t>(rank));
-  return fmt::format("rank {} (pid {} on host {})", shown.value_or(rank), peer.pid, peer.host);
+  return fmt::format("rank {} (pid {} on host {})", peer.job_rank, peer.pid, peer.host);
 }
 
-std::string RankCensus::ending_line(const char* who, int rank, const std::string& reason,
-                                    std::optional<int> shown) const {
+std::string RankCensus::ending_line(const char* who, int rank, const std::string& reason) const {
   std::string_view why = reason;
   if (why.ends_with('.')) why.remove_suffix(1);
-  return fmt::format("rig: {}: {}: {}; ending the job", who, describe(rank, shown), why);
+  return fmt::format("rig: {}: {}: {}; ending the job", who, describe(rank), why);
 }
 
 int RankCensus::host_count() const {

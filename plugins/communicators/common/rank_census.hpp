@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,19 +32,20 @@ class RankCensus {
   // started it (its last collective was #56)", or that no rank here is at fault.
   std::string absent_ranks(std::uint64_t seq) const;
 
-  // "rank 0 (pid 1233 on host a)"; `shown` as in ending_line.
-  std::string describe(int rank, std::optional<int> shown = std::nullopt) const;
+  // "rank 0 (pid 1233 on host a)": `rank` in the census's communicator, named
+  // by its rank in the job (a parameter server's rank among the servers
+  // differs from the one mpirun gave it, which is the one users see).
+  std::string describe(int rank) const;
   // The line a rank prints as it ends the job: "rig: mpi: rank 0 (pid 1233
   // on host a): REASON; ending the job" (`who`: mpi or nccl), REASON's final
-  // period dropped. `shown`: the number to print for `rank` where it differs
-  // (a parameter server's rank in the job, not among the servers).
-  std::string ending_line(const char* who, int rank, const std::string& reason,
-                          std::optional<int> shown = std::nullopt) const;
+  // period dropped.
+  std::string ending_line(const char* who, int rank, const std::string& reason) const;
   int host_count() const;
 
  private:
   struct Peer {
     long pid = 0;
+    int job_rank = 0;
     std::string host;
     std::uint64_t* started = nullptr;  // in the shared window; nullptr: not on this host
   };

@@ -671,19 +671,26 @@ struct ToyModel {
   }
 };
 
+// Search parameters with the test vocabularies' EOS and PAD.
+rig_transformer::SearchParams search_params(std::int64_t batch, std::int64_t beam, float alpha,
+                                            std::int64_t max_length, std::int64_t vocab) {
+  rig_transformer::SearchParams p;
+  p.batch_size = batch;
+  p.beam_size = beam;
+  p.alpha = alpha;
+  p.max_decode_length = max_length;
+  p.vocab_size = vocab;
+  p.eos_id = kEos;
+  p.pad_id = kPad;
+  return p;
+}
+
 rig_transformer::SearchResult toy_search(ToyModel& toy, std::int64_t beam, float alpha,
                                          std::int64_t max_length) {
   toy.beam = beam;
   toy.rows.clear();
   for (std::int64_t b = 0; b < 2; ++b) toy.rows.insert(toy.rows.end(), beam, b);
-  rig_transformer::SearchParams p;
-  p.batch_size = 2;
-  p.beam_size = beam;
-  p.alpha = alpha;
-  p.max_decode_length = max_length;
-  p.vocab_size = 4;
-  p.eos_id = kEos;
-  p.pad_id = kPad;
+  const rig_transformer::SearchParams p = search_params(2, beam, alpha, max_length, 4);
   return rig_transformer::search(
       p, [&](const Tensor& ids) { return toy.step(ids); },
       [&](const Tensor& index) {
@@ -766,13 +773,7 @@ TEST(TransformerBeamSearch, TiesGoToTheEarlierHypothesisThenTheLowerToken) {
     return Tensor::from_vector(logits, {static_cast<std::int64_t>(v.size()), 8});
   };
   std::vector<std::vector<std::int64_t>> reorders;
-  rig_transformer::SearchParams p;
-  p.batch_size = 1;
-  p.beam_size = 2;
-  p.max_decode_length = 3;
-  p.vocab_size = 8;
-  p.eos_id = kEos;
-  p.pad_id = kPad;
+  const rig_transformer::SearchParams p = search_params(1, 2, 0.0F, 3, 8);
   const rig_transformer::SearchResult r = rig_transformer::search(
       p, step, [&](const Tensor& index) { reorders.push_back(index.to_int_vector()); });
   ASSERT_EQ(seen.size(), 3U);
@@ -798,14 +799,7 @@ TEST(TransformerBeamSearch, VocabularySmallerThanTheExtensionsKept) {
     }
     return Tensor::from_vector(logits, {static_cast<std::int64_t>(v.size()), 3});
   };
-  rig_transformer::SearchParams p;
-  p.batch_size = 2;
-  p.beam_size = 3;
-  p.alpha = 0.0F;
-  p.max_decode_length = 4;
-  p.vocab_size = 3;
-  p.eos_id = kEos;
-  p.pad_id = kPad;
+  const rig_transformer::SearchParams p = search_params(2, 3, 0.0F, 4, 3);
   const rig_transformer::SearchResult r = rig_transformer::search(p, step, [](const Tensor&) {});
   // With alpha 0 the first EOS (0.2) beats every longer ending (0.7^k x 0.2).
   for (std::size_t b = 0; b < 2; ++b) {
@@ -826,14 +820,7 @@ TEST_F(TransformerNetwork, BeamOneIsGreedyAndBeamScoresAreAtLeastGreedys) {
     for (std::int64_t b = 0; b < 3; ++b) rows.insert(rows.end(), beam, b);
     rig_transformer::DecodeState state = net_->start_decoding(
         encoded, Tensor::from_vector(rows, {static_cast<std::int64_t>(rows.size())}));
-    rig_transformer::SearchParams p;
-    p.batch_size = 3;
-    p.beam_size = beam;
-    p.alpha = alpha;
-    p.max_decode_length = 12;
-    p.vocab_size = kVocab;
-    p.eos_id = kEos;
-    p.pad_id = kPad;
+    const rig_transformer::SearchParams p = search_params(3, beam, alpha, 12, kVocab);
     return rig_transformer::search(
         p, [&](const Tensor& ids) { return net_->decode_step(ids, state); },
         [&](const Tensor& index) { rig_transformer::Network::reorder(state, index); });
